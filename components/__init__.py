@@ -1,0 +1,1 @@
+"""bakeoff's KFP components and the code each of them runs."""

@@ -1,0 +1,34 @@
+"""User-facing errors: one line that says what is wrong and what to do."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Iterator
+
+ERROR_FILE_ENV = "BAKEOFF_ERROR_FILE"
+
+
+class BakeoffError(Exception):
+    """A problem the user can fix; its message is the one line they see."""
+
+
+@contextlib.contextmanager
+def reported() -> Iterator[None]:
+    """Turns a BakeoffError inside a component into exit code 1 plus one line.
+
+    Components run in subprocesses (kfp.local) or pods, so the message would
+    otherwise reach the CLI only as a task failure. The line is printed to the
+    task log and, when the CLI asked for it through ``BAKEOFF_ERROR_FILE``,
+    written to that file so the CLI can repeat it as its own error line.
+    """
+    try:
+        yield
+    except BakeoffError as error:
+        message = str(error)
+        print(f"bakeoff: error: {message}", file=sys.stderr, flush=True)
+        error_file = os.environ.get(ERROR_FILE_ENV)
+        if error_file:
+            with open(error_file, "w", encoding="utf-8") as handle:
+                handle.write(message)
+        raise SystemExit(1) from None

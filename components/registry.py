@@ -1,0 +1,55 @@
+"""Published models: ``models/<name>/<version>/`` in TF-Serving layout, a manifest marking each complete."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from components.errors import BakeoffError
+from components.store import Store
+
+MANIFEST = "manifest.json"
+_VERSION_KEY = re.compile(r"^models/[^/]+/(\d+)/(.+)$")
+
+
+def model_prefix(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9_.]*", name):
+        raise BakeoffError(f"model name {name!r} is not usable in a path: use letters, digits, '-', '_' and '.'")
+    return f"models/{name}"
+
+
+def _versions(store: Store, name: str) -> dict[int, bool]:
+    """Every version number present, mapped to whether its manifest (completeness mark) exists."""
+    found: dict[int, bool] = {}
+    for key in store.list(model_prefix(name)):
+        match = _VERSION_KEY.match(key)
+        if match:
+            version = int(match.group(1))
+            found[version] = found.get(version, False) or match.group(2) == MANIFEST
+    return found
+
+
+def publish(store: Store, name: str, model_dir: Path, manifest: dict) -> int:
+    """Publishes ``model_dir`` as the next integer version, all or nothing; returns the version."""
+    with tempfile.TemporaryDirectory(prefix="bakeoff-publish-") as scratch:
+        staged = Path(scratch) / "version"
+        shutil.copytree(model_dir, staged)
+        for _ in range(100):
+            # Numbers of incomplete versions are skipped too: they may be another publisher at work.
+            version = max(_versions(store, name), default=0) + 1
+            record = manifest | {"version": version}
+            (staged / MANIFEST).write_text(json.dumps(record, indent=2))
+            try:
+                store.publish(staged, f"{model_prefix(name)}/{version}", MANIFEST)
+            except FileExistsError:
+                continue
+            return version
+    raise BakeoffError(f"could not find a free version number for model {name!r}: check the store")
+
+
+def list_versions(store: Store, name: str) -> list[dict]:
+    """The manifests of the complete versions of ``name``, oldest first."""
+    complete = sorted(version for version, done in _versions(store, name).items() if done)
+    return [json.loads(store.get_bytes(f"{model_prefix(name)}/{version}/{MANIFEST}")) for version in complete]

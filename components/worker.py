@@ -1,0 +1,161 @@
+"""The worker program: one TFJob replica training a variant under MultiWorkerMirroredStrategy.
+
+Started the same way by the Training Operator, the local backend and the
+tests: ``python -m components.worker --variant JSON --data URI --store URI --prefix KEY``
+with ``TF_CONFIG`` in the environment.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Keras 3's model.fit fails under MultiWorkerMirroredStrategy (TF 2.21:
+# "Attempt to convert a value (PerReplica...)"); tf-keras trains correctly.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from components import dataset  # noqa: E402
+from components.errors import BakeoffError, reported  # noqa: E402
+from components.models import ARCHITECTURES  # noqa: E402
+from components.store import open_store  # noqa: E402
+from components.variants import Variant, from_dict  # noqa: E402
+
+SHUFFLE_SEED = 1234
+
+
+def _configure_threads() -> None:
+    """Applies the thread caps the backend chose, before TensorFlow starts its pools."""
+    import tensorflow as tf
+
+    intra = os.environ.get("TF_NUM_INTRAOP_THREADS")
+    inter = os.environ.get("TF_NUM_INTEROP_THREADS")
+    if intra:
+        tf.config.threading.set_intra_op_parallelism_threads(int(intra))
+    if inter:
+        tf.config.threading.set_inter_op_parallelism_threads(int(inter))
+
+
+def _optimizer(variant: Variant, total_steps: int):
+    import tf_keras as keras
+
+    training = variant.training
+    rate = training.learning_rate
+    if training.schedule == "cosine":
+        rate = keras.optimizers.schedules.CosineDecay(rate, decay_steps=total_steps)
+    elif training.schedule == "exponential":
+        rate = keras.optimizers.schedules.ExponentialDecay(rate, decay_steps=max(1, total_steps // training.epochs), decay_rate=0.7)
+    return {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD, "rmsprop": keras.optimizers.RMSprop}[training.optimizer](rate)
+
+
+def _is_chief(resolver) -> bool:
+    """MWMS's rule: the chief replica, or worker 0 when there is no chief."""
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type in (None, "chief"):
+        return True
+    return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+
+
+def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_train_examples: int) -> dict:
+    """Trains ``variant`` on this replica's shards; the chief stores model and metrics."""
+    import tensorflow as tf
+
+    _configure_threads()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING
+        )
+    )
+    data = open_store(data_uri)
+    metadata = dataset.read_metadata(data)
+    replicas = strategy.num_replicas_in_sync
+    global_batch = variant.training.batch_size * replicas
+    train_count = metadata["counts"]["train"]
+    if max_train_examples:
+        train_count = min(train_count, max_train_examples)
+    steps_per_epoch = train_count // global_batch
+    if steps_per_epoch < 1:
+        raise BakeoffError(
+            f"variant {variant.name!r}: {train_count} training examples make no full global batch of {global_batch}:"
+            " raise --max-train-examples or lower training.batch_size"
+        )
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        # Each input pipeline reads whole shard files of its own: no worker
+        # reads (and throws away) the others' data.
+        part = dataset.read_shards(data, "train", context.input_pipeline_id, context.num_input_pipelines)
+        limit = math.ceil(train_count / context.num_input_pipelines)
+        images, labels = part.images[:limit], part.labels[:limit]
+        return (
+            tf.data.Dataset.from_tensor_slices((images, labels))
+            .shuffle(len(labels), seed=SHUFFLE_SEED + context.input_pipeline_id, reshuffle_each_iteration=True)
+            .repeat()
+            .batch(context.get_per_replica_batch_size(global_batch), drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE)
+        )
+
+    with strategy.scope():
+        architecture = ARCHITECTURES[variant.architecture]
+        model = architecture.build(tuple(metadata["image_shape"]), len(metadata["class_names"]), variant.model_config())
+        model.compile(
+            optimizer=_optimizer(variant, steps_per_epoch * variant.training.epochs),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        )
+    inputs = strategy.distribute_datasets_from_function(dataset_fn)
+    started = time.perf_counter()
+    history = model.fit(inputs, epochs=variant.training.epochs, steps_per_epoch=steps_per_epoch, verbose=2)
+    train_seconds = time.perf_counter() - started
+    metrics = {
+        "variant": variant.name,
+        "history": {key: [float(v) for v in values] for key, values in history.history.items()},
+        "epochs": variant.training.epochs,
+        "workers": len(strategy.cluster_resolver.cluster_spec().as_dict().get("worker", [])) or 1,
+        "num_replicas_in_sync": replicas,
+        "global_batch_size": global_batch,
+        "steps_per_epoch": steps_per_epoch,
+        "train_examples": train_count,
+        "train_seconds": train_seconds,
+        "examples_per_second": steps_per_epoch * variant.training.epochs * global_batch / train_seconds,
+    }
+    _save(model, strategy, metadata["class_names"], open_store(store_uri), prefix, metrics, variant)
+    return metrics
+
+
+def _save(model, strategy, class_names: list[str], store, prefix: str, metrics: dict, variant: Variant) -> None:
+    """Every replica saves (MWMS aggregates variables while saving); only the chief keeps it."""
+    from components.serving import export
+
+    chief = _is_chief(strategy.cluster_resolver)
+    scratch = Path(tempfile.mkdtemp(prefix="bakeoff-model-"))
+    try:
+        export(model, scratch / "model", class_names)
+        if chief:
+            store.put_dir(scratch / "model", f"{prefix}/model")
+            store.put_bytes(f"{prefix}/variant.json", json.dumps(variant.to_dict(), indent=2).encode())
+            store.put_bytes(f"{prefix}/metrics.json", json.dumps(metrics, indent=2).encode())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m components.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", required=True, help="the variant spec as JSON")
+    parser.add_argument("--data", required=True, help="URI of the ingested dataset")
+    parser.add_argument("--store", required=True, help="URI of the object store")
+    parser.add_argument("--prefix", required=True, help="key below the store for this variant's outputs")
+    parser.add_argument("--max-train-examples", type=int, default=0, help="train on at most this many examples (0: all)")
+    args = parser.parse_args(argv)
+    with reported():
+        metrics = train(from_dict(json.loads(args.variant)), args.data, args.store, args.prefix, args.max_train_examples)
+        print(f"trained {metrics['variant']}: {metrics['examples_per_second']:.0f} examples/s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

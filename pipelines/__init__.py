@@ -1,0 +1,1 @@
+"""bakeoff's pipeline definition and its command-line interface."""
