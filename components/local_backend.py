@@ -115,10 +115,10 @@ class LocalBackend:
         restartable = all(spec.restart_policy in RESTARTING_POLICIES for spec in job.spec.tf_replica_specs.values())
         restarts = 0
         while True:
-            failed = self._attempt(job, deadline)
+            failed, timed_out = self._attempt(job, deadline)
             if failed is None:
                 return
-            if failed.process.returncode is None:  # stopped at the deadline
+            if timed_out:
                 raise BakeoffError(
                     f"TFJob {name!r} ran past activeDeadlineSeconds={policy.active_deadline_seconds} and was stopped:"
                     " raise the timeout or train less"
@@ -131,8 +131,8 @@ class LocalBackend:
             restarts += 1
             self.sink(f"[{name}] replica {failed.label} failed (exit {failed.process.returncode}); restarting the job ({restarts}/{backoff_limit})")
 
-    def _attempt(self, job: KubeflowOrgV1TFJob, deadline: Optional[float]) -> Optional[_Replica]:
-        """Starts every replica once; returns the first that failed (or ran out of time), else None."""
+    def _attempt(self, job: KubeflowOrgV1TFJob, deadline: Optional[float]) -> tuple[Optional[_Replica], bool]:
+        """Starts every replica once; returns (the first that failed, whether time ran out), else (None, False)."""
         configs = tf_configs(job)
         threads = str(thread_cap(len(configs), self.concurrent_jobs))
         replicas = []
@@ -155,11 +155,11 @@ class LocalBackend:
                 for replica in replicas:
                     code = replica.process.poll()
                     if code not in (None, 0):
-                        return replica
+                        return replica, False
                 if all(replica.process.poll() == 0 for replica in replicas):
-                    return None
+                    return None, False
                 if deadline is not None and time.monotonic() > deadline:
-                    return next(replica for replica in replicas if replica.process.poll() is None)
+                    return next(replica for replica in replicas if replica.process.poll() is None), True
                 time.sleep(0.2)
         finally:
             for replica in replicas:

@@ -1,11 +1,12 @@
 """Variant specs: YAML → strictly checked dataclasses, and back to plain dicts."""
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import re
 import typing
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 
 import yaml
 
@@ -54,7 +55,7 @@ class Variant:
     def model_config(self) -> Any:
         """The architecture's config dataclass, filled from ``model``."""
         params = {key: value for key, value in self.model.items() if key != "type"}
-        return ARCHITECTURES[self.architecture].config(**params)
+        return _fill(ARCHITECTURES[self.architecture].config, params, _Where("variant", self.name), "model.")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self) | {"model": dict(self.model)}
@@ -73,7 +74,7 @@ class _Where:
 
 def _check_type(value: Any, kind: Any, where: _Where, field: str) -> Any:
     origin = typing.get_origin(kind)
-    if origin in (Sequence, list, tuple):
+    if origin in (collections.abc.Sequence, list, tuple):
         if not isinstance(value, (list, tuple)):
             raise where.error(field, f"expected a list, got {value!r}")
         (item,) = typing.get_args(kind)[:1] or (Any,)

@@ -156,6 +156,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
+    if not args.debug:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # inherited by components and replicas
     try:
         return args.handler(args)
     except BakeoffError as error:

@@ -1,0 +1,36 @@
+# bakeoff — `make help` lists the targets.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: help run test install data clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(INSTALLED) ## create .venv and install bakeoff with its dev dependencies
+
+data: ## install Debian's dataset-fashion-mnist (the offline Fashion-MNIST) when missing
+	@if [ ! -f $(FASHION_MNIST) ]; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
+	  else echo "Fashion-MNIST missing: run 'apt-get install dataset-fashion-mnist' as root, or use 'bakeoff run --source tfds'" >&2; exit 1; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq dataset-fashion-mnist; \
+	fi
+
+run: $(INSTALLED) data ## run the default bake-off locally (ARGS="--epochs 1" passes flags)
+	$(BIN)/bakeoff run --local $(ARGS)
+
+test: $(INSTALLED) data ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+clean: ## remove local run outputs (keeps .venv and the store)
+	rm -rf .bakeoff .pytest_cache

@@ -1,0 +1,97 @@
+"""The local backend runs a TFJob's replicas as real processes, as the Training Operator would."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components.errors import BakeoffError
+from components.local_backend import LocalBackend, thread_cap
+from components.tfjob import build_tfjob
+from components.variants import from_dict
+
+
+def job_running(script: str, tmp_path: Path, workers: int = 2, backoff_limit: int = 0, deadline: int = 60, restart: str = "OnFailure"):
+    """A TFJob whose replicas run ``script`` (with the replica's out-dir as argv[1])."""
+    variant = from_dict({"name": "probe", "model": {"type": "mlp"}, "workers": workers})
+    job = build_tfjob(variant, name="probe-job", image="unused", args=[str(tmp_path)], env={"PROBE": "yes"},
+                      backoff_limit=backoff_limit, active_deadline_seconds=deadline)
+    spec = job.spec.tf_replica_specs["Worker"]
+    spec.restart_policy = restart
+    spec.template.spec.containers[0].command = ["python", "-c", script]
+    return job
+
+
+RECORD = """
+import json, os, sys
+config = json.loads(os.environ["TF_CONFIG"])
+out = os.path.join(sys.argv[1], f"worker-{config['task']['index']}.json")
+json.dump({"tf_config": config, "probe": os.environ["PROBE"], "threads": os.environ["TF_NUM_INTRAOP_THREADS"]}, open(out, "w"))
+print("hello from", config["task"]["index"])
+"""
+
+
+def test_each_replica_gets_the_operators_tf_config(tmp_path: Path) -> None:
+    lines: list[str] = []
+    LocalBackend(sink=lines.append).run(job_running(RECORD, tmp_path))
+    records = [json.loads((tmp_path / f"worker-{i}.json").read_text()) for i in range(2)]
+    cluster = records[0]["tf_config"]["cluster"]
+    assert list(cluster) == ["worker"] and len(set(cluster["worker"])) == 2
+    assert all(address.startswith("localhost:") for address in cluster["worker"])
+    assert [r["tf_config"]["task"] for r in records] == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+    assert all(r["tf_config"]["cluster"] == cluster and r["probe"] == "yes" for r in records)
+    assert "[probe-job-worker-1] hello from 1" in lines
+
+
+def test_threads_divide_the_cores_among_all_running_replicas() -> None:
+    assert thread_cap(replicas=2, concurrent_jobs=1, cores=2) == 1
+    assert thread_cap(replicas=2, concurrent_jobs=1, cores=8) == 4
+    assert thread_cap(replicas=2, concurrent_jobs=2, cores=8) == 2
+    assert thread_cap(replicas=4, concurrent_jobs=3, cores=2) == 1
+
+
+CRASH_ONE = """
+import json, os, sys, time
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+if index == 1:
+    print("bakeoff: error: replica one cannot go on", flush=True)
+    sys.exit(3)
+open(os.path.join(sys.argv[1], "survivor-started"), "w").close()
+time.sleep(120)
+"""
+
+
+def test_a_failed_replica_stops_the_others_and_says_why(tmp_path: Path) -> None:
+    with pytest.raises(BakeoffError) as error:
+        LocalBackend(sink=lambda line: None).run(job_running(CRASH_ONE, tmp_path))
+    assert str(error.value) == (
+        "TFJob 'probe-job' failed: replica probe-job-worker-1 exited with code 3 after 0 restart(s): replica one cannot go on"
+    )
+
+
+FLAKY = """
+import os, sys
+marker = os.path.join(sys.argv[1], "attempts")
+attempts = len(open(marker).read()) if os.path.exists(marker) else 0
+open(marker, "a").write("x")
+sys.exit(1 if attempts == 0 else 0)
+"""
+
+
+def test_on_failure_restarts_within_the_backoff_limit(tmp_path: Path) -> None:
+    lines: list[str] = []
+    LocalBackend(sink=lines.append).run(job_running(FLAKY, tmp_path, workers=1, backoff_limit=1))
+    assert (tmp_path / "attempts").read_text() == "xx"
+    assert any("restarting the job (1/1)" in line for line in lines)
+
+
+def test_never_means_no_restart(tmp_path: Path) -> None:
+    with pytest.raises(BakeoffError, match=r"exited with code 1 after 0 restart\(s\)"):
+        LocalBackend(sink=lambda line: None).run(job_running(FLAKY, tmp_path, workers=1, backoff_limit=3, restart="Never"))
+    assert (tmp_path / "attempts").read_text() == "x"
+
+
+def test_active_deadline_stops_the_job(tmp_path: Path) -> None:
+    with pytest.raises(BakeoffError, match=r"ran past activeDeadlineSeconds=1 and was stopped"):
+        LocalBackend(sink=lambda line: None).run(job_running("import time; time.sleep(60)", tmp_path, workers=2, deadline=1))

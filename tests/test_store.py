@@ -1,0 +1,106 @@
+"""Both stores, one suite: what every layer above relies on."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from components.errors import BakeoffError
+from components.store import S3Store, Store, open_store
+
+
+def test_round_trip_of_bytes_and_listing(store: Store) -> None:
+    store.put_bytes("a/b/one.txt", b"1")
+    store.put_bytes("a/two.bin", bytes(range(256)))
+    store.put_bytes("other/three.txt", b"3")
+    assert store.get_bytes("a/two.bin") == bytes(range(256))
+    assert store.list("a") == ["a/b/one.txt", "a/two.bin"]
+    assert store.exists("a/b/one.txt")
+    assert not store.exists("a/b/missing.txt")
+
+
+def test_missing_key_is_a_clear_error(store: Store) -> None:
+    with pytest.raises(BakeoffError, match=r"does not exist: check the store URI"):
+        store.get_bytes("nope/never.txt")
+
+
+def test_directories_go_up_and_come_back(store: Store, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    (source / "variables").mkdir(parents=True)
+    (source / "saved_model.pb").write_bytes(b"pb")
+    (source / "variables" / "variables.index").write_bytes(b"idx")
+    store.put_dir(source, "runs/r1/model")
+    back = store.get_dir("runs/r1/model", tmp_path / "back")
+    assert (back / "saved_model.pb").read_bytes() == b"pb"
+    assert (back / "variables" / "variables.index").read_bytes() == b"idx"
+
+
+def test_publish_refuses_a_taken_prefix(store: Store, tmp_path: Path) -> None:
+    version = tmp_path / "v"
+    version.mkdir()
+    (version / "saved_model.pb").write_bytes(b"first")
+    (version / "manifest.json").write_text("{}")
+    store.publish(version, "models/m/1", "manifest.json")
+    (version / "saved_model.pb").write_bytes(b"second")
+    with pytest.raises(FileExistsError):
+        store.publish(version, "models/m/1", "manifest.json")
+    assert store.get_bytes("models/m/1/saved_model.pb") == b"first"
+
+
+def test_uri_names_the_object(store: Store) -> None:
+    assert store.uri_for("models/m/1") == f"{store.uri}/models/m/1"
+    assert open_store(store.uri).list("") == store.list("")
+
+
+def test_unwritable_folder_is_reported(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(BakeoffError, match=r"is not writable .*: choose another --store$"):
+        open_store(f"file://{blocker}/store").check_writable()
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("ftp://host/x", r"unknown scheme 'ftp': use file:///path/to/dir or s3://bucket/prefix"),
+        ("file://", r"names no folder"),
+    ],
+)
+def test_bad_store_uris(uri: str, message: str) -> None:
+    with pytest.raises(BakeoffError, match=message):
+        open_store(uri)
+
+
+def test_s3_needs_an_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BAKEOFF_S3_ENDPOINT", raising=False)
+    with pytest.raises(BakeoffError, match=r"needs an S3 endpoint: pass --s3-endpoint HOST:PORT or set BAKEOFF_S3_ENDPOINT"):
+        open_store("s3://bucket/x")
+
+
+def test_s3_needs_credentials(monkeypatch: pytest.MonkeyPatch, s3_endpoint: str) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    with pytest.raises(BakeoffError, match=r"S3 credentials missing: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
+        open_store("s3://bakeoff/x", s3_endpoint, True)
+
+
+def test_s3_endpoint_down_is_reported(s3_env: str) -> None:
+    from tests.conftest import free_port
+
+    with pytest.raises(BakeoffError, match=r"S3 endpoint '127.0.0.1:\d+' is unreachable .*check --s3-endpoint"):
+        open_store("s3://bakeoff/x", f"127.0.0.1:{free_port()}", True)
+
+
+def test_s3_wrong_keys_are_reported(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    with pytest.raises(BakeoffError, match=r"refused the credentials \(SignatureDoesNotMatch\): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
+        open_store("s3://bakeoff/x")
+
+
+def test_s3_missing_bucket_is_reported(s3_env: str) -> None:
+    with pytest.raises(BakeoffError, match=r"bucket 'no-such-bucket' does not exist"):
+        open_store("s3://no-such-bucket/x")
+
+
+def test_s3_store_is_s3(s3_env: str) -> None:
+    assert isinstance(open_store("s3://bakeoff/p"), S3Store)

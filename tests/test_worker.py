@@ -1,0 +1,67 @@
+"""A real 2-worker MultiWorkerMirroredStrategy job on a small subset, and the model it exports."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components import dataset, serving
+from components.local_backend import LocalBackend
+from components.store import open_store
+from components.tfjob import build_tfjob, worker_args
+from components.variants import from_dict
+
+SMALL_CNN = {"name": "small", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
+             "training": {"epochs": 2, "batch_size": 32}, "workers": 2}
+
+
+@pytest.fixture(scope="module")
+def trained(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    store_dir = tmp_path_factory.mktemp("store")
+    variant = from_dict(SMALL_CNN)
+    store = open_store(str(store_dir))
+    job = build_tfjob(variant, name="small-test", image="unused",
+                      args=worker_args(variant, str(small_dataset), store.uri, "runs/t/small", 4096), env={})
+    lines: list[str] = []
+    LocalBackend(sink=lines.append).run(job)
+    return store_dir / "runs/t/small", lines
+
+
+def test_both_replicas_train_in_sync(trained: tuple[Path, list[str]]) -> None:
+    out, lines = trained
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["num_replicas_in_sync"] == 2 and metrics["workers"] == 2
+    assert metrics["global_batch_size"] == 64 and metrics["steps_per_epoch"] == 4096 // 64
+    assert len(metrics["history"]["loss"]) == 2
+    for index in (0, 1):
+        assert any(line.startswith(f"[small-test-worker-{index}] 64/64") for line in lines), f"worker {index} did not train"
+
+
+def test_only_the_chief_keeps_a_model(trained: tuple[Path, list[str]]) -> None:
+    out, _ = trained
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "model", "variant.json"]
+    assert json.loads((out / "variant.json").read_text())["name"] == "small"
+
+
+def test_exported_model_predicts_real_test_images(trained: tuple[Path, list[str]], small_dataset: Path) -> None:
+    out, _ = trained
+    test = dataset.read_shards(open_store(str(small_dataset)), "test")
+    result = serving.evaluate(out / "model", test.images[:2000], test.labels[:2000])
+    assert result["accuracy"] > 0.6  # ten classes: chance is 0.1
+
+
+def test_serving_accepts_encoded_images(trained: tuple[Path, list[str]], small_dataset: Path) -> None:
+    import tensorflow as tf
+
+    out, _ = trained
+    test = dataset.read_shards(open_store(str(small_dataset)), "test")
+    images = test.images[:64]
+    loaded = tf.saved_model.load(str(out / "model"))
+    encoded = tf.stack([tf.io.encode_png(image[:, :, None]) for image in images])
+    from_bytes = loaded.signatures[serving.BYTES_SIGNATURE](image_bytes=encoded)
+    from_arrays = loaded.signatures[serving.ARRAYS_SIGNATURE](images=tf.constant(images, tf.float32))
+    assert np.array_equal(from_bytes["class_id"].numpy(), from_arrays["class_id"].numpy())
+    names = from_bytes["class_name"].numpy()
+    assert names[0].decode() in json.loads((small_dataset / "metadata.json").read_text())["class_names"]
