@@ -99,10 +99,20 @@ class _Replica:
         return self.tail[-1] if self.tail else "(no output)"
 
 
+_print_lock = threading.Lock()
+
+
+def print_line(line: str) -> None:
+    """Prints one log line whole: replicas' reader threads must not interleave within a line."""
+    with _print_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
 class LocalBackend:
     """Runs a TFJob's replicas as processes of this machine, honouring its run policy."""
 
-    def __init__(self, concurrent_jobs: int = 1, sink: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:
+    def __init__(self, concurrent_jobs: int = 1, sink: Callable[[str], None] = print_line) -> None:
         self.concurrent_jobs = concurrent_jobs
         self.sink = sink
 
