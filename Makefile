@@ -6,7 +6,9 @@ INSTALLED := $(VENV)/.installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: help run test install data clean
+IMAGE ?= ghcr.io/bakeoff/bakeoff:0.1.0
+
+.PHONY: help run test install data compile image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,6 +33,12 @@ run: $(INSTALLED) data ## run the default bake-off locally (ARGS="--epochs 1" pa
 
 test: $(INSTALLED) data ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+compile: $(INSTALLED) ## write pipelines/bakeoff.yaml, the compiled pipeline for the default config
+	$(BIN)/bakeoff compile -o pipelines/bakeoff.yaml --image $(IMAGE)
+
+image: ## build the runtime image with docker (IMAGE=registry/name:tag names it)
+	docker build -f images/Dockerfile -t $(IMAGE) .
 
 clean: ## remove local run outputs (keeps .venv and the store)
 	rm -rf .bakeoff .pytest_cache

@@ -1,10 +1,7 @@
 """The ingest component: Fashion-MNIST in, a sharded train/validation/test Dataset artifact out."""
 from kfp import dsl
 
-from components.image import BASE_IMAGE
 
-
-@dsl.component(base_image=BASE_IMAGE, install_kfp_package=False)
 def ingest(
     data: dsl.Output[dsl.Dataset],
     source: str = "/usr/share/datasets/fashion-mnist",

@@ -1,10 +1,7 @@
 """The select component: the best candidate on validation, tested, then published."""
 from kfp import dsl
 
-from components.image import BASE_IMAGE
 
-
-@dsl.component(base_image=BASE_IMAGE, install_kfp_package=False)
 def select(
     candidates: list,
     data: dsl.Input[dsl.Dataset],

@@ -15,10 +15,12 @@ from kubernetes.client import (
     V1Container,
     V1ContainerPort,
     V1EnvVar,
+    V1EnvVarSource,
     V1ObjectMeta,
     V1PodSpec,
     V1PodTemplateSpec,
     V1ResourceRequirements,
+    V1SecretKeySelector,
 )
 
 from components.variants import Variant
@@ -26,6 +28,9 @@ from components.variants import Variant
 CONTAINER = "tensorflow"  # the container name the Training Operator looks for
 PORT = 2222  # the Training Operator's default TFJob port
 WORKER = "Worker"
+# KFP's own object-store secret, present in every KFP namespace: data key → variable.
+STORE_SECRET = "mlpipeline-minio-artifact"
+STORE_SECRET_KEYS = {"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"}
 
 
 def job_name(run_id: str, variant: str) -> str:
@@ -43,6 +48,14 @@ def worker_args(variant: Variant, data_uri: str, store_uri: str, prefix: str, ma
         "--store", store_uri,
         "--prefix", prefix,
         "--max-train-examples", str(max_train_examples),
+    ]
+
+
+def _secret_env() -> list[V1EnvVar]:
+    """Store credentials by reference to the secret; never their values."""
+    return [
+        V1EnvVar(name=variable, value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name=STORE_SECRET, key=key, optional=True)))
+        for key, variable in STORE_SECRET_KEYS.items()
     ]
 
 
@@ -66,7 +79,7 @@ def build_tfjob(
         image=image,
         command=["python", "-m", "components.worker"],
         args=args,
-        env=[V1EnvVar(name=key, value=value) for key, value in sorted(env.items())],
+        env=[V1EnvVar(name=key, value=value) for key, value in sorted(env.items())] + _secret_env(),
         ports=[V1ContainerPort(name="tfjob-port", container_port=PORT)],
         resources=V1ResourceRequirements(requests=dict(limits), limits=limits),
     )

@@ -38,6 +38,45 @@ def _store_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout (human output goes to stderr)")
 
 
+def _pipeline_args(parser: argparse.ArgumentParser) -> None:
+    """What fixes the compiled pipeline: variants, image, parallelism and the cluster's store."""
+    from components.image import BASE_IMAGE
+    from pipelines.compiling import DEFAULT_PARALLELISM
+    from pipelines.pipeline import Cluster
+
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="variants YAML; they become the pipeline's default")
+    parser.add_argument("--image", default=BASE_IMAGE, help=f"runtime image of every step and TFJob replica (default {BASE_IMAGE})")
+    parser.add_argument("--parallelism", type=_positive("--parallelism"), default=DEFAULT_PARALLELISM,
+                        help=f"variants trained at once (default {DEFAULT_PARALLELISM})")
+    parser.add_argument("--store", default=Cluster.store, help=f"default store of the runs (default {Cluster.store})")
+    parser.add_argument("--s3-endpoint", default=Cluster.s3_endpoint, help=f"in-cluster S3 endpoint (default {Cluster.s3_endpoint})")
+
+
+def compile_settings(args: argparse.Namespace) -> dict:
+    from pipelines.pipeline import Cluster
+
+    load_variants(args.config)  # one clear line for a bad config, before kfp sees it
+    return {
+        "config": args.config,
+        "image": args.image,
+        "parallelism": args.parallelism,
+        "cluster": Cluster(store=args.store, s3_endpoint=args.s3_endpoint),
+    }
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from pipelines.compiling import compile_pipeline
+
+    settings = compile_settings(args)
+    try:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        compile_pipeline(args.output, **settings)
+    except OSError as error:
+        raise BakeoffError(f"cannot write {str(args.output)!r} ({error.strerror}): choose another -o") from None
+    print(f"compiled the pipeline to {args.output}", file=sys.stderr)
+    return 0
+
+
 def _open_store(args: argparse.Namespace) -> Store:
     """Opens the store and exports its S3 settings, so components and replicas reach the same one."""
     store_uri = args.store
@@ -68,6 +107,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--work-dir", type=Path, default=Path(".bakeoff"), help="kfp.local's outputs and cache (default .bakeoff)")
     run.add_argument("--timeout", type=_positive("--timeout"), default=3600, help="seconds each TFJob may run (default 3600)")
     run.set_defaults(handler=cmd_run)
+
+    compile_ = commands.add_parser("compile", help="compile the pipeline to KFP IR YAML for a cluster")
+    compile_.add_argument("-o", "--output", type=Path, default=Path("bakeoff.yaml"), help="where to write (default bakeoff.yaml)")
+    _pipeline_args(compile_)
+    compile_.set_defaults(handler=cmd_compile)
 
     models = commands.add_parser("models", help="published models")
     models_commands = models.add_subparsers(dest="models_command", required=True)

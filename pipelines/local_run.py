@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -44,7 +45,7 @@ def run_local(run: LocalRun) -> dict:
         enable_caching=True,
         cache_root=str(run.work_dir.resolve() / "cache"),
     )
-    pipeline = build_pipeline(parallelism=run.parallelism)
+    pipeline = build_pipeline(parallelism=run.parallelism, variants=[variant.to_dict() for variant in run.variants])
     with tempfile.TemporaryDirectory(prefix="bakeoff-run-") as scratch:
         error_file = Path(scratch) / "error"
         os.environ[ERROR_FILE_ENV] = str(error_file)
@@ -63,7 +64,8 @@ def run_local(run: LocalRun) -> dict:
         except RuntimeError as error:
             if error_file.exists():
                 raise BakeoffError(error_file.read_text().strip()) from None
-            raise BakeoffError(f"the local pipeline failed ({error}): see the task log above") from None
+            plain = re.sub(r"\x1b\[[0-9;]*m", "", str(error))  # kfp colours its messages
+            raise BakeoffError(f"the local pipeline failed ({plain}): see the task log above") from None
         finally:
             os.environ.pop(ERROR_FILE_ENV, None)
     return json.loads(task.output)
