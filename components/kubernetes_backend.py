@@ -1,6 +1,7 @@
 """The Kubernetes TFJob backend: the same TFJob object, submitted to the Training Operator."""
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable, Optional
 
@@ -13,6 +14,18 @@ JOB_KIND = "TFJob"
 LOG_TAIL = 20
 
 
+def _api_reason(error: Exception) -> str:
+    """One line out of TrainingClient's multi-line error: the API's status and message."""
+    cause = error.__cause__
+    if getattr(cause, "status", None):
+        try:
+            message = json.loads(cause.body)["message"]
+        except (TypeError, ValueError, KeyError):
+            message = cause.reason
+        return f"HTTP {cause.status}: {message}"
+    return str(error).splitlines()[0]
+
+
 class KubernetesBackend:
     """Creates the TFJob with TrainingClient, streams the chief's log, and waits for its end."""
 
@@ -21,11 +34,13 @@ class KubernetesBackend:
         client: Optional[Any] = None,
         namespace: Optional[str] = None,
         polling_interval: float = 10,
+        grace_seconds: float = 120,
         sink: Callable[[str], None] = print_line,
     ) -> None:
         self._client = client
         self.namespace = namespace
         self.polling_interval = polling_interval
+        self.grace_seconds = grace_seconds
         self.sink = sink
 
     @property
@@ -45,17 +60,24 @@ class KubernetesBackend:
         job.metadata.namespace = namespace
         policy = job.spec.run_policy
         # The operator enforces activeDeadlineSeconds; the wait only guards against a stuck operator.
-        deadline = time.monotonic() + (policy.active_deadline_seconds or 86400) + 120
-        client.create_job(job=job, namespace=namespace)
+        deadline = time.monotonic() + (policy.active_deadline_seconds or 86400) + self.grace_seconds
+        try:
+            client.create_job(job=job, namespace=namespace)
+        except RuntimeError as error:
+            raise BakeoffError(
+                f"could not create TFJob {namespace}/{name} ({_api_reason(error)}): check that the Training Operator is installed"
+                " and that this service account may create tfjobs (manifests/)"
+            ) from None
         self.sink(f"created TFJob {namespace}/{name}")
         try:
             self._wait(name, namespace, {"Running", "Succeeded", "Failed"}, deadline)
             self._stream_chief_log(name, namespace)
             self._wait(name, namespace, {"Succeeded"}, deadline)
         except TimeoutError:
+            tail = self._log_tail(name, namespace)  # read before the pods go with the job
             client.delete_job(name=name, namespace=namespace, job_kind=JOB_KIND)
             raise BakeoffError(
-                f"TFJob {namespace}/{name} did not finish in time and was deleted:{self._log_tail(name, namespace)}"
+                f"TFJob {namespace}/{name} did not finish in time and was deleted:{tail}"
                 " raise --timeout or check the Training Operator"
             ) from None
         except RuntimeError:
@@ -83,7 +105,10 @@ class KubernetesBackend:
         del logs  # TrainingClient prints each followed line itself
 
     def _conditions(self, name: str, namespace: str) -> str:
-        job = self.client.get_job(name=name, namespace=namespace, job_kind=JOB_KIND)
+        try:
+            job = self.client.get_job(name=name, namespace=namespace, job_kind=JOB_KIND)
+        except RuntimeError as error:
+            return f"its status is unreadable ({error})"
         conditions = (job.status.conditions or []) if job.status else []
         return "; ".join(f"{c.type}: {c.reason or ''} {c.message or ''}".strip() for c in conditions) or "no conditions reported"
 

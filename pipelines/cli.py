@@ -113,6 +113,10 @@ def parser() -> argparse.ArgumentParser:
     _pipeline_args(compile_)
     compile_.set_defaults(handler=cmd_compile)
 
+    from pipelines.cluster_cli import add_cluster_commands
+
+    add_cluster_commands(commands)
+
     models = commands.add_parser("models", help="published models")
     models_commands = models.add_subparsers(dest="models_command", required=True)
     listing = models_commands.add_parser("list", help="the published versions of a model, with metrics and lineage")

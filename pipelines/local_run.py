@@ -60,6 +60,7 @@ def run_local(run: LocalRun) -> dict:
                     source=run.source,
                     max_train_examples=run.max_train_examples,
                     timeout_seconds=run.timeout_seconds,
+                    backend="local",  # also inside a notebook pod: `run` means this machine
                 )
         except RuntimeError as error:
             if error_file.exists():

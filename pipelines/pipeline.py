@@ -66,6 +66,7 @@ def build_pipeline(
         metric: str = "val_accuracy",
         direction: str = "max",
         timeout_seconds: int = 3600,
+        backend: str = "auto",
     ) -> str:
         data = on_cluster(ingest_op(source=source, validation_size=validation_size, shards=shards))
         with dsl.ParallelFor(variants, parallelism=parallelism) as variant:
@@ -78,6 +79,7 @@ def build_pipeline(
                 max_train_examples=max_train_examples,
                 concurrent_jobs=parallelism,
                 timeout_seconds=timeout_seconds,
+                backend=backend,
             ))
             trained.set_caching_options(False)
         selected = on_cluster(select_op(

@@ -1,0 +1,174 @@
+"""The cluster commands of the ``bakeoff`` CLI: upload, submit, schedule and schedules, against a KFP API."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from components.errors import BakeoffError
+from pipelines import kfp_api
+from pipelines.cli import _pipeline_args, compile_settings
+
+
+def _connection_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("connection to the KFP API")
+    group.add_argument("--host", metavar="URL",
+                       help=f"KFP API address, e.g. http://localhost:8080 after `kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` (or ${kfp_api.HOST_ENV})")
+    group.add_argument("--namespace", help="your profile's namespace on a multi-user KFP (default: the pod's own, in a cluster)")
+    group.add_argument("--token", help=f"bearer token; better ${kfp_api.TOKEN_ENV} or the file ${kfp_api.TOKEN_FILE_ENV} names, "
+                                       "since a flag shows in `ps` (precedence: --token, the file, the variable)")
+    group.add_argument("--cookies", metavar="COOKIES",
+                       help="Cookie header of a logged-in browser session, for Dex/oauth2-proxy installs, e.g. 'authservice_session=...'")
+    group.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
+    group.add_argument("--ca-cert", type=Path, metavar="FILE", help="PEM file of the CA that signed the API's certificate")
+
+
+def _param_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--experiment", default="bakeoff", help="experiment the runs belong to, created on first use (default bakeoff)")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="pipeline parameter, typed as the pipeline declares it; repeatable "
+                             "(e.g. shards=4, metric=val_loss, max_train_examples=2048)")
+
+
+def _target(args: argparse.Namespace) -> kfp_api.Target:
+    """The connection settings, checked here so that a bad one fails before anything else happens."""
+    if args.insecure and args.ca_cert:
+        raise BakeoffError("--insecure and --ca-cert are both given: verify with --ca-cert, or skip verification with --insecure")
+    return kfp_api.Target(
+        host=kfp_api.normalize_host(args.host),
+        namespace=args.namespace or None,
+        token=kfp_api.resolve_token(args.token),
+        cookies=args.cookies or None,
+        verify_tls=not args.insecure,
+        ca_cert=args.ca_cert,
+    )
+
+
+def _names(args: argparse.Namespace, *flags: str) -> None:
+    """Empty names would only be refused by the server, after the experiment or pipeline lookups."""
+    for flag in flags:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None and not value.strip():
+            raise BakeoffError(f"{flag} is empty: pass a name, or leave {flag} out for the default")
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    _names(args, "--name", "--version")
+    target = _target(args)
+    settings = compile_settings(args)
+    with kfp_api.compiled(settings) as (package, spec):
+        name = args.name if args.name is not None else spec["pipelineInfo"]["name"]
+        api = kfp_api.connect(target, need_namespace=False)
+        uploaded = kfp_api.upload(api, package, name, args.version)
+    ids = f"pipeline {uploaded.pipeline_name!r} (id {uploaded.pipeline_id})"
+    version = f"version {uploaded.version_name!r} (id {uploaded.version_id})"
+    print(f"created {ids} with {version}" if uploaded.new_pipeline else f"added {version} to {ids}")
+    print(uploaded.url)
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    _names(args, "--name", "--experiment")
+    target = _target(args)
+    settings = compile_settings(args)
+    with kfp_api.compiled(settings) as (package, spec):
+        params = kfp_api.parse_params(args.param, kfp_api.pipeline_parameters(spec))
+        api = kfp_api.connect(target)
+        run_name = args.name or kfp_api.default_run_name(spec["pipelineInfo"]["name"])
+        submitted = kfp_api.submit(api, package, args.experiment, params, run_name)
+    print(f"submitted run {submitted.run_id} ({submitted.name!r}) to experiment {args.experiment!r}")
+    print(submitted.url, flush=True)
+    if not args.wait:
+        return 0
+    run = kfp_api.wait_for_run(api, submitted.run_id, report=lambda state: print(f"run {submitted.run_id}: {state}", file=sys.stderr, flush=True))
+    if run.state == "SUCCEEDED":
+        print(f"run {submitted.run_id} succeeded")
+        return 0
+    reason = f" ({' '.join(run.error.message.split())})" if run.error is not None and run.error.message else ""
+    raise BakeoffError(f"run {submitted.run_id} ended {run.state}{reason}: see its logs at {submitted.url}")
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    _names(args, "--name", "--experiment")
+    target = _target(args)
+    trigger = kfp_api.make_trigger(args.cron, args.every, args.start, args.end)
+    max_concurrency = kfp_api.check_max_concurrency(args.max_concurrency)
+    settings = compile_settings(args)
+    with kfp_api.compiled(settings) as (package, spec):
+        params = kfp_api.parse_params(args.param, kfp_api.pipeline_parameters(spec))
+        api = kfp_api.connect(target)
+        name = args.name or f"{spec['pipelineInfo']['name']} {trigger.describe()}"
+        scheduled = kfp_api.schedule(api, package, args.experiment, trigger, params, name,
+                                     max_concurrency=max_concurrency, no_catchup=args.no_catchup)
+    window = "".join(f", {word} {moment}" for word, moment in (("from", trigger.start), ("until", trigger.end)) if moment)
+    catchup = ", no catch-up" if args.no_catchup else ""
+    print(f"created recurring run {scheduled.recurring_run_id} ({name!r}: {trigger.describe()}{window}, "
+          f"at most {max_concurrency} at a time{catchup}) in experiment {args.experiment!r}")
+    print(scheduled.url)
+    return 0
+
+
+def cmd_schedules_list(args: argparse.Namespace) -> int:
+    api = kfp_api.connect(_target(args))
+    found = kfp_api.list_schedules(api)
+    if not found:
+        where = f" in namespace {api.namespace!r}" if api.namespace else ""
+        print(f"no recurring runs on {api.host}{where}")
+        return 0
+    print(f"{'id':<38}{'status':<10}{'trigger':<26}{'max':>4}  name")
+    for run in found:
+        status = (run.status or "-").lower()
+        print(f"{run.recurring_run_id:<38}{status:<10}{kfp_api.describe_trigger(run.trigger):<26}{run.max_concurrency or '-':>4}  {run.display_name}")
+    return 0
+
+
+def cmd_schedules_change(args: argparse.Namespace) -> int:
+    api = kfp_api.connect(_target(args), need_namespace=False)  # the id is enough; the server checks its namespace
+    done = kfp_api.change_schedule(api, args.schedules_command, args.id)
+    print(f"{done} recurring run {args.id}")
+    return 0
+
+
+def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
+    """Registers upload, submit, schedule and schedules; the first three compile the pipeline as `compile` does."""
+    upload = commands.add_parser("upload", help="upload the compiled pipeline to KFP; an existing name gets a new version")
+    upload.add_argument("--name", help="pipeline name (default: the pipeline's own, bakeoff)")
+    upload.add_argument("--version", help="name of the new version (default: UTC time and content hash; "
+                                          "without it a new pipeline's first version is named after the pipeline)")
+    _pipeline_args(upload)
+    _connection_args(upload)
+    upload.set_defaults(handler=cmd_upload)
+
+    submit = commands.add_parser("submit", help="run the compiled pipeline once on KFP")
+    submit.add_argument("--name", help="run name (default: bakeoff and the UTC time)")
+    _param_args(submit)
+    submit.add_argument("--wait", action="store_true", help="follow the run to its end; exit 1 unless it succeeds")
+    _pipeline_args(submit)
+    _connection_args(submit)
+    submit.set_defaults(handler=cmd_submit)
+
+    schedule = commands.add_parser("schedule", help="run the compiled pipeline on KFP on a schedule (a recurring run)")
+    schedule.add_argument("--cron", help="KFP cron: 6 fields, seconds first, e.g. '0 0 3 * * *' for 03:00 every day (UTC)")
+    schedule.add_argument("--every", metavar="INTERVAL", help="interval between runs: 90s, 30m, 6h, 1d")
+    schedule.add_argument("--name", help="recurring run name (default: bakeoff and the trigger)")
+    _param_args(schedule)
+    schedule.add_argument("--max-concurrency", type=int, default=1, metavar="N",
+                          help=f"runs at once, 1-{kfp_api.MAX_CONCURRENCY} (default 1)")
+    schedule.add_argument("--no-catchup", action="store_true", help="after a pause, start only the latest missed run instead of every one")
+    schedule.add_argument("--start", metavar="ISO", help="first time it may run, ISO 8601 (UTC without an offset)")
+    schedule.add_argument("--end", metavar="ISO", help="last time it may run, ISO 8601 (UTC without an offset)")
+    _pipeline_args(schedule)
+    _connection_args(schedule)
+    schedule.set_defaults(handler=cmd_schedule)
+
+    schedules = commands.add_parser("schedules", help="list, enable, disable or delete recurring runs on KFP")
+    actions = schedules.add_subparsers(dest="schedules_command", required=True)
+    listing = actions.add_parser("list", help="the recurring runs, newest first")
+    _connection_args(listing)
+    listing.set_defaults(handler=cmd_schedules_list)
+    for action, text in (("enable", "start scheduling runs again"), ("disable", "stop scheduling runs; keep it"),
+                         ("delete", "remove it; its past runs stay")):
+        change = actions.add_parser(action, help=f"{text}")
+        change.add_argument("id", help="recurring run id (from `bakeoff schedules list`)")
+        _connection_args(change)
+        change.set_defaults(handler=cmd_schedules_change)

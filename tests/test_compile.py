@@ -1,0 +1,94 @@
+"""The compiled pipeline: what KFP will run on a cluster, and the committed copy kept current."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.image import BASE_IMAGE
+from pipelines.cli import main
+from pipelines.compiling import COMPILED
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("compiled") / "bakeoff.yaml"
+    assert main(["compile", "-o", str(out), "--image", "registry.example/bakeoff:7", "--parallelism", "2"]) == 0
+    return out
+
+
+def documents(path: Path) -> tuple[dict, dict]:
+    ir, platform = yaml.safe_load_all(path.read_text())
+    return ir, platform
+
+
+def test_committed_pipeline_is_current(tmp_path: Path) -> None:
+    fresh = tmp_path / "bakeoff.yaml"
+    assert main(["compile", "-o", str(fresh)]) == 0
+    # Compared as data: kfp's header comment lists dict defaults in hash order.
+    assert documents(fresh) == documents(COMPILED), "pipelines/bakeoff.yaml is stale: run `make compile`"
+
+
+def test_fan_out_with_parallelism_and_collected_fan_in(compiled: Path) -> None:
+    ir, _ = documents(compiled)
+    tasks = ir["root"]["dag"]["tasks"]
+    loop = tasks["for-loop-1"]
+    assert loop["iteratorPolicy"] == {"parallelismLimit": 2}
+    assert loop["parameterIterator"]["items"] == {"inputParameter": "pipelinechannel--variants"}
+    candidates = tasks["select"]["inputs"]["parameters"]["candidates"]
+    assert candidates == {"taskOutputParameter": {"outputParameterKey": "pipelinechannel--train-Output", "producerTask": "for-loop-1"}}
+    defaults = [v["name"] for v in ir["root"]["inputDefinitions"]["parameters"]["variants"]["defaultValue"]]
+    assert defaults == ["cnn", "dropout", "batch_norm"]
+
+
+def test_every_step_runs_the_image_and_the_tfjob_gets_it_too(compiled: Path) -> None:
+    ir, _ = documents(compiled)
+    executors = ir["deploymentSpec"]["executors"]
+    assert {name: e["container"]["image"] for name, e in executors.items()} == {
+        "exec-ingest": "registry.example/bakeoff:7", "exec-train": "registry.example/bakeoff:7", "exec-select": "registry.example/bakeoff:7"}
+    train = ir["components"]["comp-for-loop-1"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
+    assert train["image"] == {"runtimeValue": {"constant": "registry.example/bakeoff:7"}}
+    assert train["concurrent_jobs"] == {"runtimeValue": {"constant": 2}}
+    assert not any("pip install" in " ".join(e["container"]["command"]) for e in executors.values())
+
+
+def test_store_credentials_come_from_the_secret_only(compiled: Path) -> None:
+    ir, platform = documents(compiled)
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for name in ("exec-ingest", "exec-train", "exec-select"):
+        (secret,) = executors[name]["secretAsEnv"]
+        assert secret["secretName"] == "mlpipeline-minio-artifact"
+        assert {m["secretKey"]: m["envVar"] for m in secret["keyToEnv"]} == {"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"}
+        env = {e["name"]: e["value"] for e in ir["deploymentSpec"]["executors"][name]["container"]["env"]}
+        assert env == {"BAKEOFF_S3_ENDPOINT": "minio-service.kubeflow:9000", "BAKEOFF_S3_INSECURE": "1"}
+    assert "AWS_SECRET_ACCESS_KEY=" not in compiled.read_text()
+
+
+def test_only_ingest_is_cached(compiled: Path) -> None:
+    ir, _ = documents(compiled)
+    tasks = ir["root"]["dag"]["tasks"]
+    assert tasks["ingest"]["cachingOptions"] == {"enableCache": True}
+    assert tasks["select"]["cachingOptions"] == {}
+    assert ir["components"]["comp-for-loop-1"]["dag"]["tasks"]["train"]["cachingOptions"] == {}
+
+
+def test_kfp_loads_it_back(compiled: Path) -> None:
+    from kfp import components
+
+    pipeline = components.load_component_from_file(str(compiled))
+    assert pipeline.name == "bakeoff"
+    assert {"store", "variants", "model_name", "max_train_examples"} <= set(pipeline.component_spec.inputs)
+
+
+def test_default_image_is_the_projects(tmp_path: Path) -> None:
+    ir, _ = documents(COMPILED)
+    assert ir["deploymentSpec"]["executors"]["exec-train"]["container"]["image"] == BASE_IMAGE
+
+
+def test_bad_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("variants:\n  - {name: a, model: {type: rnn}}\n")
+    assert main(["compile", "--config", str(bad), "-o", str(tmp_path / "x.yaml")]) == 1
+    assert capsys.readouterr().err.strip() == f"bakeoff: error: {bad}: variant 'a': model.type: unknown architecture 'rnn' (known: cnn, mlp)"
+    assert not (tmp_path / "x.yaml").exists()

