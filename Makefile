@@ -8,7 +8,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 IMAGE ?= ghcr.io/bakeoff/bakeoff:0.1.0
 
-.PHONY: help run test install data compile image clean
+.PHONY: help run test bench install data compile image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ run: $(INSTALLED) data ## run the default bake-off locally (ARGS="--epochs 1" pa
 
 test: $(INSTALLED) data ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: $(INSTALLED) data ## measure speed and quality; writes benchmarks/results.md and results.json (~25 min)
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 compile: $(INSTALLED) ## write pipelines/bakeoff.yaml, the compiled pipeline for the default config
 	$(BIN)/bakeoff compile -o pipelines/bakeoff.yaml --image $(IMAGE)
