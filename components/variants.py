@@ -27,6 +27,7 @@ class Training:
     optimizer: str = "adam"
     learning_rate: float = 0.001
     schedule: str = "constant"
+    steps_per_execution: int = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +146,8 @@ def _validate(variant: Variant, where: _Where) -> None:
         raise where.error("training.epochs", f"must be at least 1, got {training.epochs}")
     if training.batch_size < 1:
         raise where.error("training.batch_size", f"must be at least 1, got {training.batch_size}")
+    if training.steps_per_execution < 1:
+        raise where.error("training.steps_per_execution", f"must be at least 1, got {training.steps_per_execution}")
     if training.learning_rate <= 0:
         raise where.error("training.learning_rate", f"must be positive, got {training.learning_rate}")
     if training.optimizer not in OPTIMIZERS:

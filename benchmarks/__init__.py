@@ -1,0 +1,1 @@
+"""`make bench`: bakeoff's speed and quality, each figure against its limit."""

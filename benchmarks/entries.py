@@ -1,0 +1,175 @@
+"""The benchmark entries; each returns figures measured side by side in one run."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from benchmarks.run import Context, Figure, median, timed
+
+SEED_CNN = {"name": "cnn", "model": {"type": "cnn", "filters": [32, 64, 64], "dense_units": 64}}
+GLOBAL_BATCH = 128
+BENCH_EXAMPLES = 16384  # per measurement: 128 steps of the global batch
+DEBIAN_README = Path("/usr/share/doc/dataset-fashion-mnist/README.md.gz")
+
+
+def _job(context: Context, variant: dict, workers: int, examples: int, epochs: int = 1, tag: str = "") -> dict:
+    """One local TFJob of the real worker program; its metrics.json."""
+    from components.local_backend import LocalBackend
+    from components.store import open_store
+    from components.tfjob import build_tfjob, worker_args
+    from components.variants import from_dict
+
+    spec = from_dict({**variant, "workers": workers,
+                      "training": {**variant.get("training", {}), "batch_size": GLOBAL_BATCH // workers, "epochs": epochs}})
+    store = open_store(str(context.scratch / "store"))
+    prefix = f"bench/{tag or spec.name}-{workers}w-{time.monotonic_ns()}"
+    job = build_tfjob(spec, name=f"bench-{workers}w", image="local", env={},
+                      args=worker_args(spec, str(context.dataset()), store.uri, prefix, examples))
+    LocalBackend(sink=lambda line: None).run(job)
+    return json.loads(store.get_bytes(f"{prefix}/metrics.json")) | {"prefix": prefix, "store": store.uri}
+
+
+def _plain(context: Context, variant: dict, examples: int, steps_per_execution: int = 1) -> float:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.plain_train", "--variant", json.dumps(variant), "--data", str(context.dataset()),
+         "--global-batch", str(GLOBAL_BATCH), "--examples", str(examples), "--threads", str(os.cpu_count()),
+         "--steps-per-execution", str(steps_per_execution)],
+        capture_output=True, text=True, check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])["examples_per_second"]
+
+
+def mwms(context: Context) -> list[Figure]:
+    """Multi-worker efficiency: examples/s of N local workers ÷ one plain process on the same cores."""
+    from components.variants import Training
+
+    samples: dict[str, list[float]] = {"plain": [], "plain_same_spe": [], "1w": [], "2w": [], "4w": []}
+    rss: list[float] = []
+    for _ in range(context.repetitions):  # interleaved, so a noisy minute hits every configuration
+        samples["plain"].append(_plain(context, SEED_CNN, BENCH_EXAMPLES))
+        samples["plain_same_spe"].append(_plain(context, SEED_CNN, BENCH_EXAMPLES, Training.steps_per_execution))
+        for workers in (1, 2, 4):
+            metrics = _job(context, SEED_CNN, workers, BENCH_EXAMPLES)
+            samples[f"{workers}w"].append(metrics["examples_per_second"])
+            if workers == 2:
+                rss.append(metrics["peak_rss_mb"])
+    context.samples["mwms_examples_per_second"] = samples
+    plain = median(samples["plain"])
+    figures = [Figure("plain_examples_per_second", plain, "ex/s", detail=f"one tf-keras process, {os.cpu_count()} threads, global batch {GLOBAL_BATCH}")]
+    strict = median(samples["2w"]) / median(samples["plain_same_spe"])
+    figures.append(Figure("mwms_efficiency_2w_vs_tuned_plain", strict, "×",
+                          detail=f"2 workers ÷ a plain process that also runs {Training.steps_per_execution} steps per execution"))
+    for workers in (1, 2, 4):
+        ratio = median(samples[f"{workers}w"]) / plain
+        figures.append(Figure(f"mwms_efficiency_{workers}w", ratio, "×", goal="≥ 0.9" if workers == 2 else "",
+                              met=ratio >= 0.9 if workers == 2 else None,
+                              detail=f"{workers}-worker local TFJob ÷ plain; median {median(samples[f'{workers}w']):.0f} ex/s; seed CNN, steady state after the first step"))
+    peak = median(rss)
+    figures.append(Figure("peak_rss_mb_2w", 2 * peak, "MB", goal="≤ 3000", met=2 * peak <= 3000,
+                          detail=f"sum over both replicas of a 2-worker job (each {peak:.0f} MB peak RSS)"))
+    return figures
+
+
+def ingest(context: Context) -> list[Figure]:
+    """The artifact's cost over plain IDX decoding, both in one warm process."""
+    from components import dataset
+
+    dataset.class_names()  # imports TFDS once, outside both timings
+    decode, build = [], []
+    for index in range(context.repetitions):
+        decode.append(timed(lambda: dataset.read_idx_dir(dataset.DEBIAN_DIR)))
+        build.append(timed(lambda: dataset.build(str(dataset.DEBIAN_DIR), context.scratch / f"ingest-{index}", 5000, 8, 0)))
+    context.samples["ingest_seconds"] = {"decode": decode, "build": build}
+    ratio = median(build) / median(decode)
+    return [Figure("ingest_ratio", ratio, "×", goal="≤ 2", met=ratio <= 2,
+                   detail=f"70,000 images → sharded artifact {median(build):.2f} s ÷ decode IDX {median(decode):.2f} s")]
+
+
+_KFP_LINE = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - INFO - (?:Executing task '(\w+)'|Task '(\w+)' finished)")
+
+
+def _task_seconds(log: str) -> dict[str, float]:
+    """Wall seconds per kfp.local task, from its own log timestamps."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log)
+    started, spent = {}, {}
+    for line in plain.splitlines():
+        match = _KFP_LINE.match(line)
+        if match:
+            moment = datetime.strptime(match.group(1), "%H:%M:%S.%f")
+            if match.group(2):
+                started[match.group(2)] = moment
+            else:
+                name = match.group(3)
+                spent[name] = spent.get(name, 0.0) + (moment - started.pop(name)).total_seconds()
+    return spent
+
+
+def pipeline(context: Context) -> list[Figure]:
+    """`bakeoff run` (the default bake-off) ÷ the same trainings as plain jobs back to back; and its quality."""
+    from components import serving
+    from components.store import open_store
+    from components.variants import DEFAULT_CONFIG, load_variants
+
+    work = context.scratch / "pipeline"
+    work.mkdir()
+    started = time.perf_counter()
+    run = subprocess.run([str(Path(sys.executable).parent / "bakeoff"), "run", "--json"], cwd=work,
+                         capture_output=True, text=True, check=True)
+    pipeline_seconds = time.perf_counter() - started
+    summary = json.loads(run.stdout)
+    tasks = _task_seconds(run.stderr)
+    training = sum(c["train_seconds"] for c in summary["candidates"])
+
+    baseline = 0.0
+    for variant in load_variants(DEFAULT_CONFIG):
+        spec = variant.to_dict()
+        baseline += timed(lambda: _job(context, spec, variant.workers, 0, variant.training.epochs,
+                                       ))
+    ratio = pipeline_seconds / baseline
+    breakdown = {
+        "total": pipeline_seconds, "ingest": tasks.get("ingest", 0.0), "train_tasks": tasks.get("train", 0.0),
+        "training_in_fit": training, "select_evaluate_publish": tasks.get("select", 0.0),
+    }
+    breakdown["train_task_overhead"] = breakdown["train_tasks"] - training
+    breakdown["orchestration_and_cli"] = pipeline_seconds - sum(tasks.values())
+    context.samples["pipeline_breakdown_seconds"] = breakdown
+    context.samples["baseline_seconds"] = baseline
+    winner = summary["winner"]
+
+    seed = _job(context, SEED_CNN, 2, 70 * GLOBAL_BATCH, epochs=1, tag="seed")
+    from components import dataset
+
+    test = dataset.read_shards(open_store(str(context.dataset())), "test")
+    model_dir = open_store(seed["store"]).get_dir(f"{seed['prefix']}/model", context.scratch / "seed-model")
+    seed_accuracy = serving.evaluate(model_dir, test.images, test.labels)["accuracy"]
+    table = ", ".join(f"{name} {accuracy:.3f}" for name, accuracy in _published_table()[:4])
+    return [
+        Figure("pipeline_overhead", ratio, "×", goal="≤ 1.15", met=ratio <= 1.15,
+               detail=f"`bakeoff run` {pipeline_seconds:.0f} s ÷ the same 3 trainings as plain local jobs {baseline:.0f} s; "
+                      + ", ".join(f"{k} {v:.0f} s" for k, v in breakdown.items() if k != "total")),
+        Figure("winner_test_accuracy", winner["test_accuracy"], "", goal="≥ 0.92 within 15 min",
+               met=winner["test_accuracy"] >= 0.92 and pipeline_seconds <= 900,
+               detail=f"default bake-off winner `{winner['variant']}` in {pipeline_seconds / 60:.1f} min"),
+        Figure("seed_setting_test_accuracy", seed_accuracy, "", detail="the seed project's setting: one epoch of 70 steps (global batch 128)"),
+        Figure("published_benchmark_best_cnn", _published_table()[0][1], "", detail=f"Fashion-MNIST README table (Debian's copy): {table}"),
+    ]
+
+
+def _published_table() -> list[tuple[str, float]]:
+    """(classifier, test accuracy) rows of the benchmark table Debian's dataset-fashion-mnist ships, best first."""
+    rows = []
+    for line in gzip.decompress(DEBIAN_README.read_bytes()).decode().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and re.fullmatch(r"0\.\d+", cells[2]) and "conv" in cells[0].lower():
+            rows.append((f"{cells[0]} ({cells[1]})", float(cells[2])))
+    return sorted(rows, key=lambda row: -row[1])
+
+
+ENTRIES = {"ingest": ingest, "mwms": mwms, "pipeline": pipeline}

@@ -1,0 +1,59 @@
+"""The obvious alternative: one plain Keras process, no strategy, the same model, data and global batch.
+
+``python -m benchmarks.plain_train --variant JSON --data DIR --global-batch N --examples N --threads N``
+prints one JSON line with examples/s measured the same way the worker measures it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--global-batch", type=int, required=True)
+    parser.add_argument("--examples", type=int, required=True)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--steps-per-execution", type=int, default=1, help="1: what a plain script does")
+    args = parser.parse_args(argv)
+
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    from components import dataset
+    from components.models import ARCHITECTURES
+    from components.store import open_store
+    from components.variants import from_dict
+    from components.worker import Throughput, optimizer
+
+    variant = from_dict(json.loads(args.variant))
+    store = open_store(args.data)
+    metadata = dataset.read_metadata(store)
+    train = dataset.read_shards(store, "train")
+    steps = args.examples // args.global_batch
+    data = (
+        tf.data.Dataset.from_tensor_slices((train.images[: args.examples], train.labels[: args.examples]))
+        .shuffle(args.examples, seed=0)
+        .repeat()
+        .batch(args.global_batch, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    model = ARCHITECTURES[variant.architecture].build(tuple(metadata["image_shape"]), len(metadata["class_names"]), variant.model_config())
+    model.compile(optimizer=optimizer(variant, steps * args.epochs), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                  steps_per_execution=args.steps_per_execution)
+    throughput = Throughput(args.global_batch)
+    model.fit(data, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=[throughput])
+    print(json.dumps({"examples_per_second": throughput.examples_per_second, "steps": steps * args.epochs}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

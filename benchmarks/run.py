@@ -1,0 +1,122 @@
+"""Runs every benchmark entry side by side and writes benchmarks/results.{json,md}.
+
+``python -m benchmarks.run [--only NAME ...] [--repetitions N]``. Each entry is a
+function from the shared context to a list of figures; a later figure
+(serving latency, GPU runs) is one more entry in ``ENTRIES``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclasses.dataclass
+class Figure:
+    """One measured number, its goal, and how it was measured."""
+
+    key: str
+    value: float
+    unit: str
+    goal: str = ""
+    met: Optional[bool] = None
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class Context:
+    """What entries share: scratch space, the ingested dataset, repetitions, and raw samples for the record."""
+
+    scratch: Path
+    repetitions: int
+    samples: dict = dataclasses.field(default_factory=dict)
+    _dataset: Optional[Path] = None
+
+    def dataset(self) -> Path:
+        if self._dataset is None:
+            from components import dataset
+
+            self._dataset = self.scratch / "dataset"
+            dataset.build(str(dataset.DEBIAN_DIR), self._dataset, validation_size=5000, shards=8, seed=0)
+        return self._dataset
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def timed(func: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    func()
+    return time.perf_counter() - started
+
+
+def machine() -> dict:
+    import tensorflow as tf
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    from importlib.metadata import version
+
+    return {
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "versions": {name: version(name) for name in ("tensorflow", "tf-keras", "kfp", "kubeflow-training", "minio")},
+        "tensorflow_build": tf.sysconfig.get_build_info().get("cpu_compiler", ""),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_results(figures: list[Figure], context: Context, info: dict, seconds: float) -> None:
+    results = {figure.key: figure.value for figure in figures}
+    document = {**results, "figures": [dataclasses.asdict(f) for f in figures], "machine": info,
+                "bench_seconds": seconds, "samples": context.samples}
+    (HERE / "results.json").write_text(json.dumps(document, indent=2) + "\n")
+    rows = ["# bakeoff benchmarks", "", f"Machine: {info['cores']} cores, {info['cpu']}; Python {info['python']}; "
+            + ", ".join(f"{k} {v}" for k, v in info["versions"].items()) + f". Run {info['date']}, {seconds / 60:.1f} min.", "",
+            "| figure | value | goal | met | how |", "|---|---|---|---|---|"]
+    for f in figures:
+        met = "" if f.met is None else ("yes" if f.met else "**no**")
+        rows.append(f"| `{f.key}` | {f.value:.4g} {f.unit} | {f.goal} | {met} | {f.detail} |")
+    rows += ["", f"Medians of {context.repetitions} repetitions where a figure says so; raw samples are in results.json.", ""]
+    (HERE / "results.md").write_text("\n".join(rows))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from benchmarks.entries import ENTRIES
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=list(ENTRIES), help="run only these entries")
+    parser.add_argument("--repetitions", type=int, default=3)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    started = time.perf_counter()
+    figures: list[Figure] = []
+    with tempfile.TemporaryDirectory(prefix="bakeoff-bench-") as scratch:
+        context = Context(Path(scratch), args.repetitions)
+        for name, entry in ENTRIES.items():
+            if args.only and name not in args.only:
+                continue
+            print(f"== {name}", file=sys.stderr, flush=True)
+            for figure in entry(context):
+                print(f"   {figure.key} = {figure.value:.4g} {figure.unit} (goal {figure.goal or '-'})", file=sys.stderr, flush=True)
+                figures.append(figure)
+        write_results(figures, context, machine(), time.perf_counter() - started)
+    print((HERE / "results.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
