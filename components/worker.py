@@ -82,6 +82,14 @@ def optimizer(variant: Variant, total_steps: int):
     return {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD, "rmsprop": keras.optimizers.RMSprop}[training.optimizer](rate)
 
 
+def _random_flip(images, labels):
+    """Mirrors a random half of a batch left-right: cheap augmentation against overfitting."""
+    import tensorflow as tf
+
+    flip = tf.random.uniform([tf.shape(images)[0], 1, 1]) < 0.5
+    return tf.where(flip, tf.reverse(images, axis=[2]), images), labels
+
+
 def _is_chief(resolver) -> bool:
     """MWMS's rule: the chief replica, or worker 0 when there is no chief."""
     task_type, task_id = resolver.task_type, resolver.task_id
@@ -120,13 +128,15 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         part = dataset.read_shards(data, "train", context.input_pipeline_id, context.num_input_pipelines)
         limit = math.ceil(train_count / context.num_input_pipelines)
         images, labels = part.images[:limit], part.labels[:limit]
-        return (
+        batches = (
             tf.data.Dataset.from_tensor_slices((images, labels))
             .shuffle(len(labels), seed=SHUFFLE_SEED + context.input_pipeline_id, reshuffle_each_iteration=True)
             .repeat()
             .batch(context.get_per_replica_batch_size(global_batch), drop_remainder=True)
-            .prefetch(tf.data.AUTOTUNE)
         )
+        if variant.training.random_flip:
+            batches = batches.map(_random_flip, num_parallel_calls=tf.data.AUTOTUNE)
+        return batches.prefetch(tf.data.AUTOTUNE)
 
     with strategy.scope():
         architecture = ARCHITECTURES[variant.architecture]

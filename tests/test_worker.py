@@ -65,3 +65,19 @@ def test_serving_accepts_encoded_images(trained: tuple[Path, list[str]], small_d
     assert np.array_equal(from_bytes["class_id"].numpy(), from_arrays["class_id"].numpy())
     names = from_bytes["class_name"].numpy()
     assert names[0].decode() in json.loads((small_dataset / "metadata.json").read_text())["class_names"]
+
+
+def test_random_flip_mirrors_some_images_and_keeps_labels(small_dataset: Path) -> None:
+    import tensorflow as tf
+
+    from components.worker import _random_flip
+
+    images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256]
+    labels = np.arange(256)
+    flipped, same_labels = _random_flip(tf.constant(images), tf.constant(labels))
+    flipped = flipped.numpy()
+    mirrored = [np.array_equal(out, image[:, ::-1]) and not np.array_equal(out, image) for out, image in zip(flipped, images)]
+    kept = [np.array_equal(out, image) for out, image in zip(flipped, images)]
+    assert all(m or k for m, k in zip(mirrored, kept))
+    assert 64 < sum(mirrored) < 192  # about half, for 256 images
+    assert np.array_equal(same_labels.numpy(), labels)
