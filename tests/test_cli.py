@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,20 @@ def test_pipeline_runs_and_publishes_a_version_that_models_list_shows(tiny_confi
     assert version["test_accuracy"] == summary["winner"]["test_accuracy"]
     human = bakeoff("models", "list", "--store", store_uri, cwd=tmp_path)
     assert summary["winner"]["variant"] in human.stdout.splitlines()[1]
+
+
+def test_a_second_run_reuses_the_cached_ingest_and_publishes_the_next_version(tiny_config: Path, tmp_path: Path) -> None:
+    args = ("run", "--config", str(tiny_config), "--store", str(tmp_path / "store"), "--max-train-examples", "1024",
+            "--epochs", "1", "--workers", "1", "--json")
+    first = bakeoff(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    executed = re.compile(r"Executing task (\x1b\[[0-9;]*m)?'ingest'")  # kfp.local colours task names
+    assert executed.search(first.stderr)
+    second = bakeoff(*args, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert not executed.search(second.stderr), "same inputs must hit kfp.local's cache for ingest"
+    assert json.loads(second.stdout)["winner"]["version"] == json.loads(first.stdout)["winner"]["version"] + 1
+    assert {c["workers"] for c in json.loads(second.stdout)["candidates"]} == {1}
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, message: str) -> None:
