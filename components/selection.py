@@ -11,12 +11,17 @@ from components.store import open_store
 METRICS = {"val_accuracy": "max", "val_loss": "min"}
 
 
-def rank(candidates: list[dict], metric: str, direction: str) -> list[dict]:
-    """Best first; ties go to the variant whose name sorts first, so reruns agree."""
+def check_criterion(metric: str, direction: str) -> None:
+    """Rejects an unknown metric or direction."""
     if metric not in METRICS:
         raise BakeoffError(f"unknown selection metric {metric!r}: use one of {', '.join(METRICS)}")
     if direction not in ("max", "min"):
         raise BakeoffError(f"unknown direction {direction!r}: use max or min")
+
+
+def rank(candidates: list[dict], metric: str, direction: str) -> list[dict]:
+    """Best first; ties go to the variant whose name sorts first, so reruns agree."""
+    check_criterion(metric, direction)
     sign = -1 if direction == "max" else 1
     return sorted(candidates, key=lambda c: (sign * c[metric], c["variant"]))
 
@@ -33,7 +38,7 @@ def select_winner(
     """Scores, ranks, tests and publishes; returns the run's summary (the CLI's --json)."""
     if not candidates:
         raise BakeoffError("no candidates to select from: the config must list at least one variant")
-    rank([], metric, direction)  # reject a bad metric before minutes of evaluation
+    check_criterion(metric, direction)  # before minutes of evaluation
     registry.model_prefix(model_name)
     store = open_store(store_uri)
     data = open_store(data_dir)

@@ -130,11 +130,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipelines.local_run import LocalRun, run_local
 
     variants = load_variants(args.config)
-    overrides = {key: value for key, value in (("workers", args.workers),) if value}
     variants = [
         dataclasses.replace(
             variant,
-            **overrides,
+            workers=args.workers or variant.workers,
             training=dataclasses.replace(variant.training, epochs=args.epochs or variant.training.epochs),
         )
         for variant in variants
