@@ -3,12 +3,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
-FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+# dataset-fashion-mnist: Fashion-MNIST offline; libtcmalloc-minimal4: the replicas' malloc (components/allocator.py)
+SYSTEM_PACKAGES := dataset-fashion-mnist libtcmalloc-minimal4
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 IMAGE ?= ghcr.io/bakeoff/bakeoff:0.1.0
 
-.PHONY: help run test bench install data compile image clean
+.PHONY: help run test bench install system compile image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -21,20 +22,21 @@ $(INSTALLED): pyproject.toml
 
 install: $(INSTALLED) ## create .venv and install bakeoff with its dev dependencies
 
-data: ## install Debian's dataset-fashion-mnist (the offline Fashion-MNIST) when missing
-	@if [ ! -f $(FASHION_MNIST) ]; then \
+system: ## install the Debian packages bakeoff uses when missing: offline Fashion-MNIST, tcmalloc for the replicas
+	@missing="$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done)"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
-	  else echo "Fashion-MNIST missing: run 'apt-get install dataset-fashion-mnist' as root, or use 'bakeoff run --source tfds'" >&2; exit 1; fi; \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq dataset-fashion-mnist; \
+	  else echo "missing Debian packages: run 'apt-get install" $$missing"' as root" >&2; exit 1; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-run: $(INSTALLED) data ## run the default bake-off locally (ARGS="--epochs 1" passes flags)
+run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--epochs 1" passes flags)
 	$(BIN)/bakeoff run --local $(ARGS)
 
-test: $(INSTALLED) data ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
+test: $(INSTALLED) system ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-bench: $(INSTALLED) data ## measure speed and quality; writes benchmarks/results.md and results.json (~25 min)
+bench: $(INSTALLED) system ## measure speed and quality; writes benchmarks/results.md and results.json (~25 min)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 compile: $(INSTALLED) ## write pipelines/bakeoff.yaml, the compiled pipeline for the default config

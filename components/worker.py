@@ -23,7 +23,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import tf_keras as keras  # noqa: E402
 
-from components import dataset  # noqa: E402
+from components import allocator, dataset  # noqa: E402
 from components.errors import BakeoffError, reported  # noqa: E402
 from components.models import ARCHITECTURES  # noqa: E402
 from components.store import open_store  # noqa: E402
@@ -166,6 +166,7 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         "train_seconds": train_seconds,
         "examples_per_second": throughput.examples_per_second,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "allocator": allocator.in_use(),
     }
     _save(model, strategy, metadata["class_names"], open_store(store_uri), prefix, metrics, variant)
     return metrics

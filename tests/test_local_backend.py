@@ -44,6 +44,29 @@ def test_each_replica_gets_the_operators_tf_config(tmp_path: Path) -> None:
     assert "[probe-job-worker-1] hello from 1" in lines
 
 
+MALLOC = """
+from components.allocator import in_use
+print("malloc", in_use())
+"""
+
+
+def test_replicas_run_on_tcmalloc_when_the_machine_has_it(tmp_path: Path) -> None:
+    lines: list[str] = []
+    LocalBackend(sink=lines.append).run(job_running(MALLOC, tmp_path))
+    assert "[probe-job-worker-0] malloc tcmalloc" in lines and "[probe-job-worker-1] malloc tcmalloc" in lines
+
+
+def test_without_tcmalloc_the_job_still_runs_and_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes.util
+
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)  # a machine without libtcmalloc-minimal4
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    lines: list[str] = []
+    LocalBackend(sink=lines.append).run(job_running(MALLOC, tmp_path))
+    assert "[probe-job-worker-0] malloc default" in lines
+    assert any("tcmalloc not found" in line and "apt-get install libtcmalloc-minimal4" in line for line in lines)
+
+
 def test_threads_divide_the_cores_among_all_running_replicas() -> None:
     assert thread_cap(replicas=2, concurrent_jobs=1, cores=2) == 1
     assert thread_cap(replicas=2, concurrent_jobs=1, cores=8) == 4

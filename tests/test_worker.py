@@ -39,6 +39,13 @@ def test_both_replicas_train_in_sync(trained: tuple[Path, list[str]]) -> None:
         assert any(line.startswith(f"[small-test-worker-{index}] 64/64") for line in lines), f"worker {index} did not train"
 
 
+def test_replicas_train_on_tcmalloc(trained: tuple[Path, list[str]]) -> None:
+    """The default malloc halves a 2-worker job's speed; `make test` installs tcmalloc, so it must be in use."""
+    out, lines = trained
+    assert json.loads((out / "metrics.json").read_text())["allocator"] == "tcmalloc"
+    assert not any("tcmalloc not found" in line for line in lines)
+
+
 def test_only_the_chief_keeps_a_model(trained: tuple[Path, list[str]]) -> None:
     out, _ = trained
     assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "model", "variant.json"]

@@ -1,0 +1,37 @@
+"""The memory allocator the training replicas run with: tcmalloc when the machine has it.
+
+TensorFlow frees and reallocates the same multi-megabyte tensors every step.
+glibc's malloc serves those from fresh mmaps and hands them back on free, so
+every step page-faults and zeroes them again: profiled under
+MultiWorkerMirroredStrategy on 2 cores, the compute threads spent ~40 % of
+their time in the kernel doing that, and a 2-worker job trained at ~1,050
+examples/s. tcmalloc keeps the memory: ~2,000 examples/s, same job. The
+library is preloaded by name, so the loader finds it on any architecture
+(Debian's ``libtcmalloc-minimal4``; the runtime image installs it too).
+"""
+from __future__ import annotations
+
+import ctypes.util
+from typing import Mapping, Optional
+
+TCMALLOC = "tcmalloc_minimal"
+INSTALL_HINT = "apt-get install libtcmalloc-minimal4"
+
+
+def tcmalloc() -> Optional[str]:
+    """The loader name of tcmalloc on this machine, or None."""
+    return ctypes.util.find_library(TCMALLOC)
+
+
+def with_tcmalloc(env: Mapping[str, str], library: Optional[str]) -> dict[str, str]:
+    """``env`` with ``library`` preloaded in front of what LD_PRELOAD already holds."""
+    preload = env.get("LD_PRELOAD", "")
+    if not library or library in preload.split():
+        return dict(env)
+    return {**env, "LD_PRELOAD": f"{library} {preload}".strip()}
+
+
+def in_use() -> str:
+    """Which malloc this process runs on ("tcmalloc" or "default"), recorded in a replica's metrics."""
+    with open("/proc/self/maps") as maps:
+        return "tcmalloc" if f"lib{TCMALLOC}" in maps.read() else "default"
