@@ -53,6 +53,8 @@ def _plain(context: Context, variant: dict, examples: int, tuned: bool = False) 
 
 def mwms(context: Context) -> list[Figure]:
     """Multi-worker efficiency: examples/s of N local workers ÷ one plain process on the same cores."""
+    from components.variants import Training
+
     samples: dict[str, list[float]] = {"plain": [], "plain_tuned": [], "1w": [], "2w": [], "4w": []}
     rss: list[float] = []
     allocators = set()
@@ -72,7 +74,7 @@ def mwms(context: Context) -> list[Figure]:
         Figure("plain_examples_per_second", plain, "ex/s",
                detail=f"one tf-keras process as a script runs it: {os.cpu_count()} threads, global batch {GLOBAL_BATCH}, default malloc"),
         Figure("plain_tuned_examples_per_second", median(samples["plain_tuned"]), "ex/s",
-               detail="the same process with tcmalloc and 64 steps per execution, as the replicas run"),
+               detail=f"the same process with tcmalloc and {Training.steps_per_execution} steps per execution, as the replicas run"),
     ]
     for workers in (1, 2, 4):
         ratio = median(samples[f"{workers}w"]) / plain

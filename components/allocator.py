@@ -34,4 +34,4 @@ def with_tcmalloc(env: Mapping[str, str], library: Optional[str]) -> dict[str, s
 def in_use() -> str:
     """Which malloc this process runs on ("tcmalloc" or "default"), recorded in a replica's metrics."""
     with open("/proc/self/maps") as maps:
-        return "tcmalloc" if f"lib{TCMALLOC}" in maps.read() else "default"
+        return "tcmalloc" if "libtcmalloc" in maps.read() else "default"
