@@ -37,11 +37,13 @@ def _job(context: Context, variant: dict, workers: int, examples: int, epochs: i
 
 
 def _plain(context: Context, variant: dict, examples: int, tuned: bool = False) -> float:
-    """One plain process: as a user's script runs it, or ``tuned`` with the replicas' tcmalloc and steps per execution."""
+    """One plain process: as a user's script runs it, or ``tuned`` as the replicas run (tcmalloc, oneDNN, steps per execution)."""
     from components import allocator
     from components.variants import Training
 
-    env = allocator.with_tcmalloc(os.environ, allocator.tcmalloc()) if tuned else dict(os.environ)
+    env = dict(os.environ)
+    if tuned:
+        env = allocator.with_tcmalloc(env, allocator.tcmalloc()) | {"TF_ENABLE_ONEDNN_OPTS": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.plain_train", "--variant", json.dumps(variant), "--data", str(context.dataset()),
          "--global-batch", str(GLOBAL_BATCH), "--examples", str(examples), "--threads", str(os.cpu_count()),
@@ -57,7 +59,7 @@ def mwms(context: Context) -> list[Figure]:
 
     samples: dict[str, list[float]] = {"plain": [], "plain_tuned": [], "1w": [], "2w": [], "4w": []}
     rss: list[float] = []
-    allocators = set()
+    allocators, kernels = set(), set()
     for _ in range(context.repetitions):  # interleaved, so a noisy minute hits every configuration
         samples["plain"].append(_plain(context, SEED_CNN, BENCH_EXAMPLES))
         samples["plain_tuned"].append(_plain(context, SEED_CNN, BENCH_EXAMPLES, tuned=True))
@@ -65,16 +67,17 @@ def mwms(context: Context) -> list[Figure]:
             metrics = _job(context, SEED_CNN, workers, BENCH_EXAMPLES)
             samples[f"{workers}w"].append(metrics["examples_per_second"])
             allocators.add(metrics["allocator"])
+            kernels.add("oneDNN" if metrics["onednn"] else "Eigen")
             if workers == 2:
                 rss.append(metrics["peak_rss_mb"])
     context.samples["mwms_examples_per_second"] = samples
     plain = median(samples["plain"])
-    replicas = f"replicas on {'/'.join(sorted(allocators))} malloc"
+    replicas = f"replicas on {'/'.join(sorted(allocators))} malloc and {'/'.join(sorted(kernels))} kernels"
     figures = [
         Figure("plain_examples_per_second", plain, "ex/s",
-               detail=f"one tf-keras process as a script runs it: {os.cpu_count()} threads, global batch {GLOBAL_BATCH}, default malloc"),
+               detail=f"one tf-keras process as a script runs it: {os.cpu_count()} threads, global batch {GLOBAL_BATCH}, default malloc and kernels"),
         Figure("plain_tuned_examples_per_second", median(samples["plain_tuned"]), "ex/s",
-               detail=f"the same process with tcmalloc and {Training.steps_per_execution} steps per execution, as the replicas run"),
+               detail=f"the same process with tcmalloc, oneDNN and {Training.steps_per_execution} steps per execution, as the replicas run"),
     ]
     for workers in (1, 2, 4):
         ratio = median(samples[f"{workers}w"]) / plain

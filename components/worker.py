@@ -20,6 +20,11 @@ from pathlib import Path
 # Keras 3's model.fit fails under MultiWorkerMirroredStrategy (TF 2.21:
 # "Attempt to convert a value (PerReplica...)"); tf-keras trains correctly.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# TensorFlow turns its oneDNN kernels on by itself only on CPUs with AVX512-VNNI,
+# AVX512-BF16 or AMX; elsewhere (AVX2-only CPUs such as the 2-core AMD EPYC of
+# the benchmarks) it falls back to Eigen's, and a 2-worker job of the seed CNN
+# trained 22–28 % slower. A value the user set wins.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 import tf_keras as keras  # noqa: E402
 
@@ -82,6 +87,13 @@ def optimizer(variant: Variant, total_steps: int):
     return {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD, "rmsprop": keras.optimizers.RMSprop}[training.optimizer](rate)
 
 
+def _onednn_enabled() -> bool:
+    """Whether TensorFlow runs its oneDNN kernels in this process (the setting and the CPU decide)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 def _random_flip(images, labels):
     """Mirrors a random half of a batch left-right: cheap augmentation against overfitting."""
     import tensorflow as tf
@@ -136,7 +148,13 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         )
         if variant.training.random_flip:
             batches = batches.map(_random_flip, num_parallel_calls=tf.data.AUTOTUNE)
-        return batches.prefetch(tf.data.AUTOTUNE)
+        # No tf.data autotuning: at the end of fit, deleting an autotuned
+        # iterator waited for its model thread's next wake-up, 10–55 s of idle
+        # replicas per training (profiled: ~RootDataset::Iterator). Fixed
+        # buffers train as fast.
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return batches.prefetch(2).with_options(options)
 
     with strategy.scope():
         architecture = ARCHITECTURES[variant.architecture]
@@ -167,6 +185,7 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         "examples_per_second": throughput.examples_per_second,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "allocator": allocator.in_use(),
+        "onednn": _onednn_enabled(),
     }
     _save(model, strategy, metadata["class_names"], open_store(store_uri), prefix, metrics, variant)
     return metrics
