@@ -124,10 +124,12 @@ def write(splits: dict[str, Split], out: Path, shards: int, names: list[str], so
     """
     out.mkdir(parents=True, exist_ok=True)
     for split, data in splits.items():
-        for index, part in enumerate(np.array_split(np.arange(len(data)), shards)):
-            buffer = io.BytesIO()
-            np.savez(buffer, images=data.images[part], labels=data.labels[part])
-            (out / shard_name(split, index, shards)).write_bytes(buffer.getvalue())
+        quotient, remainder = divmod(len(data), shards)  # the first `remainder` shards hold one more
+        bounds = np.cumsum([0] + [quotient + (index < remainder) for index in range(shards)])
+        for index, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+            # Slices are views and savez streams to the file: no copy of the split is made.
+            with open(out / shard_name(split, index, shards), "wb") as file:
+                np.savez(file, images=data.images[start:stop], labels=data.labels[start:stop])
     metadata = {
         "counts": {split: len(data) for split, data in splits.items()},
         "shards": shards,
