@@ -124,12 +124,11 @@ def write(splits: dict[str, Split], out: Path, shards: int, names: list[str], so
     """
     out.mkdir(parents=True, exist_ok=True)
     for split, data in splits.items():
-        quotient, remainder = divmod(len(data), shards)  # the first `remainder` shards hold one more
-        bounds = np.cumsum([0] + [quotient + (index < remainder) for index in range(shards)])
-        for index, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
-            # Slices are views and savez streams to the file: no copy of the split is made.
+        # array_split slices (views) and savez streams to the file: no copy of the split is made.
+        parts = zip(np.array_split(data.images, shards), np.array_split(data.labels, shards))
+        for index, (images, labels) in enumerate(parts):
             with open(out / shard_name(split, index, shards), "wb") as file:
-                np.savez(file, images=data.images[start:stop], labels=data.labels[start:stop])
+                np.savez(file, images=images, labels=labels)
     metadata = {
         "counts": {split: len(data) for split, data in splits.items()},
         "shards": shards,
