@@ -149,9 +149,9 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         if variant.training.random_flip:
             batches = batches.map(_random_flip, num_parallel_calls=tf.data.AUTOTUNE)
         # No tf.data autotuning: at the end of fit, deleting an autotuned
-        # iterator waited for its model thread's next wake-up, 10–55 s of idle
-        # replicas per training (profiled: ~RootDataset::Iterator). Fixed
-        # buffers train as fast.
+        # iterator waited 10–55 s for one of its background threads, with both
+        # replicas idle (py-spy: ~RootDataset::Iterator waiting in
+        # ~LogicalThreadWrapper). Fixed buffers train as fast.
         options = tf.data.Options()
         options.autotune.enabled = False
         return batches.prefetch(2).with_options(options)
