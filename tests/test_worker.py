@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,17 @@ def test_both_replicas_train_in_sync(trained: tuple[Path, list[str]]) -> None:
     assert len(metrics["history"]["loss"]) == 2
     for index in (0, 1):
         assert any(line.startswith(f"[small-test-worker-{index}] 64/64") for line in lines), f"worker {index} did not train"
+
+
+def test_every_replica_reports_the_global_epoch_metrics(trained: tuple[Path, list[str]]) -> None:
+    """Steps log each replica's own metrics (no all-reduce); each epoch's line and History are cross-replica."""
+    out, lines = trained
+    epochs = {index: [re.search(r"loss: (\S+) - accuracy: (\S+)", line).groups()
+                      for line in lines if line.startswith(f"[small-test-worker-{index}] 64/64")]
+              for index in (0, 1)}
+    history = json.loads((out / "metrics.json").read_text())["history"]
+    assert epochs[0] == epochs[1] == [(f"{loss:.4f}", f"{accuracy:.4f}")
+                                      for loss, accuracy in zip(history["loss"], history["accuracy"])]
 
 
 def test_replicas_train_on_tcmalloc(trained: tuple[Path, list[str]]) -> None:
