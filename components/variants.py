@@ -28,7 +28,7 @@ class Training:
     learning_rate: float = 0.001
     schedule: str = "constant"
     steps_per_execution: int = 64
-    random_flip: bool = False  # mirror half the training images left-right (clothes are symmetric)
+    random_flip: bool = False  # mirror half the training images left-right (clothes are symmetric); serve the mean over both mirrors
 
 
 @dataclasses.dataclass(frozen=True)

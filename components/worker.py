@@ -231,7 +231,7 @@ def _save(model, strategy, class_names: list[str], store, prefix: str, metrics: 
     chief = _is_chief(strategy.cluster_resolver)
     scratch = Path(tempfile.mkdtemp(prefix="bakeoff-model-"))
     try:
-        export(model, scratch / "model", class_names)
+        export(model, scratch / "model", class_names, mirror_average=variant.training.random_flip)
         if chief:
             store.put_dir(scratch / "model", f"{prefix}/model")
             store.put_bytes(f"{prefix}/variant.json", json.dumps(variant.to_dict(), indent=2).encode())

@@ -15,7 +15,7 @@ from components.tfjob import build_tfjob, worker_args
 from components.variants import from_dict
 
 SMALL_CNN = {"name": "small", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
-             "training": {"epochs": 2, "batch_size": 32}, "workers": 2}
+             "training": {"epochs": 2, "batch_size": 32, "random_flip": True}, "workers": 2}
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +75,18 @@ def test_exported_model_predicts_real_test_images(trained: tuple[Path, list[str]
     test = dataset.read_shards(open_store(str(small_dataset)), "test")
     result = serving.evaluate(out / "model", test.images[:2000], test.labels[:2000])
     assert result["accuracy"] > 0.6  # ten classes: chance is 0.1
+
+
+def test_a_model_trained_on_flips_serves_the_same_prediction_for_an_image_and_its_mirror(
+        trained: tuple[Path, list[str]], small_dataset: Path) -> None:
+    import tensorflow as tf
+
+    out, _ = trained
+    images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256].astype(np.float32)
+    serve = tf.saved_model.load(str(out / "model")).signatures[serving.ARRAYS_SIGNATURE]
+    probabilities = serve(images=tf.constant(images))["probabilities"].numpy()
+    mirrored = serve(images=tf.constant(images[:, :, ::-1].copy()))["probabilities"].numpy()
+    np.testing.assert_allclose(mirrored, probabilities, atol=1e-6)
 
 
 def test_serving_accepts_encoded_images(trained: tuple[Path, list[str]], small_dataset: Path) -> None:
