@@ -36,7 +36,7 @@ run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--epochs 1" 
 test: $(INSTALLED) system ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-bench: $(INSTALLED) system ## measure speed and quality; writes benchmarks/results.md and results.json (25-40 min)
+bench: $(INSTALLED) system ## measure speed and quality; writes benchmarks/results.md and results.json (~28 min on 2 cores)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 compile: $(INSTALLED) ## write pipelines/bakeoff.yaml, the compiled pipeline for the default config
