@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 import jsonschema
 import yaml
 
-SPEC_PATH = Path(__file__).resolve().parents[2] / "shared" / "kfp-api" / "kfp_api_v2beta1_2.17.0.swagger.json"
+SPEC_PATH = Path(__file__).resolve().parent / "contracts" / "kfp_api_v2beta1_2.17.0.swagger.json"
 STATUS_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 409: 6, 501: 12}  # HTTP → google.rpc.Code, as grpc-gateway maps them
 UPLOAD_OPERATIONS = ("UploadPipeline", "UploadPipelineVersion")  # served by KFP's own HTTP handler, not the gateway
 

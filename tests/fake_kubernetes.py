@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlparse
 import jsonschema
 import yaml
 
-CRD = Path(__file__).resolve().parents[2] / "shared" / "crds" / "kubeflow.org_tfjobs.yaml"
+CRD = Path(__file__).resolve().parent / "contracts" / "kubeflow.org_tfjobs.yaml"
 TFJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
 
 
