@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 SYSTEM_PACKAGES := dataset-fashion-mnist libtcmalloc-minimal4
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-IMAGE ?= ghcr.io/bakeoff/bakeoff:0.1.0
+IMAGE ?= $(shell sed -n 's/^IMAGE = "\([^"]*\)".*/\1/p' components/defaults.py)
 
 .PHONY: help run test bench install system compile image clean
 

@@ -11,7 +11,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from benchmarks.run import Context, Figure, median, timed
+from benchmarks.harness import Context, Figure, median, timed
 
 SEED_CNN = {"name": "cnn", "model": {"type": "cnn", "filters": [32, 64, 64], "dense_units": 64}}
 GLOBAL_BATCH = 128
@@ -21,10 +21,10 @@ DEBIAN_README = Path("/usr/share/doc/dataset-fashion-mnist/README.md.gz")
 
 def _job(context: Context, variant: dict, workers: int, examples: int, epochs: int = 1, tag: str = "") -> dict:
     """One local TFJob of the real worker program; its metrics.json."""
-    from components.local_backend import LocalBackend
-    from components.store import open_store
-    from components.tfjob import build_tfjob, worker_args
-    from components.variants import from_dict
+    from components.backends.local import LocalBackend
+    from components.storage import open_store
+    from components.training.tfjob import build_tfjob, worker_args
+    from components.spec import from_dict
 
     spec = from_dict({**variant, "workers": workers,
                       "training": {**variant.get("training", {}), "batch_size": GLOBAL_BATCH // workers, "epochs": epochs}})
@@ -38,8 +38,8 @@ def _job(context: Context, variant: dict, workers: int, examples: int, epochs: i
 
 def _plain(context: Context, variant: dict, examples: int, tuned: bool = False) -> float:
     """One plain process: as a user's script runs it, or ``tuned`` as the replicas run (tcmalloc, oneDNN, steps per execution)."""
-    from components import allocator
-    from components.variants import Training
+    from components.backends import allocator
+    from components.spec import Training
 
     env = dict(os.environ)
     if tuned:
@@ -55,7 +55,7 @@ def _plain(context: Context, variant: dict, examples: int, tuned: bool = False) 
 
 def mwms(context: Context) -> list[Figure]:
     """Multi-worker efficiency: examples/s of N local workers ÷ one plain process on the same cores."""
-    from components.variants import Training
+    from components.spec import Training
 
     samples: dict[str, list[float]] = {"plain": [], "plain_tuned": [], "1w": [], "2w": [], "4w": []}
     rss: list[float] = []
@@ -95,13 +95,15 @@ def mwms(context: Context) -> list[Figure]:
 
 def ingest(context: Context) -> list[Figure]:
     """The artifact's cost over plain IDX decoding, both in one warm process."""
-    from components import dataset
+    from components import defaults
+    from components.data import artifact as dataset
+    from components.data import fashion_mnist
 
-    dataset.class_names()  # imports TFDS once, outside both timings
+    fashion_mnist.class_names()  # imports TFDS once, outside both timings
     decode, build = [], []
     for index in range(context.repetitions):
-        decode.append(timed(lambda: dataset.read_idx_dir(dataset.DEBIAN_DIR)))
-        build.append(timed(lambda: dataset.build(str(dataset.DEBIAN_DIR), context.scratch / f"ingest-{index}", 5000, 8, 0)))
+        decode.append(timed(lambda: fashion_mnist.read_idx_dir(Path(defaults.SOURCE))))
+        build.append(timed(lambda: dataset.build(defaults.SOURCE, context.scratch / f"ingest-{index}", defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED)))
     context.samples["ingest_seconds"] = {"decode": decode, "build": build}
     ratio = median(build) / median(decode)
     return [Figure("ingest_ratio", ratio, "×", goal="≤ 2", met=ratio <= 2,
@@ -129,9 +131,10 @@ def _task_seconds(log: str) -> dict[str, float]:
 
 def pipeline(context: Context) -> list[Figure]:
     """`bakeoff run` (the default bake-off) ÷ the same trainings as plain jobs back to back; and its quality."""
-    from components import serving
-    from components.store import open_store
-    from components.variants import DEFAULT_CONFIG, load_variants
+    from components.modeling import evaluation
+    from components.storage import open_store
+    from components.defaults import CONFIG as DEFAULT_CONFIG
+    from components.spec import load_variants
 
     work = context.scratch / "pipeline"
     work.mkdir()
@@ -159,11 +162,11 @@ def pipeline(context: Context) -> list[Figure]:
     winner = summary["winner"]
 
     seed = _job(context, SEED_CNN, 2, 70 * GLOBAL_BATCH, epochs=1, tag="seed")
-    from components import dataset
+    from components.data import artifact as dataset
 
     test = dataset.read_shards(open_store(str(context.dataset())), "test")
     model_dir = open_store(seed["store"]).get_dir(f"{seed['prefix']}/model", context.scratch / "seed-model")
-    seed_accuracy = serving.evaluate(model_dir, test.images, test.labels)["accuracy"]
+    seed_accuracy = evaluation.evaluate(model_dir, test.images, test.labels)["accuracy"]
     table = ", ".join(f"{name} {accuracy:.3f}" for name, accuracy in _published_table()[:4])
     return [
         Figure("pipeline_overhead", ratio, "×", goal="≤ 1.15", met=ratio <= 1.15,

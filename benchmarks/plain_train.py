@@ -28,11 +28,12 @@ def main(argv: list[str] | None = None) -> int:
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    from components import dataset
-    from components.models import ARCHITECTURES
-    from components.store import open_store
-    from components.variants import from_dict
-    from components.worker import Throughput, optimizer
+    from components.data import artifact as dataset
+    from components.modeling.architectures import ARCHITECTURES
+    from components.storage import open_store
+    from components.spec import from_dict
+    from components.modeling.optimizers import make_optimizer
+    from components.training.worker import Throughput
 
     variant = from_dict(json.loads(args.variant))
     store = open_store(args.data)
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         .prefetch(tf.data.AUTOTUNE)
     )
     model = ARCHITECTURES[variant.architecture].build(tuple(metadata["image_shape"]), len(metadata["class_names"]), variant.model_config())
-    model.compile(optimizer=optimizer(variant, steps * args.epochs), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+    model.compile(optimizer=make_optimizer(variant.training.optimizer, variant.training.learning_rate, variant.training.schedule, steps * args.epochs, args.epochs), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
                   steps_per_execution=args.steps_per_execution)
     throughput = Throughput(args.global_batch)
     model.fit(data, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=[throughput])

@@ -12,54 +12,15 @@ import datetime
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
+
+from benchmarks.harness import Context, Figure
 
 HERE = Path(__file__).resolve().parent
-
-
-@dataclasses.dataclass
-class Figure:
-    """One measured number, its goal, and how it was measured."""
-
-    key: str
-    value: float
-    unit: str
-    goal: str = ""
-    met: Optional[bool] = None
-    detail: str = ""
-
-
-@dataclasses.dataclass
-class Context:
-    """What entries share: scratch space, the ingested dataset, repetitions, and raw samples for the record."""
-
-    scratch: Path
-    repetitions: int
-    samples: dict = dataclasses.field(default_factory=dict)
-    _dataset: Optional[Path] = None
-
-    def dataset(self) -> Path:
-        if self._dataset is None:
-            from components import dataset
-
-            self._dataset = self.scratch / "dataset"
-            dataset.build(str(dataset.DEBIAN_DIR), self._dataset, validation_size=5000, shards=8, seed=0)
-        return self._dataset
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
-def timed(func: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    func()
-    return time.perf_counter() - started
 
 
 def machine() -> dict:

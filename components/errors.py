@@ -7,6 +7,7 @@ import sys
 from typing import Iterator
 
 ERROR_FILE_ENV = "BAKEOFF_ERROR_FILE"
+ERROR_PREFIX = "bakeoff: error:"  # what every user-facing error line starts with
 
 
 class BakeoffError(Exception):
@@ -26,7 +27,7 @@ def reported() -> Iterator[None]:
         yield
     except BakeoffError as error:
         message = str(error)
-        print(f"bakeoff: error: {message}", file=sys.stderr, flush=True)
+        print(f"{ERROR_PREFIX} {message}", file=sys.stderr, flush=True)
         error_file = os.environ.get(ERROR_FILE_ENV)
         if error_file:
             with open(error_file, "w", encoding="utf-8") as handle:

@@ -4,19 +4,18 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from components.image import BASE_IMAGE
-from components.variants import DEFAULT_CONFIG, load_variants
+from components import defaults
+from components.spec import load_variants
 from pipelines.pipeline import Cluster, build_pipeline
 
 COMPILED = Path(__file__).resolve().parent / "bakeoff.yaml"
-DEFAULT_PARALLELISM = 3
 
 
 def compile_pipeline(
     output: Path,
-    config: Path = DEFAULT_CONFIG,
-    image: str = BASE_IMAGE,
-    parallelism: int = DEFAULT_PARALLELISM,
+    config: Path = defaults.CONFIG,
+    image: str = defaults.IMAGE,
+    parallelism: int = defaults.CLUSTER_PARALLELISM,
     cluster: Cluster = Cluster(),
 ) -> Path:
     """Writes the IR YAML of the pipeline built for ``cluster``; the config's variants become the default."""

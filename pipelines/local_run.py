@@ -11,9 +11,10 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from components import defaults
 from components.errors import ERROR_FILE_ENV, BakeoffError
-from components.variants import Variant
-from pipelines.pipeline import DEFAULT_MODEL_NAME, DEFAULT_SOURCE, build_pipeline
+from components.spec import Variant
+from pipelines.pipeline import build_pipeline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,12 +23,14 @@ class LocalRun:
 
     variants: list[Variant]
     store_uri: str
-    model_name: str = DEFAULT_MODEL_NAME
-    source: str = DEFAULT_SOURCE
+    model_name: str = defaults.MODEL_NAME
+    source: str = defaults.SOURCE
+    source_digest: str = ""
+    metric: str = defaults.METRIC
     max_train_examples: int = 0
-    parallelism: int = 1
-    work_dir: Path = Path(".bakeoff")
-    timeout_seconds: int = 3600
+    parallelism: int = defaults.LOCAL_PARALLELISM
+    work_dir: Path = defaults.WORK_DIR
+    timeout_seconds: int = defaults.TIMEOUT_SECONDS
 
 
 def run_local(run: LocalRun) -> dict:
@@ -58,6 +61,8 @@ def run_local(run: LocalRun) -> dict:
                     variants=[variant.to_dict() for variant in run.variants],
                     model_name=run.model_name,
                     source=run.source,
+                    source_digest=run.source_digest,
+                    metric=run.metric,
                     max_train_examples=run.max_train_examples,
                     timeout_seconds=run.timeout_seconds,
                     backend="local",  # also inside a notebook pod: `run` means this machine

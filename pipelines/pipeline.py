@@ -4,24 +4,22 @@ from typing import Optional
 
 from kfp import dsl
 
-from components.image import BASE_IMAGE, as_component
-from components.ingest import ingest
-from components.select import select
-from components.store import S3_ENDPOINT_ENV, S3_INSECURE_ENV
-from components.tfjob import STORE_SECRET, STORE_SECRET_KEYS
-from components.train import train
-from components.variants import DEFAULT_CONFIG, load_variants
-
-DEFAULT_MODEL_NAME = "fashion-mnist"
-DEFAULT_SOURCE = "/usr/share/datasets/fashion-mnist"
+from components import defaults
+from components.spec import load_variants
+from components.steps.factory import as_component
+from components.steps.ingest import ingest
+from components.steps.select import select
+from components.steps.train import train
+from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV
+from components.training.tfjob import STORE_SECRET, STORE_SECRET_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
 class Cluster:
     """How the compiled pipeline reaches the cluster's object store (KFP's MinIO/SeaweedFS by default)."""
 
-    store: str = "s3://mlpipeline/bakeoff"
-    s3_endpoint: str = "minio-service.kubeflow:9000"
+    store: str = defaults.CLUSTER_STORE
+    s3_endpoint: str = defaults.CLUSTER_S3_ENDPOINT
     s3_insecure: bool = True
     secret: str = STORE_SECRET
 
@@ -29,7 +27,7 @@ class Cluster:
 def build_pipeline(
     parallelism: int = 1,
     variants: Optional[list[dict]] = None,
-    image: str = BASE_IMAGE,
+    image: str = defaults.IMAGE,
     cluster: Optional[Cluster] = None,
 ):
     """The pipeline function, built for kfp.local (``cluster=None``) or for a cluster.
@@ -41,7 +39,7 @@ def build_pipeline(
     secret through kfp-kubernetes, never as parameters.
     """
     if variants is None:
-        variants = [variant.to_dict() for variant in load_variants(DEFAULT_CONFIG)]
+        variants = [variant.to_dict() for variant in load_variants(defaults.CONFIG)]
     ingest_op, train_op, select_op = (as_component(func, image) for func in (ingest, train, select))
 
     def on_cluster(task: dsl.PipelineTask) -> dsl.PipelineTask:
@@ -58,17 +56,18 @@ def build_pipeline(
     def bakeoff(
         store: str = cluster.store if cluster else "",
         variants: list = variants,
-        model_name: str = DEFAULT_MODEL_NAME,
-        source: str = DEFAULT_SOURCE,
-        validation_size: int = 5000,
-        shards: int = 8,
+        model_name: str = defaults.MODEL_NAME,
+        source: str = defaults.SOURCE,
+        source_digest: str = "",
+        validation_size: int = defaults.VALIDATION_SIZE,
+        shards: int = defaults.SHARDS,
         max_train_examples: int = 0,
-        metric: str = "val_accuracy",
-        direction: str = "max",
-        timeout_seconds: int = 3600,
+        metric: str = defaults.METRIC,
+        timeout_seconds: int = defaults.TIMEOUT_SECONDS,
         backend: str = "auto",
     ) -> str:
-        data = on_cluster(ingest_op(source=source, validation_size=validation_size, shards=shards))
+        data = on_cluster(ingest_op(source=source, source_digest=source_digest, validation_size=validation_size,
+                                    shards=shards, seed=defaults.SEED))
         with dsl.ParallelFor(variants, parallelism=parallelism) as variant:
             trained = on_cluster(train_op(
                 variant=variant,
@@ -89,7 +88,6 @@ def build_pipeline(
             model_name=model_name,
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             metric=metric,
-            direction=direction,
         ))
         selected.set_caching_options(False)
         return selected.output

@@ -13,8 +13,8 @@ from typing import Iterator
 
 import pytest
 
-from components import dataset
-from components.store import Store, open_store
+from components.data import artifact as dataset
+from components.storage import Store, open_store
 
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 BUCKET = "bakeoff"

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.image import BASE_IMAGE
-from pipelines.cli import main
+from components.defaults import IMAGE as BASE_IMAGE
+from pipelines.cli.main import main
 from pipelines.compiling import COMPILED
 
 

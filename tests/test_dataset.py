@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components import dataset
+from components.data import artifact as dataset
+from components.data import fashion_mnist
 from components.errors import BakeoffError
-from components.store import open_store
+from components.storage import open_store
 
 
 def test_idx_files_hold_fashion_mnist(fashion_dir: Path) -> None:
-    splits = dataset.read_idx_dir(fashion_dir)
+    splits = fashion_mnist.read_idx_dir(fashion_dir)
     assert splits["train"].images.shape == (60000, 28, 28)
     assert splits["test"].images.shape == (10000, 28, 28)
     assert np.bincount(splits["train"].labels).tolist() == [6000] * 10
@@ -43,7 +44,7 @@ def test_more_workers_than_shards_is_refused(small_dataset: Path) -> None:
 
 
 def test_validation_is_fixed_by_the_seed_and_apart_from_train(fashion_dir: Path) -> None:
-    train = dataset.read_idx_dir(fashion_dir)["train"]
+    train = fashion_mnist.read_idx_dir(fashion_dir)["train"]
     kept, held = dataset.carve_validation(train, 5000, seed=0)
     again_kept, again_held = dataset.carve_validation(train, 5000, seed=0)
     assert np.array_equal(held.images, again_held.images) and len(kept) == 55000
@@ -58,7 +59,7 @@ def test_same_input_same_fingerprint(fashion_dir: Path, tmp_path: Path, small_da
 
 def test_missing_dataset_says_how_to_get_it(tmp_path: Path) -> None:
     with pytest.raises(BakeoffError, match=r"Fashion-MNIST not found in .* install Debian's dataset-fashion-mnist"):
-        dataset.read_idx_dir(tmp_path)
+        fashion_mnist.read_idx_dir(tmp_path)
 
 
 def test_truncated_file_is_refused(fashion_dir: Path, tmp_path: Path) -> None:
@@ -67,4 +68,4 @@ def test_truncated_file_is_refused(fashion_dir: Path, tmp_path: Path) -> None:
     data = gzip.decompress((fashion_dir / "t10k-images-idx3-ubyte.gz").read_bytes())
     (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(data[:-100]))
     with pytest.raises(BakeoffError, match=r"is truncated"):
-        dataset.read_idx_dir(tmp_path)
+        fashion_mnist.read_idx_dir(tmp_path)

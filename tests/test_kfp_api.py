@@ -20,7 +20,7 @@ import yaml
 
 from components.errors import BakeoffError
 from pipelines import kfp_api
-from pipelines.cli import main
+from pipelines.cli.main import main
 from tests.conftest import free_port
 from tests.fake_kfp_api import SPEC_PATH, FakeKfpApi
 

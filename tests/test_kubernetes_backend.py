@@ -8,9 +8,10 @@ from kubeflow.training import TrainingClient
 from kubernetes.client import ApiClient, Configuration
 
 from components.errors import BakeoffError
-from components.kubernetes_backend import KubernetesBackend
-from components.tfjob import build_tfjob, job_name, worker_args
-from components.variants import DEFAULT_CONFIG, from_dict, load_variants
+from components.backends.kubernetes import KubernetesBackend
+from components.training.tfjob import build_tfjob, job_name, worker_args
+from components.defaults import CONFIG as DEFAULT_CONFIG
+from components.spec import from_dict, load_variants
 from tests.fake_kubernetes import FakeKubernetes, tfjob_schema
 
 LOG = "Epoch 1/1\n429/429 - 19s - loss: 0.51 - accuracy: 0.82\nbakeoff: error: the last words of the chief\n"
@@ -44,7 +45,7 @@ def test_every_tfjob_we_build_satisfies_the_operators_crd(variant: dict) -> None
     assert pod["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
     container = pod["spec"]["containers"][0]
     assert container["name"] == "tensorflow" and container["image"] == "registry.example/bakeoff:1"
-    assert container["command"] == ["python", "-m", "components.worker"]
+    assert container["command"] == ["python", "-m", "components.training.worker"]
     secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
     assert secrets == {"AWS_ACCESS_KEY_ID": {"name": "mlpipeline-minio-artifact", "key": "accesskey", "optional": True},
                        "AWS_SECRET_ACCESS_KEY": {"name": "mlpipeline-minio-artifact", "key": "secretkey", "optional": True}}

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from components.errors import BakeoffError
-from components.local_backend import LocalBackend, thread_cap
-from components.tfjob import build_tfjob
-from components.variants import from_dict
+from components.backends.local import LocalBackend, thread_cap
+from components.training.tfjob import build_tfjob
+from components.spec import from_dict
 
 
 def job_running(script: str, tmp_path: Path, workers: int = 2, backoff_limit: int = 0, deadline: int = 60, restart: str = "OnFailure"):
@@ -45,7 +45,7 @@ def test_each_replica_gets_the_operators_tf_config(tmp_path: Path) -> None:
 
 
 MALLOC = """
-from components.allocator import in_use
+from components.backends.allocator import in_use
 print("malloc", in_use())
 """
 

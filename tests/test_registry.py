@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from components import registry
+from components.storage import registry
 from components.errors import BakeoffError
-from components.store import Store
+from components.storage import Store
 
 
 def model_dir(tmp_path: Path, content: bytes = b"pb") -> Path:
@@ -53,7 +53,7 @@ class CrashingStore:
 
 
 def test_a_crash_while_publishing_to_s3_leaves_no_complete_version(s3_env: str, tmp_path: Path) -> None:
-    from components.store import open_store
+    from components.storage import open_store
 
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     with pytest.raises(KeyboardInterrupt):

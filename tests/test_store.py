@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from components.errors import BakeoffError
-from components.store import S3Store, Store, open_store
+from components.storage import S3Store, Store, open_store
 
 
 def test_round_trip_of_bytes_and_listing(store: Store) -> None:

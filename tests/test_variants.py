@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from components.errors import BakeoffError
-from components.variants import DEFAULT_CONFIG, from_dict, load_variants
+from components.defaults import CONFIG as DEFAULT_CONFIG
+from components.spec import from_dict, load_variants
 
 
 def write(tmp_path: Path, text: str) -> Path:

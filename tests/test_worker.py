@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components import dataset, serving
-from components.local_backend import LocalBackend
-from components.store import open_store
-from components.tfjob import build_tfjob, worker_args
-from components.variants import from_dict
+from components.data import artifact as dataset
+from components.modeling import evaluation, savedmodel
+from components.backends.local import LocalBackend
+from components.storage import open_store
+from components.training.tfjob import build_tfjob, worker_args
+from components.spec import from_dict
 
 SMALL_CNN = {"name": "small", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
              "training": {"epochs": 2, "batch_size": 32, "random_flip": True}, "workers": 2}
@@ -73,7 +74,7 @@ def test_only_the_chief_keeps_a_model(trained: tuple[Path, list[str]]) -> None:
 def test_exported_model_predicts_real_test_images(trained: tuple[Path, list[str]], small_dataset: Path) -> None:
     out, _ = trained
     test = dataset.read_shards(open_store(str(small_dataset)), "test")
-    result = serving.evaluate(out / "model", test.images[:2000], test.labels[:2000])
+    result = evaluation.evaluate(out / "model", test.images[:2000], test.labels[:2000])
     assert result["accuracy"] > 0.6  # ten classes: chance is 0.1
 
 
@@ -83,7 +84,7 @@ def test_a_model_trained_on_flips_serves_the_same_prediction_for_an_image_and_it
 
     out, _ = trained
     images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256].astype(np.float32)
-    serve = tf.saved_model.load(str(out / "model")).signatures[serving.ARRAYS_SIGNATURE]
+    serve = tf.saved_model.load(str(out / "model")).signatures[savedmodel.ARRAYS_SIGNATURE]
     probabilities = serve(images=tf.constant(images))["probabilities"].numpy()
     mirrored = serve(images=tf.constant(images[:, :, ::-1].copy()))["probabilities"].numpy()
     np.testing.assert_allclose(mirrored, probabilities, atol=1e-6)
@@ -97,8 +98,8 @@ def test_serving_accepts_encoded_images(trained: tuple[Path, list[str]], small_d
     images = test.images[:64]
     loaded = tf.saved_model.load(str(out / "model"))
     encoded = tf.stack([tf.io.encode_png(image[:, :, None]) for image in images])
-    from_bytes = loaded.signatures[serving.BYTES_SIGNATURE](image_bytes=encoded)
-    from_arrays = loaded.signatures[serving.ARRAYS_SIGNATURE](images=tf.constant(images, tf.float32))
+    from_bytes = loaded.signatures[savedmodel.BYTES_SIGNATURE](image_bytes=encoded)
+    from_arrays = loaded.signatures[savedmodel.ARRAYS_SIGNATURE](images=tf.constant(images, tf.float32))
     assert np.array_equal(from_bytes["class_id"].numpy(), from_arrays["class_id"].numpy())
     names = from_bytes["class_name"].numpy()
     assert names[0].decode() in json.loads((small_dataset / "metadata.json").read_text())["class_names"]
@@ -107,7 +108,7 @@ def test_serving_accepts_encoded_images(trained: tuple[Path, list[str]], small_d
 def test_random_flip_mirrors_some_images_and_keeps_labels(small_dataset: Path) -> None:
     import tensorflow as tf
 
-    from components.worker import _random_flip
+    from components.training.worker import _random_flip
 
     images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256]
     labels = np.arange(256)

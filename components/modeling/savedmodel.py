@@ -1,10 +1,8 @@
-"""The SavedModel contract shared by training (export) and selection (evaluation)."""
+"""The SavedModel contract: two serving signatures that TF Serving, KServe and selection all use."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 if TYPE_CHECKING:
     import tf_keras as keras
@@ -17,10 +15,9 @@ def export(model: "keras.Model", path: Path, class_names: list[str], mirror_aver
     """Saves ``model`` with both serving signatures; TF Serving and KServe load it as is.
 
     With ``mirror_average`` the signatures average the model's predictions for
-    each image and its left-right mirror. A model trained on random flips
-    (``training.random_flip``) has learnt that both show the same garment, and
-    the two views together classified Fashion-MNIST's test set 0.3–0.5 points
-    better than one (batch_norm 0.9196 → 0.9245) for twice the inference work.
+    each image and its left-right mirror: a model trained on random flips has
+    learnt that both show the same garment, and two views classify better
+    than one for twice the inference work (figures in benchmarks/results.md).
     """
     import tensorflow as tf
 
@@ -44,22 +41,3 @@ def export(model: "keras.Model", path: Path, class_names: list[str], mirror_aver
         return serve_arrays(tf.map_fn(decode, image_bytes, fn_output_signature=tf.float32))
 
     model.save(str(path), save_format="tf", signatures={ARRAYS_SIGNATURE: serve_arrays, BYTES_SIGNATURE: serve_bytes})
-
-
-def evaluate(model_dir: Path, images: np.ndarray, labels: np.ndarray, batch_size: int = 1000) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of an exported model, through its serving signature.
-
-    Going through the signature (not Keras) evaluates exactly what will be
-    served, and the same code scores every candidate.
-    """
-    import tensorflow as tf
-
-    serve = tf.saved_model.load(str(model_dir)).signatures[ARRAYS_SIGNATURE]
-    correct, loss = 0, 0.0
-    for start in range(0, len(labels), batch_size):
-        batch = tf.constant(images[start:start + batch_size], tf.float32)
-        probabilities = serve(images=batch)["probabilities"].numpy()
-        truth = labels[start:start + batch_size].astype(np.int64)
-        correct += int((probabilities.argmax(axis=1) == truth).sum())
-        loss -= float(np.log(np.clip(probabilities[np.arange(len(truth)), truth], 1e-7, 1.0)).sum())
-    return {"accuracy": correct / len(labels), "loss": loss / len(labels)}

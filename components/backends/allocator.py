@@ -1,13 +1,10 @@
-"""The memory allocator the training replicas run with: tcmalloc when the machine has it.
+"""The memory allocator the local backend starts replicas with: tcmalloc when the machine has it.
 
-TensorFlow frees and reallocates the same multi-megabyte tensors every step.
-glibc's malloc serves those from fresh mmaps and hands them back on free, so
-every step page-faults and zeroes them again: profiled under
-MultiWorkerMirroredStrategy on 2 cores, the compute threads spent ~40 % of
-their time in the kernel doing that, and a 2-worker job trained at ~1,050
-examples/s. tcmalloc keeps the memory: ~2,000 examples/s, same job. The
-library is preloaded by name, so the loader finds it on any architecture
-(Debian's ``libtcmalloc-minimal4``; the runtime image installs it too).
+TensorFlow frees and reallocates the same multi-megabyte tensors every step;
+glibc's malloc serves them from fresh mmaps and returns them on free, so every
+step page-faults and zeroes them again, while tcmalloc keeps the memory (the
+speed-up is in benchmarks/results.md). Preloaded by loader name, so it works
+on any architecture (Debian's ``libtcmalloc-minimal4``; the image has it too).
 """
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
-"""Training one variant: its TFJob built, executed by a backend, its results read back from the store."""
+"""Launching one variant: its TFJob built, executed by a backend, its results read back from the store."""
 import json
 import os
 
-from components import dataset
+from components.backends.backend import Backend
+from components.data import artifact
 from components.errors import BakeoffError
-from components.store import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
-from components.tfjob import build_tfjob, job_name, worker_args
-from components.variants import from_dict
+from components.spec import from_dict
+from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
+from components.training.tfjob import build_tfjob, job_name, worker_args
 
 # What a replica needs from the environment it was started in. Never credentials:
 # on a cluster those come from the store secret, locally from the user's shell.
@@ -23,15 +24,15 @@ def in_kubernetes() -> bool:
     return "KUBERNETES_SERVICE_HOST" in os.environ
 
 
-def make_backend(name: str, concurrent_jobs: int):
+def make_backend(name: str, concurrent_jobs: int) -> Backend:
     """The backend that executes TFJobs here: ``auto`` picks Kubernetes inside a pod, else local."""
     if name not in BACKENDS:
         raise BakeoffError(f"unknown training backend {name!r}: use one of {', '.join(BACKENDS)}")
     if name == "kubernetes" or (name == "auto" and in_kubernetes()):
-        from components.kubernetes_backend import KubernetesBackend
+        from components.backends.kubernetes import KubernetesBackend
 
         return KubernetesBackend()
-    from components.local_backend import LocalBackend
+    from components.backends.local import LocalBackend
 
     return LocalBackend(concurrent_jobs=concurrent_jobs)
 
@@ -49,7 +50,7 @@ def train_variant(
 ) -> dict:
     """Trains one variant as a TFJob and returns its candidate record for selection."""
     variant = from_dict(variant_spec)
-    shards = dataset.read_metadata(open_store(data_uri))["shards"]
+    shards = artifact.read_metadata(open_store(data_uri))["shards"]
     if variant.workers > shards:
         raise BakeoffError(
             f"variant {variant.name!r}: workers={variant.workers} exceeds the dataset's {shards} shards:"

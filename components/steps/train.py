@@ -1,4 +1,4 @@
-"""The train component: one variant as one multi-worker TFJob."""
+"""The train step: one variant as one multi-worker TFJob."""
 from kfp import dsl
 
 
@@ -8,10 +8,10 @@ def train(
     store: str,
     run_id: str,
     image: str,
-    max_train_examples: int = 0,
-    concurrent_jobs: int = 1,
-    timeout_seconds: int = 3600,
-    backend: str = "auto",
+    max_train_examples: int,
+    concurrent_jobs: int,
+    timeout_seconds: int,
+    backend: str,
 ) -> str:
     """Trains one variant as a multi-worker TFJob; returns its candidate record as JSON.
 
@@ -20,7 +20,7 @@ def train(
     import json
 
     from components.errors import reported
-    from components.training import train_variant
+    from components.training.launch import train_variant
 
     with reported():
         return json.dumps(train_variant(variant, data.uri, store, run_id, image, max_train_examples, concurrent_jobs, timeout_seconds, backend))

@@ -10,17 +10,18 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Optional, TextIO
+from typing import Optional, TextIO
 
 from kubeflow.training import KubeflowOrgV1TFJob
 
-from components import allocator
-from components.errors import BakeoffError
+from components.backends import allocator
+from components.backends.backend import Sink, print_line
+from components.defaults import LOG_TAIL
+from components.errors import ERROR_PREFIX, BakeoffError
 
 # Replica types in the order the Training Operator lists them in TF_CONFIG.
 REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
 RESTARTING_POLICIES = ("OnFailure", "Always", "ExitCode")
-LOG_TAIL = 20
 
 
 def _free_ports(count: int) -> list[int]:
@@ -60,7 +61,7 @@ def thread_cap(replicas: int, concurrent_jobs: int, cores: Optional[int] = None)
 class _Replica:
     """One running replica: its process and the last lines of its log."""
 
-    def __init__(self, label: str, command: list[str], env: dict[str, str], sink: Callable[[str], None]) -> None:
+    def __init__(self, label: str, command: list[str], env: dict[str, str], sink: Sink) -> None:
         self.label = label
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
         self.process = subprocess.Popen(
@@ -76,7 +77,7 @@ class _Replica:
         self.reader = threading.Thread(target=self._pump, args=(self.process.stdout, sink), daemon=True)
         self.reader.start()
 
-    def _pump(self, stream: TextIO, sink: Callable[[str], None]) -> None:
+    def _pump(self, stream: TextIO, sink: Sink) -> None:
         for line in stream:
             line = line.rstrip("\n")
             self.tail.append(line)
@@ -95,25 +96,15 @@ class _Replica:
     def last_error(self) -> str:
         """The most telling line of the tail: our own error line, else the last line."""
         for line in reversed(self.tail):
-            if line.startswith("bakeoff: error:"):
-                return line[len("bakeoff: error:"):].strip()
+            if line.startswith(ERROR_PREFIX):
+                return line[len(ERROR_PREFIX):].strip()
         return self.tail[-1] if self.tail else "(no output)"
-
-
-_print_lock = threading.Lock()
-
-
-def print_line(line: str) -> None:
-    """Prints one log line whole: replicas' reader threads must not interleave within a line."""
-    with _print_lock:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
 
 
 class LocalBackend:
     """Runs a TFJob's replicas as processes of this machine, honouring its run policy."""
 
-    def __init__(self, concurrent_jobs: int = 1, sink: Callable[[str], None] = print_line) -> None:
+    def __init__(self, concurrent_jobs: int = 1, sink: Sink = print_line) -> None:
         self.concurrent_jobs = concurrent_jobs
         self.sink = sink
         self.tcmalloc = allocator.tcmalloc()

@@ -1,4 +1,4 @@
-"""The cluster commands of the ``bakeoff`` CLI: upload, submit, schedule and schedules, against a KFP API."""
+"""The cluster commands of `bakeoff`: upload, submit, schedule and schedules, against a KFP API."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from components.errors import BakeoffError
 from pipelines import kfp_api
-from pipelines.cli import _pipeline_args, compile_settings
+from pipelines.cli.flags import compile_settings, pipeline_args
 
 
 def _connection_args(parser: argparse.ArgumentParser) -> None:
@@ -135,7 +135,7 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     upload.add_argument("--name", help="pipeline name (default: the pipeline's own, bakeoff)")
     upload.add_argument("--version", help="name of the new version (default: UTC time and content hash; "
                                           "without it a new pipeline's first version is named after the pipeline)")
-    _pipeline_args(upload)
+    pipeline_args(upload)
     _connection_args(upload)
     upload.set_defaults(handler=cmd_upload)
 
@@ -143,7 +143,7 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--name", help="run name (default: bakeoff and the UTC time)")
     _param_args(submit)
     submit.add_argument("--wait", action="store_true", help="follow the run to its end; exit 1 unless it succeeds")
-    _pipeline_args(submit)
+    pipeline_args(submit)
     _connection_args(submit)
     submit.set_defaults(handler=cmd_submit)
 
@@ -157,7 +157,7 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     schedule.add_argument("--no-catchup", action="store_true", help="after a pause, start only the latest missed run instead of every one")
     schedule.add_argument("--start", metavar="ISO", help="first time it may run, ISO 8601 (UTC without an offset)")
     schedule.add_argument("--end", metavar="ISO", help="last time it may run, ISO 8601 (UTC without an offset)")
-    _pipeline_args(schedule)
+    pipeline_args(schedule)
     _connection_args(schedule)
     schedule.set_defaults(handler=cmd_schedule)
 

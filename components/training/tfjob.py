@@ -23,11 +23,13 @@ from kubernetes.client import (
     V1SecretKeySelector,
 )
 
-from components.variants import Variant
+from components.defaults import BACKOFF_LIMIT, TIMEOUT_SECONDS
+from components.spec import Variant
 
 CONTAINER = "tensorflow"  # the container name the Training Operator looks for
 PORT = 2222  # the Training Operator's default TFJob port
 WORKER = "Worker"
+WORKER_PROGRAM = "components.training.worker"  # run as `python -m`
 # KFP's own object-store secret, present in every KFP namespace: data key → variable.
 STORE_SECRET = "mlpipeline-minio-artifact"
 STORE_SECRET_KEYS = {"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"}
@@ -66,8 +68,8 @@ def build_tfjob(
     image: str,
     args: list[str],
     env: dict[str, str],
-    backoff_limit: int = 2,
-    active_deadline_seconds: int = 3600,
+    backoff_limit: int = BACKOFF_LIMIT,
+    active_deadline_seconds: int = TIMEOUT_SECONDS,
 ) -> KubeflowOrgV1TFJob:
     """The TFJob for one variant: ``variant.workers`` Worker replicas running the worker program."""
     resources = variant.resources
@@ -77,7 +79,7 @@ def build_tfjob(
     container = V1Container(
         name=CONTAINER,
         image=image,
-        command=["python", "-m", "components.worker"],
+        command=["python", "-m", WORKER_PROGRAM],
         args=args,
         env=[V1EnvVar(name=key, value=value) for key, value in sorted(env.items())] + _secret_env(),
         ports=[V1ContainerPort(name="tfjob-port", container_port=PORT)],

@@ -11,11 +11,8 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from components.errors import BakeoffError
-from components.models import ARCHITECTURES
-
-OPTIMIZERS = ("adam", "sgd", "rmsprop")
-SCHEDULES = ("constant", "cosine", "exponential")
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "pipelines" / "variants.yaml"
+from components.modeling.architectures import ARCHITECTURES
+from components.modeling.optimizers import OPTIMIZERS, SCHEDULES
 
 
 @dataclasses.dataclass(frozen=True)

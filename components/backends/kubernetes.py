@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from kubeflow.training import KubeflowOrgV1TFJob
 
+from components.backends.backend import Sink, print_line
+from components.defaults import LOG_TAIL
 from components.errors import BakeoffError
-from components.local_backend import print_line
 
 JOB_KIND = "TFJob"
-LOG_TAIL = 20
 
 
 def _api_reason(error: Exception) -> str:
@@ -35,7 +35,7 @@ class KubernetesBackend:
         namespace: Optional[str] = None,
         polling_interval: float = 10,
         grace_seconds: float = 120,
-        sink: Callable[[str], None] = print_line,
+        sink: Sink = print_line,
     ) -> None:
         self._client = client
         self.namespace = namespace

@@ -1,7 +1,7 @@
 """The worker program: one TFJob replica training a variant under MultiWorkerMirroredStrategy.
 
 Started the same way by the Training Operator, the local backend and the
-tests: ``python -m components.worker --variant JSON --data URI --store URI --prefix KEY``
+tests: ``python -m components.training.worker --variant JSON --data URI --store URI --prefix KEY``
 with ``TF_CONFIG`` in the environment.
 """
 from __future__ import annotations
@@ -21,18 +21,20 @@ from pathlib import Path
 # "Attempt to convert a value (PerReplica...)"); tf-keras trains correctly.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # TensorFlow turns its oneDNN kernels on by itself only on CPUs with AVX512-VNNI,
-# AVX512-BF16 or AMX; elsewhere (AVX2-only CPUs such as the 2-core AMD EPYC of
-# the benchmarks) it falls back to Eigen's, and a 2-worker job of the seed CNN
-# trained 22–28 % slower. A value the user set wins.
+# AVX512-BF16 or AMX; on AVX2-only CPUs Eigen's kernels train markedly slower
+# (benchmarks/results.md). A value the user set wins.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 import tf_keras as keras  # noqa: E402
 
-from components import allocator, dataset  # noqa: E402
+from components.backends import allocator  # noqa: E402
+from components.data import artifact  # noqa: E402
 from components.errors import BakeoffError, reported  # noqa: E402
-from components.models import ARCHITECTURES  # noqa: E402
-from components.store import open_store  # noqa: E402
-from components.variants import Variant, from_dict  # noqa: E402
+from components.modeling.architectures import ARCHITECTURES  # noqa: E402
+from components.modeling.optimizers import make_optimizer  # noqa: E402
+from components.modeling.savedmodel import export  # noqa: E402
+from components.spec import Variant, from_dict  # noqa: E402
+from components.storage import open_store  # noqa: E402
 
 SHUFFLE_SEED = 1234
 
@@ -50,17 +52,21 @@ def _configure_threads() -> None:
 
 
 class Throughput(keras.callbacks.Callback):
-    """Steady-state examples/s, from the end of the first step to the end of training.
+    """Examples/s from the end of the first execution to the end of training (steady state).
 
-    The first step traces the graph and waits for every worker to join, which
-    says nothing about how fast training runs; the benchmark's plain baseline
-    uses the same callback, so both sides are measured alike.
+    The first execution traces the graph and waits for every worker to join,
+    which says nothing about how fast training runs. A run of one execution
+    has no steady state: then the rate is over the whole of ``fit`` and
+    ``steady`` is False. The benchmark's plain baseline uses the same callback.
     """
 
     def __init__(self, global_batch: int) -> None:
         super().__init__()
         self.global_batch = global_batch
-        self.first_steps, self.started, self.seconds = 0, 0.0, 0.0
+        self.first_steps, self.begun, self.started, self.ended = 0, 0.0, 0.0, 0.0
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.begun = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         # With steps_per_execution > 1 this runs once per execution; ``batch`` is its last step.
@@ -68,12 +74,18 @@ class Throughput(keras.callbacks.Callback):
             self.first_steps, self.started = batch + 1, time.perf_counter()
 
     def on_train_end(self, logs: dict | None = None) -> None:
-        self.seconds = time.perf_counter() - self.started
+        self.ended = time.perf_counter()
+
+    @property
+    def steady(self) -> bool:
+        return self.params["steps"] * self.params["epochs"] > self.first_steps
 
     @property
     def examples_per_second(self) -> float:
-        steps = self.params["steps"] * self.params["epochs"] - self.first_steps
-        return steps * self.global_batch / self.seconds if self.seconds else 0.0
+        steps = self.params["steps"] * self.params["epochs"]
+        if self.steady:
+            return (steps - self.first_steps) * self.global_batch / (self.ended - self.started)
+        return steps * self.global_batch / (self.ended - self.begun)
 
 
 class SyncOnceModel(keras.Model):
@@ -82,8 +94,7 @@ class SyncOnceModel(keras.Model):
     tf-keras computes every metric's cross-replica result after every step
     (two all-reduces per metric: total and count) and then sums the results
     across workers again: with loss and accuracy, six small all-reduces per
-    step besides the gradients'. Each waits for the other worker and for a
-    free core; profiled on 2 cores they took 8 of a 55 ms step. Only the last
+    step besides the gradients', each waiting for the other worker. Only the last
     step's logs of each execution reach the callbacks, and ``fit`` replaces
     them at every epoch's end with the metrics' cross-replica results, so
     steps report this replica's own running values and epochs stay global.
@@ -102,17 +113,6 @@ class SyncOnceModel(keras.Model):
             result = type(metric).result(metric)
             results.update(result if isinstance(result, dict) else {metric.name: result})
         return results
-
-
-def optimizer(variant: Variant, total_steps: int):
-    """The variant's optimizer and learning-rate schedule."""
-    training = variant.training
-    rate = training.learning_rate
-    if training.schedule == "cosine":
-        rate = keras.optimizers.schedules.CosineDecay(rate, decay_steps=total_steps)
-    elif training.schedule == "exponential":
-        rate = keras.optimizers.schedules.ExponentialDecay(rate, decay_steps=max(1, total_steps // training.epochs), decay_rate=0.7)
-    return {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD, "rmsprop": keras.optimizers.RMSprop}[training.optimizer](rate)
 
 
 def _onednn_enabled() -> bool:
@@ -149,7 +149,7 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         )
     )
     data = open_store(data_uri)
-    metadata = dataset.read_metadata(data)
+    metadata = artifact.read_metadata(data)
     replicas = strategy.num_replicas_in_sync
     global_batch = variant.training.batch_size * replicas
     train_count = metadata["counts"]["train"]
@@ -165,7 +165,7 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         # Each input pipeline reads whole shard files of its own: no worker
         # reads (and throws away) the others' data.
-        part = dataset.read_shards(data, "train", context.input_pipeline_id, context.num_input_pipelines)
+        part = artifact.read_shards(data, "train", context.input_pipeline_id, context.num_input_pipelines)
         limit = math.ceil(train_count / context.num_input_pipelines)
         images, labels = part.images[:limit], part.labels[:limit]
         batches = (
@@ -177,28 +177,28 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         if variant.training.random_flip:
             batches = batches.map(_random_flip, num_parallel_calls=tf.data.AUTOTUNE)
         # No tf.data autotuning: at the end of fit, deleting an autotuned
-        # iterator waited 10–55 s for one of its background threads, with both
-        # replicas idle (py-spy: ~RootDataset::Iterator waiting in
-        # ~LogicalThreadWrapper). Fixed buffers train as fast.
+        # iterator waits for one of its background threads, idling both replicas
+        # for seconds (py-spy: ~RootDataset::Iterator in ~LogicalThreadWrapper).
+        # Fixed buffers train as fast.
         options = tf.data.Options()
         options.autotune.enabled = False
         return batches.prefetch(2).with_options(options)
 
+    training = variant.training
     with strategy.scope():
         architecture = ARCHITECTURES[variant.architecture]
         built = architecture.build(tuple(metadata["image_shape"]), len(metadata["class_names"]), variant.model_config())
         model = SyncOnceModel(built.inputs, built.outputs, name=built.name)
         model.compile(
-            optimizer=optimizer(variant, steps_per_epoch * variant.training.epochs),
+            optimizer=make_optimizer(training.optimizer, training.learning_rate, training.schedule, steps_per_epoch * training.epochs, training.epochs),
             loss="sparse_categorical_crossentropy",
             metrics=["accuracy"],
             # Many steps per call into the graph: per-step Python and
-            # coordination overhead was a third of a 2-worker step on 2 cores.
+            # coordination overhead is otherwise a large part of a small step.
             steps_per_execution=variant.training.steps_per_execution,
         )
     # No per-replica prefetch on top of the pipeline's own: on a CPU replica it
-    # only adds a thread, and deleting it at the end of fit kept a replica
-    # waiting ~9 s in about half of the jobs (1 in 8 without it).
+    # only adds a thread, and deleting it at the end of fit can keep a replica waiting.
     no_device_prefetch = tf.distribute.InputOptions(experimental_per_replica_buffer_size=0)
     inputs = strategy.distribute_datasets_from_function(dataset_fn, no_device_prefetch)
     throughput = Throughput(global_batch)
@@ -216,6 +216,7 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         "train_examples": train_count,
         "train_seconds": train_seconds,
         "examples_per_second": throughput.examples_per_second,
+        "examples_per_second_steady": throughput.steady,  # False: a single execution, rated over the whole fit
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "allocator": allocator.in_use(),
         "onednn": _onednn_enabled(),
@@ -226,8 +227,6 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
 
 def _save(model, strategy, class_names: list[str], store, prefix: str, metrics: dict, variant: Variant) -> None:
     """Every replica saves (MWMS aggregates variables while saving); only the chief keeps it."""
-    from components.serving import export
-
     chief = _is_chief(strategy.cluster_resolver)
     scratch = Path(tempfile.mkdtemp(prefix="bakeoff-model-"))
     try:
@@ -241,7 +240,7 @@ def _save(model, strategy, class_names: list[str], store, prefix: str, metrics: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m components.worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m components.training.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--variant", required=True, help="the variant spec as JSON")
     parser.add_argument("--data", required=True, help="URI of the ingested dataset")
     parser.add_argument("--store", required=True, help="URI of the object store")

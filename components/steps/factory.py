@@ -1,9 +1,5 @@
-"""The one runtime image every component and TFJob replica runs, and components built on it."""
+"""KFP components made from the step functions, on the one runtime image every step and replica runs."""
 from typing import Callable
-
-# Built from images/Dockerfile (`make image`); a compiled pipeline names its own with
-# `bakeoff compile --image`. Locally the virtual environment runs the code instead.
-BASE_IMAGE = "ghcr.io/bakeoff/bakeoff:0.1.0"
 
 
 def as_component(func: Callable, image: str):

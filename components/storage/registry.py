@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from components.errors import BakeoffError
-from components.store import Store
+from components.storage.store import Store
 
 MANIFEST = "manifest.json"
 _VERSION_KEY = re.compile(r"^models/[^/]+/(\d+)/(.+)$")

@@ -1,0 +1,49 @@
+"""What benchmark entries share: a figure, the context they run in, and timing helpers."""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+
+@dataclasses.dataclass
+class Figure:
+    """One measured number, its goal, and how it was measured."""
+
+    key: str
+    value: float
+    unit: str
+    goal: str = ""
+    met: Optional[bool] = None
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class Context:
+    """What entries share: scratch space, the ingested dataset, repetitions, and raw samples for the record."""
+
+    scratch: Path
+    repetitions: int
+    samples: dict = dataclasses.field(default_factory=dict)
+    _dataset: Optional[Path] = None
+
+    def dataset(self) -> Path:
+        if self._dataset is None:
+            from components import defaults
+            from components.data import artifact as dataset
+
+            self._dataset = self.scratch / "dataset"
+            dataset.build(defaults.SOURCE, self._dataset, validation_size=defaults.VALIDATION_SIZE, shards=defaults.SHARDS, seed=defaults.SEED)
+        return self._dataset
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def timed(func: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    func()
+    return time.perf_counter() - started

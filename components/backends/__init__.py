@@ -1,0 +1,1 @@
+"""The backends that execute a TFJob: local processes or the Training Operator."""

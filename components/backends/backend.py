@@ -1,0 +1,27 @@
+"""What every TFJob backend is: something that runs a TFJob to success or raises one clear error."""
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Callable, Protocol
+
+from kubeflow.training import KubeflowOrgV1TFJob
+
+Sink = Callable[[str], None]  # where a backend sends each log line
+
+
+class Backend(Protocol):
+    """Executes a TFJob built by ``components.training.tfjob``; it never changes what the job asks for."""
+
+    def run(self, job: KubeflowOrgV1TFJob) -> None:
+        """Runs ``job`` until it succeeds; raises BakeoffError saying which replica failed and why."""
+
+
+_print_lock = threading.Lock()
+
+
+def print_line(line: str) -> None:
+    """Prints one log line whole: replicas' reader threads must not interleave within a line."""
+    with _print_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()

@@ -1,0 +1,108 @@
+"""Fashion-MNIST from its sources: Debian's IDX files (offline) or TFDS's own download."""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import struct
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from components.errors import BakeoffError
+
+IMAGE_SHAPE = (28, 28)
+TFDS_SOURCE = "tfds"
+_IDX_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 60000),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 10000),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Images as uint8 [n, 28, 28] and labels as uint8 [n]."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def _read_idx(path: Path, magic: int, dims: int) -> np.ndarray:
+    """Reads one gzipped IDX file and checks its header against what it holds."""
+    with gzip.open(path, "rb") as handle:
+        data = handle.read()
+    header = 4 + 4 * dims
+    found_magic, *shape = struct.unpack(f">I{dims}I", data[:header])
+    if found_magic != magic:
+        raise BakeoffError(f"{str(path)!r} is not an IDX file of the expected kind (magic {found_magic}, want {magic})")
+    array = np.frombuffer(data, dtype=np.uint8, offset=header)
+    if array.size != int(np.prod(shape)):
+        raise BakeoffError(f"{str(path)!r} is truncated: header says {shape}, found {array.size} bytes")
+    return array.reshape(shape)
+
+
+def read_idx_dir(source: Path) -> dict[str, Split]:
+    """The original train/test splits from the four IDX files in ``source``."""
+    missing = [name for images, labels, _ in _IDX_FILES.values() for name in (images, labels) if not (source / name).is_file()]
+    if missing:
+        raise BakeoffError(
+            f"Fashion-MNIST not found in {str(source)!r} (missing {', '.join(missing)}):"
+            " install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or pass --source tfds on a machine with internet"
+        )
+    splits = {}
+    for split, (images_file, labels_file, count) in _IDX_FILES.items():
+        images = _read_idx(source / images_file, 2051, 3)
+        labels = _read_idx(source / labels_file, 2049, 1)
+        if images.shape != (count, *IMAGE_SHAPE) or labels.shape != (count,):
+            raise BakeoffError(
+                f"{str(source)!r} does not hold Fashion-MNIST's {split} split: got images {images.shape}, labels {labels.shape}"
+            )
+        if labels.max() >= 10:
+            raise BakeoffError(f"{str(source / labels_file)!r} has labels outside 0..9")
+        splits[split] = Split(images, labels)
+    return splits
+
+
+def read_tfds(data_dir: Optional[str] = None) -> dict[str, Split]:
+    """The original splits through TFDS's own download and preparation."""
+    import tensorflow_datasets as tfds
+
+    splits = {}
+    for split in ("train", "test"):
+        images, labels = tfds.as_numpy(
+            tfds.load("fashion_mnist", split=split, batch_size=-1, as_supervised=True, data_dir=data_dir)
+        )
+        splits[split] = Split(images.reshape(-1, *IMAGE_SHAPE).astype(np.uint8), labels.astype(np.uint8))
+    return splits
+
+
+def class_names() -> list[str]:
+    """The label names as TFDS's fashion_mnist builder declares them."""
+    import tensorflow_datasets as tfds
+
+    return list(tfds.builder("fashion_mnist").info.features["label"].names)
+
+
+def read(source: str) -> dict[str, Split]:
+    """The original train/test splits from ``source``: an IDX folder, or 'tfds' to download."""
+    return read_tfds() if source == TFDS_SOURCE else read_idx_dir(Path(source))
+
+
+def digest(source: str) -> str:
+    """A content hash of the files ``source`` names, so a cache keyed on it sees changed files.
+
+    TFDS versions its own downloads, so 'tfds' stands for itself.
+    """
+    if source == TFDS_SOURCE:
+        return TFDS_SOURCE
+    folder = Path(source)
+    read_idx_dir(folder)  # the same one-line errors as ingest, before any work
+    hashed = hashlib.sha256()
+    for name in sorted(name for images, labels, _ in _IDX_FILES.values() for name in (images, labels)):
+        hashed.update(name.encode())
+        hashed.update((folder / name).read_bytes())
+    return hashed.hexdigest()

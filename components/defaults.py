@@ -1,0 +1,29 @@
+"""Every default of bakeoff, once: the CLI, the pipeline and the components all read them from here."""
+from __future__ import annotations
+
+from pathlib import Path
+
+# The data: Debian's dataset-fashion-mnist installs the four IDX files here.
+SOURCE = "/usr/share/datasets/fashion-mnist"
+VALIDATION_SIZE = 5000  # carved from train with SEED; the test split is never used for selection
+SHARDS = 8  # every split gets this many files, so up to 8 workers read disjoint whole files
+SEED = 0
+
+# The contest: the variants YAML a run uses unless --config names another.
+CONFIG = Path(__file__).resolve().parent.parent / "pipelines" / "variants.yaml"
+METRIC = "val_accuracy"  # its direction comes with it (components/selection/ranking.py)
+MODEL_NAME = "fashion-mnist"
+
+# Running each TFJob.
+TIMEOUT_SECONDS = 3600  # the TFJob's activeDeadlineSeconds
+BACKOFF_LIMIT = 2  # job restarts before it fails for good
+LOCAL_PARALLELISM = 1  # variants trained at once on one machine: replicas share its cores
+CLUSTER_PARALLELISM = 3
+LOG_TAIL = 20  # lines of a failed replica's log repeated in the error
+
+# Where things go.
+LOCAL_STORE = "./bakeoff-store"
+WORK_DIR = Path(".bakeoff")  # kfp.local's outputs and cache
+IMAGE = "ghcr.io/bakeoff/bakeoff:0.1.0"  # built from images/Dockerfile; the Makefile reads this line
+CLUSTER_STORE = "s3://mlpipeline/bakeoff"
+CLUSTER_S3_ENDPOINT = "minio-service.kubeflow:9000"

@@ -1,0 +1,1 @@
+"""Models: architectures and optimizers (registries), the SavedModel contract and its evaluation."""

@@ -1,0 +1,40 @@
+"""The registries of optimizers and learning-rate schedules a variant's ``training`` section can name."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def _constant(rate: float, total_steps: int, epochs: int) -> Any:
+    return rate
+
+
+def _cosine(rate: float, total_steps: int, epochs: int) -> Any:
+    import tf_keras as keras
+
+    return keras.optimizers.schedules.CosineDecay(rate, decay_steps=total_steps)  # to 0 over the whole run
+
+
+def _exponential(rate: float, total_steps: int, epochs: int) -> Any:
+    import tf_keras as keras
+
+    return keras.optimizers.schedules.ExponentialDecay(rate, decay_steps=max(1, total_steps // epochs), decay_rate=0.7)
+
+
+def _keras_optimizer(name: str) -> Callable[[Any], Any]:
+    def make(rate: Any) -> Any:
+        import tf_keras as keras
+
+        return getattr(keras.optimizers, name)(rate)
+
+    return make
+
+
+# name → (initial rate, total steps, epochs) → a rate or a schedule
+SCHEDULES: dict[str, Callable[[float, int, int], Any]] = {"constant": _constant, "cosine": _cosine, "exponential": _exponential}
+# name → rate or schedule → a tf-keras optimizer
+OPTIMIZERS: dict[str, Callable[[Any], Any]] = {name.lower(): _keras_optimizer(name) for name in ("Adam", "SGD", "RMSprop")}
+
+
+def make_optimizer(optimizer: str, learning_rate: float, schedule: str, total_steps: int, epochs: int) -> Any:
+    """The named optimizer, its rate following the named schedule over ``total_steps``."""
+    return OPTIMIZERS[optimizer](SCHEDULES[schedule](learning_rate, total_steps, epochs))

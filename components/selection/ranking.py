@@ -1,0 +1,20 @@
+"""Selection metrics, each with the direction that is better, and the ranking they give."""
+from __future__ import annotations
+
+from components.errors import BakeoffError
+
+# metric → the direction that is better; a metric never travels without it
+METRICS = {"val_accuracy": "max", "val_loss": "min"}
+
+
+def direction(metric: str) -> str:
+    """``max`` or ``min`` for a known metric; one clear line for any other."""
+    if metric not in METRICS:
+        raise BakeoffError(f"unknown selection metric {metric!r}: use one of {', '.join(METRICS)}")
+    return METRICS[metric]
+
+
+def rank(candidates: list[dict], metric: str) -> list[dict]:
+    """Best first by ``metric`` in its own direction; ties go to the variant whose name sorts first, so reruns agree."""
+    sign = -1 if direction(metric) == "max" else 1
+    return sorted(candidates, key=lambda c: (sign * c[metric], c["variant"]))

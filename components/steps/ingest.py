@@ -1,0 +1,19 @@
+"""The ingest step: Fashion-MNIST in, a sharded train/validation/test Dataset artifact out."""
+from kfp import dsl
+
+
+def ingest(data: dsl.Output[dsl.Dataset], source: str, source_digest: str, validation_size: int, shards: int, seed: int):
+    """Fashion-MNIST → train/validation/test shards + metadata (counts, classes, fingerprint).
+
+    ``source_digest`` is unused here: it is in the signature so that KFP's
+    cache key changes when the files at ``source`` change.
+    """
+    from pathlib import Path
+
+    from components.data import artifact
+    from components.errors import reported
+
+    with reported():
+        metadata = artifact.build(source, Path(data.path), validation_size, shards, seed)
+    for key in ("counts", "shards", "fingerprint", "class_names", "source"):
+        data.metadata[key] = metadata[key]

@@ -1,0 +1,72 @@
+"""The embedded default store: a folder on this machine."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+from components.errors import BakeoffError
+from components.storage.store import Store, files_below
+
+
+class FolderStore(Store):
+    """The embedded default: a folder on this machine (``file://``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.uri = f"file://{self.root}"
+
+    def check_writable(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe-").close()
+        except OSError as error:
+            raise BakeoffError(
+                f"store {self.uri!r} is not writable ({error.strerror}): choose another --store"
+            ) from None
+
+    def _path(self, key: str) -> Path:
+        return self.root / key
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+        partial.write_bytes(data)
+        os.replace(partial, path)
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise BakeoffError(f"{self.uri_for(key)!r} does not exist: check the store URI") from None
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._path(prefix)
+        if not base.is_dir():
+            return []
+        return [
+            path.relative_to(self.root).as_posix()
+            for path in files_below(base)
+            if not any(part.startswith(".") for part in path.relative_to(self.root).parts)
+        ]
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def publish(self, local_dir: Path, prefix: str, marker: str) -> None:
+        target = self._path(prefix)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.parent / f".staging-{uuid.uuid4().hex}"
+        shutil.copytree(local_dir, staging)
+        try:
+            # rename(2) onto an existing non-empty directory fails, which is
+            # what makes two concurrent publishers pick different versions.
+            os.rename(staging, target)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            if target.exists():
+                raise FileExistsError(prefix) from None
+            raise

@@ -1,0 +1,1 @@
+"""The `bakeoff` command line: shared flags, local commands, cluster commands."""

@@ -1,0 +1,142 @@
+"""The commands that work on this machine: run the bake-off, compile the pipeline, list published models."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from components import defaults
+from components.errors import BakeoffError
+from components.spec import load_variants
+from pipelines.cli.flags import compile_settings, open_cli_store, pipeline_args, positive, store_args
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from components.data.fashion_mnist import digest
+    from components.selection.ranking import direction
+    from components.storage.registry import model_prefix
+    from pipelines.local_run import LocalRun, run_local
+
+    # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
+    variants = [
+        dataclasses.replace(
+            variant,
+            workers=args.workers or variant.workers,
+            training=dataclasses.replace(variant.training, epochs=args.epochs or variant.training.epochs),
+        )
+        for variant in load_variants(args.config)
+    ]
+    model_prefix(args.model_name)
+    direction(args.metric)
+    source_digest = digest(args.source)
+    store = open_cli_store(args)
+    store.check_writable()
+    out = sys.stderr if args.json else sys.stdout
+    summary = run_local(LocalRun(
+        variants=variants,
+        store_uri=store.uri,
+        model_name=args.model_name,
+        source=args.source,
+        source_digest=source_digest,
+        metric=args.metric,
+        max_train_examples=args.max_train_examples or 0,
+        parallelism=args.parallelism,
+        work_dir=args.work_dir,
+        timeout_seconds=args.timeout,
+    ))
+    print(leaderboard(summary), file=out)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    return 0
+
+
+def leaderboard(summary: dict) -> str:
+    rows = [f"{'':2}{'variant':<16}{'workers':>8}{'val_acc':>9}{'val_loss':>9}{'epochs':>7}{'train_s':>9}{'ex/s':>8}"]
+    for place, c in enumerate(summary["candidates"]):
+        mark = "* " if place == 0 else "  "
+        rows.append(
+            f"{mark}{c['variant']:<16}{c['workers']:>8}{c['val_accuracy']:>9.4f}{c['val_loss']:>9.4f}"
+            f"{c['epochs']:>7}{c['train_seconds']:>9.1f}{c['examples_per_second']:>8.0f}"
+        )
+    winner = summary["winner"]
+    rows.append(
+        f"winner: {winner['variant']} (test accuracy {winner['test_accuracy']:.4f}),"
+        f" published as version {winner['version']} at {winner['uri']}  [run {summary['run_id']}]"
+    )
+    return "\n".join(rows)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from pipelines.compiling import compile_pipeline
+
+    settings = compile_settings(args)
+    try:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        compile_pipeline(args.output, **settings)
+    except OSError as error:
+        raise BakeoffError(f"cannot write {str(args.output)!r} ({error.strerror}): choose another -o") from None
+    print(f"compiled the pipeline to {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from components.storage.registry import list_versions
+
+    versions = [
+        {
+            "version": m["version"],
+            "variant": m["variant"],
+            "val_accuracy": m["metrics"]["val_accuracy"],
+            "test_accuracy": m["metrics"]["test_accuracy"],
+            "run_id": m["run_id"],
+            "created": m["created"],
+            "dataset_fingerprint": m["dataset"]["fingerprint"],
+        }
+        for m in list_versions(open_cli_store(args), args.model_name)
+    ]
+    if args.json:
+        print(json.dumps(versions, indent=2))
+    if not versions:
+        # stderr, so that --json's stdout stays the (empty) document
+        print(f"no published versions of {args.model_name!r} in {args.store}", file=sys.stderr)
+    elif not args.json:
+        print(f"{'version':>7}  {'variant':<16}{'val_acc':>9}{'test_acc':>9}  {'run':<12}created")
+        for v in versions:
+            print(f"{v['version']:>7}  {v['variant']:<16}{v['val_accuracy']:>9.4f}{v['test_accuracy']:>9.4f}  {v['run_id']:<12}{v['created']}")
+    return 0
+
+
+def add_local_commands(commands: argparse._SubParsersAction) -> None:
+    """Registers run, compile and models."""
+    from components.selection.ranking import METRICS
+
+    run = commands.add_parser("run", help="run the bake-off on this machine (kfp.local, TFJob replicas as processes)")
+    run.add_argument("--local", action="store_true", default=True, help="run here (the default; `bakeoff submit` runs on a cluster)")
+    run.add_argument("--config", type=Path, default=defaults.CONFIG, help="variants YAML (default: pipelines/variants.yaml)")
+    store_args(run)
+    run.add_argument("--metric", default=defaults.METRIC, choices=list(METRICS),
+                     help=f"selection metric; it carries its direction ({', '.join(f'{m}: {d}' for m, d in METRICS.items())})")
+    run.add_argument("--workers", type=positive("--workers"), help="override every variant's worker count")
+    run.add_argument("--epochs", type=positive("--epochs"), help="override every variant's epochs")
+    run.add_argument("--max-train-examples", type=positive("--max-train-examples"), help="train on at most N examples")
+    run.add_argument("--parallelism", type=positive("--parallelism"), default=defaults.LOCAL_PARALLELISM,
+                     help=f"variants trained at once (default {defaults.LOCAL_PARALLELISM})")
+    run.add_argument("--source", default=defaults.SOURCE,
+                     help=f"folder of Fashion-MNIST IDX files, or 'tfds' to download (default {defaults.SOURCE})")
+    run.add_argument("--work-dir", type=Path, default=defaults.WORK_DIR, help=f"kfp.local's outputs and cache (default {defaults.WORK_DIR})")
+    run.add_argument("--timeout", type=positive("--timeout"), default=defaults.TIMEOUT_SECONDS,
+                     help=f"seconds each TFJob may run (default {defaults.TIMEOUT_SECONDS})")
+    run.set_defaults(handler=cmd_run)
+
+    compile_ = commands.add_parser("compile", help="compile the pipeline to KFP IR YAML for a cluster")
+    compile_.add_argument("-o", "--output", type=Path, default=Path("bakeoff.yaml"), help="where to write (default bakeoff.yaml)")
+    pipeline_args(compile_)
+    compile_.set_defaults(handler=cmd_compile)
+
+    models = commands.add_parser("models", help="published models")
+    models_commands = models.add_subparsers(dest="models_command", required=True)
+    listing = models_commands.add_parser("list", help="the published versions of a model, with metrics and lineage")
+    store_args(listing)
+    listing.set_defaults(handler=cmd_models_list)

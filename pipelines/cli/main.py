@@ -1,0 +1,40 @@
+"""The ``bakeoff`` command: its parser, and one error line instead of a traceback."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional, Sequence
+
+from components.errors import ERROR_PREFIX, BakeoffError
+from pipelines.cli.cluster import add_cluster_commands
+from pipelines.cli.local import add_local_commands
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="bakeoff", description="A Kubeflow Pipelines bake-off of CNN variants trained as multi-worker TFJobs.")
+    top.add_argument("--debug", action="store_true", help="show tracebacks")
+    commands = top.add_subparsers(dest="command", required=True)
+    add_local_commands(commands)
+    add_cluster_commands(commands)
+    return top
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    if not args.debug:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # inherited by components and replicas
+    try:
+        return args.handler(args)
+    except BakeoffError as error:
+        if args.debug:
+            raise
+        print(f"{ERROR_PREFIX} {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bakeoff: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
