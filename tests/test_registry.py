@@ -1,13 +1,36 @@
 """Publishing: next integer version, TF-Serving layout, all or nothing."""
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from components.storage import registry
 from components.errors import BakeoffError
-from components.storage import Store
+from components.storage import FolderStore, Store
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A separate process, so that it can really die: publishes once, after "go" on stdin.
+PUBLISHER = """
+import json, os, sys
+from pathlib import Path
+from components.storage import open_store, registry
+
+if sys.argv[5] == "low":
+    os.nice(19)  # leaves the CPU to the test that watches (and kills) this publisher
+store_uri, name, model, manifest = sys.argv[1:5]
+store = open_store(store_uri)
+print("ready", flush=True)
+sys.stdin.readline()
+print(registry.publish(store, name, Path(model), json.loads(manifest)), flush=True)
+"""
 
 
 def model_dir(tmp_path: Path, content: bytes = b"pb") -> Path:
@@ -31,6 +54,102 @@ def test_a_half_written_version_is_never_listed_nor_reused(store: Store, tmp_pat
     store.put_bytes("models/fm/2/saved_model.pb", b"crashed before its manifest")
     assert [m["version"] for m in registry.list_versions(store, "fm")] == [1]
     assert registry.publish(store, "fm", model_dir(tmp_path), {"run_id": "r3"}) == 3
+
+
+def start_publisher(store: FolderStore, model: Path, run_id: str, tmp: Path, priority: str = "normal") -> subprocess.Popen:
+    """A publisher process of model "fm", waiting for "go" once it has said "ready"."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    # Its own TMPDIR: the scratch copy a killed publisher leaves goes away with tmp_path.
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    return subprocess.Popen(
+        [sys.executable, "-c", PUBLISHER, store.uri, "fm", str(model), json.dumps({"run_id": run_id}), priority],
+        cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+
+
+def go(publisher: subprocess.Popen) -> None:
+    assert publisher.stdout.readline() == "ready\n", "the publisher died on start"
+    publisher.stdin.write("go\n")
+    publisher.stdin.flush()
+
+
+def copy_has_begun(versions: Path) -> bool:
+    """Whether some folder below models/fm/ (staging or version) has its first entry."""
+    if not versions.is_dir():
+        return False
+    with os.scandir(versions) as entries:
+        for entry in entries:
+            if entry.is_dir():
+                with os.scandir(entry.path) as inside:
+                    if next(inside, None) is not None:
+                        return True
+    return False
+
+
+def test_a_publisher_killed_midway_leaves_nothing_in_a_folder_store(tmp_path: Path) -> None:
+    """Guards the folder store's publish being all or nothing when the process is SIGKILLed mid-copy."""
+    store = FolderStore(tmp_path / "store")
+    model = model_dir(tmp_path)
+    # A thousand files, so that the copy into the store lasts long enough to be interrupted.
+    for index in range(1000):
+        (model / "variables" / f"variables.data-{index:05d}").write_bytes(bytes(4096))
+    versions = store.root / "models" / "fm"
+    publisher = start_publisher(store, model, "killed", tmp_path / "tmp", priority="low")
+    try:
+        go(publisher)
+        while not copy_has_begun(versions):
+            assert publisher.poll() is None, "the publisher finished before it could be killed"
+            time.sleep(0.001)
+        publisher.send_signal(signal.SIGKILL)
+    finally:
+        publisher.kill()
+        publisher.communicate()
+    assert publisher.returncode == -signal.SIGKILL
+    assert registry.list_versions(store, "fm") == []
+    assert store.list("models/fm") == []
+    assert store.list("") == []  # the hidden staging folder is never listed
+    assert not list(versions.glob("[!.]*/manifest.json"))
+    # The kill landed mid-copy: its staging folder is what was left.
+    assert [path.name for path in versions.iterdir() if path.name.startswith(".staging-")]
+
+    assert registry.publish(store, "fm", model_dir(tmp_path / "next", b"after"), {"run_id": "next"}) == 1
+    assert [(m["version"], m["run_id"]) for m in registry.list_versions(store, "fm")] == [(1, "next")]
+    assert store.get_bytes("models/fm/1/saved_model.pb") == b"after"
+    assert store.list("models/fm/1") == ["models/fm/1/manifest.json", "models/fm/1/saved_model.pb", "models/fm/1/variables/variables.index"]
+
+
+def test_concurrent_publishers_each_get_their_own_version(tmp_path: Path) -> None:
+    """Guards 8 processes publishing one model at once into a folder store: 8 complete versions, none overwritten."""
+    store = FolderStore(tmp_path / "store")
+    run_ids = [f"run-{index}" for index in range(8)]
+    publishers = []
+    try:
+        for run_id in run_ids:
+            model = model_dir(tmp_path / run_id, run_id.encode())
+            # Some bulk, so that each copy overlaps the others' choice of a version number.
+            for index in range(50):
+                (model / "variables" / f"variables.data-{index:05d}").write_bytes(run_id.encode() * 512)
+            publishers.append(start_publisher(store, model, run_id, tmp_path / "tmp"))
+        # All are ready before any goes, so that they race for the same numbers.
+        for publisher in publishers:
+            assert publisher.stdout.readline() == "ready\n", "a publisher died on start"
+        for publisher in publishers:
+            publisher.stdin.write("go\n")
+            publisher.stdin.flush()
+        outcomes = [publisher.communicate(timeout=300) for publisher in publishers]
+    finally:
+        for publisher in publishers:
+            publisher.kill()
+            publisher.communicate()
+    assert [publisher.returncode for publisher in publishers] == [0] * 8
+    got = {run_id: int(stdout) for run_id, (stdout, _) in zip(run_ids, outcomes)}
+    assert sorted(got.values()) == list(range(1, 9))
+    manifests = registry.list_versions(store, "fm")
+    assert {m["run_id"]: m["version"] for m in manifests} == got
+    for run_id, version in got.items():
+        assert store.get_bytes(f"models/fm/{version}/saved_model.pb") == run_id.encode()
+        assert store.get_bytes(f"models/fm/{version}/variables/variables.data-00049") == run_id.encode() * 512
+        assert len(store.list(f"models/fm/{version}")) == 53
 
 
 class CrashingStore:

@@ -19,6 +19,27 @@ def test_round_trip_of_bytes_and_listing(store: Store) -> None:
     assert not store.exists("a/b/missing.txt")
 
 
+# Keys chosen so that a directory walk and a string sort could disagree
+# ("b.txt" sorts before "b/"), and so that "a" is a string prefix of "ab/".
+LISTED_KEYS = ["a/b.txt", "a/b/one.txt", "a/two.bin", "ab/three.txt", "top.txt"]
+
+
+@pytest.mark.parametrize("prefix", ["", "a", "a/", "a/b", "a/b/", "missing", "missing/"])
+def test_listing_is_the_same_on_every_store(store: Store, prefix: str) -> None:
+    """Guards list(prefix) giving the same keys, in the same order, on the folder and the S3 store."""
+    for key in LISTED_KEYS:
+        store.put_bytes(key, key.encode())
+    # One spelled-out answer for both parametrizations: the stores agree
+    # with each other, and cannot pass by sharing one mistake.
+    expected = {
+        "": LISTED_KEYS,
+        "a": ["a/b.txt", "a/b/one.txt", "a/two.bin"],
+        "a/b": ["a/b/one.txt"],
+        "missing": [],
+    }[prefix.rstrip("/")]
+    assert store.list(prefix) == expected
+
+
 def test_missing_key_is_a_clear_error(store: Store) -> None:
     with pytest.raises(BakeoffError, match=r"does not exist: check the store URI"):
         store.get_bytes("nope/never.txt")

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 from components.errors import BakeoffError
-from components.storage.store import Store, files_below
+from components.storage.store import Store
 
 
 class FolderStore(Store):
@@ -45,13 +45,18 @@ class FolderStore(Store):
 
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix)
-        if not base.is_dir():
+        if not base.is_dir() or any(part.startswith(".") for part in base.relative_to(self.root).parts):
             return []
-        return [
-            path.relative_to(self.root).as_posix()
-            for path in files_below(base)
-            if not any(part.startswith(".") for part in path.relative_to(self.root).parts)
-        ]
+        keys = []
+        # Hidden entries are other writers' work in flight (staging folders,
+        # partial files): never entered, as a staging folder renamed into
+        # place mid-walk would make the walk fail.
+        for folder, dirs, files in os.walk(base, onerror=_raise_unless_gone):
+            dirs[:] = [name for name in dirs if not name.startswith(".")]
+            relative = Path(folder).relative_to(self.root)
+            keys.extend((relative / name).as_posix() for name in files if not name.startswith("."))
+        # Sorted as strings, as S3 lists keys ("a/b.txt" before "a/b/c").
+        return sorted(keys)
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
@@ -70,3 +75,9 @@ class FolderStore(Store):
             if target.exists():
                 raise FileExistsError(prefix) from None
             raise
+
+
+def _raise_unless_gone(error: OSError) -> None:
+    """os.walk's error hook: a folder removed while listing is simply not listed."""
+    if not isinstance(error, FileNotFoundError):
+        raise error

@@ -81,7 +81,10 @@ class S3Store(Store):
 
     def list(self, prefix: str) -> list[str]:
         start = len(self.prefix) + 1 if self.prefix else 0
-        objects = self.client.list_objects(self.bucket, prefix=self._object(prefix.rstrip("/") + "/"), recursive=True)
+        # A prefix names a folder, as in the folder store: "a" must not match
+        # "ab/...", and "" (the whole store) must not become "<prefix>//".
+        folder = "/".join(part for part in (self.prefix, prefix.strip("/")) if part)
+        objects = self.client.list_objects(self.bucket, prefix=f"{folder}/" if folder else "", recursive=True)
         return sorted(obj.object_name[start:] for obj in objects)
 
     def exists(self, key: str) -> bool:
