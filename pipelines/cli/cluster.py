@@ -6,16 +6,16 @@ import sys
 from pathlib import Path
 
 from components.errors import BakeoffError
-from pipelines import kfp_api
 from pipelines.cli.flags import compile_settings, pipeline_args
+from pipelines.kfp_client import connection, endpoint, packages, parameters, runs, schedules, triggers, uploads
 
 
 def _connection_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection to the KFP API")
     group.add_argument("--host", metavar="URL",
-                       help=f"KFP API address, e.g. http://localhost:8080 after `kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` (or ${kfp_api.HOST_ENV})")
+                       help=f"KFP API address, e.g. http://localhost:8080 after `kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` (or ${endpoint.HOST_ENV})")
     group.add_argument("--namespace", help="your profile's namespace on a multi-user KFP (default: the pod's own, in a cluster)")
-    group.add_argument("--token", help=f"bearer token; better ${kfp_api.TOKEN_ENV} or the file ${kfp_api.TOKEN_FILE_ENV} names, "
+    group.add_argument("--token", help=f"bearer token; better ${endpoint.TOKEN_ENV} or the file ${endpoint.TOKEN_FILE_ENV} names, "
                                        "since a flag shows in `ps` (precedence: --token, the file, the variable)")
     group.add_argument("--cookies", metavar="COOKIES",
                        help="Cookie header of a logged-in browser session, for Dex/oauth2-proxy installs, e.g. 'authservice_session=...'")
@@ -30,14 +30,14 @@ def _param_args(parser: argparse.ArgumentParser) -> None:
                              "(e.g. shards=4, metric=val_loss, max_train_examples=2048)")
 
 
-def _target(args: argparse.Namespace) -> kfp_api.Target:
+def _target(args: argparse.Namespace) -> endpoint.Target:
     """The connection settings, checked here so that a bad one fails before anything else happens."""
     if args.insecure and args.ca_cert:
         raise BakeoffError("--insecure and --ca-cert are both given: verify with --ca-cert, or skip verification with --insecure")
-    return kfp_api.Target(
-        host=kfp_api.normalize_host(args.host),
+    return endpoint.Target(
+        host=endpoint.normalize_host(args.host),
         namespace=args.namespace or None,
-        token=kfp_api.resolve_token(args.token),
+        token=endpoint.resolve_token(args.token),
         cookies=args.cookies or None,
         verify_tls=not args.insecure,
         ca_cert=args.ca_cert,
@@ -56,10 +56,10 @@ def cmd_upload(args: argparse.Namespace) -> int:
     _names(args, "--name", "--version")
     target = _target(args)
     settings = compile_settings(args)
-    with kfp_api.compiled(settings) as (package, spec):
+    with packages.compiled(settings) as (package, spec):
         name = args.name if args.name is not None else spec["pipelineInfo"]["name"]
-        api = kfp_api.connect(target, need_namespace=False)
-        uploaded = kfp_api.upload(api, package, name, args.version)
+        api = connection.connect(target, need_namespace=False)
+        uploaded = uploads.upload(api, package, name, args.version)
     ids = f"pipeline {uploaded.pipeline_name!r} (id {uploaded.pipeline_id})"
     version = f"version {uploaded.version_name!r} (id {uploaded.version_id})"
     print(f"created {ids} with {version}" if uploaded.new_pipeline else f"added {version} to {ids}")
@@ -71,16 +71,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
     _names(args, "--name", "--experiment")
     target = _target(args)
     settings = compile_settings(args)
-    with kfp_api.compiled(settings) as (package, spec):
-        params = kfp_api.parse_params(args.param, kfp_api.pipeline_parameters(spec))
-        api = kfp_api.connect(target)
-        run_name = args.name or kfp_api.default_run_name(spec["pipelineInfo"]["name"])
-        submitted = kfp_api.submit(api, package, args.experiment, params, run_name)
+    with packages.compiled(settings) as (package, spec):
+        params = parameters.parse_params(args.param, parameters.pipeline_parameters(spec))
+        api = connection.connect(target)
+        run_name = args.name or runs.default_run_name(spec["pipelineInfo"]["name"])
+        submitted = runs.submit(api, package, args.experiment, params, run_name)
     print(f"submitted run {submitted.run_id} ({submitted.name!r}) to experiment {args.experiment!r}")
     print(submitted.url, flush=True)
     if not args.wait:
         return 0
-    run = kfp_api.wait_for_run(api, submitted.run_id, report=lambda state: print(f"run {submitted.run_id}: {state}", file=sys.stderr, flush=True))
+    run = runs.wait_for_run(api, submitted.run_id, report=lambda state: print(f"run {submitted.run_id}: {state}", file=sys.stderr, flush=True))
     if run.state == "SUCCEEDED":
         print(f"run {submitted.run_id} succeeded")
         return 0
@@ -91,15 +91,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_schedule(args: argparse.Namespace) -> int:
     _names(args, "--name", "--experiment")
     target = _target(args)
-    trigger = kfp_api.make_trigger(args.cron, args.every, args.start, args.end)
-    max_concurrency = kfp_api.check_max_concurrency(args.max_concurrency)
+    trigger = triggers.make_trigger(args.cron, args.every, args.start, args.end)
+    max_concurrency = schedules.check_max_concurrency(args.max_concurrency)
     settings = compile_settings(args)
-    with kfp_api.compiled(settings) as (package, spec):
-        params = kfp_api.parse_params(args.param, kfp_api.pipeline_parameters(spec))
-        api = kfp_api.connect(target)
+    with packages.compiled(settings) as (package, spec):
+        params = parameters.parse_params(args.param, parameters.pipeline_parameters(spec))
+        api = connection.connect(target)
         name = args.name or f"{spec['pipelineInfo']['name']} {trigger.describe()}"
-        scheduled = kfp_api.schedule(api, package, args.experiment, trigger, params, name,
-                                     max_concurrency=max_concurrency, no_catchup=args.no_catchup)
+        scheduled = schedules.schedule(api, package, args.experiment, trigger, params, name,
+                                       max_concurrency=max_concurrency, no_catchup=args.no_catchup)
     window = "".join(f", {word} {moment}" for word, moment in (("from", trigger.start), ("until", trigger.end)) if moment)
     catchup = ", no catch-up" if args.no_catchup else ""
     print(f"created recurring run {scheduled.recurring_run_id} ({name!r}: {trigger.describe()}{window}, "
@@ -109,8 +109,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_schedules_list(args: argparse.Namespace) -> int:
-    api = kfp_api.connect(_target(args))
-    found = kfp_api.list_schedules(api)
+    api = connection.connect(_target(args))
+    found = schedules.list_schedules(api)
     if not found:
         where = f" in namespace {api.namespace!r}" if api.namespace else ""
         print(f"no recurring runs on {api.host}{where}")
@@ -118,13 +118,13 @@ def cmd_schedules_list(args: argparse.Namespace) -> int:
     print(f"{'id':<38}{'status':<10}{'trigger':<26}{'max':>4}  name")
     for run in found:
         status = (run.status or "-").lower()
-        print(f"{run.recurring_run_id:<38}{status:<10}{kfp_api.describe_trigger(run.trigger):<26}{run.max_concurrency or '-':>4}  {run.display_name}")
+        print(f"{run.recurring_run_id:<38}{status:<10}{triggers.describe_trigger(run.trigger):<26}{run.max_concurrency or '-':>4}  {run.display_name}")
     return 0
 
 
 def cmd_schedules_change(args: argparse.Namespace) -> int:
-    api = kfp_api.connect(_target(args), need_namespace=False)  # the id is enough; the server checks its namespace
-    done = kfp_api.change_schedule(api, args.schedules_command, args.id)
+    api = connection.connect(_target(args), need_namespace=False)  # the id is enough; the server checks its namespace
+    done = schedules.change_schedule(api, args.schedules_command, args.id)
     print(f"{done} recurring run {args.id}")
     return 0
 
@@ -153,7 +153,7 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     schedule.add_argument("--name", help="recurring run name (default: bakeoff and the trigger)")
     _param_args(schedule)
     schedule.add_argument("--max-concurrency", type=int, default=1, metavar="N",
-                          help=f"runs at once, 1-{kfp_api.MAX_CONCURRENCY} (default 1)")
+                          help=f"runs at once, 1-{schedules.MAX_CONCURRENCY} (default 1)")
     schedule.add_argument("--no-catchup", action="store_true", help="after a pause, start only the latest missed run instead of every one")
     schedule.add_argument("--start", metavar="ISO", help="first time it may run, ISO 8601 (UTC without an offset)")
     schedule.add_argument("--end", metavar="ISO", help="last time it may run, ISO 8601 (UTC without an offset)")
@@ -161,8 +161,8 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     _connection_args(schedule)
     schedule.set_defaults(handler=cmd_schedule)
 
-    schedules = commands.add_parser("schedules", help="list, enable, disable or delete recurring runs on KFP")
-    actions = schedules.add_subparsers(dest="schedules_command", required=True)
+    recurring = commands.add_parser("schedules", help="list, enable, disable or delete recurring runs on KFP")
+    actions = recurring.add_subparsers(dest="schedules_command", required=True)
     listing = actions.add_parser("list", help="the recurring runs, newest first")
     _connection_args(listing)
     listing.set_defaults(handler=cmd_schedules_list)

@@ -19,8 +19,10 @@ import pytest
 import yaml
 
 from components.errors import BakeoffError
-from pipelines import kfp_api
 from pipelines.cli.main import main
+from pipelines.kfp_client import connection, endpoint, runs
+from pipelines.kfp_client.parameters import parse_params, pipeline_parameters
+from pipelines.kfp_client.triggers import validate_cron
 from tests.conftest import free_port
 from tests.fake_kfp_api import SPEC_PATH, FakeKfpApi
 
@@ -47,13 +49,13 @@ class Result:
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No token, address or kfp context from the machine running the tests; no pod namespace file."""
-    for name in (kfp_api.HOST_ENV, kfp_api.TOKEN_ENV, kfp_api.TOKEN_FILE_ENV, "KF_PIPELINES_UI_ENDPOINT"):
+    for name in (endpoint.HOST_ENV, endpoint.TOKEN_ENV, endpoint.TOKEN_FILE_ENV, "KF_PIPELINES_UI_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
     from kfp.client import client
 
     monkeypatch.setattr(client.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
-    monkeypatch.setattr(kfp_api, "POD_NAMESPACE_FILE", tmp_path / "no-pod-namespace")
-    monkeypatch.setattr(kfp_api, "POLL_SECONDS", 0.01)
+    monkeypatch.setattr(connection, "POD_NAMESPACE_FILE", tmp_path / "no-pod-namespace")
+    monkeypatch.setattr(runs, "POLL_SECONDS", 0.01)
 
 
 @pytest.fixture
@@ -81,7 +83,7 @@ def parameters() -> str:
     from pipelines.pipeline import Cluster
 
     spec = next(iter(yaml.safe_load_all(compiled_text(cluster=Cluster()))))
-    return ", ".join(sorted(kfp_api.pipeline_parameters(spec)))
+    return ", ".join(sorted(pipeline_parameters(spec)))
 
 
 def only(mapping: dict) -> dict:
@@ -263,6 +265,9 @@ LOCAL_ERRORS = {
                           "--param variants='{\"name\": \"x\"}': variants takes a JSON list (LIST): write e.g. --param variants='[1, 2]'"),
     "param without value": (["submit", "--param", "shards"], "--param 'shards' is not KEY=VALUE: write e.g. --param shards=4"),
     "param twice": (["submit", "--param", "shards=4", "--param", "shards=5"], "--param 'shards' is given twice: give each parameter once"),
+    "direction, now the metric's": (["submit", "--param", "direction=min"],
+                                    "--param direction: the metric sets its own direction (val_accuracy: max, val_loss: min); drop --param direction"),
+    "unknown metric": (["schedule", "--every", "1d", "--param", "metric=bogus"], "unknown selection metric 'bogus': use one of val_accuracy, val_loss"),
     "insecure and ca-cert": (["upload", "--insecure", "--ca-cert", "ca.pem"],
                              "--insecure and --ca-cert are both given: verify with --ca-cert, or skip verification with --insecure"),
     "empty token": (["submit", "--token", " "], "--token is empty: pass the token itself, or leave --token out and set KF_PIPELINES_TOKEN"),
@@ -463,18 +468,18 @@ def test_tls_verification_ca_cert_and_insecure(certificate: tuple[Path, Path], b
 
 def test_parameter_types_the_pipeline_does_not_use_yet() -> None:
     types = {"rate": "NUMBER_DOUBLE", "fast": "BOOLEAN", "extra": "STRUCT", "tags": "LIST", "note": "STRING"}
-    values = kfp_api.parse_params(["rate=0.25", "fast=True", 'extra={"a": [1]}', "tags=[]", "note=a=b"], types)
+    values = parse_params(["rate=0.25", "fast=True", 'extra={"a": [1]}', "tags=[]", "note=a=b"], types)
     assert values == {"rate": 0.25, "fast": True, "extra": {"a": [1]}, "tags": [], "note": "a=b"}
     with pytest.raises(BakeoffError, match=r"^--param fast='yes': fast takes true or false \(BOOLEAN\): write e.g. --param fast=true$"):
-        kfp_api.parse_params(["fast=yes"], types)
+        parse_params(["fast=yes"], types)
     with pytest.raises(BakeoffError, match=r"^--param rate='nan': rate takes a number \(NUMBER_DOUBLE\)"):
-        kfp_api.parse_params(["rate=nan"], types)
+        parse_params(["rate=nan"], types)
 
 
 @pytest.mark.parametrize("cron", ["0 0 3 * * *", "*/15 * * * * ?", "0 0 9 ? * 2-6", "0 0,30 8-18/2 1 JAN-MAR sun", "@daily"])
 def test_valid_crons_pass(cron: str) -> None:
     expected = cron.lower() if cron.startswith("@") else cron
-    assert kfp_api.validate_cron(cron) == expected
+    assert validate_cron(cron) == expected
 
 
 def test_the_fake_rejects_what_kfp_would(fake: FakeKfpApi) -> None:

@@ -1,0 +1,103 @@
+"""Failures of the KFP API or of the network on the way, each turned into one line that says what to do."""
+from __future__ import annotations
+
+import contextlib
+import json
+import ssl
+from typing import Any, Iterator, Optional
+
+from components.errors import BakeoffError
+from pipelines.kfp_client.endpoint import CONNECT_TIMEOUT_S, CREDENTIALS_HINT, READ_TIMEOUT_S, REACH_HINT, Target
+
+
+def server_message(body: Any) -> str:
+    """The one-line reason inside an error body (grpc-gateway's ``message`` or the upload server's ``error_message``)."""
+    try:
+        document = json.loads(body)
+    except (TypeError, ValueError):
+        return ""
+    if not isinstance(document, dict):
+        return ""
+    message = str(document.get("message") or document.get("error_message") or document.get("error") or "")
+    message = " ".join(message.split())
+    return message if len(message) <= 300 else message[:297] + "..."
+
+
+def _network_reason(error: BaseException) -> str:
+    import urllib3.exceptions as e
+
+    if isinstance(error, e.MaxRetryError) and error.reason is not None:
+        error = error.reason
+    if isinstance(error, e.NameResolutionError):
+        return "unknown host name"
+    if isinstance(error, e.NewConnectionError):
+        cause = error.__cause__ or error.__context__
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror.lower()
+        return "no connection"
+    if isinstance(error, e.ConnectTimeoutError):
+        return f"no connection within {CONNECT_TIMEOUT_S:g} s"
+    if isinstance(error, e.ReadTimeoutError):
+        return f"no answer within {READ_TIMEOUT_S:g} s"
+    if isinstance(error, e.ProtocolError):
+        return "the connection broke off"
+    return type(error).__name__
+
+
+def tls_reason(error: BaseException) -> str:
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen.verify_message or "certificate not trusted"
+        seen = seen.__cause__ or seen.__context__ or getattr(seen, "reason", None)
+        if not isinstance(seen, BaseException):
+            break
+    return "handshake failed"
+
+
+def unreachable(host: str, error: BaseException) -> BakeoffError:
+    return BakeoffError(f"cannot reach the KFP API at {host} ({_network_reason(error)}): check --host and that the API is reachable from here, {REACH_HINT}")
+
+
+def tls_failed(host: str, reason: str) -> BakeoffError:
+    return BakeoffError(f"TLS to {host} failed ({reason}): pass --ca-cert FILE with the CA that signed its certificate, or --insecure")
+
+
+def refused(target: Target, status: int, message: str) -> BakeoffError:
+    """401 and 403, wherever they come from: a proxy in front of KFP or KFP's own authorization."""
+    detail = f"HTTP {status}: {message}" if message else f"HTTP {status}"
+    if status == 401 and not target.has_credentials:
+        return BakeoffError(f"the KFP API at {target.host} requires credentials ({detail}): {CREDENTIALS_HINT}")
+    if status == 401:
+        return BakeoffError(f"the KFP API at {target.host} rejected the credentials ({detail}): pass a fresh token or fresh --cookies")
+    where = f"namespace {target.namespace!r}" if target.namespace else "this namespace"
+    return BakeoffError(f"the KFP API at {target.host} denied access ({detail}): use credentials allowed in {where}, or pass --namespace with a profile you belong to")
+
+
+@contextlib.contextmanager
+def translated(target: Target, doing: str, not_found: Optional[str] = None) -> Iterator[None]:
+    """Turns what kfp, kfp_server_api and urllib3 raise while ``doing`` something into one BakeoffError line."""
+    import kfp_server_api
+    import urllib3
+
+    try:
+        yield
+    except kfp_server_api.ApiException as error:
+        status, message = error.status or 0, server_message(error.body)
+        if status == 0:  # kfp_server_api's way of saying TLS failed
+            raise tls_failed(target.host, tls_reason(error)) from None
+        if status in (401, 403):
+            raise refused(target, status, message) from None
+        if status == 404 and not_found:
+            raise BakeoffError(not_found) from None
+        detail = f"HTTP {status}: {message}" if message else f"HTTP {status}"
+        raise BakeoffError(f"the KFP API at {target.host} refused to {doing} ({detail}): "
+                           f"check the request, or the API server's log (`kubectl -n kubeflow logs deploy/ml-pipeline`)") from None
+    except urllib3.exceptions.SSLError as error:
+        raise tls_failed(target.host, tls_reason(error)) from None
+    except urllib3.exceptions.HTTPError as error:
+        raise unreachable(target.host, error) from None
+    except TimeoutError:  # kfp.Client's healthz gave up after its retries
+        raise BakeoffError(f"the KFP API at {target.host} stopped answering: try again, or check the ml-pipeline deployment") from None
+    except ValueError as error:  # kfp's own checks, e.g. two experiments of one name
+        raise BakeoffError(f"cannot {doing} ({error}): resolve it on {target.host}, e.g. in its UI") from None

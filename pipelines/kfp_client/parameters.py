@@ -1,0 +1,80 @@
+"""The pipeline's input parameters, and --param KEY=VALUE checked and typed against them before anything is sent."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+from components.errors import BakeoffError
+from components.selection.ranking import METRICS, direction
+
+PARAMETER_KINDS = {
+    "STRING": ("text", "hello"),
+    "NUMBER_INTEGER": ("a whole number", "8"),
+    "NUMBER_DOUBLE": ("a number", "0.5"),
+    "BOOLEAN": ("true or false", "true"),
+    "LIST": ("a JSON list", "'[1, 2]'"),
+    "STRUCT": ("a JSON object", "'{\"key\": 1}'"),
+}
+# parameters the pipeline dropped: an old command line is told what replaced them, not just "no such parameter"
+RETIRED = {
+    "direction": f"the metric sets its own direction ({', '.join(f'{m}: {d}' for m, d in METRICS.items())}); drop --param direction",
+}
+# values the pipeline's steps would refuse only after the cluster started: the step's own check runs here first
+VALUE_CHECKS: dict[str, Callable[[Any], object]] = {"metric": direction}
+
+
+def pipeline_parameters(spec: Mapping) -> dict[str, str]:
+    """Input parameter name → KFP parameterType, from the IR's root.inputDefinitions."""
+    parameters = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+    return {name: definition.get("parameterType", "STRING") for name, definition in parameters.items()}
+
+
+def _convert(kind: str, text: str) -> Any:
+    """--param text as the JSON value the parameter type takes; ValueError when it does not fit."""
+    if kind == "NUMBER_INTEGER":
+        if not re.fullmatch(r"[+-]?\d+", text.strip()):
+            raise ValueError
+        return int(text)
+    if kind == "NUMBER_DOUBLE":
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError
+        return value
+    if kind == "BOOLEAN":
+        lowered = text.strip().lower()
+        if lowered not in ("true", "false"):
+            raise ValueError
+        return lowered == "true"
+    if kind in ("LIST", "STRUCT"):
+        value = json.loads(text)
+        if not isinstance(value, list if kind == "LIST" else dict):
+            raise ValueError
+        return value
+    return text
+
+
+def parse_params(pairs: Sequence[str], parameters: Mapping[str, str]) -> dict[str, Any]:
+    """KEY=VALUE pairs checked against the pipeline's inputs and typed as the IR says, before anything is sent."""
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, equals, text = pair.partition("=")
+        key = key.strip()
+        if not equals or not key:
+            raise BakeoffError(f"--param {pair!r} is not KEY=VALUE: write e.g. --param shards=4")
+        if key in RETIRED and key not in parameters:
+            raise BakeoffError(f"--param {key}: {RETIRED[key]}")
+        if key not in parameters:
+            raise BakeoffError(f"--param {key!r}: the pipeline has no such parameter: use one of {', '.join(sorted(parameters))}")
+        if key in values:
+            raise BakeoffError(f"--param {key!r} is given twice: give each parameter once")
+        kind = parameters[key]
+        description, example = PARAMETER_KINDS.get(kind, ("text", "hello"))
+        try:
+            values[key] = _convert(kind, text)
+        except ValueError:
+            raise BakeoffError(f"--param {key}={text!r}: {key} takes {description} ({kind}): write e.g. --param {key}={example}") from None
+        if key in VALUE_CHECKS:
+            VALUE_CHECKS[key](values[key])
+    return values
