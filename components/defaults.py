@@ -25,5 +25,5 @@ LOG_TAIL = 20  # lines of a failed replica's log repeated in the error
 LOCAL_STORE = "./bakeoff-store"
 WORK_DIR = Path(".bakeoff")  # kfp.local's outputs and cache
 IMAGE = "ghcr.io/bakeoff/bakeoff:0.1.0"  # built from images/Dockerfile; the Makefile reads this line
-CLUSTER_STORE = "s3://mlpipeline/bakeoff"
-CLUSTER_S3_ENDPOINT = "minio-service.kubeflow:9000"
+CLUSTER_STORE = "s3://mlpipeline/private/{namespace}/bakeoff"  # writable by a profile's keys on multi-user Kubeflow
+CLUSTER_S3_ENDPOINT = "seaweedfs.kubeflow:9000"  # KFP >= 2.16; a run-time parameter for older ones

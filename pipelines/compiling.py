@@ -1,11 +1,16 @@
 """Compiling the pipeline to KFP IR YAML for a cluster (the file the UI's "Upload pipeline" takes)."""
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from components import defaults
+from components.errors import BakeoffError
 from components.spec import load_variants
+from pipelines import conformance
 from pipelines.pipeline import Cluster, build_pipeline
 
 COMPILED = Path(__file__).resolve().parent / "bakeoff.yaml"
@@ -18,13 +23,31 @@ def compile_pipeline(
     parallelism: int = defaults.CLUSTER_PARALLELISM,
     cluster: Cluster = Cluster(),
 ) -> Path:
-    """Writes the IR YAML of the pipeline built for ``cluster``; the config's variants become the default."""
+    """Writes the IR YAML of the pipeline built for ``cluster``; the config's variants become the default.
+
+    The file appears only once every supported KFP backend would accept it.
+    """
     from kfp import compiler
 
     variants = [variant.to_dict() for variant in load_variants(config)]
     pipeline = build_pipeline(parallelism=parallelism, variants=variants, image=image, cluster=cluster)
-    compiler.Compiler().compile(pipeline, str(output))
+    partial = output.with_name(f".{output.stem}.partial.yaml")
+    try:
+        compiler.Compiler().compile(pipeline, str(partial))
+        check_backends(partial.read_text())
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
     return output
+
+
+def check_backends(ir_yaml: str) -> None:
+    """Refuses IR that a supported KFP backend's driver would reject, naming the first problem."""
+    spec = next(yaml.safe_load_all(ir_yaml))
+    for version in conformance.SUPPORTED:
+        found = conformance.violations(spec, conformance.BACKENDS[version])
+        if found:
+            raise BakeoffError(f"the compiled pipeline would fail on KFP {version} ({found[0]}): fix the pipeline or the config")
 
 
 def compiled_text(**settings) -> str:

@@ -1,4 +1,4 @@
-"""The bake-off pipeline: ingest → ParallelFor(train as TFJob) → Collected → select and publish."""
+"""The bake-off pipeline: ingest → train-variants (ParallelFor of TFJobs) → select and publish."""
 import dataclasses
 from typing import Optional
 
@@ -10,17 +10,17 @@ from components.steps.factory import as_component
 from components.steps.ingest import ingest
 from components.steps.select import select
 from components.steps.train import train
-from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV
+from components.storage import S3_INSECURE_ENV
 from components.training.tfjob import STORE_SECRET, STORE_SECRET_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
 class Cluster:
-    """How the compiled pipeline reaches the cluster's object store (KFP's MinIO/SeaweedFS by default)."""
+    """The compiled pipeline's defaults for the cluster's object store; store and endpoint stay run-time parameters."""
 
     store: str = defaults.CLUSTER_STORE
     s3_endpoint: str = defaults.CLUSTER_S3_ENDPOINT
-    s3_insecure: bool = True
+    s3_insecure: bool = True  # KFP's in-cluster store speaks plain HTTP
     secret: str = STORE_SECRET
 
 
@@ -34,9 +34,12 @@ def build_pipeline(
 
     A factory because KFP fixes ``parallelism`` and the image at compile time.
     Each train task is told ``parallelism`` so that local replicas divide the
-    machine's cores among all running jobs. For a cluster every task gets
-    the store endpoint as plain variables and the keys from the store
-    secret through kfp-kubernetes, never as parameters.
+    machine's cores among all running jobs. For a cluster every task gets the
+    store keys from the store secret through kfp-kubernetes, never as parameters.
+
+    The fan-in is a sub-pipeline that select waits for, and select reads the
+    candidates back from the store: it runs on every supported backend, where
+    ``dsl.Collected`` needs KFP 2.14 (README, "On Kubeflow").
     """
     if variants is None:
         variants = [variant.to_dict() for variant in load_variants(defaults.CONFIG)]
@@ -47,15 +50,40 @@ def build_pipeline(
             from kfp import kubernetes
 
             kubernetes.use_secret_as_env(task, secret_name=cluster.secret, secret_key_to_env=STORE_SECRET_KEYS)
-            task.set_env_variable(S3_ENDPOINT_ENV, cluster.s3_endpoint)
             if cluster.s3_insecure:
                 task.set_env_variable(S3_INSECURE_ENV, "1")
         return task
 
+    @dsl.pipeline(name="train-variants", description="One multi-worker TFJob per variant.")
+    def train_variants(
+        variants: list[dict],
+        data: dsl.Input[dsl.Dataset],
+        store: str,
+        s3_endpoint: str,
+        max_train_examples: int,
+        timeout_seconds: int,
+        backend: str,
+    ):
+        with dsl.ParallelFor(variants, parallelism=parallelism) as variant:
+            trained = on_cluster(train_op(
+                variant=variant,
+                data=data,
+                store=store,
+                s3_endpoint=s3_endpoint,
+                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                image=image,
+                max_train_examples=max_train_examples,
+                concurrent_jobs=parallelism,
+                timeout_seconds=timeout_seconds,
+                backend=backend,
+            ))
+            trained.set_caching_options(False)
+
     @dsl.pipeline(name="bakeoff", description="Trains CNN variants as multi-worker TFJobs and publishes the best.")
     def bakeoff(
         store: str = cluster.store if cluster else "",
-        variants: list = variants,
+        s3_endpoint: str = cluster.s3_endpoint if cluster else "",
+        variants: list[dict] = variants,
         model_name: str = defaults.MODEL_NAME,
         source: str = defaults.SOURCE,
         source_digest: str = "",
@@ -68,27 +96,24 @@ def build_pipeline(
     ) -> str:
         data = on_cluster(ingest_op(source=source, source_digest=source_digest, validation_size=validation_size,
                                     shards=shards, seed=defaults.SEED))
-        with dsl.ParallelFor(variants, parallelism=parallelism) as variant:
-            trained = on_cluster(train_op(
-                variant=variant,
-                data=data.outputs["data"],
-                store=store,
-                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                image=image,
-                max_train_examples=max_train_examples,
-                concurrent_jobs=parallelism,
-                timeout_seconds=timeout_seconds,
-                backend=backend,
-            ))
-            trained.set_caching_options(False)
-        selected = on_cluster(select_op(
-            candidates=dsl.Collected(trained.output),
+        trained = train_variants(
+            variants=variants,
             data=data.outputs["data"],
             store=store,
+            s3_endpoint=s3_endpoint,
+            max_train_examples=max_train_examples,
+            timeout_seconds=timeout_seconds,
+            backend=backend,
+        )
+        selected = on_cluster(select_op(
+            variants=variants,
+            data=data.outputs["data"],
+            store=store,
+            s3_endpoint=s3_endpoint,
             model_name=model_name,
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             metric=metric,
-        ))
+        ).after(trained))
         selected.set_caching_options(False)
         return selected.output
 

@@ -30,14 +30,17 @@ def test_committed_pipeline_is_current(tmp_path: Path) -> None:
     assert documents(fresh) == documents(COMPILED), "pipelines/bakeoff.yaml is stale: run `make compile`"
 
 
-def test_fan_out_with_parallelism_and_collected_fan_in(compiled: Path) -> None:
+def test_fan_out_with_parallelism_and_a_fan_in_every_supported_backend_runs(compiled: Path) -> None:
+    """Select waits for the train-variants sub-pipeline and gets the variants list, not a dsl.Collected output (KFP >= 2.14 only)."""
     ir, _ = documents(compiled)
     tasks = ir["root"]["dag"]["tasks"]
-    loop = tasks["for-loop-1"]
+    loop = ir["components"]["comp-train-variants"]["dag"]["tasks"]["for-loop-1"]
     assert loop["iteratorPolicy"] == {"parallelismLimit": 2}
     assert loop["parameterIterator"]["items"] == {"inputParameter": "pipelinechannel--variants"}
-    candidates = tasks["select"]["inputs"]["parameters"]["candidates"]
-    assert candidates == {"taskOutputParameter": {"outputParameterKey": "pipelinechannel--train-Output", "producerTask": "for-loop-1"}}
+    assert "train-variants" in tasks["select"]["dependentTasks"]
+    assert tasks["select"]["inputs"]["parameters"]["variants"] == {"componentInputParameter": "variants"}
+    assert ir["components"]["comp-for-loop-1"]["inputDefinitions"]["parameters"]["pipelinechannel--variants-loop-item"] == {
+        "parameterType": "STRUCT"}, "a STRING item reaches train's STRUCT input as text and the driver rejects it"
     defaults = [v["name"] for v in ir["root"]["inputDefinitions"]["parameters"]["variants"]["defaultValue"]]
     assert defaults == ["cnn", "dropout", "batch_norm"]
 
@@ -61,8 +64,19 @@ def test_store_credentials_come_from_the_secret_only(compiled: Path) -> None:
         assert secret["secretName"] == "mlpipeline-minio-artifact"
         assert {m["secretKey"]: m["envVar"] for m in secret["keyToEnv"]} == {"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"}
         env = {e["name"]: e["value"] for e in ir["deploymentSpec"]["executors"][name]["container"]["env"]}
-        assert env == {"BAKEOFF_S3_ENDPOINT": "minio-service.kubeflow:9000", "BAKEOFF_S3_INSECURE": "1"}
+        assert env == {"BAKEOFF_S3_INSECURE": "1"}
     assert "AWS_SECRET_ACCESS_KEY=" not in compiled.read_text()
+
+
+def test_store_and_endpoint_are_run_time_parameters_whose_defaults_fit_kfp_2_16_and_multi_user(compiled: Path) -> None:
+    """A run or schedule can point at another store without recompiling; the defaults work on SeaweedFS and in any profile."""
+    ir, _ = documents(compiled)
+    parameters = ir["root"]["inputDefinitions"]["parameters"]
+    assert parameters["s3_endpoint"]["defaultValue"] == "seaweedfs.kubeflow:9000"
+    assert parameters["store"]["defaultValue"] == "s3://mlpipeline/private/{namespace}/bakeoff"
+    for step in ("train", "select"):
+        declared = ir["components"][f"comp-{step}"]["inputDefinitions"]["parameters"]
+        assert {"store", "s3_endpoint"} <= set(declared)
 
 
 def test_only_ingest_is_cached(compiled: Path) -> None:

@@ -240,7 +240,9 @@ def test_kserve_service_account_reads_the_model_from_the_pipeline_store(rendered
     model_name = defaults.MODEL_NAME
     model = service["spec"]["predictor"]["model"]
     assert service["apiVersion"] == "serving.kserve.io/v1beta1"
-    assert model["storageUri"] == f"{cluster['store']}/{model_prefix(model_name)}" == "s3://mlpipeline/bakeoff/models/fashion-mnist"
+    namespace = service["metadata"]["namespace"]
+    store = cluster["store"].replace("{namespace}", namespace)  # what the pipeline's steps resolve in that namespace
+    assert model["storageUri"] == f"{store}/{model_prefix(model_name)}" == f"s3://mlpipeline/private/{namespace}/bakeoff/models/fashion-mnist"
     assert model["modelFormat"]["name"] == "tensorflow"
 
 

@@ -7,7 +7,7 @@ from components.data import artifact
 from components.errors import BakeoffError
 from components.modeling.evaluation import evaluate
 from components.selection.ranking import direction, rank
-from components.storage import open_store, registry
+from components.storage import open_store, registry, runs
 
 
 def select_winner(
@@ -30,7 +30,7 @@ def select_winner(
     scored = []
     with tempfile.TemporaryDirectory(prefix="bakeoff-select-") as scratch:
         for candidate in candidates:
-            model_dir = store.get_dir(f"{candidate['prefix']}/model", Path(scratch) / candidate["variant"])
+            model_dir = store.get_dir(f"{candidate['prefix']}/{runs.MODEL}", Path(scratch) / candidate["variant"])
             result = evaluate(model_dir, validation.images, validation.labels)
             training = candidate["metrics"]
             scored.append({
@@ -79,3 +79,12 @@ def select_winner(
         },
         "candidates": ranking,
     }
+
+
+def select_run(variants: list[str], data_dir: str, store_uri: str, model_name: str, run_id: str, metric: str) -> dict:
+    """``select_winner`` over the variants that run ``run_id`` trained, read back from the store."""
+    direction(metric)
+    registry.model_prefix(model_name)  # both before reading anything
+    store = open_store(store_uri)
+    candidates = [runs.candidate(store, run_id, variant) for variant in variants]
+    return select_winner(candidates, data_dir, store_uri, model_name, run_id, metric)

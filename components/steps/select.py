@@ -2,15 +2,25 @@
 from kfp import dsl
 
 
-def select(candidates: list, data: dsl.Input[dsl.Dataset], store: str, model_name: str, run_id: str, metric: str) -> str:
-    """Evaluates every candidate on validation, the winner on test, and publishes the winner.
+def select(
+    variants: list[dict],
+    data: dsl.Input[dsl.Dataset],
+    store: str,
+    s3_endpoint: str,
+    model_name: str,
+    run_id: str,
+    metric: str,
+) -> str:
+    """Evaluates every variant the run trained on validation, the winner on test, and publishes the winner.
 
-    Candidates and the returned summary are JSON strings, which keep integers integral.
+    The returned summary is a JSON string, which keeps integers integral.
     """
     import json
 
     from components.errors import reported
-    from components.selection.winner import select_winner
+    from components.selection.winner import select_run
+    from components.storage import use_s3_endpoint
 
     with reported():
-        return json.dumps(select_winner([json.loads(c) for c in candidates], data.path, store, model_name, run_id, metric))
+        use_s3_endpoint(s3_endpoint)
+        return json.dumps(select_run([variant["name"] for variant in variants], data.path, store, model_name, run_id, metric))

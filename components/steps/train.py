@@ -6,6 +6,7 @@ def train(
     variant: dict,
     data: dsl.Input[dsl.Dataset],
     store: str,
+    s3_endpoint: str,
     run_id: str,
     image: str,
     max_train_examples: int,
@@ -20,7 +21,9 @@ def train(
     import json
 
     from components.errors import reported
+    from components.storage import use_s3_endpoint
     from components.training.launch import train_variant
 
     with reported():
+        use_s3_endpoint(s3_endpoint)
         return json.dumps(train_variant(variant, data.uri, store, run_id, image, max_train_examples, concurrent_jobs, timeout_seconds, backend))

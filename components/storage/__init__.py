@@ -11,7 +11,40 @@ from components.storage.folder import FolderStore
 from components.storage.s3 import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3Store
 from components.storage.store import Store
 
-__all__ = ["FolderStore", "S3Store", "Store", "S3_ENDPOINT_ENV", "S3_INSECURE_ENV", "open_store"]
+__all__ = ["FolderStore", "S3Store", "Store", "S3_ENDPOINT_ENV", "S3_INSECURE_ENV", "open_store", "use_s3_endpoint"]
+
+NAMESPACE_TOKEN = "{namespace}"  # in a store URI: the namespace of the pod that opens it
+POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def use_s3_endpoint(endpoint: str) -> None:
+    """Makes a pipeline step's ``s3_endpoint`` parameter the endpoint of every store it and its replicas open.
+
+    An empty value keeps the environment's (the local CLI exports its own).
+    """
+    if endpoint:
+        os.environ[S3_ENDPOINT_ENV] = endpoint
+
+
+def resolve_namespace(uri: str, namespace_file: Path = POD_NAMESPACE_FILE) -> str:
+    """``uri`` with ``{namespace}`` replaced by this pod's namespace.
+
+    Multi-user Kubeflow gives each profile store keys that may write only below
+    ``private/<namespace>/`` (and ``shared/``), so one compiled default serves
+    every profile (and standalone KFP, whose steps run in ``kubeflow``).
+    """
+    if NAMESPACE_TOKEN not in uri:
+        return uri
+    try:
+        namespace = namespace_file.read_text(encoding="utf-8").strip()
+    except OSError:
+        namespace = ""
+    if not namespace:
+        raise BakeoffError(
+            f"store {uri!r} names {NAMESPACE_TOKEN}, which only a pod can resolve (no {namespace_file}):"
+            " write the namespace into the store URI"
+        )
+    return uri.replace(NAMESPACE_TOKEN, namespace)
 
 
 def open_store(uri: str, s3_endpoint: Optional[str] = None, s3_insecure: Optional[bool] = None) -> Store:
@@ -21,6 +54,7 @@ def open_store(uri: str, s3_endpoint: Optional[str] = None, s3_insecure: Optiona
     components and worker processes (which inherit the environment) reach the
     same store as the CLI without credentials ever being parameters.
     """
+    uri = resolve_namespace(uri)
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         path = uri[len("file://"):] if parsed.scheme == "file" else uri

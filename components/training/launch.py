@@ -1,22 +1,17 @@
 """Launching one variant: its TFJob built, executed by a backend, its results read back from the store."""
-import json
 import os
 
 from components.backends.backend import Backend
 from components.data import artifact
 from components.errors import BakeoffError
 from components.spec import from_dict
-from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
+from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store, runs
 from components.training.tfjob import build_tfjob, job_name, worker_args
 
 # What a replica needs from the environment it was started in. Never credentials:
 # on a cluster those come from the store secret, locally from the user's shell.
 PASSED_ENV = (S3_ENDPOINT_ENV, S3_INSECURE_ENV, "TF_CPP_MIN_LOG_LEVEL")
 BACKENDS = ("auto", "local", "kubernetes")
-
-
-def run_prefix(run_id: str, variant: str) -> str:
-    return f"runs/{run_id}/{variant}"
 
 
 def in_kubernetes() -> bool:
@@ -57,7 +52,7 @@ def train_variant(
             " lower workers or ingest with more shards"
         )
     store = open_store(store_uri)
-    prefix = run_prefix(run_id, variant.name)
+    prefix = runs.variant_prefix(run_id, variant.name)
     job = build_tfjob(
         variant,
         name=job_name(run_id, variant.name),
@@ -67,5 +62,4 @@ def train_variant(
         active_deadline_seconds=timeout_seconds,
     )
     make_backend(backend, concurrent_jobs).run(job)
-    metrics = json.loads(store.get_bytes(f"{prefix}/metrics.json"))
-    return {"variant": variant.name, "spec": variant.to_dict(), "uri": store.uri_for(f"{prefix}/model"), "prefix": prefix, "metrics": metrics}
+    return runs.candidate(store, run_id, variant.name)

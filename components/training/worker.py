@@ -34,7 +34,7 @@ from components.modeling.architectures import ARCHITECTURES  # noqa: E402
 from components.modeling.optimizers import make_optimizer  # noqa: E402
 from components.modeling.savedmodel import export  # noqa: E402
 from components.spec import Variant, from_dict  # noqa: E402
-from components.storage import open_store  # noqa: E402
+from components.storage import open_store, runs  # noqa: E402
 
 SHUFFLE_SEED = 1234
 
@@ -232,9 +232,9 @@ def _save(model, strategy, class_names: list[str], store, prefix: str, metrics: 
     try:
         export(model, scratch / "model", class_names, mirror_average=variant.training.random_flip)
         if chief:
-            store.put_dir(scratch / "model", f"{prefix}/model")
-            store.put_bytes(f"{prefix}/variant.json", json.dumps(variant.to_dict(), indent=2).encode())
-            store.put_bytes(f"{prefix}/metrics.json", json.dumps(metrics, indent=2).encode())
+            store.put_dir(scratch / "model", f"{prefix}/{runs.MODEL}")
+            store.put_bytes(f"{prefix}/{runs.SPEC}", json.dumps(variant.to_dict(), indent=2).encode())
+            store.put_bytes(f"{prefix}/{runs.METRICS}", json.dumps(metrics, indent=2).encode())  # last: the variant is complete
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

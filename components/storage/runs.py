@@ -1,0 +1,35 @@
+"""A run's outputs in the store, one folder per variant: ``runs/<run>/<variant>/{model/, metrics.json, variant.json}``."""
+from __future__ import annotations
+
+import json
+
+from components.errors import BakeoffError
+from components.storage.store import Store
+
+MODEL = "model"  # the SavedModel, as served
+METRICS = "metrics.json"  # the chief's training metrics
+SPEC = "variant.json"  # the resolved variant spec it was trained from
+
+
+def variant_prefix(run_id: str, variant: str) -> str:
+    if "{{" in run_id:
+        # KFP before 2.5 (Kubeflow 1.10.0) passes {{$.pipeline_job_uuid}} through unsubstituted.
+        raise BakeoffError(f"run id {run_id!r} is a placeholder the KFP backend did not fill in: bakeoff needs KFP 2.5 or newer"
+                           " (Kubeflow 1.10.1 or newer)")
+    return f"runs/{run_id}/{variant}"
+
+
+def candidate(store: Store, run_id: str, variant: str) -> dict:
+    """What selection needs of one trained variant, read back from the store.
+
+    Selection reads candidates here rather than from the train tasks' outputs,
+    so the pipeline fans in without ``dsl.Collected`` (which KFP resolves only from 2.14).
+    """
+    prefix = variant_prefix(run_id, variant)
+    return {
+        "variant": variant,
+        "spec": json.loads(store.get_bytes(f"{prefix}/{SPEC}")),
+        "uri": store.uri_for(f"{prefix}/{MODEL}"),
+        "prefix": prefix,
+        "metrics": json.loads(store.get_bytes(f"{prefix}/{METRICS}")),
+    }

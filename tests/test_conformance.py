@@ -1,0 +1,96 @@
+"""The compiled pipeline against the KFP v2 backend's own rules, as kubeflow/pipelines' driver source decides them.
+
+Rules from ``backend/src/v2/driver/resolve.go`` (``resolveInputs`` →
+``handleParamTypeValidationAndConversion``, ``resolveInputParameter``'s
+placeholder ``switch``; ``driver.go`` in 2.4.1 and 2.5.0) at each release tag
+of ``pipelines.conformance.BACKENDS``; see that module's docstring.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.errors import BakeoffError
+from components.storage import resolve_namespace, runs
+from pipelines import conformance
+from pipelines.cli.main import main
+from pipelines.compiling import COMPILED, check_backends
+
+# pipelines/bakeoff.yaml as compiled before the loop item was typed: `variants: list`
+# made the ParallelFor item STRING and select fanned in with dsl.Collected.
+STRING_ITEM_IR = Path(__file__).resolve().parent / "data" / "bakeoff-string-loop-item.yaml"
+USER_CONFIG = """
+defaults: {workers: 3, training: {epochs: 2}}
+variants:
+  - {name: wide, model: {type: cnn, filters: [64, 128], dense_units: 128}, resources: {cpu: "2", memory: 4Gi}}
+  - {name: mlp, model: {type: mlp, hidden_units: [256, 128]}, workers: 1}
+"""
+
+
+def ir(path: Path) -> dict:
+    return next(yaml.safe_load_all(path.read_text()))
+
+
+@pytest.mark.parametrize("version", conformance.SUPPORTED)
+def test_the_committed_pipeline_passes_every_supported_backend(version: str) -> None:
+    assert conformance.violations(ir(COMPILED), conformance.BACKENDS[version]) == []
+
+
+def test_a_pipeline_compiled_from_a_user_config_passes_every_supported_backend(tmp_path: Path) -> None:
+    config = tmp_path / "mine.yaml"
+    config.write_text(USER_CONFIG)
+    out = tmp_path / "mine-pipeline.yaml"
+    assert main(["compile", "--config", str(config), "-o", str(out), "--parallelism", "2"]) == 0
+    for version in conformance.SUPPORTED:
+        assert conformance.violations(ir(out), conformance.BACKENDS[version]) == [], version
+
+
+@pytest.mark.parametrize("version", conformance.SUPPORTED)
+def test_a_string_loop_item_feeding_a_struct_input_is_rejected_as_the_driver_does(version: str) -> None:
+    found = conformance.violations(ir(STRING_ITEM_IR), conformance.BACKENDS[version])
+    assert "root/for-loop-1/train: input parameter 'variant' type mismatch: expect STRUCT, got string" in found
+
+
+def test_collected_fan_in_is_rejected_before_kfp_2_14() -> None:
+    found = conformance.violations(ir(STRING_ITEM_IR), conformance.BACKENDS["2.5.0"])
+    assert any(line.startswith("root/select: input 'candidates': fans in a ParallelFor's outputs") for line in found)
+    assert not any("fans in" in line for line in conformance.violations(ir(STRING_ITEM_IR), conformance.BACKENDS["2.14.0"]))
+
+
+def test_kfp_2_4_leaves_the_run_id_placeholder_unsubstituted() -> None:
+    """Kubeflow 1.10.0's KFP 2.4.1 substitutes no runtime placeholder: every run would share one literal run id."""
+    found = conformance.violations(ir(COMPILED), conformance.BACKENDS["2.4.1"])
+    assert found and all("'{{$.pipeline_job_uuid}}' is not substituted by KFP 2.4.1" in line for line in found)
+
+
+@pytest.mark.parametrize("declared,kind,accepted", [
+    ("STRING", "struct", True), ("STRING", "number", True), ("STRING", "list", True),
+    ("STRUCT", "string", False), ("STRUCT", "struct", True), ("LIST", "string", False), ("LIST", "list", True),
+    ("NUMBER_INTEGER", "number", True), ("NUMBER_DOUBLE", "number", True), ("NUMBER_INTEGER", "string", False),
+    ("BOOLEAN", "bool", True), ("BOOLEAN", "number", False), ("TASK_FINAL_STATUS", "struct", True),
+])
+def test_type_rule_matches_the_drivers_switch(declared: str, kind: str, accepted: bool) -> None:
+    """STRING takes any value (as JSON text); every other type only its own protobuf kind."""
+    assert conformance.accepts(declared, kind) is accepted
+
+
+def test_compile_refuses_ir_a_supported_backend_would_reject() -> None:
+    with pytest.raises(BakeoffError, match=r"^the compiled pipeline would fail on KFP 2\.5\.0 \(root/"):
+        check_backends(STRING_ITEM_IR.read_text())
+
+
+def test_a_run_id_left_as_a_placeholder_is_refused_before_anything_is_written() -> None:
+    with pytest.raises(BakeoffError, match="needs KFP 2.5 or newer"):
+        runs.variant_prefix("{{$.pipeline_job_uuid}}", "cnn")
+
+
+def test_the_store_uri_takes_the_pods_namespace(tmp_path: Path) -> None:
+    """One compiled default writes below private/<namespace>/, where a multi-user profile's keys may write."""
+    namespace_file = tmp_path / "namespace"
+    namespace_file.write_text("team-a\n")
+    assert resolve_namespace("s3://mlpipeline/private/{namespace}/bakeoff", namespace_file) == "s3://mlpipeline/private/team-a/bakeoff"
+    assert resolve_namespace("s3://mlpipeline/shared/bakeoff", tmp_path / "absent") == "s3://mlpipeline/shared/bakeoff"
+    with pytest.raises(BakeoffError, match="only a pod can resolve"):
+        resolve_namespace("s3://mlpipeline/private/{namespace}/bakeoff", tmp_path / "absent")
