@@ -19,8 +19,12 @@ from components.storage import Store, open_store
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 BUCKET = "bakeoff"
 # moto answers this many requests without checking credentials: exactly the
-# three that create the test user and its keys; every later one is checked.
-MOTO_SETUP_REQUESTS = 3
+# six that create the two test users and their keys; every later one is checked.
+MOTO_SETUP_REQUESTS = 6
+# Keys of a second user that may do everything but GetBucketLocation, as multi-user
+# Kubeflow's per-profile store keys (pipelines-profile-controller/sync.py grants object
+# actions below the profile's prefixes, never the bucket's location).
+NO_LOCATION_USER = "no-location"
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -58,17 +62,34 @@ def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 60) ->
     raise RuntimeError("S3 server did not start listening")
 
 
+def _moto_user(iam, name: str, statements: list[dict]) -> dict[str, str]:
+    iam.create_user(UserName=name)
+    iam.put_user_policy(UserName=name, PolicyName="s3", PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}))
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+
+
 def _moto_keys(endpoint: str) -> dict[str, str]:
-    """Creates a user with S3 rights on moto's IAM; its keys are the only ones moto then accepts."""
+    """Creates the users with S3 rights on moto's IAM; their keys are the only ones moto then accepts."""
     import boto3
 
     iam = boto3.client("iam", endpoint_url=f"http://{endpoint}", region_name="us-east-1",
                        aws_access_key_id="setup", aws_secret_access_key="setup")
-    iam.create_user(UserName="bakeoff")
-    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
-    iam.put_user_policy(UserName="bakeoff", PolicyName="s3", PolicyDocument=json.dumps(policy))
-    key = iam.create_access_key(UserName="bakeoff")["AccessKey"]
-    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+    everything = {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}
+    no_location = _moto_user(iam, NO_LOCATION_USER, [everything, {"Effect": "Deny", "Action": "s3:GetBucketLocation", "Resource": "*"}])
+    _NO_LOCATION_KEYS.update(no_location)
+    return _moto_user(iam, "bakeoff", [everything])
+
+
+_NO_LOCATION_KEYS: dict[str, str] = {}
+
+
+@pytest.fixture
+def no_location_keys(s3_server: tuple[str, dict[str, str]]) -> dict[str, str]:
+    """Keys that may not ask a bucket's location (moto only: a `minio` binary has no such user)."""
+    if not _NO_LOCATION_KEYS:
+        pytest.fail("the S3 test server has no user without GetBucketLocation (moto creates one)")
+    return dict(_NO_LOCATION_KEYS)
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,10 @@ from urllib.parse import urlparse
 
 from components.errors import BakeoffError
 from components.storage.folder import FolderStore
-from components.storage.s3 import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3Store
+from components.storage.s3 import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, S3Store
 from components.storage.store import Store
 
-__all__ = ["FolderStore", "S3Store", "Store", "S3_ENDPOINT_ENV", "S3_INSECURE_ENV", "open_store", "use_s3_endpoint"]
+__all__ = ["FolderStore", "S3Store", "Store", "S3_ENDPOINT_ENV", "S3_INSECURE_ENV", "S3_REGION_ENV", "open_store", "use_s3_endpoint"]
 
 NAMESPACE_TOKEN = "{namespace}"  # in a store URI: the namespace of the pod that opens it
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -5,11 +5,13 @@ import io
 import os
 from pathlib import Path
 
+from components.defaults import S3_REGION
 from components.errors import BakeoffError
 from components.storage.store import Store, files_below
 
 S3_ENDPOINT_ENV = "BAKEOFF_S3_ENDPOINT"
 S3_INSECURE_ENV = "BAKEOFF_S3_INSECURE"
+S3_REGION_ENV = "BAKEOFF_S3_REGION"
 
 
 class S3Store(Store):
@@ -34,7 +36,10 @@ class S3Store(Store):
             timeout=urllib3.Timeout(connect=5, read=60),
             retries=urllib3.Retry(total=2, connect=1, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504)),
         )
-        self.client = minio.Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure, http_client=http)
+        # A stated region: otherwise minio asks GetBucketLocation first, which multi-user
+        # Kubeflow's per-profile keys are not granted.
+        region = os.environ.get(S3_REGION_ENV) or S3_REGION
+        self.client = minio.Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure, region=region, http_client=http)
         self._check(endpoint)
 
     def _check(self, endpoint: str) -> None:

@@ -5,12 +5,12 @@ from components.backends.backend import Backend
 from components.data import artifact
 from components.errors import BakeoffError
 from components.spec import from_dict
-from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store, runs
+from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, open_store, runs
 from components.training.tfjob import build_tfjob, job_name, worker_args
 
 # What a replica needs from the environment it was started in. Never credentials:
 # on a cluster those come from the store secret, locally from the user's shell.
-PASSED_ENV = (S3_ENDPOINT_ENV, S3_INSECURE_ENV, "TF_CPP_MIN_LOG_LEVEL")
+PASSED_ENV = (S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, "TF_CPP_MIN_LOG_LEVEL")
 BACKENDS = ("auto", "local", "kubernetes")
 
 
