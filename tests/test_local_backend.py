@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,21 @@ def job_running(script: str, tmp_path: Path, workers: int = 2, backoff_limit: in
     spec.restart_policy = restart
     spec.template.spec.containers[0].command = ["python", "-c", script]
     return job
+
+
+def left_running(*pid_files: Path) -> list[int]:
+    """The replicas (pids read from ``pid_files``) still running; each is killed so none outlives the test."""
+    alive = []
+    for pid_file in pid_files:
+        pid = int(pid_file.read_text())
+        try:  # a live replica's command line names its out-dir; a gone one has no /proc entry (a zombie's is empty)
+            running = str(pid_file.parent) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except FileNotFoundError:
+            running = False
+        if running:
+            os.kill(pid, signal.SIGKILL)
+            alive.append(pid)
+    return alive
 
 
 RECORD = """
@@ -77,20 +94,27 @@ def test_threads_divide_the_cores_among_all_running_replicas() -> None:
 CRASH_ONE = """
 import json, os, sys, time
 index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+started = os.path.join(sys.argv[1], "survivor.pid")
 if index == 1:
+    while not os.path.exists(started):  # fail only once the other replica runs
+        time.sleep(0.05)
     print("bakeoff: error: replica one cannot go on", flush=True)
     sys.exit(3)
-open(os.path.join(sys.argv[1], "survivor-started"), "w").close()
+with open(started + ".partial", "w") as file:
+    file.write(str(os.getpid()))
+os.rename(started + ".partial", started)
 time.sleep(120)
 """
 
 
 def test_a_failed_replica_stops_the_others_and_says_why(tmp_path: Path) -> None:
+    """When one replica fails for good, the backend ends the others' processes and names the failure."""
     with pytest.raises(BakeoffError) as error:
         LocalBackend(sink=lambda line: None).run(job_running(CRASH_ONE, tmp_path))
     assert str(error.value) == (
         "TFJob 'probe-job' failed: replica probe-job-worker-1 exited with code 3 after 0 restart(s): replica one cannot go on"
     )
+    assert left_running(tmp_path / "survivor.pid") == []
 
 
 FLAKY = """
@@ -115,6 +139,19 @@ def test_never_means_no_restart(tmp_path: Path) -> None:
     assert (tmp_path / "attempts").read_text() == "x"
 
 
+SLEEPER = """
+import json, os, sys, time
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+pid_file = os.path.join(sys.argv[1], f"replica-{index}.pid")
+with open(pid_file + ".partial", "w") as file:
+    file.write(str(os.getpid()))
+os.rename(pid_file + ".partial", pid_file)
+time.sleep(60)
+"""
+
+
 def test_active_deadline_stops_the_job(tmp_path: Path) -> None:
-    with pytest.raises(BakeoffError, match=r"ran past activeDeadlineSeconds=1 and was stopped"):
-        LocalBackend(sink=lambda line: None).run(job_running("import time; time.sleep(60)", tmp_path, workers=2, deadline=1))
+    """A job past its activeDeadlineSeconds has every replica's process ended, and says so."""
+    with pytest.raises(BakeoffError, match=r"ran past activeDeadlineSeconds=3 and was stopped"):
+        LocalBackend(sink=lambda line: None).run(job_running(SLEEPER, tmp_path, workers=2, deadline=3))
+    assert left_running(tmp_path / "replica-0.pid", tmp_path / "replica-1.pid") == []

@@ -1,6 +1,8 @@
 """A real 2-worker MultiWorkerMirroredStrategy job on a small subset, and the model it exports."""
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -9,80 +11,128 @@ import numpy as np
 import pytest
 
 from components.data import artifact as dataset
+from components.data import fashion_mnist
 from components.modeling import evaluation, savedmodel
 from components.backends.local import LocalBackend
-from components.storage import open_store
+from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
 from components.training.tfjob import build_tfjob, worker_args
 from components.spec import from_dict
 
 SMALL_CNN = {"name": "small", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
              "training": {"epochs": 2, "batch_size": 32, "random_flip": True}, "workers": 2}
+# A bucket of its own with versioning on: every write of a key leaves a version behind.
+VERSIONED_BUCKET = "bakeoff-versioned"
+HALF = 2048  # training examples per shard of the halves dataset
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    out: Path  # the variant's outputs, downloaded from the store
+    lines: list[str]  # every replica's log, as the backend's sink got it
+    versions: dict[str, int]  # key below the variant's prefix → how many times it was written
+
+
+def halves_dataset(fashion_dir: Path, out: Path) -> Path:
+    """An artifact of 2 train shards of real images: shard 0 holds only classes 0-4, shard 1 only classes 5-9."""
+    original = fashion_mnist.read_idx_dir(fashion_dir)
+    labels = original["train"].labels
+    order = np.concatenate([np.flatnonzero(labels < 5)[:HALF], np.flatnonzero(labels >= 5)[:HALF]])
+    rest = np.setdiff1d(np.arange(len(labels)), order)[:1000]
+    splits = {"train": fashion_mnist.Split(original["train"].images[order], labels[order]),
+              "validation": fashion_mnist.Split(original["train"].images[rest], labels[rest]),
+              "test": original["test"]}
+    dataset.write(splits, out, shards=2, names=fashion_mnist.class_names(), source=str(fashion_dir))
+    halves = [dataset.read_shards(open_store(str(out)), "train", index, 2).labels for index in (0, 1)]
+    assert halves[0].max() == 4 and halves[1].min() == 5  # the premise: each shard holds half of the classes
+    return out
 
 
 @pytest.fixture(scope="module")
-def trained(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
-    store_dir = tmp_path_factory.mktemp("store")
+def trained(fashion_dir: Path, s3_server: tuple[str, dict[str, str]],
+            tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """The small CNN trained by a 2-worker job on the halves dataset, its outputs in a versioned S3 bucket."""
+    import boto3
+
+    endpoint, keys = s3_server
+    data = halves_dataset(fashion_dir, tmp_path_factory.mktemp("halves"))
+    s3 = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1",
+                      aws_access_key_id=keys["AWS_ACCESS_KEY_ID"], aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"])
+    s3.create_bucket(Bucket=VERSIONED_BUCKET)
+    s3.put_bucket_versioning(Bucket=VERSIONED_BUCKET, VersioningConfiguration={"Status": "Enabled"})
     variant = from_dict(SMALL_CNN)
-    store = open_store(str(store_dir))
-    job = build_tfjob(variant, name="small-test", image="unused",
-                      args=worker_args(variant, str(small_dataset), store.uri, "runs/t/small", 4096), env={})
     lines: list[str] = []
-    LocalBackend(sink=lines.append).run(job)
-    return store_dir / "runs/t/small", lines
+    with pytest.MonkeyPatch.context() as env:  # the replicas inherit the store's settings from the environment
+        for key, value in {**keys, S3_ENDPOINT_ENV: endpoint, S3_INSECURE_ENV: "1"}.items():
+            env.setenv(key, value)
+        store = open_store(f"s3://{VERSIONED_BUCKET}/runs")
+        job = build_tfjob(variant, name="small-test", image="unused",
+                          args=worker_args(variant, str(data), store.uri, "t/small", 2 * HALF), env={})
+        LocalBackend(sink=lines.append).run(job)
+        out = store.get_dir("t/small", tmp_path_factory.mktemp("out"))
+    listed = s3.list_object_versions(Bucket=VERSIONED_BUCKET, Prefix="runs/t/small/")
+    assert not listed["IsTruncated"]
+    versions = collections.Counter(version["Key"][len("runs/t/small/"):] for version in listed["Versions"])
+    return Trained(out, lines, dict(versions))
 
 
-def test_both_replicas_train_in_sync(trained: tuple[Path, list[str]]) -> None:
-    out, lines = trained
-    metrics = json.loads((out / "metrics.json").read_text())
+def test_both_replicas_train_in_sync(trained: Trained) -> None:
+    metrics = json.loads((trained.out / "metrics.json").read_text())
     assert metrics["num_replicas_in_sync"] == 2 and metrics["workers"] == 2
     assert metrics["global_batch_size"] == 64 and metrics["steps_per_epoch"] == 4096 // 64
     assert len(metrics["history"]["loss"]) == 2
     for index in (0, 1):
-        assert any(line.startswith(f"[small-test-worker-{index}] 64/64") for line in lines), f"worker {index} did not train"
+        assert any(line.startswith(f"[small-test-worker-{index}] 64/64") for line in trained.lines), f"worker {index} did not train"
 
 
-def test_every_replica_reports_the_global_epoch_metrics(trained: tuple[Path, list[str]]) -> None:
+def test_the_replicas_read_disjoint_shards_that_together_cover_the_training_data(
+        trained: Trained, small_dataset: Path) -> None:
+    """Each replica trains on its own shard: shards of classes 0-4 and of 5-9 give a model that knows all ten."""
+    test = dataset.read_shards(open_store(str(small_dataset)), "test")
+    accuracy = {name: evaluation.evaluate(trained.out / "model", test.images[half], test.labels[half])["accuracy"]
+                for name, half in (("classes 0-4", test.labels < 5), ("classes 5-9", test.labels >= 5))}
+    assert min(accuracy.values()) > 0.5, accuracy  # a half no replica read scores about 0
+
+
+def test_every_replica_reports_the_global_epoch_metrics(trained: Trained) -> None:
     """Steps log each replica's own metrics (no all-reduce); each epoch's line and History are cross-replica."""
-    out, lines = trained
     epochs = {index: [re.search(r"loss: (\S+) - accuracy: (\S+)", line).groups()
-                      for line in lines if line.startswith(f"[small-test-worker-{index}] 64/64")]
+                      for line in trained.lines if line.startswith(f"[small-test-worker-{index}] 64/64")]
               for index in (0, 1)}
-    history = json.loads((out / "metrics.json").read_text())["history"]
+    history = json.loads((trained.out / "metrics.json").read_text())["history"]
     assert epochs[0] == epochs[1] == [(f"{loss:.4f}", f"{accuracy:.4f}")
                                       for loss, accuracy in zip(history["loss"], history["accuracy"])]
 
 
-def test_replicas_train_on_tcmalloc(trained: tuple[Path, list[str]]) -> None:
+def test_replicas_train_on_tcmalloc(trained: Trained) -> None:
     """The default malloc halves a 2-worker job's speed; `make test` installs tcmalloc, so it must be in use."""
-    out, lines = trained
-    assert json.loads((out / "metrics.json").read_text())["allocator"] == "tcmalloc"
-    assert not any("tcmalloc not found" in line for line in lines)
+    assert json.loads((trained.out / "metrics.json").read_text())["allocator"] == "tcmalloc"
+    assert not any("tcmalloc not found" in line for line in trained.lines)
 
 
-def test_replicas_run_onednn_kernels(trained: tuple[Path, list[str]]) -> None:
+def test_replicas_run_onednn_kernels(trained: Trained) -> None:
     """TensorFlow leaves oneDNN off on AVX2-only CPUs, where it trains ~25 % faster; the worker turns it on."""
-    out, _ = trained
-    assert json.loads((out / "metrics.json").read_text())["onednn"] is True
+    assert json.loads((trained.out / "metrics.json").read_text())["onednn"] is True
 
 
-def test_only_the_chief_keeps_a_model(trained: tuple[Path, list[str]]) -> None:
-    out, _ = trained
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "model", "variant.json"]
-    assert json.loads((out / "variant.json").read_text())["name"] == "small"
+def test_only_the_chief_keeps_a_model(trained: Trained) -> None:
+    """Only the chief writes the variant's outputs: each key is written once, not once per replica."""
+    assert sorted(p.name for p in trained.out.iterdir()) == ["metrics.json", "model", "variant.json"]
+    assert json.loads((trained.out / "variant.json").read_text())["name"] == "small"
+    assert {"metrics.json", "variant.json", "model/saved_model.pb"} <= set(trained.versions)
+    assert {key: count for key, count in trained.versions.items() if count != 1} == {}
 
 
-def test_exported_model_predicts_real_test_images(trained: tuple[Path, list[str]], small_dataset: Path) -> None:
-    out, _ = trained
+def test_exported_model_predicts_real_test_images(trained: Trained, small_dataset: Path) -> None:
     test = dataset.read_shards(open_store(str(small_dataset)), "test")
-    result = evaluation.evaluate(out / "model", test.images[:2000], test.labels[:2000])
+    result = evaluation.evaluate(trained.out / "model", test.images[:2000], test.labels[:2000])
     assert result["accuracy"] > 0.6  # ten classes: chance is 0.1
 
 
 def test_a_model_trained_on_flips_serves_the_same_prediction_for_an_image_and_its_mirror(
-        trained: tuple[Path, list[str]], small_dataset: Path) -> None:
+        trained: Trained, small_dataset: Path) -> None:
     import tensorflow as tf
 
-    out, _ = trained
+    out = trained.out
     images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256].astype(np.float32)
     serve = tf.saved_model.load(str(out / "model")).signatures[savedmodel.ARRAYS_SIGNATURE]
     probabilities = serve(images=tf.constant(images))["probabilities"].numpy()
@@ -90,10 +140,10 @@ def test_a_model_trained_on_flips_serves_the_same_prediction_for_an_image_and_it
     np.testing.assert_allclose(mirrored, probabilities, atol=1e-6)
 
 
-def test_serving_accepts_encoded_images(trained: tuple[Path, list[str]], small_dataset: Path) -> None:
+def test_serving_accepts_encoded_images(trained: Trained, small_dataset: Path) -> None:
     import tensorflow as tf
 
-    out, _ = trained
+    out = trained.out
     test = dataset.read_shards(open_store(str(small_dataset)), "test")
     images = test.images[:64]
     loaded = tf.saved_model.load(str(out / "model"))
