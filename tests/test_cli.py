@@ -1,24 +1,37 @@
 """The real pipeline through kfp.local, driven from the `bakeoff` command line, and its bad inputs."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from components.storage import open_store, registry
 from tests.conftest import BUCKET, free_port
 
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
+README = Path(__file__).resolve().parent.parent / "README.md"
 TINY = """
 defaults: {workers: 2, training: {epochs: 1, batch_size: 32}}
 variants:
   - {name: mlp, model: {type: mlp, hidden_units: [64]}}
   - {name: small_cnn, model: {type: cnn, filters: [8, 16], dense_units: 32}}
 """
+# The type of each field that README.md documents for `run --json` and `models list --json`.
+FIELD_TYPES = {
+    "run_id": str, "variant": str, "version": int, "uri": str, "workers": int, "num_replicas_in_sync": int,
+    "val_accuracy": float, "val_loss": float, "test_accuracy": float, "epochs": int, "train_seconds": float,
+    "examples_per_second": float, "created": str, "dataset_fingerprint": str, "winner": dict, "candidates": list,
+}
+# Which way each metric is better, written out here rather than read from the code under test.
+BETTER = {"val_accuracy": "max", "val_loss": "min"}
+INGEST_EXECUTED = re.compile(r"Executing task (\x1b\[[0-9;]*m)?'ingest'")  # kfp.local colours task names
 
 
 def bakeoff(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -32,52 +45,128 @@ def tiny_config(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(params=["folder", "s3"])
+@pytest.fixture
 def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store of the kind the test is parametrized with: "folder" or "s3"."""
     if request.param == "folder":
         return f"file://{tmp_path / 'store'}"
     request.getfixturevalue("s3_env")
     return f"s3://{BUCKET}/{tmp_path.name}"
 
 
-def test_pipeline_runs_and_publishes_a_version_that_models_list_shows(tiny_config: Path, store_uri: str, tmp_path: Path) -> None:
-    run = bakeoff("run", "--local", "--config", str(tiny_config), "--store", store_uri,
+def documented_fields() -> tuple[dict, set[str]]:
+    """README's `run --json` fields as {name: None, or {its fields}}, and its `models list --json` fields."""
+    (paragraph,) = [p for p in README.read_text().split("\n\n") if p.startswith("`run --json` prints")]
+    run_part, listing_part = paragraph.split("`models list --json` prints")
+    root: dict = {}
+    levels = [root]
+    for name, brace in re.findall(r"`(\w+)`|([{}])", run_part):
+        if name:
+            levels[-1][name] = None
+        elif brace == "{":
+            last = list(levels[-1])[-1]
+            levels[-1][last] = {}
+            levels.append(levels[-1][last])
+        else:
+            levels.pop()
+    return root, set(re.findall(r"`(\w+)`", listing_part))
+
+
+def assert_documented(record: dict, fields: set[str]) -> None:
+    """``record`` has exactly the documented ``fields``, each of its documented type."""
+    assert set(record) == fields, f"README documents {sorted(fields)}, the JSON has {sorted(record)}"
+    for field in sorted(fields):
+        assert type(record[field]) is FIELD_TYPES[field], f"{field}: {record[field]!r} is not a {FIELD_TYPES[field].__name__}"
+
+
+@pytest.mark.parametrize("store_uri, metric", [("folder", "val_accuracy"), ("s3", "val_loss")], indirect=["store_uri"])
+def test_pipeline_runs_and_publishes_the_best_by_the_metric_with_the_documented_json(
+        tiny_config: Path, store_uri: str, metric: str, tmp_path: Path) -> None:
+    """`run --metric M --json` publishes the candidate best by M, and prints exactly README's fields and types."""
+    run = bakeoff("run", "--local", "--config", str(tiny_config), "--store", store_uri, "--metric", metric,
                   "--max-train-examples", "2048", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads(run.stdout)
+    run_fields, listing_fields = documented_fields()
+    assert_documented(summary, set(run_fields))
+    assert_documented(summary["winner"], set(run_fields["winner"]))
+    for candidate in summary["candidates"]:
+        assert_documented(candidate, set(run_fields["candidates"]))
+
     assert summary["winner"]["version"] == 1
     assert summary["winner"]["uri"] == f"{store_uri}/models/fashion-mnist/1"
     assert {c["variant"] for c in summary["candidates"]} == {"mlp", "small_cnn"}
-    assert summary["winner"]["variant"] == summary["candidates"][0]["variant"]
+    better = BETTER[metric]
+    best = (max if better == "max" else min)(summary["candidates"], key=lambda c: c[metric])
+    assert summary["winner"]["variant"] == best["variant"]
+    assert summary["winner"]["val_accuracy"] == best["val_accuracy"]
+    scores = [c[metric] for c in summary["candidates"]]
+    assert scores == sorted(scores, reverse=better == "max"), f"candidates are not best first by {metric}"
     for candidate in summary["candidates"]:
         assert candidate["workers"] == 2 and candidate["num_replicas_in_sync"] == 2
-        assert set(candidate) >= {"val_accuracy", "val_loss", "epochs", "train_seconds", "examples_per_second", "uri"}
         assert candidate["val_accuracy"] > 0.3
-    assert summary["candidates"][0]["val_accuracy"] >= summary["candidates"][1]["val_accuracy"]
     assert 0.3 < summary["winner"]["test_accuracy"] <= 1
+    # The metric reached selection even where both metrics agree on the winner.
+    (manifest,) = registry.list_versions(open_store(store_uri), "fashion-mnist")
+    assert manifest["selection"] == {"metric": metric, "direction": better, "candidates": [c["variant"] for c in summary["candidates"]]}
 
     listing = bakeoff("models", "list", "--store", store_uri, "--json", cwd=tmp_path)
     assert listing.returncode == 0, listing.stderr
     (version,) = json.loads(listing.stdout)
+    assert_documented(version, listing_fields)
     assert version["version"] == 1 and version["run_id"] == summary["run_id"]
-    assert version["variant"] == summary["winner"]["variant"]
+    assert version["variant"] == best["variant"]
     assert version["test_accuracy"] == summary["winner"]["test_accuracy"]
     human = bakeoff("models", "list", "--store", store_uri, cwd=tmp_path)
-    assert summary["winner"]["variant"] in human.stdout.splitlines()[1]
+    assert best["variant"] in human.stdout.splitlines()[1]
 
 
-def test_a_second_run_reuses_the_cached_ingest_and_publishes_the_next_version(tiny_config: Path, tmp_path: Path) -> None:
-    args = ("run", "--config", str(tiny_config), "--store", str(tmp_path / "store"), "--max-train-examples", "1024",
-            "--epochs", "1", "--workers", "1", "--json")
+def change_one_pixel(source: Path) -> None:
+    """Adds one to the first pixel of the first training image, in the gzipped IDX file in place."""
+    path = source / "train-images-idx3-ubyte.gz"
+    data = bytearray(gzip.decompress(path.read_bytes()))
+    data[16] = (data[16] + 1) % 256  # the first byte after the 16-byte IDX header
+    path.write_bytes(gzip.compress(bytes(data)))
+
+
+def test_the_cached_ingest_is_reused_for_the_same_files_and_not_after_a_pixel_changed(
+        tiny_config: Path, fashion_dir: Path, tmp_path: Path) -> None:
+    """A rerun on the same files at the same path reuses kfp.local's cached ingest; one changed pixel there re-ingests."""
+    source = tmp_path / "fashion-mnist"
+    shutil.copytree(fashion_dir, source)
+    store = tmp_path / "store"
+    args = ("run", "--config", str(tiny_config), "--store", str(store), "--source", str(source),
+            "--max-train-examples", "1024", "--epochs", "1", "--workers", "1", "--json")
     first = bakeoff(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    executed = re.compile(r"Executing task (\x1b\[[0-9;]*m)?'ingest'")  # kfp.local colours task names
-    assert executed.search(first.stderr)
+    assert INGEST_EXECUTED.search(first.stderr)
     second = bakeoff(*args, cwd=tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert not executed.search(second.stderr), "same inputs must hit kfp.local's cache for ingest"
+    assert not INGEST_EXECUTED.search(second.stderr), "same inputs must hit kfp.local's cache for ingest"
     assert json.loads(second.stdout)["winner"]["version"] == json.loads(first.stdout)["winner"]["version"] + 1
     assert {c["workers"] for c in json.loads(second.stdout)["candidates"]} == {1}
+
+    change_one_pixel(source)
+    third = bakeoff(*args, cwd=tmp_path)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert INGEST_EXECUTED.search(third.stderr), "a changed file at the same path must not reuse the cached ingest"
+    listing = bakeoff("models", "list", "--store", str(store), "--json", cwd=tmp_path)
+    fingerprints = [version["dataset_fingerprint"] for version in json.loads(listing.stdout)]
+    assert len(fingerprints) == 3 and fingerprints[0] == fingerprints[1] != fingerprints[2]
+
+
+@pytest.mark.parametrize("state", ["missing", "empty"])
+def test_models_list_on_a_store_without_models_says_so_and_succeeds(state: str, tmp_path: Path) -> None:
+    """`models list` on a missing or empty store: one note on stderr, exit 0, `[]` on stdout with --json, nothing created."""
+    store = tmp_path / "store"
+    if state == "empty":
+        store.mkdir()
+    for flags, stdout in (((), ""), (("--json",), "[]")):
+        listing = bakeoff("models", "list", "--store", str(store), *flags, cwd=tmp_path)
+        assert listing.returncode == 0, listing.stderr
+        assert listing.stdout.strip() == stdout
+        assert listing.stderr.strip() == f"no published versions of 'fashion-mnist' in {store}"
+    assert store.exists() == (state == "empty")
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, message: str) -> None:
@@ -85,6 +174,22 @@ def assert_one_line_error(result: subprocess.CompletedProcess, message: str) -> 
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("bakeoff: error: ") and message in last, last
     assert "Traceback" not in result.stderr.split("bakeoff: error:")[-1]
+
+
+@pytest.mark.parametrize("flags, refusal", [
+    (("--model-name", "../x"), r"bakeoff: error: model name '\.\./x' is not usable in a path"),
+    # either argparse's usage error for --metric's choices, or bakeoff's own line
+    (("--metric", "bogus"), r"(bakeoff run: error: argument --metric: invalid choice: 'bogus'|bakeoff: error: unknown selection metric 'bogus')"),
+])
+def test_a_bad_model_name_or_metric_fails_before_ingest(tiny_config: Path, tmp_path: Path, flags: tuple[str, str], refusal: str) -> None:
+    """A bad --model-name or --metric fails in one error line before any pipeline work: no work dir, no store."""
+    result = bakeoff("run", "--config", str(tiny_config), "--store", str(tmp_path / "store"), "--work-dir", str(tmp_path / "work"),
+                     "--max-train-examples", "10", *flags, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and re.match(refusal, errors[0]), result.stderr[-3000:]
+    assert not (tmp_path / "work").exists() and not (tmp_path / "store").exists()
 
 
 def test_missing_config(tmp_path: Path) -> None:

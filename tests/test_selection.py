@@ -1,0 +1,183 @@
+"""Selection: candidates scored on validation only, ranked by the metric in its own direction, the winner tested."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.data import artifact
+from components.data.fashion_mnist import Split
+from components.errors import BakeoffError
+from components.selection.ranking import METRICS, direction, rank
+from components.selection.winner import select_winner
+
+NAMES = [f"class{i}" for i in range(10)]
+RUN_ID = "r1"
+MODEL = "fashion-mnist"
+# (variant, class it always predicts, logit of that class over the other nine at 0).
+# `sure_zero` is all but certain of class 0: right on most of validation, and a huge
+# loss wherever it is wrong. `unsure_one` barely prefers class 1: mostly wrong on
+# validation but never far off. So val_accuracy and val_loss pick different winners.
+MODELS = (("sure_zero", 0, 12.0), ("unsure_one", 1, 0.1))
+BEHAVIOUR = {variant: (predicted, logit) for variant, predicted, logit in MODELS}
+
+
+def split(favourite: int, n: int = 64) -> Split:
+    """``n`` random images, three quarters labelled ``favourite`` and the rest the other of classes 0 and 1."""
+    rng = np.random.default_rng(favourite)
+    labels = np.full(n, 1 - favourite, np.uint8)
+    labels[: n * 3 // 4] = favourite
+    return Split(rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.permutation(labels))
+
+
+SPLITS = {"train": split(0), "validation": split(0), "test": split(1)}  # validation favours class 0, test class 1
+
+
+def probabilities(predicted: int, logit: float) -> np.ndarray:
+    """What a model of MODELS outputs for every image: the softmax of its constant logits."""
+    logits = np.zeros(10)
+    logits[predicted] = logit
+    return np.exp(logits) / np.exp(logits).sum()
+
+
+def expected(predicted: int, logit: float, data: Split) -> dict[str, float]:
+    """Accuracy and mean cross-entropy of a MODELS entry on ``data``, computed here, not by the code under test."""
+    p = probabilities(predicted, logit)
+    return {"accuracy": float(np.mean(data.labels == predicted)), "loss": float(np.mean(-np.log(p[data.labels])))}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data")
+    artifact.write(SPLITS, out, shards=2, names=NAMES, source="synthetic")
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Each MODELS entry exported once with the serving signatures; copied into each test's store."""
+    import tf_keras as keras
+
+    from components.modeling.savedmodel import export
+
+    root = tmp_path_factory.mktemp("exported")
+    for variant, predicted, logit in MODELS:
+        model = keras.Sequential([keras.layers.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")])
+        bias = np.zeros(10, np.float32)
+        bias[predicted] = logit
+        model.layers[-1].set_weights([np.zeros((28 * 28, 10), np.float32), bias])
+        export(model, root / variant, NAMES)
+    return root
+
+
+def candidates(exported: Path, store_root: Path) -> list[dict]:
+    """The records train_variant returns, each model under ``<prefix>/model`` of a folder store."""
+    records = []
+    for variant, _, _ in MODELS:
+        prefix = f"runs/{RUN_ID}/{variant}"
+        shutil.copytree(exported / variant, store_root / prefix / "model")
+        records.append({
+            "variant": variant,
+            "spec": {"name": variant},
+            "uri": f"file://{store_root / prefix / 'model'}",
+            "prefix": prefix,
+            "metrics": {"workers": 1, "num_replicas_in_sync": 1, "epochs": 1, "train_seconds": 1.5, "examples_per_second": 100.0},
+        })
+    return records
+
+
+def select(exported: Path, data_dir: Path, tmp_path: Path, metric: str) -> dict:
+    store_root = tmp_path / "store"
+    return select_winner(candidates(exported, store_root), str(data_dir), f"file://{store_root}", MODEL, RUN_ID, metric)
+
+
+def published_manifest(tmp_path: Path, version: int = 1) -> dict:
+    return json.loads((tmp_path / "store" / "models" / MODEL / str(version) / "manifest.json").read_text())
+
+
+def by_metric(metric: str, data: Split) -> str:
+    """The variant that ``metric`` should pick on ``data``, from the independently computed scores."""
+    scores = {variant: expected(predicted, logit, data)["accuracy" if metric == "val_accuracy" else "loss"]
+              for variant, predicted, logit in MODELS}
+    pick = max if metric == "val_accuracy" else min
+    return pick(scores, key=scores.get)
+
+
+def test_the_two_metrics_disagree_on_validation_and_test_reverses_accuracy() -> None:
+    """The fixtures are what the other tests need: metrics disagree on validation, and test favours the other model."""
+    assert by_metric("val_accuracy", SPLITS["validation"]) == "sure_zero"
+    assert by_metric("val_loss", SPLITS["validation"]) == "unsure_one"
+    assert by_metric("val_accuracy", SPLITS["test"]) == "unsure_one"
+
+
+def test_selection_scores_on_validation_and_only_the_winner_on_test(exported: Path, data_dir: Path, tmp_path: Path) -> None:
+    """Selection never touches the test split: the validation favourite wins though test favours the other."""
+    summary = select(exported, data_dir, tmp_path, "val_accuracy")
+
+    assert summary["winner"]["variant"] == "sure_zero"
+    assert [c["variant"] for c in summary["candidates"]] == ["sure_zero", "unsure_one"]
+    for candidate in summary["candidates"]:
+        on_validation = expected(*BEHAVIOUR[candidate["variant"]], SPLITS["validation"])
+        assert candidate["val_accuracy"] == on_validation["accuracy"]
+        assert candidate["val_loss"] == pytest.approx(on_validation["loss"], rel=1e-3)
+    on_test = expected(*BEHAVIOUR["sure_zero"], SPLITS["test"])
+    assert summary["winner"]["test_accuracy"] == on_test["accuracy"] == 0.25
+    assert summary["winner"]["val_accuracy"] == 0.75
+    manifest = published_manifest(tmp_path)
+    assert manifest["variant"] == "sure_zero" and manifest["metrics"]["test_accuracy"] == on_test["accuracy"]
+    assert manifest["selection"] == {"metric": "val_accuracy", "direction": "max", "candidates": ["sure_zero", "unsure_one"]}
+
+
+def test_val_loss_picks_the_lowest_loss_not_the_highest_accuracy(exported: Path, data_dir: Path, tmp_path: Path) -> None:
+    """metric=val_loss publishes the candidate with the lowest validation loss, here the less accurate one."""
+    summary = select(exported, data_dir, tmp_path, "val_loss")
+
+    assert summary["winner"]["variant"] == "unsure_one"
+    losses = [c["val_loss"] for c in summary["candidates"]]
+    assert losses == sorted(losses)
+    assert summary["candidates"][0]["val_accuracy"] < summary["candidates"][1]["val_accuracy"]
+    on_test = expected(*BEHAVIOUR["unsure_one"], SPLITS["test"])
+    assert summary["winner"]["test_accuracy"] == on_test["accuracy"] == 0.75
+    manifest = published_manifest(tmp_path)
+    assert manifest["variant"] == "unsure_one"
+    assert manifest["selection"] == {"metric": "val_loss", "direction": "min", "candidates": ["unsure_one", "sure_zero"]}
+
+
+@pytest.mark.parametrize("metric, best_first", [
+    ("val_accuracy", ["b", "a", "a2", "c"]),
+    ("val_loss", ["c", "a", "a2", "b"]),
+])
+def test_rank_orders_best_first_in_the_metric_direction(metric: str, best_first: list[str]) -> None:
+    """rank: highest val_accuracy first, lowest val_loss first; ties go to the name that sorts first."""
+    scored = [
+        {"variant": "c", "val_accuracy": 0.5, "val_loss": 0.2},
+        {"variant": "b", "val_accuracy": 0.9, "val_loss": 0.9},
+        {"variant": "a", "val_accuracy": 0.7, "val_loss": 0.4},
+        {"variant": "a2", "val_accuracy": 0.7, "val_loss": 0.4},
+    ]
+    assert [c["variant"] for c in rank(scored, metric)] == best_first
+
+
+def test_each_metric_carries_its_direction() -> None:
+    """val_accuracy is better higher, val_loss lower."""
+    assert METRICS == {"val_accuracy": "max", "val_loss": "min"}
+    assert direction("val_accuracy") == "max" and direction("val_loss") == "min"
+
+
+def test_an_unknown_metric_is_refused_in_one_line_before_any_evaluation(tmp_path: Path) -> None:
+    """An unknown metric fails with one line naming the known ones, before data or models are read."""
+    for call in (lambda: direction("accuracy"), lambda: rank([{"variant": "a", "accuracy": 1.0}], "accuracy")):
+        with pytest.raises(BakeoffError) as refused:
+            call()
+        assert str(refused.value) == "unknown selection metric 'accuracy': use one of val_accuracy, val_loss"
+    # Neither the data nor the models exist: reading either would fail with another message.
+    ghost = {"variant": "a", "spec": {}, "uri": "file:///nowhere/model", "prefix": "runs/x/a",
+             "metrics": {"workers": 1, "num_replicas_in_sync": 1, "epochs": 1, "train_seconds": 1.0, "examples_per_second": 1.0}}
+    with pytest.raises(BakeoffError) as refused:
+        select_winner([ghost], str(tmp_path / "no-data"), f"file://{tmp_path / 'store'}", MODEL, RUN_ID, "accuracy")
+    assert "\n" not in str(refused.value)
+    assert str(refused.value).startswith("unknown selection metric 'accuracy'")
+    assert not (tmp_path / "store").exists()
