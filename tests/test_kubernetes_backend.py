@@ -9,7 +9,7 @@ from kubernetes.client import ApiClient, Configuration
 
 from components.errors import BakeoffError
 from components.backends.kubernetes import KubernetesBackend
-from components.training.tfjob import build_tfjob, job_name, worker_args
+from components.training.tfjob import SPEC_LABEL, VARIANT_LABEL, build_tfjob, job_name, worker_args
 from components.defaults import CONFIG as DEFAULT_CONFIG
 from components.spec import from_dict, load_variants
 from tests.fake_kubernetes import FakeKubernetes, tfjob_schema
@@ -17,11 +17,15 @@ from tests.fake_kubernetes import FakeKubernetes, tfjob_schema
 LOG = "Epoch 1/1\n429/429 - 19s - loss: 0.51 - accuracy: 0.82\nbakeoff: error: the last words of the chief\n"
 
 
-def tfjob(variant: dict | None = None, deadline: int = 3600):
+def tfjob(variant: dict | None = None, deadline: int = 3600, run_id: str = "run-1234"):
     spec = from_dict(variant or {"name": "batch_norm", "model": {"type": "cnn", "batch_norm": True}, "workers": 2})
-    return build_tfjob(spec, name=job_name("run-1234", spec.name), image="registry.example/bakeoff:1",
-                       args=worker_args(spec, "minio://mlpipeline/v2/artifacts/x", "s3://mlpipeline/bakeoff", "runs/r/x", 0),
+    return build_tfjob(spec, name=job_name(run_id, spec.name), image="registry.example/bakeoff:1",
+                       args=worker_args(spec, "minio://mlpipeline/v2/artifacts/x", "s3://mlpipeline/bakeoff", f"runs/{run_id}/{spec.name}", 0),
                        env={"BAKEOFF_S3_ENDPOINT": "minio-service.kubeflow:9000"}, active_deadline_seconds=deadline)
+
+
+def body(job) -> dict:
+    return ApiClient().sanitize_for_serialization(job)
 
 
 def backend(fake: FakeKubernetes, lines: list[str]) -> KubernetesBackend:
@@ -58,6 +62,27 @@ def test_job_names_are_dns_1123_and_short() -> None:
         name = job_name("0f3b6a8e-2c1d-4a5b-9c7e-0123456789ab", variant)
         assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
     assert job_name("run-a", "cnn") != job_name("run-b", "cnn")
+
+
+@pytest.mark.parametrize(("cpu", "threads"), [("1", "1"), ("500m", "1"), ("100m", "1"), ("2", "2"), ("2500m", "2"), ("4", "4"), ("1.5", "1")])
+def test_replica_thread_pools_follow_the_cpu_request(cpu: str, threads: str) -> None:
+    job = body(tfjob({"name": "cnn", "model": {"type": "cnn"}, "workers": 2, "resources": {"cpu": cpu}}))
+    env = {e["name"]: e.get("value") for e in job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]}
+    assert {key: env[key] for key in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")} == dict.fromkeys(
+        ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"), threads)
+
+
+def test_a_cpu_that_is_no_quantity_is_a_clear_error() -> None:
+    with pytest.raises(BakeoffError, match=r"^variant 'cnn': resources.cpu 'two' is not a CPU quantity: use e.g. \"2\" or \"500m\"$"):
+        tfjob({"name": "cnn", "model": {"type": "cnn"}, "resources": {"cpu": "two"}})
+
+
+def test_labels_are_valid_and_say_whose_the_job_is() -> None:
+    value = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")  # IsValidLabelValue
+    long_name = tfjob({"name": "a" * 40 + "_" + "b" * 40, "model": {"type": "mlp"}}).metadata.labels[VARIANT_LABEL]
+    assert len(long_name) <= 63 and value.fullmatch(long_name), long_name
+    same, again, other_run = (tfjob(run_id=run_id).metadata.labels for run_id in ("run-1", "run-1", "run-2"))
+    assert same == again and same[SPEC_LABEL] != other_run[SPEC_LABEL] and same[VARIANT_LABEL] == other_run[VARIANT_LABEL] == "batch_norm"
 
 
 def test_created_running_succeeded(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
+from decimal import Decimal
 
 from kubeflow.training import (
     KubeflowOrgV1ReplicaSpec,
@@ -12,6 +14,7 @@ from kubeflow.training import (
     KubeflowOrgV1TFJobSpec,
 )
 from kubernetes.client import (
+    ApiClient,
     V1Container,
     V1ContainerPort,
     V1EnvVar,
@@ -22,8 +25,10 @@ from kubernetes.client import (
     V1ResourceRequirements,
     V1SecretKeySelector,
 )
+from kubernetes.utils import parse_quantity
 
 from components.defaults import BACKOFF_LIMIT, TIMEOUT_SECONDS
+from components.errors import BakeoffError
 from components.spec import Variant
 
 CONTAINER = "tensorflow"  # the container name the Training Operator looks for
@@ -33,6 +38,12 @@ WORKER_PROGRAM = "components.training.worker"  # run as `python -m`
 # KFP's own object-store secret, present in every KFP namespace: data key → variable.
 STORE_SECRET = "mlpipeline-minio-artifact"
 STORE_SECRET_KEYS = {"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"}
+# The labels that say whose a TFJob is: a job found under our name is ours only if it carries the same values.
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+VARIANT_LABEL = "bakeoff/variant"
+SPEC_LABEL = "bakeoff/spec"  # digest of the spec, whose args name the run's store prefix and the variant
+LABEL_VALUE_MAX = 63  # Kubernetes' limit on a label value
+THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
 
 
 def job_name(run_id: str, variant: str) -> str:
@@ -40,6 +51,33 @@ def job_name(run_id: str, variant: str) -> str:
     digest = hashlib.sha256(f"{run_id}/{variant}".encode()).hexdigest()[:8]
     stem = re.sub(r"[^a-z0-9-]+", "-", f"bakeoff-{variant}".lower()).strip("-")[:50].rstrip("-")
     return f"{stem}-{digest}"
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label value: kept when it fits, else truncated with a digest of the whole."""
+    if len(text) <= LABEL_VALUE_MAX and re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", text):
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    stem = re.sub(r"[^-A-Za-z0-9_.]+", "-", text)[: LABEL_VALUE_MAX - len(digest) - 1]
+    stem = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", stem)
+    return f"{stem}-{digest}" if stem else digest
+
+
+def thread_env(variant: Variant) -> dict[str, str]:
+    """TensorFlow's and OpenMP's pool sizes from the replica's CPU: more threads than its quota only get throttled."""
+    threads = str(max(1, math.floor(_cpus(variant))))
+    return {variable: threads for variable in THREAD_VARIABLES}
+
+
+def _cpus(variant: Variant) -> Decimal:
+    cpu = variant.resources.cpu
+    try:
+        cpus = parse_quantity(cpu)
+    except (ValueError, TypeError):
+        cpus = None
+    if cpus is None or not cpus.is_finite() or cpus <= 0:
+        raise BakeoffError(f"variant {variant.name!r}: resources.cpu {cpu!r} is not a CPU quantity: use e.g. \"2\" or \"500m\"")
+    return cpus
 
 
 def worker_args(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_train_examples: int) -> list[str]:
@@ -81,7 +119,8 @@ def build_tfjob(
         image=image,
         command=["python", "-m", WORKER_PROGRAM],
         args=args,
-        env=[V1EnvVar(name=key, value=value) for key, value in sorted(env.items())] + _secret_env(),
+        # The caller's variables win: the local backend sizes its pools by the machine's cores instead.
+        env=[V1EnvVar(name=key, value=value) for key, value in sorted({**thread_env(variant), **env}.items())] + _secret_env(),
         ports=[V1ContainerPort(name="tfjob-port", container_port=PORT)],
         resources=V1ResourceRequirements(requests=dict(limits), limits=limits),
     )
@@ -90,19 +129,20 @@ def build_tfjob(
         metadata=V1ObjectMeta(annotations={"sidecar.istio.io/inject": "false"}),
         spec=V1PodSpec(containers=[container]),
     )
-    return KubeflowOrgV1TFJob(
-        api_version="kubeflow.org/v1",
-        kind="TFJob",
-        metadata=V1ObjectMeta(name=name, labels={"app.kubernetes.io/part-of": "bakeoff", "bakeoff/variant": variant.name}),
-        spec=KubeflowOrgV1TFJobSpec(
-            run_policy=KubeflowOrgV1RunPolicy(
-                backoff_limit=backoff_limit,
-                active_deadline_seconds=active_deadline_seconds,
-                clean_pod_policy="Running",
-                ttl_seconds_after_finished=86400,
-            ),
-            tf_replica_specs={
-                WORKER: KubeflowOrgV1ReplicaSpec(replicas=variant.workers, restart_policy="OnFailure", template=template)
-            },
+    spec = KubeflowOrgV1TFJobSpec(
+        run_policy=KubeflowOrgV1RunPolicy(
+            backoff_limit=backoff_limit,
+            active_deadline_seconds=active_deadline_seconds,
+            clean_pod_policy="Running",
+            ttl_seconds_after_finished=86400,
         ),
+        tf_replica_specs={WORKER: KubeflowOrgV1ReplicaSpec(replicas=variant.workers, restart_policy="OnFailure", template=template)},
     )
+    labels = {PART_OF_LABEL: "bakeoff", VARIANT_LABEL: label_value(variant.name), SPEC_LABEL: spec_digest(spec)}
+    return KubeflowOrgV1TFJob(api_version="kubeflow.org/v1", kind="TFJob", metadata=V1ObjectMeta(name=name, labels=labels), spec=spec)
+
+
+def spec_digest(spec: KubeflowOrgV1TFJobSpec) -> str:
+    """A digest of everything the job does: the same run and variant give the same one, another gives another."""
+    body = json.dumps(ApiClient().sanitize_for_serialization(spec), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
