@@ -1,19 +1,63 @@
-"""A fake of the Kubernetes API for TFJobs: it checks every TFJob against the Training Operator's CRD schema."""
+"""A fake Kubernetes API for the TFJob backend: the Training Operator's CRD and pods, and the API server's own rules.
+
+What it models, and where the real system decides it:
+
+* Every TFJob is checked against the v1 openAPIV3Schema of the operator's CRD (tests/contracts/), and its
+  metadata as the API server checks every object's: labels by ValidateLabels
+  (k8s.io/apimachinery/pkg/apis/meta/v1/validation/validation.go, with IsQualifiedName and
+  IsValidLabelValue from pkg/util/validation/validation.go) and ownerReferences by ValidateOwnerReferences
+  (k8s.io/apimachinery/pkg/api/validation/objectmeta.go).
+* A name that is taken answers 409 AlreadyExists (NewAlreadyExists, k8s.io/apimachinery/pkg/api/errors/errors.go),
+  also while the object is being deleted. A merge patch that carries a stale metadata.resourceVersion
+  answers 409 Conflict (the API server treats it as a precondition of the update).
+* Each worker pod is named ``<job>-worker-<i>`` (GenGeneralName, training-operator
+  pkg/controller.v1/common/util.go) and owned by its TFJob. Its container restarts in place, in the same pod,
+  because the operator copies restartPolicy OnFailure into the pod (SetRestartPolicy, pkg/core/pod.go);
+  the pod's phase stays Running while it does.
+* A pod's log: 400 while the container is waiting to start, then the current container's lines, each stamped
+  by the kubelet in Go's RFC3339Nano (trailing zeros of the fraction trimmed) when ``timestamps=true``;
+  a followed stream ends when the container exits. The fake ends every stream at once, as if it had.
+* Deletion with propagationPolicy Foreground leaves the object, with a deletionTimestamp and the
+  foregroundDeletion finalizer, until the garbage collector has deleted its dependents (here: for
+  ``linger`` reads). Deleting an owner deletes every TFJob whose ownerReferences are all dangling:
+  owner gone, or present under another UID (isDangling and attemptToDeleteItem,
+  pkg/controller/garbagecollector/garbagecollector.go); the fake collects at once, the real one soon after.
+* Every request is recorded as RBAC sees it: verb, API group, resource/subresource
+  (NewRequestInfo, k8s.io/apiserver/pkg/endpoints/request/requestinfo.go).
+
+Time is counted in states: each GET of a TFJob by name reports its next state along ``phases`` (condition
+types), and its pods are in the state last reported.
+"""
 from __future__ import annotations
 
+import copy
+import functools
 import json
+import re
 import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 from urllib.parse import parse_qs, urlparse
 
 import jsonschema
 import yaml
 
 CRD = Path(__file__).resolve().parent / "contracts" / "kubeflow.org_tfjobs.yaml"
-TFJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
+GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
+CONTAINER = "tensorflow"  # kubeflowv1.TFJobDefaultContainerName
+# The worker pods' phase while the job shows each condition.
+POD_PHASE = {"Created": "Pending", "Running": "Running", "Restarting": "Running", "Succeeded": "Succeeded", "Failed": "Failed"}
+LOG_EPOCH = datetime(2026, 11, 29, tzinfo=timezone.utc)
+LINE_SPACING = timedelta(milliseconds=50)  # so stamps like .1 and .15 meet: they do not sort as text
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
+@functools.lru_cache(maxsize=None)
 def tfjob_schema() -> dict:
     """The v1 TFJob openAPIV3Schema from the Training Operator's own CRD."""
     crd = yaml.safe_load(CRD.read_text())
@@ -21,35 +65,328 @@ def tfjob_schema() -> dict:
     return version["schema"]["openAPIV3Schema"]
 
 
-class FakeKubernetes:
-    """Holds TFJobs; each GET of a job moves it one step along ``phases`` (condition types)."""
+class Call(NamedTuple):
+    """One request as RBAC authorizes it; ``resource`` includes the subresource (``pods/log``)."""
 
-    def __init__(self, phases: list[str], log: str = "", namespace: str = "team-a") -> None:
-        self.phases, self.log, self.namespace = phases, log, namespace
+    verb: str
+    group: str
+    resource: str
+    name: str
+
+
+class LogRead(NamedTuple):
+    """One request for a pod's log, with the pod's state when it came."""
+
+    pod: str
+    phase: str
+    restarts: int
+    follow: bool
+
+
+def request_info(method: str, path: str, query: str) -> Optional[Call]:
+    """NewRequestInfo for namespaced resource paths: /api/v1/namespaces/… and /apis/<group>/<version>/namespaces/…"""
+    parts = [part for part in path.split("/") if part]
+    if parts[:2] == ["api", "v1"]:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    if len(rest) < 3 or rest[0] != "namespaces":
+        return None
+    resource, name = rest[2], rest[3] if len(rest) > 3 else ""
+    if len(rest) > 4:
+        resource = f"{resource}/{rest[4]}"
+    if method == "GET":
+        verb = "get" if name else ("watch" if go_bool(parse_qs(query), "watch") else "list")
+    elif method == "DELETE":
+        verb = "delete" if name else "deletecollection"
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}[method]
+    return Call(verb, group, resource, name)
+
+
+def go_bool(query: dict, key: str) -> bool:
+    """A boolean query parameter as the API server reads it (Go's strconv.ParseBool: the Python client sends "True")."""
+    return query.get(key, ["false"])[0] in ("1", "t", "T", "TRUE", "true", "True")
+
+
+def metadata_errors(metadata: dict) -> list[str]:
+    """What ValidateLabels and ValidateOwnerReferences reject in an object's metadata."""
+    errors = []
+    for key, value in (metadata.get("labels") or {}).items():
+        prefix, _, name = key.rpartition("/")
+        if (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix))) or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+            errors.append(f"metadata.labels: Invalid value: {key!r}: not a qualified name")
+        if not isinstance(value, str) or len(value) > 63 or (value and not _LABEL_NAME.fullmatch(value)):
+            errors.append(
+                f"metadata.labels: Invalid value: {value!r}: a valid label must be an empty string or consist of alphanumeric"
+                " characters, '-', '_' or '.', and must start and end with an alphanumeric character (at most 63)"
+            )
+    controllers = 0
+    for ref in metadata.get("ownerReferences") or []:
+        version = (ref.get("apiVersion") or "").rpartition("/")[2]
+        for field_name, present in (("apiVersion", version), ("kind", ref.get("kind")), ("name", ref.get("name")), ("uid", ref.get("uid"))):
+            if not present:
+                errors.append(f"metadata.ownerReferences.{field_name}: Invalid value: must not be empty")
+        if (ref.get("apiVersion"), ref.get("kind")) == ("v1", "Event"):
+            errors.append("metadata.ownerReferences: Invalid value: /v1, Kind=Event is disallowed from being an owner")
+        controllers += bool(ref.get("controller"))
+    if controllers > 1:
+        errors.append("metadata.ownerReferences: Invalid value: Only one reference can have Controller set to true")
+    return errors
+
+
+def status(code: int, reason: str, message: str, **details: str) -> dict:
+    """A metav1.Status failure, as the API server answers errors."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason,
+            "details": details, "code": code}
+
+
+def rfc3339nano(moment: datetime) -> str:
+    """Go's time.RFC3339Nano in UTC: the fraction's trailing zeros trimmed, none at all when it is zero."""
+    fraction = f"{moment.microsecond * 1000:09d}".rstrip("0")
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge, null removes, anything else (lists too) replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
+@dataclass
+class _Timeline:
+    """One TFJob's states: its condition types and its worker pods' phases, by state."""
+
+    phases: list[str]
+    pod_phases: list[str]
+    gets: int = 0
+    linger: Optional[int] = None  # reads left while it is being deleted in the foreground
+
+    @property
+    def now(self) -> int:
+        """The state last reported."""
+        return min(max(self.gets - 1, 0), len(self.phases) - 1)
+
+    def pod_phase(self) -> str:
+        return self.pod_phases[min(self.now, len(self.pod_phases) - 1)]
+
+
+@dataclass
+class _Failure:
+    verb: str
+    resource: str
+    times: int
+    answer: Union[int, str]  # an HTTP status, or "drop": close the connection without an answer
+
+
+@dataclass
+class FakeKubernetes:
+    """Holds TFJobs, their worker pods and other pods; see the module docstring for the rules it follows.
+
+    ``log`` is worker 0's log, one string per container when it restarts at the states in ``restarts``;
+    ``worker_logs`` gives the other workers' logs by index.
+    """
+
+    phases: list[str]
+    log: Union[str, Sequence[str]] = ""
+    namespace: str = "team-a"
+    pod_phases: Optional[list[str]] = None
+    restarts: Sequence[int] = ()
+    worker_logs: dict[int, str] = field(default_factory=dict)
+    linger: int = 2
+
+    def __post_init__(self) -> None:
         self.validator = jsonschema.Draft7Validator(tfjob_schema())
         self.jobs: dict[str, dict] = {}
-        self.gets: dict[str, int] = {}
+        self.pods: dict[str, dict] = {}  # pods other than the workers (a pipeline step's)
+        self.timelines: dict[str, _Timeline] = {}  # by the job's uid
+        self.calls: list[Call] = []
         self.deleted: list[str] = []
+        self.propagations: list[Optional[str]] = []  # each TFJob deletion's propagationPolicy
+        self.collected: list[str] = []  # TFJobs the garbage collector deleted
         self.violations: list[str] = []
+        self.log_reads: list[LogRead] = []
+        self.on_state: dict[int, Callable[[], None]] = {}  # run once when a job first reports that state
+        self.failures: list[_Failure] = []
+        self._version = 0
+        self._lock = threading.RLock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def __enter__(self) -> "FakeKubernetes":
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # A short poll: shutdown() waits for the serving loop to look up.
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
 
-    def _conditions(self, name: str) -> list[dict]:
-        step = min(self.gets.get(name, 0), len(self.phases) - 1)
-        types = self.phases[: step + 1]
+    # ------------------------------------------------------------ set-up and inspection for tests
+
+    def add_pod(self, name: str, service_account: str = "default") -> str:
+        """A pod that is not a TFJob's (a pipeline step's); returns its uid."""
+        uid = str(uuid.uuid4())
+        self.pods[name] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.namespace, "uid": uid, "resourceVersion": self._next_version()},
+            "spec": {"serviceAccountName": service_account, "containers": [{"name": "main", "image": "bakeoff"}]},
+            "status": {"phase": "Running"},
+        }
+        return uid
+
+    def add_job(self, body: dict, phases: list[str]) -> dict:
+        """A TFJob that was there before the test: another attempt's or another run's."""
+        with self._lock:
+            return self._store(copy.deepcopy(body), phases)
+
+    def delete_pod(self, name: str) -> None:
+        """Deletes a pod the way kubectl or KFP would, and lets the garbage collector act."""
+        with self._lock:
+            self.pods.pop(name, None)
+            self._collect_garbage()
+
+    def fail(self, verb: str, resource: str, times: int = 1, answer: Union[int, str] = 500) -> None:
+        """The next ``times`` matching requests get ``answer`` (a status, or "drop") instead of being served."""
+        self.failures.append(_Failure(verb, resource, times, answer))
+
+    def job_uid(self, name: str) -> str:
+        return self.jobs[name]["metadata"]["uid"]
+
+    # ------------------------------------------------------------ the API's state
+
+    def _next_version(self) -> str:
+        self._version += 1
+        return str(self._version)
+
+    def _store(self, body: dict, phases: list[str]) -> dict:
+        metadata = body["metadata"]
+        metadata.update(namespace=self.namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_version(),
+                        creationTimestamp=rfc3339nano(LOG_EPOCH), generation=1)
+        self.jobs[metadata["name"]] = body
+        pod_phases = self.pod_phases or [POD_PHASE[phase] for phase in phases]
+        self.timelines[metadata["uid"]] = _Timeline(list(phases), list(pod_phases))
+        self._collect_garbage()
+        return body
+
+    def _timeline(self, name: str) -> _Timeline:
+        return self.timelines[self.job_uid(name)]
+
+    def _conditions(self, timeline: _Timeline) -> list[dict]:
+        types = timeline.phases[: timeline.now + 1]
         return [
             {"type": kind, "status": "True" if index == len(types) - 1 or kind == "Created" else "False",
-             "reason": f"TFJob{kind}", "message": f"TFJob {name} is {kind.lower()}.", "lastTransitionTime": "2026-11-29T00:00:00Z"}
+             "reason": f"TFJob{kind}", "message": f"TFJob is {kind.lower()}.", "lastTransitionTime": "2026-11-29T00:00:00Z"}
             for index, kind in enumerate(types)
         ]
+
+    def _read_job(self, name: str) -> Optional[dict]:
+        """Reports the job's next state; a job lingering in foreground deletion disappears after ``linger`` reads."""
+        if name not in self.jobs:
+            return None
+        timeline = self._timeline(name)
+        if timeline.linger is not None:
+            if timeline.linger == 0:
+                self._remove_job(name)
+                return None
+            timeline.linger -= 1
+        else:
+            timeline.gets += 1
+            hook = self.on_state.pop(timeline.now, None) if timeline.gets - 1 == timeline.now else None
+            if hook:
+                hook()
+                if name not in self.jobs:
+                    return None
+        return dict(self.jobs[name], status={"conditions": self._conditions(timeline)})
+
+    def _remove_job(self, name: str) -> None:
+        body = self.jobs.pop(name)
+        self.timelines.pop(body["metadata"]["uid"], None)
+
+    def _delete_job(self, name: str, propagation: Optional[str]) -> dict:
+        body = self.jobs[name]
+        self.deleted.append(name)
+        self.propagations.append(propagation)
+        timeline = self._timeline(name)
+        if propagation == "Foreground":
+            if timeline.linger is None:
+                body["metadata"].update(deletionTimestamp=rfc3339nano(LOG_EPOCH), finalizers=["foregroundDeletion"])
+                timeline.linger = self.linger
+        else:
+            self._remove_job(name)
+        return body
+
+    def _dangling(self, ref: dict) -> bool:
+        """isDangling for the owners this fake knows (pods); any other kind counts as present."""
+        if (ref.get("apiVersion"), ref.get("kind")) != ("v1", "Pod"):
+            return False
+        pod = self.pods.get(ref.get("name", ""))
+        return pod is None or pod["metadata"]["uid"] != ref.get("uid")
+
+    def _collect_garbage(self) -> None:
+        for name, body in list(self.jobs.items()):
+            refs = body["metadata"].get("ownerReferences") or []
+            if refs and all(self._dangling(ref) for ref in refs):
+                self._remove_job(name)
+                self.collected.append(name)
+
+    def _worker(self, pod_name: str) -> Optional[tuple[str, int, _Timeline]]:
+        """(job, index, timeline) of a worker pod that exists now; a job being deleted has lost its pods."""
+        for name, body in self.jobs.items():
+            prefix = f"{name}-worker-"
+            if pod_name.startswith(prefix) and pod_name[len(prefix):].isdigit():
+                index = int(pod_name[len(prefix):])
+                timeline = self._timeline(name)
+                if index < body["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] and timeline.linger is None:
+                    return name, index, timeline
+        return None
+
+    def _restart_count(self, index: int, timeline: _Timeline) -> int:
+        return sum(1 for state in self.restarts if state <= timeline.now) if index == 0 else 0
+
+    def _worker_pod(self, job: str, index: int, timeline: _Timeline) -> dict:
+        body = self.jobs[job]
+        phase = timeline.pod_phase()
+        state = {"Pending": {"waiting": {"reason": "ContainerCreating"}}, "Running": {"running": {"startedAt": "2026-11-29T00:00:00Z"}}}.get(
+            phase, {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1}})
+        template = body["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+        return {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": f"{job}-worker-{index}", "namespace": self.namespace, "uid": f"{body['metadata']['uid']}-{index}",
+                "labels": {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": "worker",
+                           "training.kubeflow.org/replica-index": str(index)},
+                "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "TFJob", "name": job, "uid": body["metadata"]["uid"],
+                                     "controller": True, "blockOwnerDeletion": True}],
+            },
+            "spec": {"restartPolicy": "OnFailure", "serviceAccountName": template["spec"].get("serviceAccountName", "default"),
+                     "containers": [{"name": CONTAINER, "image": template["spec"]["containers"][0]["image"]}]},
+            "status": {"phase": phase, "containerStatuses": [
+                {"name": CONTAINER, "restartCount": self._restart_count(index, timeline), "ready": phase == "Running", "state": state,
+                 "image": "bakeoff", "imageID": "", "containerID": f"containerd://{index}"}]},
+        }
+
+    def _log_lines(self, index: int, timeline: _Timeline) -> list[str]:
+        """The current container's lines, each with the kubelet's stamp."""
+        if index:
+            text, container = self.worker_logs.get(index, ""), 0
+        else:
+            container = self._restart_count(0, timeline)
+            logs = [self.log] if isinstance(self.log, str) else list(self.log)
+            text = logs[min(container, len(logs) - 1)]
+        start = LOG_EPOCH + timedelta(minutes=container)
+        return [f"{rfc3339nano(start + LINE_SPACING * (number + 1))} {line}" for number, line in enumerate(text.splitlines())]
+
+    # ------------------------------------------------------------ HTTP
 
     def _handler(self):
         fake = self
@@ -58,50 +395,129 @@ class FakeKubernetes:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def _send(self, status: int, body: object, content_type: str = "application/json") -> None:
+            def _send(self, code: int, body: object, content_type: str = "application/json") -> None:
                 data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-                self.send_response(status)
+                self.send_response(code)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_POST(self) -> None:
-                path = urlparse(self.path).path
-                if path != TFJOBS.format(ns=fake.namespace):
-                    return self._send(404, {"kind": "Status", "code": 404, "message": f"no route {path}"})
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in fake.validator.iter_errors(body)]
-                if errors:
-                    fake.violations.extend(errors)
-                    return self._send(422, {"kind": "Status", "code": 422, "message": "; ".join(errors)})
-                fake.jobs[body["metadata"]["name"]] = body
-                self._send(201, body)
+            def _body(self) -> Any:
+                length = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(length)) if length else None
+
+            def _serve(self, method: str) -> None:
+                url = urlparse(self.path)
+                call = request_info(method, url.path, url.query)
+                body = self._body()
+                with fake._lock:
+                    if call is None:
+                        return self._send(404, status(404, "NotFound", f"no route {url.path}"))
+                    fake.calls.append(call)
+                    failure = next((f for f in fake.failures if f.times and (f.verb, f.resource) == (call.verb, call.resource)), None)
+                    if failure is not None:
+                        failure.times -= 1
+                        if failure.answer == "drop":
+                            self.close_connection = True
+                            return None
+                        return self._send(int(failure.answer), status(int(failure.answer), "InternalError", "etcdserver: request timed out"))
+                    route = getattr(self, f"_{call.verb}_{call.resource.replace('/', '_')}", None)
+                    if route is None:
+                        return self._send(405, status(405, "MethodNotAllowed", f"the fake does not serve {call.verb} {call.resource}"))
+                    route(call, body, parse_qs(url.query))
 
             def do_GET(self) -> None:
-                url = urlparse(self.path)
-                parts = url.path.strip("/").split("/")
-                if url.path.startswith(TFJOBS.format(ns=fake.namespace) + "/"):
-                    name = parts[-1]
-                    if name not in fake.jobs:
-                        return self._send(404, {"kind": "Status", "code": 404, "message": "not found"})
-                    job = dict(fake.jobs[name], status={"conditions": fake._conditions(name)})
-                    fake.gets[name] = fake.gets.get(name, 0) + 1
-                    return self._send(200, job)
-                if url.path == f"/api/v1/namespaces/{fake.namespace}/pods":
-                    selector = dict(item.split("=") for item in parse_qs(url.query)["labelSelector"][0].split(","))
-                    name = selector["training.kubeflow.org/job-name"]
-                    index = selector.get("training.kubeflow.org/replica-index", "0")
-                    pod = {"metadata": {"name": f"{name}-worker-{index}", "namespace": fake.namespace}, "status": {"phase": "Running"}}
-                    return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [pod] if name in fake.jobs else []})
-                if url.path.endswith("/log"):
-                    return self._send(200, fake.log, "text/plain")
-                self._send(404, {"kind": "Status", "code": 404, "message": f"no route {url.path}"})
+                self._serve("GET")
+
+            def do_POST(self) -> None:
+                self._serve("POST")
+
+            def do_PATCH(self) -> None:
+                self._serve("PATCH")
 
             def do_DELETE(self) -> None:
-                name = urlparse(self.path).path.rstrip("/").split("/")[-1]
-                fake.deleted.append(name)
-                fake.jobs.pop(name, None)
-                self._send(200, {"kind": "Status", "status": "Success"})
+                self._serve("DELETE")
+
+            def _create_tfjobs(self, call: Call, body: dict, query: dict) -> None:
+                errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in fake.validator.iter_errors(body)]
+                errors += metadata_errors(body.get("metadata") or {})
+                if errors:
+                    fake.violations.extend(errors)
+                    return self._send(422, status(422, "Invalid", "; ".join(errors)))
+                name = body["metadata"]["name"]
+                if name in fake.jobs:
+                    return self._send(409, status(409, "AlreadyExists", f'{PLURAL}.{GROUP} "{name}" already exists', name=name, group=GROUP, kind=PLURAL))
+                self._send(201, fake._store(body, fake.phases))
+
+            def _not_found(self, resource: str, name: str) -> None:
+                self._send(404, status(404, "NotFound", f'{resource} "{name}" not found', name=name, kind=resource))
+
+            def _get_tfjobs(self, call: Call, body: None, query: dict) -> None:
+                job = fake._read_job(call.name)
+                if job is None:
+                    return self._not_found(f"{PLURAL}.{GROUP}", call.name)
+                self._send(200, job)
+
+            def _patch_tfjobs(self, call: Call, body: dict, query: dict) -> None:
+                if self.headers.get("Content-Type") != "application/merge-patch+json":
+                    return self._send(415, status(415, "UnsupportedMediaType", f"the fake takes merge patches, not {self.headers.get('Content-Type')}"))
+                if call.name not in fake.jobs:
+                    return self._not_found(f"{PLURAL}.{GROUP}", call.name)
+                current = fake.jobs[call.name]
+                wanted = (body.get("metadata") or {}).get("resourceVersion")
+                if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+                    return self._send(409, status(409, "Conflict", f'Operation cannot be fulfilled on {PLURAL}.{GROUP} "{call.name}": the object has been'
+                                                  " modified; please apply your changes to the latest version and try again"))
+                patched = merge_patch(current, body)
+                for immutable in ("name", "namespace", "uid", "creationTimestamp"):
+                    patched["metadata"][immutable] = current["metadata"][immutable]
+                errors = metadata_errors(patched["metadata"]) + [e.message for e in fake.validator.iter_errors(patched)]
+                if errors:
+                    fake.violations.extend(errors)
+                    return self._send(422, status(422, "Invalid", "; ".join(errors)))
+                patched["metadata"]["resourceVersion"] = fake._next_version()
+                fake.jobs[call.name] = patched
+                fake._collect_garbage()
+                self._send(200, patched)
+
+            def _delete_tfjobs(self, call: Call, body: Optional[dict], query: dict) -> None:
+                if call.name not in fake.jobs:
+                    return self._not_found(f"{PLURAL}.{GROUP}", call.name)
+                self._send(200, fake._delete_job(call.name, (body or {}).get("propagationPolicy")))
+
+            def _get_pods(self, call: Call, body: None, query: dict) -> None:
+                if call.name in fake.pods:
+                    return self._send(200, fake.pods[call.name])
+                worker = fake._worker(call.name)
+                if worker is None:
+                    return self._not_found("pods", call.name)
+                self._send(200, fake._worker_pod(*worker))
+
+            def _delete_pods(self, call: Call, body: Optional[dict], query: dict) -> None:
+                if call.name not in fake.pods:
+                    return self._not_found("pods", call.name)
+                pod = fake.pods[call.name]
+                fake.delete_pod(call.name)
+                self._send(200, pod)
+
+            def _get_pods_log(self, call: Call, body: None, query: dict) -> None:
+                worker = fake._worker(call.name)
+                if worker is None:
+                    return self._not_found("pods", call.name)
+                job, index, timeline = worker
+                phase = timeline.pod_phase()
+                fake.log_reads.append(LogRead(call.name, phase, fake._restart_count(index, timeline), go_bool(query, "follow")))
+                container = query.get("container", [CONTAINER])[0]
+                if container != CONTAINER:
+                    return self._send(400, status(400, "BadRequest", f"container {container} is not valid for pod {call.name}"))
+                if phase == "Pending":
+                    return self._send(400, status(400, "BadRequest", f'container "{CONTAINER}" in pod "{call.name}" is waiting to start: ContainerCreating'))
+                lines = fake._log_lines(index, timeline)
+                if "tailLines" in query:
+                    lines = lines[-int(query["tailLines"][0]):] if int(query["tailLines"][0]) else []
+                if not go_bool(query, "timestamps"):
+                    lines = [line.partition(" ")[2] for line in lines]
+                self._send(200, "".join(f"{line}\n" for line in lines), "text/plain")
 
         return Handler

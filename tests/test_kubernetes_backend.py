@@ -1,20 +1,22 @@
-"""The Kubernetes backend and the TFJobs it submits, against a fake API that enforces the real CRD schema."""
+"""The Kubernetes backend and the TFJobs it submits, against a fake API that enforces the real CRD schema and API rules."""
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 import pytest
 from kubeflow.training import TrainingClient
 from kubernetes.client import ApiClient, Configuration
 
-from components.errors import BakeoffError
-from components.backends.kubernetes import KubernetesBackend
-from components.training.tfjob import SPEC_LABEL, VARIANT_LABEL, build_tfjob, job_name, worker_args
+from components.backends.kubernetes import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV, KubernetesBackend
 from components.defaults import CONFIG as DEFAULT_CONFIG
+from components.errors import BakeoffError
 from components.spec import from_dict, load_variants
-from tests.fake_kubernetes import FakeKubernetes, tfjob_schema
+from components.training.tfjob import SPEC_LABEL, VARIANT_LABEL, build_tfjob, job_name, worker_args
+from tests.fake_kubernetes import Call, FakeKubernetes, metadata_errors, tfjob_schema
 
 LOG = "Epoch 1/1\n429/429 - 19s - loss: 0.51 - accuracy: 0.82\nbakeoff: error: the last words of the chief\n"
+STEP_POD = "bakeoff-run-1234-train-batch-norm-2718281828"
 
 
 def tfjob(variant: dict | None = None, deadline: int = 3600, run_id: str = "run-1234"):
@@ -28,11 +30,37 @@ def body(job) -> dict:
     return ApiClient().sanitize_for_serialization(job)
 
 
-def backend(fake: FakeKubernetes, lines: list[str]) -> KubernetesBackend:
+def backend(fake: FakeKubernetes, lines: list[str], **options) -> KubernetesBackend:
     configuration = Configuration()
     configuration.host = fake.url
     client = TrainingClient(client_configuration=configuration, namespace=fake.namespace, job_kind="TFJob")
-    return KubernetesBackend(client=client, polling_interval=0.05, grace_seconds=0, sink=lines.append)
+    return KubernetesBackend(client=client, polling_interval=0.01, grace_seconds=0, sink=lines.append, retry_delay=0.001, **options)
+
+
+@pytest.fixture(autouse=True)
+def outside_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No pod name and no service account from the machine that runs the tests."""
+    for key in (*POD_NAME_ENVS, SERVICE_ACCOUNT_ENV):
+        monkeypatch.delenv(key, raising=False)
+
+
+def in_step_pod(fake: FakeKubernetes, monkeypatch: pytest.MonkeyPatch, service_account: str = "pipeline-runner") -> str:
+    """Runs the backend as KFP runs a step: its pod's name from the downward API."""
+    monkeypatch.setenv("KFP_POD_NAME", STEP_POD)
+    monkeypatch.setenv("HOSTNAME", STEP_POD[:20])  # cut, as Kubernetes cuts long pod names: must not be used
+    return fake.add_pod(STEP_POD, service_account)
+
+
+def run(fake: FakeKubernetes, job, **options) -> tuple[list[str], Optional[BakeoffError]]:
+    lines: list[str] = []
+    try:
+        backend(fake, lines, **options).run(job)
+    except BakeoffError as error:
+        return lines, error
+    return lines, None
+
+
+# ---------------------------------------------------------------- the TFJob
 
 
 @pytest.mark.parametrize("variant", [v.to_dict() for v in load_variants(DEFAULT_CONFIG)]
@@ -40,11 +68,12 @@ def backend(fake: FakeKubernetes, lines: list[str]) -> KubernetesBackend:
 def test_every_tfjob_we_build_satisfies_the_operators_crd(variant: dict) -> None:
     import jsonschema
 
-    body = ApiClient().sanitize_for_serialization(tfjob(variant))
-    jsonschema.Draft7Validator(tfjob_schema()).validate(body)
-    worker = body["spec"]["tfReplicaSpecs"]["Worker"]
+    job = body(tfjob(variant))
+    jsonschema.Draft7Validator(tfjob_schema()).validate(job)
+    assert metadata_errors(job["metadata"]) == []
+    worker = job["spec"]["tfReplicaSpecs"]["Worker"]
     assert worker["replicas"] == variant["workers"] and worker["restartPolicy"] == "OnFailure"
-    assert set(body["spec"]["runPolicy"]) == {"backoffLimit", "activeDeadlineSeconds", "cleanPodPolicy", "ttlSecondsAfterFinished"}
+    assert set(job["spec"]["runPolicy"]) == {"backoffLimit", "activeDeadlineSeconds", "cleanPodPolicy", "ttlSecondsAfterFinished"}
     pod = worker["template"]
     assert pod["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
     container = pod["spec"]["containers"][0]
@@ -78,41 +107,61 @@ def test_a_cpu_that_is_no_quantity_is_a_clear_error() -> None:
 
 
 def test_labels_are_valid_and_say_whose_the_job_is() -> None:
-    value = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")  # IsValidLabelValue
-    long_name = tfjob({"name": "a" * 40 + "_" + "b" * 40, "model": {"type": "mlp"}}).metadata.labels[VARIANT_LABEL]
-    assert len(long_name) <= 63 and value.fullmatch(long_name), long_name
+    long_name = body(tfjob({"name": "a" * 40 + "_" + "b" * 40, "model": {"type": "mlp"}}))
+    assert metadata_errors(long_name["metadata"]) == [] and len(long_name["metadata"]["labels"][VARIANT_LABEL]) <= 63
     same, again, other_run = (tfjob(run_id=run_id).metadata.labels for run_id in ("run-1", "run-1", "run-2"))
     assert same == again and same[SPEC_LABEL] != other_run[SPEC_LABEL] and same[VARIANT_LABEL] == other_run[VARIANT_LABEL] == "batch_norm"
 
 
-def test_created_running_succeeded(capsys: pytest.CaptureFixture[str]) -> None:
-    lines: list[str] = []
+# ---------------------------------------------------------------- running it
+
+
+def test_created_running_succeeded() -> None:
     job = tfjob()
     with FakeKubernetes(["Created", "Running", "Running", "Succeeded"], log="Epoch 1/1\nsaved\n") as fake:
-        backend(fake, lines).run(job)
-    assert fake.violations == []
+        lines, error = run(fake, job)
+    assert error is None and fake.violations == []
     assert list(fake.jobs) == [job.metadata.name]
     assert fake.jobs[job.metadata.name]["metadata"]["namespace"] == "team-a"
     assert lines[-1] == f"TFJob team-a/{job.metadata.name} succeeded"
-    assert f"[Pod {job.metadata.name}-worker-0]: saved" in capsys.readouterr().out  # the chief's log, streamed
+    chief = f"{job.metadata.name}-worker-0"
+    # The chief's log, streamed once although it is followed again at every poll.
+    assert [line for line in lines if line.startswith(f"[{chief}]")] == [f"[{chief}] Epoch 1/1", f"[{chief}] saved"]
+
+
+def test_the_chief_log_is_followed_once_its_pod_runs_and_again_after_each_restart() -> None:
+    """A Worker-only TFJob is Running as soon as any worker runs, while worker 0 may still be Pending."""
+    job = tfjob()
+    chief = f"{job.metadata.name}-worker-0"
+    first = "".join(f"epoch {n}\n" for n in range(1, 25))  # stamps .05 … 1.2 s: .1 and .15 do not sort as text
+    with FakeKubernetes(["Created", "Running", "Running", "Running", "Running", "Running", "Succeeded"],
+                        pod_phases=["Pending", "Pending", "Pending", "Running", "Running", "Running", "Succeeded"],
+                        restarts=[5], log=[first, "resumed from checkpoint\nsaved\n"]) as fake:
+        lines, error = run(fake, job)
+    assert error is None
+    assert fake.log_reads and all(read.phase != "Pending" for read in fake.log_reads)
+    assert {read.restarts for read in fake.log_reads if read.follow and read.phase == "Running"} == {0, 1}  # both containers followed
+    shown = [line for line in lines if line.startswith(f"[{chief}]") or "restarted" in line]
+    assert shown == ([f"[{chief}] epoch {n}" for n in range(1, 25)] + [f"{chief}: its container restarted (restart 1); following the new one"]
+                     + [f"[{chief}] resumed from checkpoint", f"[{chief}] saved"])
 
 
 def test_failed_job_raises_with_conditions_and_last_log_lines() -> None:
     job = tfjob()
-    with FakeKubernetes(["Created", "Running", "Failed"], log=LOG) as fake:
-        with pytest.raises(BakeoffError) as error:
-            backend(fake, []).run(job)
-    message = str(error.value)
+    with FakeKubernetes(["Created", "Running", "Failed"], log=LOG, worker_logs={1: "Epoch 1/1\nworker 1 waits\n"}) as fake:
+        lines, error = run(fake, job)
+    message = str(error)
     assert message.startswith(f"TFJob team-a/{job.metadata.name} failed: Created: TFJobCreated")
-    assert f"Failed: TFJobFailed TFJob {job.metadata.name} is failed." in message
-    assert message.endswith(f"last lines of {job.metadata.name}-worker-0: Epoch 1/1 / 429/429 - 19s - loss: 0.51 - accuracy: 0.82 / bakeoff: error: the last words of the chief")
+    assert "Failed: TFJobFailed TFJob is failed." in message
+    assert message.endswith(f"last lines of {job.metadata.name}-worker-0: Epoch 1/1 / 429/429 - 19s - loss: 0.51 - accuracy: 0.82"
+                            f" / bakeoff: error: the last words of the chief | last lines of {job.metadata.name}-worker-1: Epoch 1/1 / worker 1 waits")
 
 
 def test_a_job_that_never_finishes_is_deleted_at_the_deadline() -> None:
     job = tfjob(deadline=1)
     with FakeKubernetes(["Created", "Running"], log="still going\n") as fake:
-        with pytest.raises(BakeoffError, match=r"did not finish in time and was deleted: \| last lines of .*: still going raise --timeout"):
-            backend(fake, []).run(job)
+        lines, error = run(fake, job)
+    assert re.search(r"did not finish in time and was deleted: \| last lines of \S+-worker-0: still going raise --timeout", str(error))
     assert fake.deleted == [job.metadata.name]
 
 
@@ -120,6 +169,134 @@ def test_a_job_the_api_rejects_is_a_clear_error() -> None:
     job = tfjob()
     job.spec.tf_replica_specs["Worker"].replicas = "two"  # the CRD says integer
     with FakeKubernetes(["Created"]) as fake:
-        with pytest.raises(BakeoffError, match=r"could not create TFJob team-a/\S+ \(HTTP 422: spec/tfReplicaSpecs/Worker/replicas: 'two' is not of type 'integer'\): check that the Training Operator is installed"):
-            backend(fake, []).run(job)
+        lines, error = run(fake, job)
+    assert re.fullmatch(r"could not create TFJob team-a/\S+ \(HTTP 422: spec/tfReplicaSpecs/Worker/replicas: 'two' is not of type 'integer'\):"
+                        r" check that the Training Operator is installed and that this service account may create tfjobs \(manifests/\)", str(error))
     assert fake.violations and fake.jobs == {}
+
+
+# ---------------------------------------------------------------- an API that hiccups
+
+
+def test_transient_api_errors_are_retried() -> None:
+    job = tfjob()
+    with FakeKubernetes(["Created", "Running", "Succeeded"], log="saved\n") as fake:
+        fake.fail("create", "tfjobs", times=2, answer=503)
+        fake.fail("get", "tfjobs", times=2, answer=500)
+        fake.fail("get", "pods", times=1, answer=502)
+        fake.fail("get", "pods/log", times=1, answer=500)
+        lines, error = run(fake, job)
+    assert error is None and lines[-1] == f"TFJob team-a/{job.metadata.name} succeeded"
+    retried = [line for line in lines if line.startswith("Kubernetes API could not")]
+    assert any(f"create TFJob team-a/{job.metadata.name} (HTTP 503" in line for line in retried)
+    assert any(f"read TFJob team-a/{job.metadata.name} (HTTP 500" in line for line in retried)
+    assert any("(HTTP 502" in line for line in retried)
+    assert f"[{job.metadata.name}-worker-0] saved" in lines
+    assert not any(failure.times for failure in fake.failures)
+
+
+def test_dropped_connections_are_retried() -> None:
+    job = tfjob()
+    with FakeKubernetes(["Created", "Running", "Succeeded"]) as fake:
+        fake.fail("get", "tfjobs", times=8, answer="drop")  # more than urllib3's own retries let through
+        lines, error = run(fake, job)
+    assert error is None
+    assert any(line.startswith(f"Kubernetes API could not read TFJob team-a/{job.metadata.name} (") for line in lines)
+
+
+def test_an_api_that_keeps_failing_is_its_own_error_not_a_failed_tfjob() -> None:
+    job = tfjob()
+    with FakeKubernetes(["Created", "Running", "Succeeded"]) as fake:
+        fake.fail("get", "tfjobs", times=100, answer=503)
+        lines, error = run(fake, job, api_attempts=3)
+    assert str(error) == (f"the Kubernetes API failed 3 times in a row to read TFJob team-a/{job.metadata.name}"
+                          " (HTTP 503: etcdserver: request timed out): check the API server, then retry the run")
+    assert fake.deleted == [] and list(fake.jobs) == [job.metadata.name]  # the job itself is left to run
+
+
+# ---------------------------------------------------------------- a job already under our name (a KFP retry)
+
+
+def test_an_unfinished_job_of_the_same_run_and_variant_is_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = tfjob()
+    name = job.metadata.name
+    with FakeKubernetes(["Running", "Succeeded"], log="resumed\nsaved\n") as fake:
+        earlier_uid = fake.add_pod("earlier-attempt")
+        earlier = body(tfjob())
+        earlier["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "earlier-attempt", "uid": earlier_uid}]
+        uid = fake.add_job(earlier, ["Created", "Running", "Running", "Succeeded"])["metadata"]["uid"]
+        step_uid = in_step_pod(fake, monkeypatch)
+        lines, error = run(fake, job)
+        assert error is None and fake.deleted == [] and fake.job_uid(name) == uid
+        assert f"adopted TFJob team-a/{name}: an earlier attempt of this run and variant started it and it has not finished" in lines
+        assert f"[{name}-worker-0] saved" in lines
+        owners = {ref["name"]: ref["uid"] for ref in fake.jobs[name]["metadata"]["ownerReferences"]}
+        assert owners == {"earlier-attempt": earlier_uid, STEP_POD: step_uid}
+        fake.delete_pod("earlier-attempt")  # KFP deletes a retried run's failed pods: the job must outlive that
+        assert name in fake.jobs
+        fake.delete_pod(STEP_POD)
+        assert fake.collected == [name]
+
+
+@pytest.mark.parametrize(("existing", "why"), [
+    (("Created", "Running", "Succeeded"), "an earlier attempt's job has already succeeded"),
+    (("Created", "Running", "Failed"), "an earlier attempt's job has already failed"),
+    (("Created", "Running"), "it is another run's or variant's (its labels differ)"),
+])
+def test_a_finished_or_foreign_job_is_replaced(existing: tuple[str, ...], why: str) -> None:
+    job = tfjob(deadline=5)  # a short one: the foreign job, wrongly adopted, would never finish
+    name = job.metadata.name
+    with FakeKubernetes(["Created", "Running", "Succeeded"], log="saved\n") as fake:
+        earlier = body(tfjob(deadline=5, run_id="run-1234" if "already" in why else "another-run"))
+        earlier["metadata"]["name"] = name
+        old_uid = fake.add_job(earlier, list(existing))["metadata"]["uid"]
+        fake.timelines[old_uid].gets = len(existing)  # it has reached its last state
+        lines, error = run(fake, job)
+    assert error is None and lines[-1] == f"TFJob team-a/{name} succeeded"
+    assert f"replacing TFJob team-a/{name}: {why}" in lines
+    # Deleted in the foreground (its pods go first), created again only once it is gone.
+    assert [call.verb for call in fake.calls if call.resource == "tfjobs" and call.verb in ("create", "delete")] == ["create", "delete", "create"]
+    assert fake.propagations == ["Foreground"] and fake.job_uid(name) != old_uid
+    assert fake.jobs[name]["metadata"]["labels"] == job.metadata.labels
+
+
+# ---------------------------------------------------------------- owner and service account
+
+
+def test_the_step_pod_owns_the_job_and_deleting_it_deletes_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = tfjob()
+    name = job.metadata.name
+    with FakeKubernetes(["Created", "Running", "Running", "Running", "Succeeded"]) as fake:
+        uid = in_step_pod(fake, monkeypatch)
+        fake.on_state[2] = lambda: fake.delete_pod(STEP_POD)  # the run is deleted while the job runs
+        submitted: list[dict] = []
+        fake.on_state[0] = lambda: submitted.append(dict(fake.jobs[name]))
+        lines, error = run(fake, job)
+    assert submitted[0]["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": STEP_POD, "uid": uid}]
+    assert fake.collected == [name]
+    assert str(error) == (f"TFJob team-a/{name} was deleted while this step waited for it (the run was cancelled, or someone deleted it):"
+                          " retry the run")
+
+
+def test_replicas_run_as_the_step_or_the_configured_service_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    for configured, expected in ((None, "pipeline-runner"), ("trainer", "trainer")):
+        if configured:
+            monkeypatch.setenv(SERVICE_ACCOUNT_ENV, configured)
+        job = tfjob()
+        with FakeKubernetes(["Created", "Succeeded"]) as fake:
+            in_step_pod(fake, monkeypatch)
+            lines, error = run(fake, job)
+        assert error is None
+        assert fake.jobs[job.metadata.name]["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["serviceAccountName"] == expected
+
+
+def test_outside_a_pod_the_job_has_no_owner_and_runs_all_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    for hostname, said in ((None, "not in a pod: the TFJob gets no owner"), ("laptop", "no pod team-a/laptop: not in a pod here")):
+        if hostname:
+            monkeypatch.setenv("HOSTNAME", hostname)
+        job = tfjob()
+        with FakeKubernetes(["Created", "Succeeded"]) as fake:
+            lines, error = run(fake, job)
+        assert error is None and any(line.startswith(said) for line in lines)
+        metadata, template = fake.jobs[job.metadata.name]["metadata"], fake.jobs[job.metadata.name]["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+        assert "ownerReferences" not in metadata and "serviceAccountName" not in template["spec"]
