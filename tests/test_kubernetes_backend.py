@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Callable, Optional
 
 import pytest
 from kubeflow.training import TrainingClient
@@ -17,6 +17,7 @@ from tests.fake_kubernetes import Call, FakeKubernetes, metadata_errors, tfjob_s
 
 LOG = "Epoch 1/1\n429/429 - 19s - loss: 0.51 - accuracy: 0.82\nbakeoff: error: the last words of the chief\n"
 STEP_POD = "bakeoff-run-1234-train-batch-norm-2718281828"
+OVERLAYS = ("overlays/standalone", "overlays/multi-user")
 
 
 def tfjob(variant: dict | None = None, deadline: int = 3600, run_id: str = "run-1234"):
@@ -300,3 +301,48 @@ def test_outside_a_pod_the_job_has_no_owner_and_runs_all_the_same(monkeypatch: p
         assert error is None and any(line.startswith(said) for line in lines)
         metadata, template = fake.jobs[job.metadata.name]["metadata"], fake.jobs[job.metadata.name]["spec"]["tfReplicaSpecs"]["Worker"]["template"]
         assert "ownerReferences" not in metadata and "serviceAccountName" not in template["spec"]
+
+
+# ---------------------------------------------------------------- RBAC: the Role allows exactly the calls made
+
+
+def calls_of_every_scenario(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) of every request in a success, a failure, a 409 adopted, a 409 replaced and a timeout."""
+    def succeed(fake: FakeKubernetes) -> None:
+        run(fake, tfjob())
+
+    def adopt(fake: FakeKubernetes) -> None:
+        fake.add_job(body(tfjob()), ["Created", "Running", "Succeeded"])
+        run(fake, tfjob())
+
+    def replace(fake: FakeKubernetes) -> None:
+        uid = fake.add_job(body(tfjob()), ["Succeeded"])["metadata"]["uid"]
+        fake.timelines[uid].gets = 1
+        run(fake, tfjob())
+
+    def time_out(fake: FakeKubernetes) -> None:
+        run(fake, tfjob(deadline=1))
+
+    scenarios: list[tuple[list[str], Callable[[FakeKubernetes], None]]] = [
+        (["Created", "Running", "Succeeded"], succeed), (["Created", "Running", "Failed"], succeed),
+        (["Created", "Succeeded"], adopt), (["Created", "Succeeded"], replace), (["Created", "Running"], time_out),
+    ]
+    calls: set[tuple[str, str, str]] = set()
+    for phases, scenario in scenarios:
+        with FakeKubernetes(phases, log="a line\n", restarts=[2]) as fake:
+            in_step_pod(fake, monkeypatch)
+            scenario(fake)
+        calls |= {(call.group, call.resource, call.verb) for call in fake.calls}
+    return calls
+
+
+def test_the_role_allows_every_call_the_backend_makes_and_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_manifests import MANIFESTS, granted, one, render
+
+    calls = calls_of_every_scenario(monkeypatch)
+    for overlay in OVERLAYS:
+        rules = granted(one(render(MANIFESTS / overlay), "Role"))
+        denied = sorted(call for call in calls if call[2] not in rules.get(call[:2], set()))
+        unused = sorted((group, resource, verb) for (group, resource), verbs in rules.items() for verb in verbs
+                        if (group, resource, verb) not in calls)
+        assert (denied, unused) == ([], []), overlay
