@@ -23,7 +23,8 @@ from components.training.tfjob import CONTAINER, WORKER
 
 JOB_KIND = "TFJob"
 SERVICE_ACCOUNT_ENV = "BAKEOFF_TFJOB_SERVICE_ACCOUNT"  # names the replicas' service account instead of the step's
-# This step's pod name: KFP's downward-API variable first, since HOSTNAME is cut to 63 characters.
+# This step's pod name: KFP's downward-API variable first (commonEnvs in kubeflow/pipelines
+# backend/src/v2/compiler/argocompiler/common.go), since HOSTNAME is cut to 63 characters.
 POD_NAME_ENVS = ("KFP_POD_NAME", "POD_NAME", "HOSTNAME")
 # Answers that say the server could not serve the request now, not that the request is wrong.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -335,7 +336,8 @@ class KubernetesBackend:
         owners = list(existing.metadata.owner_references or [])
         missing = [ref for ref in job.metadata.owner_references or [] if all(ref.uid != owner.uid for owner in owners)]
         if missing:
-            # Else the earlier pod's deletion (KFP deletes a retried run's failed pods) would collect the job under us.
+            # Else the earlier pod's deletion would collect the job under us: KFP deletes a retried run's failed pods
+            # (RetryRun, kubeflow/pipelines backend/src/apiserver/resource/resource_manager.go).
             # resourceVersion makes the merge patch conditional: a job changed meanwhile answers 409.
             patch = {"metadata": {"resourceVersion": existing.metadata.resource_version, "ownerReferences": owners + missing}}
             try:
