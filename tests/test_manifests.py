@@ -304,10 +304,18 @@ def test_dockerfile_installs_the_project_without_pinning_versions():
     assert defaults.SOURCE == "/usr/share/datasets/fashion-mnist", "where Debian's dataset-fashion-mnist puts the IDX files"
 
 
+def test_the_image_installs_the_debian_packages_make_system_installs():
+    """`make system` installs SYSTEM_PACKAGES on the CI machine, Debian 12 like the pinned base, so the names exist there."""
+    runs = " ".join(args for instruction, args in dockerfile_instructions() if instruction == "RUN")
+    installed = re.search(r"apt-get install -y --no-install-recommends ((?:[a-z0-9.+-]+ ?)+)", runs)
+    makefile = re.search(r"^SYSTEM_PACKAGES := (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert installed and makefile and set(installed.group(1).split()) == set(makefile.group(1).split())
+
+
 def test_dockerfile_base_user_and_workdir():
     instructions = dockerfile_instructions()
     args = dict(arg.split("=", 1) for instruction, arg in instructions if instruction == "ARG" and "=" in arg)
-    assert args["BASE_IMAGE"] == "python:3.11-slim"
+    assert args["BASE_IMAGE"] == "python:3.11-slim-bookworm", "pinned to the Debian release whose packages were checked"
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
     assert requires == ">=3.11"
     assert instructions[1] == ("FROM", "${BASE_IMAGE}")

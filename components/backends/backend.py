@@ -9,6 +9,11 @@ from kubeflow.training import KubeflowOrgV1TFJob
 
 Sink = Callable[[str], None]  # where a backend sends each log line
 
+# The TFJob's shape that the Training Operator, the backends and the job's builder share.
+CONTAINER = "tensorflow"  # the container name the Training Operator looks for
+PORT = 2222  # the Training Operator's default TFJob port
+WORKER = "Worker"  # the replica type bakeoff's jobs consist of
+
 
 class Backend(Protocol):
     """Executes a TFJob built by ``components.training.tfjob``; it never changes what the job asks for."""

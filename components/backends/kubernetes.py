@@ -16,10 +16,9 @@ from kubernetes.client import V1DeleteOptions, V1OwnerReference
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from components.backends.backend import Sink, print_line
+from components.backends.backend import CONTAINER, WORKER, Sink, print_line
 from components.defaults import LOG_TAIL
 from components.errors import BakeoffError
-from components.training.tfjob import CONTAINER, WORKER
 
 JOB_KIND = "TFJob"
 SERVICE_ACCOUNT_ENV = "BAKEOFF_TFJOB_SERVICE_ACCOUNT"  # names the replicas' service account instead of the step's

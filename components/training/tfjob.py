@@ -27,13 +27,11 @@ from kubernetes.client import (
 )
 from kubernetes.utils import parse_quantity
 
+from components.backends.backend import CONTAINER, PORT, WORKER
 from components.defaults import BACKOFF_LIMIT, TIMEOUT_SECONDS
 from components.errors import BakeoffError
 from components.spec import Variant
 
-CONTAINER = "tensorflow"  # the container name the Training Operator looks for
-PORT = 2222  # the Training Operator's default TFJob port
-WORKER = "Worker"
 WORKER_PROGRAM = "components.training.worker"  # run as `python -m`
 # KFP's own object-store secret, present in every KFP namespace: data key → variable.
 STORE_SECRET = "mlpipeline-minio-artifact"
