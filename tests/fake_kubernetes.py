@@ -27,6 +27,32 @@ What it models, and where the real system decides it:
 
 Time is counted in states: each GET of a TFJob by name reports its next state along ``phases`` (condition
 types), and its pods are in the state last reported.
+
+KServe (``serving.kserve.io``): InferenceServices (v1beta1) and ServingRuntimes (v1alpha1) are created, read
+and merge-patched, each checked against its CRD's openAPIV3Schema (tests/contracts/, KServe v0.20.0), its
+metadata as above, and an InferenceService's name against KServe's webhook (IsvcNameFmt,
+pkg/apis/serving/v1beta1/inference_service_validation.go). Fields the schema does not know are refused too,
+which is stricter than the API server (by default it prunes them with a warning) and as strict as kubectl's
+default field validation: a misspelt field would otherwise vanish silently. Every refusal is recorded in
+``violations``. The InferenceService controller's status is played by ``isvc_status``:
+
+* Ready is the living condition set of PredictorReady and IngressReady (conditionSet,
+  pkg/apis/serving/v1beta1/inference_service_status.go); ``status.url`` is the Knative route,
+  ``http://<name>.<namespace>.example.com`` under KServe's default domain.
+* ``status.observedGeneration`` is the generation plus ``isvc_observed_offset``: KServe copies it from the
+  predictor's Knative Service or Deployment, whose counter need not be the InferenceService's
+  (PropagateStatus and PropagateRawStatus; kserve/kserve#6081).
+* A spec change bumps ``metadata.generation`` (the status subresource: metadata and status do not), and for
+  ``isvc_stale_reads`` GETs after it the status is still the previous one, with the previous
+  ``observedGeneration``: the controller has not reconciled yet. Then it is not Ready (the revision is coming
+  up) until the ``isvc_ready_after``-th GET since the change, and Ready from then on; with
+  ``isvc_ready_after=None`` the revision fails with ``isvc_failure`` and never gets Ready.
+* A runtime named by ``spec.predictor.model.runtime`` must exist in the namespace (GetServingRuntime,
+  pkg/controller/v1beta1/inferenceservice/utils/utils.go) and list the model's format
+  (ModelSpec.RuntimeSupportsModel, pkg/apis/serving/v1beta1/predictor_model.go); otherwise the predictor is
+  not Ready, as the predictor reconciler reports it (pkg/controller/v1beta1/inferenceservice/components/predictor.go).
+* ``granted``, when set, is RBAC: (group, resource, verb) triples; anything else answers 403 Forbidden as
+  the authorization filter words it (k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go).
 """
 from __future__ import annotations
 
@@ -63,6 +89,83 @@ def tfjob_schema() -> dict:
     crd = yaml.safe_load(CRD.read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     return version["schema"]["openAPIV3Schema"]
+
+
+KSERVE_GROUP = "serving.kserve.io"
+# plural → (version, kind) of the KServe objects the fake serves
+KSERVE_KINDS = {"inferenceservices": ("v1beta1", "InferenceService"), "servingruntimes": ("v1alpha1", "ServingRuntime")}
+KSERVE_DOMAIN = "example.com"  # KServe's and Knative's default ingress domain
+_ISVC_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # IsvcNameFmt
+_TRANSITION_TIME = "2026-11-29T00:00:00Z"
+
+
+@functools.lru_cache(maxsize=None)
+def kserve_schema(plural: str) -> dict:
+    """The openAPIV3Schema of KServe's CRD for ``plural`` (``inferenceservices`` or ``servingruntimes``)."""
+    version = KSERVE_KINDS[plural][0]
+    crd = yaml.load((CRD.parent / f"{KSERVE_GROUP}_{plural}.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    return served["schema"]["openAPIV3Schema"]
+
+
+@functools.lru_cache(maxsize=None)
+def kserve_validator(plural: str) -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(kserve_schema(plural))
+
+
+def unknown_fields(schema: dict, value: Any, path: str = "") -> list[str]:
+    """Fields of ``value`` that a structural schema does not declare: what the API server prunes.
+
+    Stops where the schema keeps unknown fields (x-kubernetes-preserve-unknown-fields) or declares no
+    properties (``metadata``, which the API server checks itself).
+    """
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    found: list[str] = []
+    if isinstance(value, dict) and "properties" in schema:
+        for key, item in value.items():
+            if key not in schema["properties"]:
+                found.append(f"{path}.{key}".lstrip("."))
+            else:
+                found += unknown_fields(schema["properties"][key], item, f"{path}.{key}")
+    elif isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
+        for key, item in value.items():
+            found += unknown_fields(schema["additionalProperties"], item, f"{path}.{key}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            found += unknown_fields(schema["items"], item, f"{path}[{index}]")
+    return found
+
+
+def kserve_errors(plural: str, body: dict) -> list[str]:
+    """Why the API server (schema, metadata) or KServe's webhook (name) would refuse ``body``; unknown fields included."""
+    version, kind = KSERVE_KINDS[plural]
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in kserve_validator(plural).iter_errors(body)]
+    errors += [f"unknown field {name!r}" for name in unknown_fields(kserve_schema(plural), body)]
+    errors += metadata_errors(body.get("metadata") or {})
+    if (body.get("apiVersion"), body.get("kind")) != (f"{KSERVE_GROUP}/{version}", kind):
+        errors.append(f"apiVersion/kind {body.get('apiVersion')}/{body.get('kind')} is not {KSERVE_GROUP}/{version}/{kind}")
+    name = (body.get("metadata") or {}).get("name", "")
+    if plural == "inferenceservices" and not _ISVC_NAME.fullmatch(name):
+        errors.append(f"The InferenceService {name!r} is invalid: a InferenceService name must consist of lower case alphanumeric"
+                      f" characters or '-', and must start with alphabetical character (regex used for validation is '{_ISVC_NAME.pattern}')")
+    return errors
+
+
+def forbidden_message(call: Call, namespace: str, user: str) -> str:
+    """forbiddenMessage of the API server's authorization filter."""
+    kind = call.resource.partition("/")[0] + (f".{call.group}" if call.group else "")
+    name = f' "{call.name}"' if call.name else ""
+    group = f' in API group "{call.group}"'
+    return f'{kind}{name} is forbidden: User "{user}" cannot {call.verb} resource "{call.resource}"{group} in the namespace "{namespace}"'
+
+
+def condition(kind: str, state: str, reason: str = "", message: str = "") -> dict:
+    """A Knative condition (knative.dev/pkg/apis Condition), as KServe's status carries them."""
+    found = {"type": kind, "status": state, "lastTransitionTime": _TRANSITION_TIME}
+    if state != "True":
+        found.update(reason=reason, message=message)
+    return found
 
 
 class Call(NamedTuple):
@@ -189,6 +292,15 @@ class _Failure:
 
 
 @dataclass
+class _Served:
+    """A KServe object, and what its controller has reported since its spec last changed."""
+
+    body: dict
+    reads: int = 0  # GETs since the spec last changed
+    reported: Optional[dict] = None  # the status last reported
+
+
+@dataclass
 class FakeKubernetes:
     """Holds TFJobs, their worker pods and other pods; see the module docstring for the rules it follows.
 
@@ -203,6 +315,12 @@ class FakeKubernetes:
     restarts: Sequence[int] = ()
     worker_logs: dict[int, str] = field(default_factory=dict)
     linger: int = 2
+    isvc_ready_after: Optional[int] = 3  # the GET after a spec change from which an InferenceService is Ready; None: never
+    isvc_stale_reads: int = 1  # GETs after a spec change that still show the previous status
+    isvc_failure: str = "Container failed with: exit code 1"  # why the revision fails when it never gets Ready
+    isvc_observed_offset: int = 0  # observedGeneration minus generation: KServe copies a child's counter (kserve/kserve#6081)
+    granted: Optional[set[tuple[str, str, str]]] = None  # RBAC (group, resource, verb); None: everything
+    user: str = "system:serviceaccount:team-a:default-editor"  # who the 403s name
 
     def __post_init__(self) -> None:
         self.validator = jsonschema.Draft7Validator(tfjob_schema())
@@ -217,6 +335,8 @@ class FakeKubernetes:
         self.log_reads: list[LogRead] = []
         self.on_state: dict[int, Callable[[], None]] = {}  # run once when a job first reports that state
         self.failures: list[_Failure] = []
+        self.kserve: dict[tuple[str, str, str], _Served] = {}  # (plural, namespace, name) → KServe object
+        self.isvc_reports: list[tuple[int, Optional[int], bool]] = []  # each InferenceService GET: generation, observed, Ready
         self._version = 0
         self._lock = threading.RLock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -261,6 +381,137 @@ class FakeKubernetes:
 
     def job_uid(self, name: str) -> str:
         return self.jobs[name]["metadata"]["uid"]
+
+    def kserve_object(self, plural: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
+        """The stored InferenceService or ServingRuntime (without the controller's status), or None."""
+        served = self.kserve.get((plural, namespace or self.namespace, name))
+        return copy.deepcopy(served.body) if served else None
+
+    def add_kserve(self, body: dict, namespace: Optional[str] = None) -> dict:
+        """A KServe object that was there before the test (e.g. applied from manifests/kserve)."""
+        plural = next(p for p, (_, kind) in KSERVE_KINDS.items() if kind == body["kind"])
+        with self._lock:
+            return self._kserve_store(plural, namespace or self.namespace, copy.deepcopy(body))
+
+    def effective_container(self, name: str, namespace: Optional[str] = None) -> dict:
+        """The predictor's container: its runtime's kserve-container with the model's fields over it and ``{{.Name}}``
+        filled in (ReplacePlaceholders, pkg/controller/v1beta1/inferenceservice/utils/utils.go: the container's JSON
+        as a Go template over the InferenceService's metadata; only ``.Name`` is modelled)."""
+        namespace = namespace or self.namespace
+        isvc = self.kserve[("inferenceservices", namespace, name)].body
+        model = isvc["spec"]["predictor"]["model"]
+        runtime = self.kserve[("servingruntimes", namespace, model["runtime"])].body
+        (container,) = [c for c in runtime["spec"]["containers"] if c["name"] == "kserve-container"]
+        merged = dict(container, **{key: value for key, value in model.items()
+                                    if key not in ("modelFormat", "runtime", "runtimeVersion", "storageUri", "protocolVersion")})
+        return json.loads(json.dumps(merged).replace("{{.Name}}", name))
+
+    # ------------------------------------------------------------ KServe's objects and the InferenceService controller
+
+    def _kserve_store(self, plural: str, namespace: str, body: dict) -> dict:
+        body.pop("status", None)
+        body["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_version(),
+                                creationTimestamp=rfc3339nano(LOG_EPOCH), generation=1)
+        self.kserve[(plural, namespace, body["metadata"]["name"])] = _Served(body)
+        return body
+
+    def _runtime_problem(self, namespace: str, model: dict) -> Optional[tuple[str, str]]:
+        """(reason, message) when the named runtime cannot serve the model; only namespaced runtimes are modelled."""
+        name = model.get("runtime")
+        if name is None:
+            return None
+        runtime = self.kserve.get(("servingruntimes", namespace, name))
+        if runtime is None:
+            return "RuntimeNotRecognized", f"No ServingRuntimes or ClusterServingRuntimes with the name: {name}"
+        # RuntimeSupportsModel with a runtime named: every listed format counts, autoSelect or not.
+        labels = set()
+        for supported in runtime.body["spec"].get("supportedModelFormats") or []:
+            labels.add(supported["name"])
+            if supported.get("version") is not None:
+                labels.add(f"{supported['name']}:{supported['version']}")
+        wanted = model["modelFormat"]["name"] + (f":{model['modelFormat']['version']}" if model["modelFormat"].get("version") else "")
+        protocol = model.get("protocolVersion", "v1")
+        if wanted not in labels or protocol not in (runtime.body["spec"].get("protocolVersions") or ["v1"]):
+            return "NoSupportingRuntime", f"Specified runtime {name} does not support specified framework/version"
+        return None
+
+    def isvc_status(self, served: _Served, namespace: str) -> Optional[dict]:
+        """The status the InferenceService controller reports at this GET (see the module docstring)."""
+        body = served.body
+        name, generation = body["metadata"]["name"], body["metadata"]["generation"]
+        if served.reads <= self.isvc_stale_reads:
+            return served.reported
+        revision = f"{name}-predictor-{generation:05d}"  # Knative names a configuration's revisions by its generation
+        problem = self._runtime_problem(namespace, body["spec"]["predictor"]["model"])
+        ready = problem is None and self.isvc_ready_after is not None and served.reads >= self.isvc_ready_after
+        status: dict = {"observedGeneration": generation + self.isvc_observed_offset, "deploymentMode": "Serverless",
+                        "components": {"predictor": {"latestCreatedRevision": revision}}}
+        if ready:
+            status["conditions"] = [condition(kind, "True") for kind in
+                                    ("IngressReady", "LatestDeploymentReady", "PredictorConfigurationReady", "PredictorReady",
+                                     "PredictorRouteReady", "Ready", "RoutesReady")]
+            status["url"] = f"http://{name}.{namespace}.{KSERVE_DOMAIN}"
+            status["address"] = {"url": f"http://{name}-predictor.{namespace}.svc.cluster.local"}
+            status["components"]["predictor"]["latestReadyRevision"] = revision
+            status["modelStatus"] = {"transitionStatus": "UpToDate", "states": {"activeModelState": "Loaded", "targetModelState": "Loaded"},
+                                     "copies": {"failedCopies": 0, "totalCopies": 1}}
+            return status
+        if problem is not None:
+            reason, message = problem
+            status["modelStatus"] = {"transitionStatus": "InvalidSpec", "lastFailureInfo": {"reason": reason, "message": message}}
+            state = "False"
+        elif self.isvc_ready_after is None and served.reads > self.isvc_stale_reads + 1:
+            reason, message = "RevisionFailed", f'Revision "{revision}" failed with message: {self.isvc_failure}.'
+            status["modelStatus"] = {"transitionStatus": "BlockedByFailedLoad",
+                                     "lastFailureInfo": {"reason": "ModelLoadFailed", "message": self.isvc_failure}}
+            state = "False"
+        else:
+            reason, message = "RevisionMissing", f'Configuration "{name}-predictor" is waiting for a Revision to become ready.'
+            status["modelStatus"] = {"transitionStatus": "InProgress", "states": {"activeModelState": "Pending", "targetModelState": "Loading"}}
+            state = "Unknown"
+        status["conditions"] = [condition("IngressReady", "Unknown", reason, message), condition("PredictorReady", state, reason, message),
+                                condition("Ready", state, reason, message)]
+        if served.reported and served.reported.get("url"):
+            status["url"] = served.reported["url"]  # the route keeps its address while a new revision comes up
+        return status
+
+    def _kserve_get(self, plural: str, namespace: str, name: str) -> Optional[dict]:
+        served = self.kserve.get((plural, namespace, name))
+        if served is None:
+            return None
+        answer = copy.deepcopy(served.body)
+        if plural == "inferenceservices":
+            served.reads += 1
+            served.reported = self.isvc_status(served, namespace)
+            reported = served.reported or {}
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in reported.get("conditions") or [])
+            self.isvc_reports.append((served.body["metadata"]["generation"], reported.get("observedGeneration"), ready))
+            if served.reported is not None:
+                answer["status"] = copy.deepcopy(served.reported)
+        return answer
+
+    def _kserve_patch(self, plural: str, namespace: str, name: str, patch: dict) -> tuple[int, dict]:
+        served = self.kserve.get((plural, namespace, name))
+        if served is None:
+            return 404, status(404, "NotFound", f'{plural}.{KSERVE_GROUP} "{name}" not found', name=name, group=KSERVE_GROUP, kind=plural)
+        current = served.body
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+            return 409, status(409, "Conflict", f'Operation cannot be fulfilled on {plural}.{KSERVE_GROUP} "{name}": the object has been'
+                                                " modified; please apply your changes to the latest version and try again")
+        patched = merge_patch(current, {key: value for key, value in patch.items() if key != "status"})
+        for immutable in ("name", "namespace", "uid", "creationTimestamp", "generation"):
+            patched["metadata"][immutable] = current["metadata"][immutable]
+        errors = kserve_errors(plural, patched)
+        if errors:
+            self.violations.extend(errors)
+            return 422, status(422, "Invalid", "; ".join(errors))
+        if patched.get("spec") != current.get("spec"):
+            patched["metadata"]["generation"] = current["metadata"]["generation"] + 1
+            served.reads = 0
+        patched["metadata"]["resourceVersion"] = self._next_version()
+        served.body = patched
+        return 200, copy.deepcopy(patched)
 
     # ------------------------------------------------------------ the API's state
 
@@ -415,6 +666,10 @@ class FakeKubernetes:
                     if call is None:
                         return self._send(404, status(404, "NotFound", f"no route {url.path}"))
                     fake.calls.append(call)
+                    if fake.granted is not None and (call.group, call.resource, call.verb) not in fake.granted:
+                        namespace = url.path.split("/namespaces/")[1].split("/")[0]
+                        return self._send(403, status(403, "Forbidden", forbidden_message(call, namespace, fake.user),
+                                                      name=call.name, group=call.group, kind=call.resource))
                     failure = next((f for f in fake.failures if f.times and (f.verb, f.resource) == (call.verb, call.resource)), None)
                     if failure is not None:
                         failure.times -= 1
@@ -500,6 +755,54 @@ class FakeKubernetes:
                 pod = fake.pods[call.name]
                 fake.delete_pod(call.name)
                 self._send(200, pod)
+
+            def _kserve_namespace(self) -> str:
+                return urlparse(self.path).path.split("/namespaces/")[1].split("/")[0]
+
+            def _kserve_unserved(self, call: Call) -> bool:
+                """Answers 404, as for a resource no CRD defines, when the path's group/version is not the CRD's."""
+                parts = urlparse(self.path).path.split("/")
+                if call.group == KSERVE_GROUP and parts[3] == KSERVE_KINDS[call.resource][0]:
+                    return False
+                self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
+                return True
+
+            def _create_kserve(self, call: Call, body: dict, query: dict) -> None:
+                if self._kserve_unserved(call):
+                    return None
+                namespace = self._kserve_namespace()
+                given = (body.get("metadata") or {}).get("namespace")
+                if given and given != namespace:
+                    return self._send(400, status(400, "BadRequest", "the namespace of the provided object does not match the namespace sent on the request"))
+                errors = kserve_errors(call.resource, body)
+                if errors:
+                    fake.violations.extend(errors)
+                    return self._send(422, status(422, "Invalid", "; ".join(errors)))
+                name = body["metadata"]["name"]
+                if (call.resource, namespace, name) in fake.kserve:
+                    return self._send(409, status(409, "AlreadyExists", f'{call.resource}.{KSERVE_GROUP} "{name}" already exists',
+                                                  name=name, group=KSERVE_GROUP, kind=call.resource))
+                self._send(201, copy.deepcopy(fake._kserve_store(call.resource, namespace, body)))
+
+            def _get_kserve(self, call: Call, body: None, query: dict) -> None:
+                if self._kserve_unserved(call):
+                    return None
+                found = fake._kserve_get(call.resource, self._kserve_namespace(), call.name)
+                if found is None:
+                    return self._send(404, status(404, "NotFound", f'{call.resource}.{KSERVE_GROUP} "{call.name}" not found',
+                                                  name=call.name, group=KSERVE_GROUP, kind=call.resource))
+                self._send(200, found)
+
+            def _patch_kserve(self, call: Call, body: dict, query: dict) -> None:
+                if self._kserve_unserved(call):
+                    return None
+                if self.headers.get("Content-Type") != "application/merge-patch+json":
+                    return self._send(415, status(415, "UnsupportedMediaType", f"the fake takes merge patches, not {self.headers.get('Content-Type')}"))
+                self._send(*fake._kserve_patch(call.resource, self._kserve_namespace(), call.name, body))
+
+            _create_inferenceservices = _create_servingruntimes = _create_kserve
+            _get_inferenceservices = _get_servingruntimes = _get_kserve
+            _patch_inferenceservices = _patch_servingruntimes = _patch_kserve
 
             def _get_pods_log(self, call: Call, body: None, query: dict) -> None:
                 worker = fake._worker(call.name)
