@@ -1,0 +1,329 @@
+"""`bakeoff deploy` against a fake Kubernetes API that holds KServe's CRDs and plays its InferenceService controller."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+from kubernetes import client
+
+from components import defaults
+from components.serving import deploy
+from components.storage import open_store, registry
+from pipelines.cli.main import main
+from tests.conftest import free_port
+from tests.fake_kubernetes import FakeKubernetes, kserve_errors
+
+NAMESPACE = "team-a"
+ISVC, RUNTIME = "inferenceservices", "servingruntimes"
+STORE_URI = f"s3://mlpipeline/private/{NAMESPACE}/bakeoff/models/fashion-mnist"
+# What deploy needs, and nothing more: the rules a Role for it would grant.
+DEPLOY_RULES = {(deploy.GROUP, plural, verb) for plural in (ISVC, RUNTIME) for verb in ("get", "create", "patch")}
+
+
+def kubeconfig(path: Path, server: str, namespace: str | None = NAMESPACE) -> Path:
+    """A kube-config whose current context is ``server``, as `kubectl config` writes one."""
+    context = {"cluster": "fake", "user": "someone"} | ({"namespace": namespace} if namespace else {})
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": server}}],
+        "users": [{"name": "someone", "user": {}}],
+        "contexts": [{"name": "fake", "context": context}],
+    }))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def outside_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine that runs the tests is no pod; waits poll fast."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(deploy, "POLL_SECONDS", 0.01)
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKubernetes]:
+    with FakeKubernetes(phases=["Created"], namespace=NAMESPACE) as api:
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "kubeconfig", api.url)))
+        yield api
+
+
+def bakeoff(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, list[str], list[str]]:
+    code = main(["deploy", *args])
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err.splitlines()
+
+
+def service(fake: FakeKubernetes) -> dict:
+    found = fake.kserve_object(ISVC, "fashion-mnist")
+    assert found is not None, "no InferenceService"
+    return found
+
+
+def version_of(body: dict) -> str:
+    return body["spec"]["predictor"]["annotations"][deploy.VERSION_ANNOTATION]
+
+
+def verbs(fake: FakeKubernetes) -> list[tuple[str, str]]:
+    return [(call.verb, call.resource) for call in fake.calls]
+
+
+# ---------------------------------------------------------------- creating and rolling
+
+
+def test_first_deploy_creates_the_runtime_and_the_service_valid_against_the_crds(fake: FakeKubernetes, capsys) -> None:
+    code, out, err = bakeoff(capsys, "--version", "1")
+    assert code == 0, err
+    runtime, isvc = fake.kserve_object(RUNTIME, deploy.RUNTIME_NAME), service(fake)
+    assert fake.violations == []
+    assert kserve_errors(RUNTIME, runtime) == [] and kserve_errors(ISVC, isvc) == []
+    assert ("create", RUNTIME) in verbs(fake) and ("create", ISVC) in verbs(fake)
+
+    assert isvc["metadata"]["namespace"] == runtime["metadata"]["namespace"] == NAMESPACE
+    model = isvc["spec"]["predictor"]["model"]
+    assert model["runtime"] == runtime["metadata"]["name"] == "bakeoff"
+    assert model["modelFormat"] == {"name": "tensorflow"} and model["storageUri"] == STORE_URI
+    assert isvc["spec"]["predictor"]["serviceAccountName"] == "bakeoff-s3"
+    assert version_of(isvc) == "1"
+    assert runtime["spec"]["containers"][0]["image"] == defaults.IMAGE
+    # The predictor runs bakeoff's server on the model KServe's storage initializer copied.
+    container = fake.effective_container("fashion-mnist")
+    assert container["command"] == ["python", "-m", "components.serving.server"]
+    assert container["args"] == ["--model-dir", "/mnt/models", "--model-name", "fashion-mnist", "--http-port", "8080"]
+    assert out[0] == f"created servingruntime bakeoff in {NAMESPACE} (image {defaults.IMAGE})"
+    assert out[1] == f"created inferenceservice fashion-mnist in {NAMESPACE}: version 1 from {STORE_URI}"
+
+
+def test_a_new_version_patches_the_same_service_so_kserve_rolls_it(fake: FakeKubernetes, capsys) -> None:
+    assert bakeoff(capsys, "--version", "1")[0] == 0
+    first = service(fake)
+    # The user resizes the predictor meanwhile; deploy must not undo it.
+    api(fake).patch_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, "fashion-mnist",
+                                             {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "4Gi"}}}}}})
+
+    code, out, err = bakeoff(capsys, "--version", "2")
+    assert code == 0, err
+    second = service(fake)
+    assert second["metadata"]["uid"] == first["metadata"]["uid"], "the same object, not a new one"
+    assert not [call for call in fake.calls if call.verb == "delete"]
+    assert verbs(fake).count(("create", ISVC)) == 1 and verbs(fake).count(("create", RUNTIME)) == 1
+    assert version_of(second) == "2" and second["metadata"]["generation"] == first["metadata"]["generation"] + 2
+    assert second["spec"]["predictor"]["model"]["resources"]["limits"]["memory"] == "4Gi"
+    assert second["spec"]["predictor"]["model"]["storageUri"] == STORE_URI
+    assert out == [f"updated inferenceservice fashion-mnist in {NAMESPACE}: version 1 -> version 2; the old revision serves until the new"
+                   " one is Ready", f"follow it with `kubectl get inferenceservice fashion-mnist -n {NAMESPACE} -w`, or run deploy with --wait"]
+
+    # The same version again changes nothing, so nothing restarts.
+    generation = second["metadata"]["generation"]
+    code, out, _ = bakeoff(capsys, "--version", "2")
+    assert code == 0 and out[0] == f"inferenceservice fashion-mnist in {NAMESPACE} already serves version 2"
+    assert service(fake)["metadata"]["generation"] == generation
+    assert fake.violations == []
+
+
+def test_a_new_image_replaces_the_runtimes_and_rolls_the_predictor(fake: FakeKubernetes, capsys) -> None:
+    assert bakeoff(capsys, "--version", "1")[0] == 0
+    generation = service(fake)["metadata"]["generation"]
+    code, out, err = bakeoff(capsys, "--version", "1", "--image", "registry.example/bakeoff:2")
+    assert code == 0, err
+    assert fake.kserve_object(RUNTIME, "bakeoff")["spec"]["containers"][0]["image"] == "registry.example/bakeoff:2"
+    assert service(fake)["spec"]["predictor"]["annotations"][deploy.IMAGE_ANNOTATION] == "registry.example/bakeoff:2"
+    assert service(fake)["metadata"]["generation"] == generation + 1
+    assert out[0] == f"updated servingruntime bakeoff in {NAMESPACE} (image registry.example/bakeoff:2)"
+    # Without --image a later deploy keeps whatever image the runtime has (kustomize's images: entry, say).
+    assert bakeoff(capsys, "--version", "2")[0] == 0
+    assert fake.kserve_object(RUNTIME, "bakeoff")["spec"]["containers"][0]["image"] == "registry.example/bakeoff:2"
+
+
+def test_the_namespace_flag_and_the_store_follow_each_other(fake: FakeKubernetes, capsys) -> None:
+    code, _, err = bakeoff(capsys, "--version", "3", "--namespace", "team-b")
+    assert code == 0, err
+    isvc = fake.kserve_object(ISVC, "fashion-mnist", namespace="team-b")
+    assert isvc["spec"]["predictor"]["model"]["storageUri"] == "s3://mlpipeline/private/team-b/bakeoff/models/fashion-mnist"
+    assert fake.kserve_object(RUNTIME, "bakeoff", namespace="team-b") is not None
+    assert fake.kserve_object(ISVC, "fashion-mnist") is None, "nothing in the kube-config's namespace"
+
+
+# ---------------------------------------------------------------- --wait
+
+
+def test_wait_prints_the_url_once_the_new_version_is_ready_not_the_old_one(fake: FakeKubernetes, capsys) -> None:
+    code, out, err = bakeoff(capsys, "--version", "1", "--wait")
+    assert code == 0, err
+    assert out[-1] == f"http://fashion-mnist.{NAMESPACE}.example.com"
+    assert fake.isvc_reports[-1] == (1, 1, True)
+
+    fake.isvc_reports.clear()
+    code, out, err = bakeoff(capsys, "--version", "2", "--wait")
+    assert code == 0, err
+    assert out[-1] == f"http://fashion-mnist.{NAMESPACE}.example.com"
+    # The first read after the patch still showed version 1's Ready status; deploy waited past it.
+    assert (2, 1, True) in fake.isvc_reports
+    assert fake.isvc_reports[-1] == (2, 2, True)
+    assert [ready for _, _, ready in fake.isvc_reports].count(False) >= 1
+
+
+def test_wait_does_not_trust_observed_generation_to_be_the_services(fake: FakeKubernetes, capsys) -> None:
+    """KServe copies observedGeneration from the predictor's Knative Service (kserve/kserve#6081): it may stay below ours."""
+    fake.isvc_observed_offset = -1
+    assert bakeoff(capsys, "--version", "1", "--wait", "--timeout", "5")[0] == 0
+    code, out, err = bakeoff(capsys, "--version", "2", "--wait", "--timeout", "5")
+    assert code == 0, err
+    assert out[-1].startswith("http://fashion-mnist.")
+
+
+def test_wait_fails_in_one_line_naming_the_conditions_when_never_ready(fake: FakeKubernetes, capsys) -> None:
+    fake.isvc_ready_after = None
+    fake.isvc_failure = "Container failed with: Op type not registered 'DisableCopyOnRead'"
+    code, out, err = bakeoff(capsys, "--version", "1", "--wait", "--timeout", "1")
+    assert code == 1
+    errors = [line for line in err if line.startswith("bakeoff: error:")]
+    assert len(errors) == 1, err
+    assert "inferenceservice 'fashion-mnist' in 'team-a' is not Ready after 1 s" in errors[0]
+    assert "PredictorReady=False (RevisionFailed: Revision \"fashion-mnist-predictor-00001\" failed with message: Container failed with:" \
+           " Op type not registered 'DisableCopyOnRead'.)" in errors[0]
+    assert "kubectl describe inferenceservice fashion-mnist -n team-a" in errors[0]
+    assert not [line for line in out if line.startswith("http")]
+
+
+def test_a_runtime_that_cannot_serve_the_model_never_gets_ready(fake: FakeKubernetes, capsys) -> None:
+    """The fake's controller checks the named runtime as KServe does; so deploy's Ready above means they fit."""
+    fake.add_kserve(json.loads(json.dumps(deploy.as_dict(deploy.serving_runtime(defaults.IMAGE))).replace('"tensorflow"', '"onnx"')))
+    code, _, err = bakeoff(capsys, "--version", "1", "--wait", "--timeout", "1")
+    assert code == 1
+    assert "NoSupportingRuntime: Specified runtime bakeoff does not support specified framework/version" in err[-1]
+
+
+# ---------------------------------------------------------------- the store
+
+def test_the_version_comes_from_the_store_when_not_given(fake: FakeKubernetes, capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The newest complete version, read from the store the flags name (a folder stands in for S3: tests/test_store.py covers both)."""
+    folder = open_store(f"file://{tmp_path / 'store'}")
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "saved_model.pb").write_bytes(b"")
+    for _ in range(2):
+        registry.publish(folder, "fashion-mnist", saved, {"variant": "cnn"})
+    (tmp_path / "store" / "models" / "fashion-mnist" / "3").mkdir()  # a version still being published: no manifest
+    opened: list[tuple] = []
+    monkeypatch.setattr(deploy, "open_store", lambda *args: opened.append(args) or folder)
+
+    code, out, err = bakeoff(capsys, "--s3-endpoint", "minio.example:9000", "--s3-insecure")
+    assert code == 0, err
+    assert opened == [(f"s3://mlpipeline/private/{NAMESPACE}/bakeoff", "minio.example:9000", True)]
+    assert version_of(service(fake)) == "2"
+
+    code, _, err = bakeoff(capsys, "--model-name", "other")
+    assert code == 1 and err == [f"bakeoff: error: no published version of 'other' in s3://mlpipeline/private/{NAMESPACE}/bakeoff:"
+                                 " run the pipeline first, or check --store and --model-name"]
+
+
+def test_without_a_version_or_an_s3_endpoint_it_says_what_to_pass(fake: FakeKubernetes, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BAKEOFF_S3_ENDPOINT", raising=False)
+    code, _, err = bakeoff(capsys)
+    assert code == 1 and len(err) == 1
+    assert "needs an S3 endpoint" in err[0] and err[0].endswith("or pass --version N (see `bakeoff models list`)")
+    assert ("create", ISVC) not in verbs(fake)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--model-name", "Fashion_MNIST"], "model name 'Fashion_MNIST' cannot name an InferenceService"),
+    (["--store", "./bakeoff-store"], "store './bakeoff-store' is not one KServe can read: pass --store s3://BUCKET/PREFIX"),
+    (["--namespace", " "], "--namespace is empty"),
+])
+def test_bad_flags_fail_in_one_line_before_writing(fake: FakeKubernetes, capsys, flags: list[str], message: str) -> None:
+    code, _, err = bakeoff(capsys, "--version", "1", *flags)
+    assert code == 1 and len(err) == 1 and err[0].startswith(f"bakeoff: error: {message}"), err
+    assert not [call for call in fake.calls if call.verb != "get"]
+
+
+# ---------------------------------------------------------------- the API refusing or absent
+
+
+def test_the_rules_deploy_needs_are_get_create_and_patch(fake: FakeKubernetes, capsys) -> None:
+    fake.granted = set(DEPLOY_RULES)
+    for flags in (["--version", "1"], ["--version", "2", "--image", "registry.example/bakeoff:2"]):
+        code, _, err = bakeoff(capsys, *flags, "--wait", "--timeout", "5")
+        assert code == 0, err
+    assert {(call.group, call.resource, call.verb) for call in fake.calls} == DEPLOY_RULES
+
+
+def test_forbidden_is_one_line(fake: FakeKubernetes, capsys) -> None:
+    fake.granted = DEPLOY_RULES - {(deploy.GROUP, ISVC, "create")}
+    code, _, err = bakeoff(capsys, "--version", "1")
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("bakeoff: error: not allowed to write inferenceservices.serving.kserve.io 'fashion-mnist' in namespace 'team-a'"
+                             ' (HTTP 403: inferenceservices.serving.kserve.io is forbidden: User "system:serviceaccount:team-a:default-editor"'
+                             ' cannot create resource "inferenceservices" in API group "serving.kserve.io" in the namespace "team-a")')
+    assert err[0].endswith("you need get, create and patch on inferenceservices and servingruntimes (serving.kserve.io) there, or another --namespace")
+
+
+def test_kserve_missing_is_one_line(fake: FakeKubernetes, capsys) -> None:
+    fake.fail("get", RUNTIME, answer=404)  # no CRD: a 404 that names no object
+    code, _, err = bakeoff(capsys, "--version", "1")
+    assert code == 1 and len(err) == 1 and "install KServe on the cluster first" in err[0], err
+
+
+def test_an_unreachable_api_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    server = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "kubeconfig", server)))
+    code, _, err = bakeoff(capsys, "--version", "1")
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith(f"bakeoff: error: cannot reach the Kubernetes API at {server} to read servingruntimes.serving.kserve.io 'bakeoff'")
+    assert "ConnectionRefusedError" in err[0] and err[0].endswith("check the kube-config context (kubectl config current-context) and the network")
+
+
+def test_no_kube_config_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    code, _, err = bakeoff(capsys, "--version", "1")
+    assert code == 1 and len(err) == 1
+    assert err[0].startswith(f"bakeoff: error: no Kubernetes API to deploy to: not in a pod, and no usable kube-config at {tmp_path / 'absent'}")
+
+
+def test_the_kube_config_namespace_is_the_default_and_default_without_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "with", "http://127.0.0.1:1")))
+    assert deploy.connect().namespace == NAMESPACE
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "without", "http://127.0.0.1:1", namespace=None)))
+    assert deploy.connect().namespace == "default"
+
+
+# ---------------------------------------------------------------- the fake itself
+
+
+def api(fake: FakeKubernetes) -> client.CustomObjectsApi:
+    configuration = client.Configuration()
+    configuration.host = fake.url
+    return client.CustomObjectsApi(client.ApiClient(configuration))
+
+
+def test_the_fake_refuses_what_the_api_server_and_kserve_refuse(fake: FakeKubernetes) -> None:
+    objects = api(fake)
+    body = deploy.as_dict(deploy.inference_service("fashion-mnist", STORE_URI, 1, defaults.IMAGE))
+    objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, body)
+    with pytest.raises(client.ApiException) as taken:
+        objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, body)
+    assert taken.value.status == 409 and json.loads(taken.value.body)["reason"] == "AlreadyExists"
+
+    no_predictor = dict(body, metadata={"name": "other"}, spec={})
+    bad_name = dict(body, metadata={"name": "Fashion_MNIST"})
+    typo = json.loads(json.dumps(body).replace('"storageUri"', '"storageURI"'))
+    typo["metadata"]["name"] = "typo"
+    for wrong, why in ((no_predictor, "'predictor' is a required property"), (bad_name, "a InferenceService name must consist of lower case"),
+                       (typo, "unknown field 'spec.predictor.model.storageURI'")):
+        with pytest.raises(client.ApiException) as refused:
+            objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, wrong)
+        assert refused.value.status == 422 and why in json.loads(refused.value.body)["message"]
+
+
+def test_the_fakes_controller_reports_ready_after_the_configured_reads(fake: FakeKubernetes) -> None:
+    fake.isvc_ready_after = 4
+    objects = api(fake)
+    objects.create_namespaced_custom_object(deploy.GROUP, "v1alpha1", NAMESPACE, RUNTIME, deploy.as_dict(deploy.serving_runtime(defaults.IMAGE)))
+    objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC,
+                                            deploy.as_dict(deploy.inference_service("fashion-mnist", STORE_URI, 1, defaults.IMAGE)))
+    states = []
+    for _ in range(5):
+        status = objects.get_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, "fashion-mnist").get("status") or {}
+        states.append({c["type"]: c["status"] for c in status.get("conditions") or []}.get("Ready"))
+    assert states == [None, "Unknown", "Unknown", "True", "True"]
