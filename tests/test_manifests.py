@@ -249,6 +249,83 @@ def test_kserve_service_account_reads_the_model_from_the_pipeline_store(rendered
     store = cluster["store"].replace("{namespace}", namespace)  # what the pipeline's steps resolve in that namespace
     assert model["storageUri"] == f"{store}/{model_prefix(model_name)}" == f"s3://mlpipeline/private/{namespace}/bakeoff/models/fashion-mnist"
     assert model["modelFormat"]["name"] == "tensorflow"
+    assert model["runtime"] == one(docs, "ServingRuntime")["metadata"]["name"]
+
+
+def kserve_objects(docs: list[dict]) -> tuple[dict, dict]:
+    """The ServingRuntime and the InferenceService of the rendered kserve kustomization."""
+    return one(docs, "ServingRuntime"), one(docs, "InferenceService")
+
+
+def test_kserve_objects_satisfy_kserves_crds(rendered_from_examples):
+    """Schema, metadata and KServe's name rule, and no field the API server would prune (kubectl's strict validation refuses them)."""
+    from tests.fake_kubernetes import kserve_errors
+
+    runtime, service = kserve_objects(rendered_from_examples["kserve"])
+    assert kserve_errors("servingruntimes", runtime) == []
+    assert kserve_errors("inferenceservices", service) == []
+
+
+def test_kserve_service_selects_bakeoffs_runtime_by_name(rendered_from_examples):
+    runtime, service = kserve_objects(rendered_from_examples["kserve"])
+    model = service["spec"]["predictor"]["model"]
+    assert model["runtime"] == runtime["metadata"]["name"] == "bakeoff"
+    assert runtime["metadata"]["namespace"] == service["metadata"]["namespace"], "KServe looks the runtime up in the service's namespace"
+    formats = runtime["spec"]["supportedModelFormats"]
+    assert model["modelFormat"]["name"] in {f["name"] for f in formats} and "version" not in model["modelFormat"]
+    assert all(f["autoSelect"] is False for f in formats), "never chosen for another TensorFlow model"
+    assert {"v1", "v2"} <= set(runtime["spec"]["protocolVersions"])
+    assert "runtimeVersion" not in model, "a runtimeVersion would replace the image's tag"
+
+
+def test_kserve_runtime_runs_the_server_module_the_image_contains(rendered_from_examples):
+    from components.serving import server
+
+    runtime, service = kserve_objects(rendered_from_examples["kserve"])
+    (container,) = runtime["spec"]["containers"]
+    assert container["name"] == "kserve-container", "the container KServe merges the predictor's model spec into"
+    assert container["command"] == ["python", "-m", "components.serving.server"]
+    copied = {source for instruction, args in dockerfile_instructions() if instruction == "COPY" for source in args.split()[:-1]}
+    assert (ROOT / "components" / "serving" / "server.py").is_file() and "components" in copied, "the image holds the module"
+    # KServe fills {{.Name}} with the service's name (ReplacePlaceholders); the server must take the result.
+    args = server.parser().parse_args([arg.replace("{{.Name}}", service["metadata"]["name"]) for arg in container["args"]])
+    assert args.model_dir == Path("/mnt/models"), "where KServe's storage initializer puts storageUri"
+    assert args.model_name == service["metadata"]["name"] == defaults.MODEL_NAME
+    assert args.http_port == 8080
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] is True and security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+
+
+def test_kserve_runtime_image_is_the_pipelines_and_swapped_in_one_place(rendered_from_examples, tmp_path):
+    runtime, _ = kserve_objects(rendered_from_examples["kserve"])
+    assert runtime["spec"]["containers"][0]["image"] == defaults.IMAGE
+    (entry,) = kustomization(MANIFESTS / "kserve")["images"]
+    assert f"{entry['name']}:{entry['newTag']}" == defaults.IMAGE
+
+    copy = tmp_path / "kserve"
+    shutil.copytree(MANIFESTS / "kserve", copy, ignore=shutil.ignore_patterns("*.env"))
+    shutil.copy(copy / "s3.env.example", copy / "s3.env")
+    text = (copy / "kustomization.yaml").read_text()
+    (copy / "kustomization.yaml").write_text(text.replace("    newTag: 0.1.0\n", "    newName: registry.example/me/bakeoff\n    newTag: dev\n"))
+    swapped, _ = kserve_objects(render(copy))
+    assert swapped["spec"]["containers"][0]["image"] == "registry.example/me/bakeoff:dev"
+
+
+def test_deploy_builds_the_objects_the_manifests_hold(rendered_from_examples):
+    """`bakeoff deploy` and `kubectl apply -k manifests/kserve` make the same runtime and service (deploy adds its annotations)."""
+    from components.serving import deploy
+
+    runtime, service = kserve_objects(rendered_from_examples["kserve"])
+    namespace = service["metadata"]["namespace"]
+    built_runtime = deploy.as_dict(deploy.serving_runtime(defaults.IMAGE))
+    assert built_runtime == dict(runtime, metadata={key: value for key, value in runtime["metadata"].items() if key != "namespace"})
+
+    model = service["spec"]["predictor"]["model"]
+    built = deploy.as_dict(deploy.inference_service(service["metadata"]["name"], model["storageUri"], 7, defaults.IMAGE))
+    assert built["spec"]["predictor"].pop("annotations") == {"bakeoff/version": "7", "bakeoff/image": defaults.IMAGE}
+    assert built == dict(service, metadata={key: value for key, value in service["metadata"].items() if key != "namespace"})
+    assert deploy.storage_uri(defaults.CLUSTER_STORE, namespace, defaults.MODEL_NAME) == model["storageUri"]
 
 
 # ---------------------------------------------------------------- the Training Operator
