@@ -1,0 +1,268 @@
+"""The served model: bakeoff's SavedModel behind KServe's V1 (TF Serving's REST) and V2 (Open Inference) protocols."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+
+# kserve.model_server parses sys.argv when it is imported: it must not read the flags of whoever imports us.
+_argv, sys.argv = sys.argv, sys.argv[:1]
+try:
+    import kserve
+    from kserve.errors import InvalidInput
+    from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+finally:
+    sys.argv = _argv
+
+from components.errors import BakeoffError
+from components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE
+
+ARRAYS_INPUT = "images"  # the input of ARRAYS_SIGNATURE
+BYTES_INPUT = "image_bytes"  # the input of BYTES_SIGNATURE
+IMAGE_MAGIC = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG"}
+OUTPUTS = ("probabilities", "class_id", "class_name")  # what both signatures return
+NUMERIC_V2_TYPES = ("FP32", "FP64", "FP16", "UINT8", "INT8", "INT16", "INT32", "INT64", "UINT16", "UINT32", "UINT64")
+
+
+@dataclasses.dataclass(frozen=True)
+class Version:
+    """One loaded version: its signatures and the SavedModel object that keeps their variables alive."""
+
+    number: int
+    path: Path
+    saved_model: Any
+    arrays: Any
+    bytes: Any
+    image_shape: tuple[int, int]
+    class_names: Optional[list[str]]
+
+
+def load_version(path: Path, number: int) -> Version:
+    """Loads one version and runs both signatures once, so its first request is not the one that pays for that."""
+    import tensorflow as tf
+
+    try:
+        saved_model = tf.saved_model.load(str(path))
+    except Exception as error:  # TF raises OSError, ValueError or its own errors for a bad folder
+        raise BakeoffError(f"{str(path)!r} holds no loadable SavedModel ({str(error).splitlines()[0]}): publish it with `bakeoff run`") from None
+    missing = [name for name in (ARRAYS_SIGNATURE, BYTES_SIGNATURE) if name not in saved_model.signatures]
+    if missing:
+        raise BakeoffError(f"the SavedModel in {str(path)!r} lacks the signature {missing[0]!r}: export it with components.modeling.savedmodel")
+    arrays, image_bytes = saved_model.signatures[ARRAYS_SIGNATURE], saved_model.signatures[BYTES_SIGNATURE]
+    height, width = arrays.structured_input_signature[1][ARRAYS_INPUT].shape[1:]
+    classes = arrays.structured_outputs["probabilities"].shape[1]
+    # The label table is a string constant the signature captured (savedmodel.export); clients read it from metadata.
+    names = [t.numpy() for t in arrays.captured_inputs if t.dtype == tf.string and t.shape == [classes]]
+    arrays(**{ARRAYS_INPUT: tf.zeros([1, height, width])})
+    image_bytes(**{BYTES_INPUT: tf.constant([tf.io.encode_png(tf.zeros([height, width, 1], tf.uint8)).numpy()])})
+    return Version(number, path, saved_model, arrays, image_bytes, (height, width),
+                   [name.decode() for name in names[0]] if len(names) == 1 else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """A checked request: which signature gets which tensor, on which version; ``request`` is set for V2."""
+
+    signature: str
+    tensor: Any  # float32 tf.Tensor [n, h, w] for ARRAYS_SIGNATURE, numpy bytes [n] for BYTES_SIGNATURE
+    version: Version
+    request: Optional[InferRequest] = None
+
+
+class ServedModel(kserve.Model):
+    """A kserve.Model over one loaded version at a time; ``swap`` replaces it while requests keep flowing."""
+
+    def __init__(self, name: str, version: Version) -> None:
+        super().__init__(name)
+        self.current = version
+        self.ready = True
+
+    def swap(self, version: Version) -> None:
+        # One reference assignment: each request took the version it started with, so none sees half a switch.
+        self.current = version
+
+    def load(self) -> bool:
+        return self.ready  # loaded before it is registered; newer versions come through swap
+
+    def validate(self, payload: Any) -> Any:
+        return payload  # preprocess has checked it against the model itself
+
+    def get_input_types(self) -> list[dict]:
+        height, width = self.current.image_shape
+        return [{"name": ARRAYS_INPUT, "datatype": "FP32", "shape": [-1, height, width]},
+                {"name": BYTES_INPUT, "datatype": "BYTES", "shape": [-1]}]
+
+    def get_output_types(self) -> list[dict]:
+        classes = len(self.current.class_names or []) or -1
+        return [{"name": "probabilities", "datatype": "FP32", "shape": [-1, classes]},
+                {"name": "class_id", "datatype": "INT64", "shape": [-1]},
+                {"name": "class_name", "datatype": "BYTES", "shape": [-1]}]
+
+    async def preprocess(self, payload: Union[dict, InferRequest], headers: Optional[dict] = None) -> Batch:
+        version = self.current
+        if isinstance(payload, InferRequest):
+            return v2_batch(payload, version)
+        if isinstance(payload, dict):
+            return v1_batch(payload, version)
+        raise InvalidInput('send a JSON object such as {"instances": [...]} with Content-Type: application/json')
+
+    async def predict(self, batch: Batch, headers: Optional[dict] = None) -> tuple[Batch, dict]:
+        # TensorFlow releases the GIL: in a thread, concurrent requests overlap and the event loop keeps accepting.
+        return batch, await asyncio.get_running_loop().run_in_executor(None, run, batch)
+
+    async def postprocess(self, result: tuple[Batch, dict], headers: Optional[dict] = None,
+                          response_headers: Optional[dict] = None) -> Union[dict, InferResponse]:
+        batch, outputs = result
+        if batch.request is None:
+            return v1_response(outputs)
+        return v2_response(self.name, batch, outputs)
+
+
+def run(batch: Batch) -> dict[str, np.ndarray]:
+    """The signature's outputs for one batch, as numpy arrays."""
+    import tensorflow as tf
+
+    if batch.signature == ARRAYS_SIGNATURE:
+        outputs = batch.version.arrays(**{ARRAYS_INPUT: batch.tensor})
+    else:
+        try:
+            outputs = batch.version.bytes(**{BYTES_INPUT: tf.constant(batch.tensor)})
+        except tf.errors.InvalidArgumentError as error:  # a PNG/JPEG header on a body TF cannot decode
+            raise InvalidInput(f"{_undecodable(batch.tensor, error)}: send whole PNG or JPEG files") from None
+    return {name: tensor.numpy() for name, tensor in outputs.items()}
+
+
+def _undecodable(images: np.ndarray, error: Exception) -> str:
+    """Which image failed and TF's reason; found again one by one, as the batch's error names neither."""
+    import tensorflow as tf
+
+    for index, image in enumerate(images):
+        try:
+            tf.io.decode_image(image, channels=1, expand_animations=False)
+        except tf.errors.InvalidArgumentError as single:
+            error = single
+            break
+    else:
+        index = None
+    # TF's message wraps its one-line reason in graph context lines.
+    reasons = [line for line in str(error).splitlines()
+               if line.strip() and not line.startswith(("Graph execution error", "Detected at node", "<stack traces", "\t", " "))]
+    reason = reasons[-1] if reasons else "undecodable"
+    return f"image {index} could not be decoded ({reason})" if index is not None else f"an image could not be decoded ({reason})"
+
+
+def v1_batch(body: dict, version: Version) -> Batch:
+    """TF Serving's row format: {"signature_name"?: ..., "instances": [28×28 arrays | {"b64": ...}, ...]}."""
+    instances = body.get("instances")
+    if not isinstance(instances, list) or not instances:
+        hint = " (the columnar \"inputs\" format is not served)" if "inputs" in body else ""
+        raise InvalidInput('send {"instances": [...]} with at least one image: 28×28 arrays of 0-255 pixels,'
+                           f' or {{"b64": "<base64 PNG/JPEG>"}}{hint}')
+    signature = body.get("signature_name")
+    if signature not in (None, ARRAYS_SIGNATURE, BYTES_SIGNATURE):
+        raise InvalidInput(f"unknown signature_name {signature!r}: use {ARRAYS_SIGNATURE!r} (arrays) or {BYTES_SIGNATURE!r} (images)")
+    first = instances[0]
+    if signature is None:
+        signature = BYTES_SIGNATURE if isinstance(first, dict) and ARRAYS_INPUT not in first else ARRAYS_SIGNATURE
+    if signature == BYTES_SIGNATURE:
+        return Batch(signature, encoded_images([_b64_field(i, instance) for i, instance in enumerate(instances)]), version)
+    if isinstance(first, dict):  # TF Serving's named-input rows: {"images": [[...]]}
+        instances = [instance.get(ARRAYS_INPUT) if isinstance(instance, dict) else instance for instance in instances]
+    return Batch(signature, pixel_arrays(instances, version.image_shape, len(instances)), version)
+
+
+def _b64_field(index: int, instance: Any) -> str:
+    """The base64 text of ``{"b64": ...}`` or ``{"image_bytes": {"b64": ...}}``."""
+    if isinstance(instance, dict) and isinstance(instance.get(BYTES_INPUT), dict):
+        instance = instance[BYTES_INPUT]
+    if not isinstance(instance, dict) or not isinstance(instance.get("b64"), str):
+        raise InvalidInput(f'instance {index} is not {{"b64": "<base64 PNG/JPEG>"}}: {BYTES_SIGNATURE!r} takes encoded images only')
+    return instance["b64"]
+
+
+def pixel_arrays(data: Any, image_shape: tuple[int, int], count: int) -> Any:
+    """``data`` as a float32 tensor [count, height, width], or InvalidInput saying what shape was expected."""
+    import tensorflow as tf
+
+    expected = [count, *image_shape]
+    try:
+        # TF converts nested JSON lists about twice as fast as numpy does, and the signature takes its tensor as is.
+        tensor = tf.constant(data, tf.float32)
+    except (ValueError, TypeError):
+        tensor = None
+    if tensor is None or tensor.shape != expected:
+        got = "ragged or non-numeric data" if tensor is None else f"shape {tensor.shape.as_list()}"
+        raise InvalidInput(f"images must be {count}×{image_shape[0]}×{image_shape[1]} numbers (0-255 pixels), got {got}")
+    return tensor
+
+
+def encoded_images(texts: list[Union[str, bytes]]) -> np.ndarray:
+    """Base64 texts (or raw bytes, as gRPC sends them) checked to be PNG or JPEG files, as a string tensor."""
+    images = []
+    for index, text in enumerate(texts):
+        if isinstance(text, bytes) and text.startswith(tuple(IMAGE_MAGIC)):
+            data = text
+        else:
+            try:
+                data = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError, TypeError):
+                raise InvalidInput(f"image {index} is not valid base64") from None
+        if not data.startswith(tuple(IMAGE_MAGIC)):
+            raise InvalidInput(f"image {index} is not a PNG or JPEG file")
+        images.append(data)
+    return np.array(images, dtype=object)
+
+
+def v2_batch(request: InferRequest, version: Version) -> Batch:
+    """The Open Inference Protocol: one input, FP32 [n, 28, 28] pixels or BYTES [n] (base64 PNG/JPEG in JSON)."""
+    if len(request.inputs) != 1:
+        raise InvalidInput(f"send exactly one input tensor ({ARRAYS_INPUT!r} FP32 [n, 28, 28] or {BYTES_INPUT!r} BYTES [n]), got {len(request.inputs)}")
+    unknown = [output.name for output in request.request_outputs or [] if output.name not in OUTPUTS]
+    if unknown:
+        raise InvalidInput(f"unknown output {unknown[0]!r}: the outputs are {', '.join(OUTPUTS)}")
+    tensor = request.inputs[0]
+    shape = list(tensor.shape or [])
+    if not shape or shape[0] < 1:
+        raise InvalidInput(f"input {tensor.name!r} has shape {shape}: send at least one image")
+    if tensor.datatype == "BYTES":
+        if len(shape) != 1:
+            raise InvalidInput(f"BYTES input {tensor.name!r} must have shape [n], got {shape}")
+        return Batch(BYTES_SIGNATURE, encoded_images(_v2_data(tensor).tolist()), version, request)
+    if tensor.datatype not in NUMERIC_V2_TYPES:
+        raise InvalidInput(f"input {tensor.name!r} has datatype {tensor.datatype}: send FP32 pixels or BYTES images")
+    return Batch(ARRAYS_SIGNATURE, pixel_arrays(_v2_data(tensor), version.image_shape, shape[0]), version, request)
+
+
+def _v2_data(tensor: Any) -> np.ndarray:
+    try:
+        return tensor.as_numpy()  # JSON data, gRPC contents or raw bytes alike, reshaped to the declared shape
+    except (ValueError, TypeError):
+        raise InvalidInput(f"input {tensor.name!r}: its data does not fill its shape {list(tensor.shape)}") from None
+
+
+def v1_response(outputs: dict[str, np.ndarray]) -> dict:
+    """TF Serving's row format: one {class_id, class_name, probabilities} per instance."""
+    names = [name.decode() for name in outputs["class_name"]]
+    return {"predictions": [
+        {"class_id": class_id, "class_name": name, "probabilities": probabilities}
+        for class_id, name, probabilities in zip(outputs["class_id"].tolist(), names, outputs["probabilities"].tolist())
+    ]}
+
+
+def v2_response(model_name: str, batch: Batch, outputs: dict[str, np.ndarray]) -> InferResponse:
+    request = batch.request
+    tensors = [
+        InferOutput("probabilities", list(outputs["probabilities"].shape), "FP32", outputs["probabilities"]),
+        InferOutput("class_id", list(outputs["class_id"].shape), "INT64", outputs["class_id"]),
+        InferOutput("class_name", list(outputs["class_name"].shape), "BYTES", outputs["class_name"]),
+    ]
+    return InferResponse(response_id=request.id or str(uuid.uuid4()), model_name=model_name,
+                         model_version=str(batch.version.number), infer_outputs=tensors,
+                         use_binary_outputs=request.use_binary_outputs, requested_outputs=request.request_outputs)

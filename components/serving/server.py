@@ -1,0 +1,316 @@
+"""`python -m components.serving.server`: serves the newest complete version of a model with KServe and follows newer ones.
+
+``--model-dir DIR`` reads TF Serving's layout ``DIR/<version>/`` (where KServe's
+storage initializer puts a storageUri, /mnt/models); ``--store URI --model-name
+NAME`` downloads from bakeoff's registry into a local cache. With ``--version
+latest`` (the default) a watcher polls every ``POLL_SECONDS`` for a newer complete
+version, loads it beside the one serving, then swaps it in.
+"""
+from __future__ import annotations
+
+import abc
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from components import defaults
+from components.errors import BakeoffError, reported
+from components.storage import Store, open_store, registry
+
+if TYPE_CHECKING:
+    from components.serving.model import ServedModel, Version
+
+HTTP_PORT = 8080  # KServe's container port
+POLL_SECONDS = 10.0  # how often `latest` looks for a newer complete version: a listing of the model's folder or prefix
+MAX_REQUEST_BYTES = 16 * 1024 * 1024  # a larger body answers 413: about 3,000 images as JSON arrays
+_MANIFEST_KEY = re.compile(rf"/(\d+)/{re.escape(registry.MANIFEST)}$")
+
+
+def say(line: str) -> None:
+    print(f"bakeoff serve: {line}", file=sys.stderr, flush=True)
+
+
+class Source(abc.ABC):
+    """Where versions come from: their numbers, and a local folder for each."""
+
+    description: str
+
+    @abc.abstractmethod
+    def versions(self) -> list[int]:
+        """The complete versions (those whose manifest exists), oldest first."""
+
+    @abc.abstractmethod
+    def fetch(self, number: int) -> Path:
+        """A local folder holding version ``number``'s SavedModel."""
+
+    def release(self, number: int) -> None:
+        """Forgets the local copy of a version no longer served."""
+
+
+class FolderSource(Source):
+    """TF Serving's layout on disk, ``DIR/<version>/``; or DIR itself holding one SavedModel."""
+
+    def __init__(self, model_dir: Path) -> None:
+        if not model_dir.is_dir():
+            raise BakeoffError(f"model folder {str(model_dir)!r} does not exist: pass the folder that holds <version>/ folders")
+        self.root = model_dir
+        self.description = str(model_dir)
+
+    def _single(self) -> bool:
+        return (self.root / "saved_model.pb").is_file()
+
+    def versions(self) -> list[int]:
+        if self._single():
+            manifest = self.root / registry.MANIFEST
+            return [json.loads(manifest.read_text()).get("version", 0) if manifest.is_file() else 0]
+        return sorted(int(entry.name) for entry in self.root.iterdir()
+                      if entry.name.isdigit() and (entry / registry.MANIFEST).is_file())
+
+    def fetch(self, number: int) -> Path:
+        return self.root if self._single() else self.root / str(number)
+
+
+class StoreSource(Source):
+    """bakeoff's registry in a store, each version downloaded whole into ``cache`` before it is loaded."""
+
+    def __init__(self, store: Store, name: str, cache: Optional[Path]) -> None:
+        self.store, self.prefix = store, registry.model_prefix(name)
+        self.description = store.uri_for(self.prefix)
+        self.owned = cache is None  # a temporary cache is emptied as versions are replaced, and removed at exit
+        base = Path(tempfile.mkdtemp(prefix="bakeoff-serving-")) if cache is None else cache
+        # Keyed by store and name: one cache folder may serve several stores without mixing their version numbers.
+        self.cache = base / hashlib.sha256(self.description.encode()).hexdigest()[:16]
+
+    def versions(self) -> list[int]:
+        # One listing per poll (not a GET per manifest): the manifest, written last, marks a complete version.
+        return sorted({int(match.group(1)) for key in self.store.list(self.prefix) if (match := _MANIFEST_KEY.search(key))})
+
+    def fetch(self, number: int) -> Path:
+        target = self.cache / str(number)
+        if not target.is_dir():
+            staging = self.cache / f".download-{uuid.uuid4().hex}"
+            try:
+                self.store.get_dir(f"{self.prefix}/{number}", staging)
+                os.rename(staging, target)  # a folder that exists is a whole copy
+            except OSError:
+                if not target.is_dir():
+                    raise
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        return target
+
+    def release(self, number: int) -> None:
+        if self.owned:
+            shutil.rmtree(self.cache / str(number), ignore_errors=True)
+
+    def close(self) -> None:
+        if self.owned:
+            shutil.rmtree(self.cache.parent, ignore_errors=True)
+
+
+def choose(source: Source, version: Optional[int]) -> int:
+    """The version to serve first: ``version``, or the newest complete one."""
+    complete = source.versions()
+    if not complete:
+        raise BakeoffError(f"no published version in {source.description} (a version is complete once its {registry.MANIFEST} exists):"
+                           " publish one with `bakeoff run`")
+    if version is None:
+        return complete[-1]
+    if version not in complete:
+        raise BakeoffError(f"version {version} is not published in {source.description}: choose one of {', '.join(map(str, complete))}")
+    return version
+
+
+class Watcher(threading.Thread):
+    """Polls the source and swaps in each newer complete version once it is loaded (in this thread, beside the serving one)."""
+
+    def __init__(self, source: Source, model: "ServedModel", poll_seconds: float, load: Callable[[Path, int], "Version"]) -> None:
+        super().__init__(name="version-watcher", daemon=True)
+        self.source, self.model, self.poll_seconds, self.load = source, model, poll_seconds, load
+        self.stopped = threading.Event()
+        self.failed: set[int] = set()  # versions that would not load: tried once, not on every poll
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.poll_seconds):
+            self.poll()
+
+    def poll(self) -> None:
+        try:
+            newest = max(self.source.versions(), default=0)
+        except Exception as error:  # a store that is down for a while must not end the serving of what is loaded
+            say(f"cannot list {self.source.description} ({error}); still serving version {self.model.current.number}")
+            return
+        serving = self.model.current.number
+        if newest <= serving or newest in self.failed:
+            return
+        try:
+            version = self.load(self.source.fetch(newest), newest)
+        except Exception as error:
+            self.failed.add(newest)
+            say(f"version {newest} does not load ({error}); still serving version {serving}")
+            return
+        self.model.swap(version)
+        self.source.release(serving)
+        say(f"now serving version {newest} (was {serving})")
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes answers 413 before anything parses it."""
+
+    def __init__(self, app: Callable, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and int(length) > self.limit:
+            # Read (and drop) what the client sends: most clients read no answer before their body is out.
+            while (await receive()).get("more_body"):
+                pass
+            return await self.refuse(send, int(length))
+        if length is not None:
+            return await self.app(scope, receive, send)
+        chunks, size = [], 0  # chunked: counted as it arrives, then handed on whole
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return await self.refuse(send, size)
+            if not message.get("more_body"):
+                break
+        body, delivered = b"".join(chunks), False
+
+        async def replay() -> dict:
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def refuse(self, send: Callable, size: int) -> None:
+        body = json.dumps({"error": f"request body of {size} bytes is over the limit of {self.limit}: send fewer images per request"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    model_name: str
+    version: Optional[int] = None  # None: the newest, and follow newer ones
+    http_port: int = HTTP_PORT
+    grpc_port: int = 0  # 0: no gRPC
+    poll_seconds: float = POLL_SECONDS
+    max_request_bytes: int = MAX_REQUEST_BYTES
+
+
+def serve(source: Source, settings: Settings) -> int:
+    """Loads the first version, then serves until SIGTERM/SIGINT; must run on the main thread (KServe's own event loop)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    registry.model_prefix(settings.model_name)  # the name is a URL path segment too
+    first = choose(source, settings.version)
+    from components.serving.model import ServedModel, load_version
+
+    model = ServedModel(settings.model_name, load_version(source.fetch(first), first))
+    import kserve
+    from kserve.errors import ModelNotFound
+    from kserve.model_server import app
+
+    server = kserve.ModelServer(http_port=settings.http_port, grpc_port=settings.grpc_port or 8081, enable_grpc=settings.grpc_port > 0,
+                                workers=1, enable_latency_logging=False, enable_docs_url=False)
+    import logging
+
+    for per_request in ("kserve.trace", "uvicorn.access"):  # a line per request costs more than a small prediction
+        logging.getLogger(per_request).setLevel(logging.WARNING)
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+
+    async def metadata(model_name: str) -> dict:
+        """TF Serving's metadata endpoint, plus the label table clients need to name more than the top class."""
+        if model_name != model.name:
+            raise ModelNotFound(model_name)
+        version = model.current
+        return {"model_spec": {"name": model.name, "version": str(version.number)}, "class_names": version.class_names,
+                "inputs": {entry["name"]: entry for entry in model.get_input_types()}}
+
+    app.add_api_route("/v1/models/{model_name}/metadata", metadata, methods=["GET"])
+    watcher = Watcher(source, model, settings.poll_seconds, load_version) if settings.version is None else None
+    if watcher:
+        watcher.start()
+    grpc = f", gRPC on port {settings.grpc_port}" if settings.grpc_port else ""
+    say(f"serving {settings.model_name!r} version {first} from {source.description}"
+        f" at http://127.0.0.1:{settings.http_port}/v1/models/{settings.model_name}:predict{grpc}"
+        + (f"; looking for newer versions every {settings.poll_seconds:g} s" if watcher else ""))
+    server.start([model])
+    if watcher:
+        watcher.stopped.set()
+    return 0
+
+
+def version_arg(text: str) -> Optional[int]:
+    """--version: a whole number of at least 1, or 'latest' (None)."""
+    if text == "latest":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--version takes a version number or 'latest', got {text!r}")
+    return int(text)
+
+
+def seconds_arg(text: str) -> float:
+    """--poll-seconds: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--poll-seconds takes a positive number of seconds, got {text!r}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m components.serving.server", description=__doc__.splitlines()[0])
+    where = top.add_mutually_exclusive_group(required=True)
+    where.add_argument("--model-dir", type=Path, help="folder in TF Serving's layout, DIR/<version>/ (KServe: /mnt/models)")
+    where.add_argument("--store", help="file:///DIR, a folder, or s3://BUCKET/PREFIX holding bakeoff's registry")
+    top.add_argument("--model-name", default=defaults.MODEL_NAME, help=f"the model's name, in the store and in URLs (default {defaults.MODEL_NAME})")
+    top.add_argument("--version", type=version_arg, default=None, help="a version number, or 'latest' to serve the newest and follow newer ones (default)")
+    top.add_argument("--http-port", type=int, default=HTTP_PORT, help=f"V1 and V2 REST port (default {HTTP_PORT})")
+    top.add_argument("--grpc-port", type=int, default=0, help="V2 gRPC port (default 0: no gRPC)")
+    top.add_argument("--poll-seconds", type=seconds_arg, default=POLL_SECONDS, help=f"how often 'latest' looks for a newer version (default {POLL_SECONDS:g})")
+    top.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES, help=f"larger bodies answer 413 (default {MAX_REQUEST_BYTES})")
+    top.add_argument("--cache-dir", type=Path, help="where store versions are downloaded (default: a temporary folder, removed at exit)")
+    top.add_argument("--s3-endpoint", help="HOST:PORT of the S3 server (or $BAKEOFF_S3_ENDPOINT)")
+    top.add_argument("--s3-insecure", action="store_true", default=None, help="plain HTTP to the S3 server (or BAKEOFF_S3_INSECURE=1)")
+    return top
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    settings = Settings(args.model_name, args.version, args.http_port, args.grpc_port, args.poll_seconds, args.max_request_bytes)
+    with reported():
+        if args.model_dir:
+            return serve(FolderSource(args.model_dir), settings)
+        source = StoreSource(open_store(args.store, args.s3_endpoint, args.s3_insecure), args.model_name, args.cache_dir)
+        try:
+            return serve(source, settings)
+        finally:
+            source.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
