@@ -12,6 +12,7 @@ SEED = 0
 # The contest: the variants YAML a run uses unless --config names another.
 CONFIG = Path(__file__).resolve().parent.parent / "pipelines" / "variants.yaml"
 METRIC = "val_accuracy"  # its direction comes with it (components/selection/ranking.py)
+MIN_IMPROVEMENT = 0.0  # a new winner must beat the published champion by this much; a tie keeps the champion
 MODEL_NAME = "fashion-mnist"
 
 # Running each TFJob.

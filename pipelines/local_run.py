@@ -27,6 +27,8 @@ class LocalRun:
     source: str = defaults.SOURCE
     source_digest: str = ""
     metric: str = defaults.METRIC
+    min_improvement: float = defaults.MIN_IMPROVEMENT
+    force_publish: bool = False
     max_train_examples: int = 0
     parallelism: int = defaults.LOCAL_PARALLELISM
     work_dir: Path = defaults.WORK_DIR
@@ -63,6 +65,8 @@ def run_local(run: LocalRun) -> dict:
                     source=run.source,
                     source_digest=run.source_digest,
                     metric=run.metric,
+                    min_improvement=run.min_improvement,
+                    force_publish=run.force_publish,
                     max_train_examples=run.max_train_examples,
                     timeout_seconds=run.timeout_seconds,
                     backend="local",  # also inside a notebook pod: `run` means this machine

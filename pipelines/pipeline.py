@@ -91,6 +91,8 @@ def build_pipeline(
         shards: int = defaults.SHARDS,
         max_train_examples: int = 0,
         metric: str = defaults.METRIC,
+        min_improvement: float = defaults.MIN_IMPROVEMENT,
+        force_publish: bool = False,
         timeout_seconds: int = defaults.TIMEOUT_SECONDS,
         backend: str = "auto",
     ) -> str:
@@ -113,6 +115,8 @@ def build_pipeline(
             model_name=model_name,
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             metric=metric,
+            min_improvement=min_improvement,
+            force_publish=force_publish,
         ).after(trained))
         selected.set_caching_options(False)
         return selected.output

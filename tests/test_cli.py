@@ -28,6 +28,8 @@ FIELD_TYPES = {
     "run_id": str, "variant": str, "version": int, "uri": str, "workers": int, "num_replicas_in_sync": int,
     "val_accuracy": float, "val_loss": float, "test_accuracy": float, "epochs": int, "train_seconds": float,
     "examples_per_second": float, "created": str, "dataset_fingerprint": str, "winner": dict, "candidates": list,
+    "promotion": dict, "published": bool, "forced": bool, "min_improvement": float, "challenger": dict, "message": str,
+    "champion": type(None),  # these runs publish into a fresh store: no champion yet
 }
 # Which way each metric is better, written out here rather than read from the code under test.
 BETTER = {"val_accuracy": "max", "val_loss": "min"}
@@ -90,6 +92,7 @@ def test_pipeline_runs_and_publishes_the_best_by_the_metric_with_the_documented_
     run_fields, listing_fields = documented_fields()
     assert_documented(summary, set(run_fields))
     assert_documented(summary["winner"], set(run_fields["winner"]))
+    assert_documented(summary["promotion"], set(run_fields["promotion"]))
     for candidate in summary["candidates"]:
         assert_documented(candidate, set(run_fields["candidates"]))
 
@@ -105,6 +108,8 @@ def test_pipeline_runs_and_publishes_the_best_by_the_metric_with_the_documented_
     for candidate in summary["candidates"]:
         assert candidate["workers"] == 2 and candidate["num_replicas_in_sync"] == 2
         assert candidate["val_accuracy"] > 0.3
+        # 32 steps of 64 per execution: one execution, no steady state; the rate is the whole fit's, never 0.
+        assert candidate["examples_per_second"] > 0
     assert 0.3 < summary["winner"]["test_accuracy"] <= 1
     # The metric reached selection even where both metrics agree on the winner.
     (manifest,) = registry.list_versions(open_store(store_uri), "fashion-mnist")
@@ -131,7 +136,11 @@ def change_one_pixel(source: Path) -> None:
 
 def test_the_cached_ingest_is_reused_for_the_same_files_and_not_after_a_pixel_changed(
         tiny_config: Path, fashion_dir: Path, tmp_path: Path) -> None:
-    """A rerun on the same files at the same path reuses kfp.local's cached ingest; one changed pixel there re-ingests."""
+    """A rerun on the same files at the same path reuses kfp.local's cached ingest; one changed pixel there re-ingests.
+
+    The reruns also pass the promotion gate's flags: a margin no challenger meets keeps the champion (exit 0,
+    nothing published), and --force-publish publishes regardless.
+    """
     source = tmp_path / "fashion-mnist"
     shutil.copytree(fashion_dir, source)
     store = tmp_path / "store"
@@ -140,19 +149,24 @@ def test_the_cached_ingest_is_reused_for_the_same_files_and_not_after_a_pixel_ch
     first = bakeoff(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert INGEST_EXECUTED.search(first.stderr)
-    second = bakeoff(*args, cwd=tmp_path)
+    # No challenger beats the champion by 0.99: the run keeps version 1, says so, and succeeds.
+    second = bakeoff(*args, "--min-improvement", "0.99", cwd=tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
     assert not INGEST_EXECUTED.search(second.stderr), "same inputs must hit kfp.local's cache for ingest"
-    assert json.loads(second.stdout)["winner"]["version"] == json.loads(first.stdout)["winner"]["version"] + 1
-    assert {c["workers"] for c in json.loads(second.stdout)["candidates"]} == {1}
+    kept = json.loads(second.stdout)
+    assert kept["winner"]["version"] is None and kept["promotion"]["published"] is False
+    assert kept["promotion"]["message"].startswith("kept version 1 (val_accuracy ")
+    assert kept["promotion"]["message"] in second.stderr  # the leaderboard says it too
+    assert {c["workers"] for c in kept["candidates"]} == {1}
 
     change_one_pixel(source)
-    third = bakeoff(*args, cwd=tmp_path)
+    third = bakeoff(*args, "--force-publish", cwd=tmp_path)
     assert third.returncode == 0, third.stderr[-3000:]
     assert INGEST_EXECUTED.search(third.stderr), "a changed file at the same path must not reuse the cached ingest"
+    assert json.loads(third.stdout)["winner"]["version"] == 2
     listing = bakeoff("models", "list", "--store", str(store), "--json", cwd=tmp_path)
     fingerprints = [version["dataset_fingerprint"] for version in json.loads(listing.stdout)]
-    assert len(fingerprints) == 3 and fingerprints[0] == fingerprints[1] != fingerprints[2]
+    assert len(fingerprints) == 2 and fingerprints[0] != fingerprints[1]
 
 
 @pytest.mark.parametrize("state", ["missing", "empty"])

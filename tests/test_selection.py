@@ -11,6 +11,7 @@ import pytest
 from components.data import artifact
 from components.data.fashion_mnist import Split
 from components.errors import BakeoffError
+from components.selection.promotion import Gate
 from components.selection.ranking import METRICS, direction, rank
 from components.selection.winner import select_winner
 
@@ -181,3 +182,74 @@ def test_an_unknown_metric_is_refused_in_one_line_before_any_evaluation(tmp_path
     assert "\n" not in str(refused.value)
     assert str(refused.value).startswith("unknown selection metric 'accuracy'")
     assert not (tmp_path / "store").exists()
+
+
+# ---------------------------------------------------------------- the promotion gate
+
+
+def publish_champion(exported: Path, store_root: Path, variant: str, manifest_extra: dict | None = None) -> None:
+    """Publishes a MODELS entry as version 1, as an earlier run would have."""
+    from components.storage import open_store, registry
+
+    manifest = {"model": MODEL, "run_id": "earlier", "variant": variant, "dataset": {"fingerprint": "earlier-data"},
+                "metrics": {"val_accuracy": 0.99, "val_loss": 0.01}} | (manifest_extra or {})  # stale numbers on purpose
+    registry.publish(open_store(f"file://{store_root}"), MODEL, exported / variant, manifest)
+
+
+def gated(exported: Path, data_dir: Path, tmp_path: Path, variants: tuple[str, ...], gate: Gate, metric: str = "val_accuracy") -> dict:
+    store_root = tmp_path / "store"
+    records = [c for c in candidates(exported, store_root) if c["variant"] in variants]
+    return select_winner(records, str(data_dir), f"file://{store_root}", MODEL, RUN_ID, metric, gate)
+
+
+def versions(tmp_path: Path) -> list[int]:
+    from components.storage import open_store, registry
+
+    return [m["version"] for m in registry.list_versions(open_store(f"file://{tmp_path / 'store'}"), MODEL)]
+
+
+def test_a_better_challenger_is_published_over_the_champion(exported: Path, data_dir: Path, tmp_path: Path) -> None:
+    """The champion is scored now on this validation split, not by its manifest's stale numbers (0.99)."""
+    publish_champion(exported, tmp_path / "store", "unsure_one")
+    summary = gated(exported, data_dir, tmp_path, ("sure_zero",), Gate())
+    assert summary["promotion"]["published"] and summary["winner"]["version"] == 2 and versions(tmp_path) == [1, 2]
+    champion = summary["promotion"]["champion"]
+    assert champion["val_accuracy"] == expected(*BEHAVIOUR["unsure_one"], SPLITS["validation"])["accuracy"] == 0.25
+    assert champion["dataset_fingerprint"] == "earlier-data"
+    assert published_manifest(tmp_path, 2)["promotion"]["champion"]["version"] == 1
+    assert summary["promotion"]["message"] == "published version 2: sure_zero (val_accuracy 0.7500) over version 1 (0.2500)"
+
+
+@pytest.mark.parametrize("champion, challenger, margin", [
+    ("sure_zero", "unsure_one", 0.0),  # worse (0.25 against 0.75)
+    ("sure_zero", "sure_zero", 0.0),  # the same model: a tie keeps the champion
+    ("unsure_one", "sure_zero", 0.51),  # better by 0.5, less than the margin
+])
+def test_a_challenger_that_does_not_beat_the_champion_by_the_margin_is_not_published(
+        exported: Path, data_dir: Path, tmp_path: Path, champion: str, challenger: str, margin: float) -> None:
+    """The champion stays: nothing is published, the store is unchanged, and the summary says which version was kept."""
+    publish_champion(exported, tmp_path / "store", champion)
+    summary = gated(exported, data_dir, tmp_path, (challenger,), Gate(min_improvement=margin))
+    assert not summary["promotion"]["published"]
+    assert summary["winner"]["version"] is None and summary["winner"]["uri"] is None
+    assert versions(tmp_path) == [1], "the store is unchanged"
+    kept = summary["promotion"]["champion"]["val_accuracy"]
+    assert summary["promotion"]["message"] == f"kept version 1 (val_accuracy {kept:.4f}) over {challenger} ({summary['winner']['val_accuracy']:.4f})"
+
+
+def test_the_gate_follows_the_metrics_direction(exported: Path, data_dir: Path, tmp_path: Path) -> None:
+    """Under val_loss a lower loss is the better one: the less accurate but lower-loss challenger wins."""
+    publish_champion(exported, tmp_path / "store", "sure_zero")
+    summary = gated(exported, data_dir, tmp_path, ("unsure_one",), Gate(), metric="val_loss")
+    assert summary["promotion"]["published"] and versions(tmp_path) == [1, 2]
+
+
+def test_force_publish_publishes_a_worse_challenger(exported: Path, data_dir: Path, tmp_path: Path) -> None:
+    publish_champion(exported, tmp_path / "store", "sure_zero")
+    summary = gated(exported, data_dir, tmp_path, ("unsure_one",), Gate(force=True))
+    assert summary["promotion"]["published"] and summary["promotion"]["forced"] and versions(tmp_path) == [1, 2]
+
+
+def test_a_margin_outside_0_to_1_is_refused_in_one_line() -> None:
+    with pytest.raises(BakeoffError, match=r"^min improvement -0\.1 must be in \[0, 1\)"):
+        Gate(min_improvement=-0.1)

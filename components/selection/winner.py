@@ -1,13 +1,16 @@
-"""The winner: every candidate scored alike on validation, the best tested on test and published."""
+"""The winner: every candidate scored alike on validation, the best tested on test, published if it beats the champion."""
 import datetime
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from components.data import artifact
+from components.data.fashion_mnist import Split
 from components.errors import BakeoffError
 from components.modeling.evaluation import evaluate
+from components.selection.promotion import Gate, promote
 from components.selection.ranking import direction, rank
-from components.storage import open_store, registry, runs
+from components.storage import Store, open_store, registry, runs
 
 
 def select_winner(
@@ -17,8 +20,9 @@ def select_winner(
     model_name: str,
     run_id: str,
     metric: str,
+    gate: Gate = Gate(),
 ) -> dict:
-    """Scores, ranks, tests and publishes; returns the run's summary (the CLI's --json)."""
+    """Scores, ranks, tests, and publishes unless the champion stays; returns the run's summary (the CLI's --json)."""
     if not candidates:
         raise BakeoffError("no candidates to select from: the config must list at least one variant")
     better = direction(metric)  # before minutes of evaluation
@@ -50,6 +54,15 @@ def select_winner(
         winner_dir = Path(scratch) / winner["variant"]
         test = artifact.read_shards(data, "test")
         test_result = evaluate(winner_dir, test.images, test.labels)
+        champion = _champion(store, model_name, validation, Path(scratch) / "champion")
+        published = promote(gate, metric, best[metric], champion[metric] if champion else None)
+        promotion = {
+            "published": published,
+            "forced": gate.force,
+            "min_improvement": gate.min_improvement,
+            "champion": champion,
+            "challenger": {"variant": best["variant"], metric: best[metric]},
+        }
         manifest = {
             "model": model_name,
             "run_id": run_id,
@@ -64,27 +77,63 @@ def select_winner(
             },
             "selection": {"metric": metric, "direction": better, "candidates": [c["variant"] for c in ranking]},
             "dataset": {"fingerprint": metadata["fingerprint"], "counts": metadata["counts"]},
+            "promotion": promotion,
             "source_uri": winner["uri"],
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
-        version = registry.publish(store, model_name, winner_dir, manifest)
+        version = registry.publish(store, model_name, winner_dir, manifest) if published else None
+    promotion["message"] = _decision(metric, best, champion, version)
     return {
         "run_id": run_id,
         "winner": {
             "variant": best["variant"],
             "version": version,
-            "uri": store.uri_for(f"{registry.model_prefix(model_name)}/{version}"),
+            "uri": store.uri_for(f"{registry.model_prefix(model_name)}/{version}") if version else None,
             "val_accuracy": best["val_accuracy"],
             "test_accuracy": test_result["accuracy"],
         },
+        "promotion": promotion,
         "candidates": ranking,
     }
 
 
-def select_run(variants: list[str], data_dir: str, store_uri: str, model_name: str, run_id: str, metric: str) -> dict:
+def _champion(store: Store, model_name: str, validation: Split, scratch: Path) -> Optional[dict]:
+    """The latest published version scored now, on this run's validation split with the candidates' code.
+
+    Never the numbers in its manifest: they may come from another dataset (its
+    fingerprint is kept beside the fresh scores to show it).
+    """
+    versions = registry.list_versions(store, model_name)
+    if not versions:
+        return None
+    latest = versions[-1]
+    model_dir = store.get_dir(f"{registry.model_prefix(model_name)}/{latest['version']}", scratch)
+    result = evaluate(model_dir, validation.images, validation.labels)
+    return {
+        "version": latest["version"],
+        "variant": latest["variant"],
+        "val_accuracy": result["accuracy"],
+        "val_loss": result["loss"],
+        "dataset_fingerprint": latest["dataset"]["fingerprint"],
+    }
+
+
+def _decision(metric: str, best: dict, champion: Optional[dict], version: Optional[int]) -> str:
+    """One line for people: what was published, or which version was kept over what."""
+    if version is None:
+        return (f"kept version {champion['version']} ({metric} {champion[metric]:.4f}) over {best['variant']}"
+                f" ({best[metric]:.4f})")
+    if champion is None:
+        return f"published version {version}: {best['variant']} ({metric} {best[metric]:.4f}), the first"
+    return (f"published version {version}: {best['variant']} ({metric} {best[metric]:.4f}) over version"
+            f" {champion['version']} ({champion[metric]:.4f})")
+
+
+def select_run(variants: list[str], data_dir: str, store_uri: str, model_name: str, run_id: str, metric: str,
+               gate: Gate = Gate()) -> dict:
     """``select_winner`` over the variants that run ``run_id`` trained, read back from the store."""
     direction(metric)
     registry.model_prefix(model_name)  # both before reading anything
     store = open_store(store_uri)
     candidates = [runs.candidate(store, run_id, variant) for variant in variants]
-    return select_winner(candidates, data_dir, store_uri, model_name, run_id, metric)
+    return select_winner(candidates, data_dir, store_uri, model_name, run_id, metric, gate)

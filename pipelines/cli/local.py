@@ -15,6 +15,7 @@ from pipelines.cli.flags import compile_settings, open_cli_store, pipeline_args,
 
 def cmd_run(args: argparse.Namespace) -> int:
     from components.data.fashion_mnist import digest
+    from components.selection.promotion import Gate
     from components.selection.ranking import direction
     from components.storage.registry import model_prefix
     from pipelines.local_run import LocalRun, run_local
@@ -30,6 +31,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     ]
     model_prefix(args.model_name)
     direction(args.metric)
+    Gate(args.min_improvement, args.force_publish)
     source_digest = digest(args.source)
     store = open_cli_store(args)
     store.check_writable()
@@ -41,6 +43,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         source=args.source,
         source_digest=source_digest,
         metric=args.metric,
+        min_improvement=args.min_improvement,
+        force_publish=args.force_publish,
         max_train_examples=args.max_train_examples or 0,
         parallelism=args.parallelism,
         work_dir=args.work_dir,
@@ -61,10 +65,8 @@ def leaderboard(summary: dict) -> str:
             f"{c['epochs']:>7}{c['train_seconds']:>9.1f}{c['examples_per_second']:>8.0f}"
         )
     winner = summary["winner"]
-    rows.append(
-        f"winner: {winner['variant']} (test accuracy {winner['test_accuracy']:.4f}),"
-        f" published as version {winner['version']} at {winner['uri']}  [run {summary['run_id']}]"
-    )
+    rows.append(f"winner: {winner['variant']} (test accuracy {winner['test_accuracy']:.4f})  [run {summary['run_id']}]")
+    rows.append(summary["promotion"]["message"] + (f" at {winner['uri']}" if winner["uri"] else ""))
     return "\n".join(rows)
 
 
@@ -118,6 +120,10 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
     store_args(run)
     run.add_argument("--metric", default=defaults.METRIC, choices=list(METRICS),
                      help=f"selection metric; it carries its direction ({', '.join(f'{m}: {d}' for m, d in METRICS.items())})")
+    run.add_argument("--min-improvement", type=float, default=defaults.MIN_IMPROVEMENT, metavar="M",
+                     help="publish only if the winner beats the published champion by at least M in the metric"
+                          f" (default {defaults.MIN_IMPROVEMENT:g}: any gain; a tie keeps the champion)")
+    run.add_argument("--force-publish", action="store_true", help="publish the winner even if the champion is better")
     run.add_argument("--workers", type=positive("--workers"), help="override every variant's worker count")
     run.add_argument("--epochs", type=positive("--epochs"), help="override every variant's epochs")
     run.add_argument("--max-train-examples", type=positive("--max-train-examples"), help="train on at most N examples")
