@@ -27,7 +27,7 @@ from kubernetes.client.rest import ApiException
 
 from components import defaults
 from components.errors import BakeoffError
-from components.storage import NAMESPACE_TOKEN, open_store, registry
+from components.storage import NAMESPACE_TOKEN, POD_NAMESPACE_FILE, open_store, registry
 
 GROUP = "serving.kserve.io"
 ISVC_VERSION, ISVC_PLURAL = "v1beta1", "inferenceservices"
@@ -46,14 +46,12 @@ IMAGE_ANNOTATION = "bakeoff/image"  # the runtime's image, for the same reason w
 # The predictor's size when deploy creates it; later deploys leave it to the user (kubectl edit survives).
 REQUESTS = {"cpu": "500m", "memory": "1Gi"}
 LIMITS = {"cpu": "1", "memory": "2Gi"}
-TIMEOUT_SECONDS = 600  # --wait's bound: a first start pulls the image and copies the model
 POLL_SECONDS = 5.0
 REQUEST_SECONDS = 30  # one API call
 WRITE_ATTEMPTS = 3  # get → create/patch rounds against someone else writing the same object
 # Knative names each predictor revision, so its DNS label "<name>-predictor-00001" must stay within 63 characters.
 MAX_NAME = 63 - len("-predictor-00001")
 _ISVC_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # KServe's IsvcNameFmt
-_POD_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 @dataclass(frozen=True)
@@ -231,7 +229,7 @@ def _get(cluster: Cluster, namespace: str, plural: str, name: str) -> Optional[d
 
 def pod_namespace() -> Optional[str]:
     try:
-        return _POD_NAMESPACE.read_text(encoding="utf-8").strip() or None
+        return POD_NAMESPACE_FILE.read_text(encoding="utf-8").strip() or None
     except OSError:
         return None
 

@@ -32,7 +32,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if not args.wait:
         print(f"follow it with `kubectl get inferenceservice {name} -n {namespace} -w`, or run deploy with --wait")
         return 0
-    timeout = args.timeout or deploy.TIMEOUT_SECONDS
+    timeout = args.timeout or defaults.DEPLOY_TIMEOUT_SECONDS
     print(f"waiting up to {timeout} s for inferenceservice {name} to be Ready", file=sys.stderr, flush=True)
     print(deploy.wait_ready(cluster, done, timeout))
     return 0
@@ -57,6 +57,6 @@ def add_deploy_commands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--s3-insecure", action="store_true", default=None, help="plain HTTP to the S3 server (or BAKEOFF_S3_INSECURE=1)")
     parser.add_argument("--image", help=f"model server image; replaces the runtime's (default: keep it, or {defaults.IMAGE} for a new runtime)")
     parser.add_argument("--wait", action="store_true", help="wait until the service is Ready for this version, then print its URL")
-    # The default is deploy.TIMEOUT_SECONDS, read when deploy runs: importing it here would load kserve for every command.
-    parser.add_argument("--timeout", type=positive("--timeout"), metavar="S", help="seconds --wait waits before it fails (default 600)")
+    parser.add_argument("--timeout", type=positive("--timeout"), metavar="S",
+                        help=f"seconds --wait waits before it fails (default {defaults.DEPLOY_TIMEOUT_SECONDS})")
     parser.set_defaults(handler=cmd_deploy)

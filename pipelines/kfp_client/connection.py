@@ -7,10 +7,10 @@ import io
 import json
 import urllib.parse
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TypeVar
 
 from components.errors import BakeoffError
+from components.storage import POD_NAMESPACE_FILE
 from pipelines.kfp_client.endpoint import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, REACH_HINT, Target
 from pipelines.kfp_client.failures import refused, server_message, tls_failed, tls_reason, translated, unreachable
 
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 HEALTHZ_PATH = "/apis/v2beta1/healthz"
-POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 @contextlib.contextmanager
