@@ -26,7 +26,7 @@ WEED_KEYS = {"AWS_ACCESS_KEY_ID": "bakeoff-test", "AWS_SECRET_ACCESS_KEY": "bake
 NO_LOCATION_USER = "no-location"
 WEED_NO_LOCATION_KEYS = {"AWS_ACCESS_KEY_ID": "no-location", "AWS_SECRET_ACCESS_KEY": "no-location-secret"}
 WEED_START_TIMEOUT = 60.0  # seconds; it is ready in about 2 s here
-WEED_STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL; its data is throwaway
+WEED_STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL: its graceful stop takes ~30 s (gRPC streams), its data is throwaway
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

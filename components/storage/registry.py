@@ -12,6 +12,7 @@ from components.storage.store import Store
 
 MANIFEST = "manifest.json"
 _VERSION_KEY = re.compile(r"^models/[^/]+/(\d+)/(.+)$")
+PUBLISH_ATTEMPTS = 100  # version numbers one publish tries before it gives up (each lost to another publisher)
 
 
 def model_prefix(name: str) -> str:
@@ -32,21 +33,29 @@ def _versions(store: Store, name: str) -> dict[int, bool]:
 
 
 def publish(store: Store, name: str, model_dir: Path, manifest: dict) -> int:
-    """Publishes ``model_dir`` as the next integer version, all or nothing; returns the version."""
+    """Publishes ``model_dir`` as the next integer version, all or nothing; returns the version.
+
+    Concurrent publishers never share a number: the store's publish refuses
+    (FileExistsError) a number another holds, and the loser tries the next.
+    """
     with tempfile.TemporaryDirectory(prefix="bakeoff-publish-") as scratch:
         staged = Path(scratch) / "version"
         shutil.copytree(model_dir, staged)
-        for _ in range(100):
+        tried = 0
+        for _ in range(PUBLISH_ATTEMPTS):
             # Numbers of incomplete versions are skipped too: they may be another publisher at work.
-            version = max(_versions(store, name), default=0) + 1
+            # Past the last number tried, too: a claim holds a number before any of its files is listed.
+            version = max(max(_versions(store, name), default=0), tried) + 1
             record = manifest | {"version": version}
             (staged / MANIFEST).write_text(json.dumps(record, indent=2))
             try:
                 store.publish(staged, f"{model_prefix(name)}/{version}", MANIFEST)
             except FileExistsError:
+                tried = version
                 continue
             return version
-    raise BakeoffError(f"could not find a free version number for model {name!r}: check the store")
+    raise BakeoffError(f"could not find a free version number for model {name!r} in {PUBLISH_ATTEMPTS} tries:"
+                       " check the store, then publish again")
 
 
 def list_versions(store: Store, name: str) -> list[dict]:

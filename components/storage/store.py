@@ -40,7 +40,9 @@ class Store(abc.ABC):
         ``marker`` is a file inside ``local_dir`` that readers take as the sign
         of a complete copy, so it is written last wherever the backend cannot
         make the whole directory appear atomically. Raises FileExistsError
-        when ``prefix`` is already taken.
+        when ``prefix`` is already taken, or held by a concurrent publisher:
+        of any number of concurrent publishes to one prefix, at most one
+        succeeds, by the store's own guarantees (a rename, a conditional write).
         """
 
     def check_writable(self) -> None:

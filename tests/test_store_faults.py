@@ -1,0 +1,251 @@
+"""The S3 store through faults: its server stopped and restarted mid-upload and mid-publish, connections reset, uploads cut short."""
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import pytest
+
+from components.errors import BakeoffError
+from components.storage import S3Store, registry
+from tests.conftest import BUCKET, WeedServer, free_port
+
+BOUND = 60.0  # seconds of retries: far more than a restart here takes (about 3 s)
+SHORT_BOUND = 2.0  # seconds of retries for the test that outlasts them
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeedServer]:
+    """A SeaweedFS of these tests' own, which they stop and start: the suite's shared one is never disturbed."""
+    weed = WeedServer(tmp_path_factory.mktemp("weed-faults"))
+    try:
+        weed.start()
+        yield weed
+    finally:
+        weed.stop()
+
+
+@pytest.fixture
+def running(server: WeedServer, monkeypatch: pytest.MonkeyPatch) -> WeedServer:
+    """The server up (a test before may have left it stopped), with its keys in the environment."""
+    if server.process is None or server.process.poll() is not None:
+        server.start()
+    for key, value in server.keys.items():
+        monkeypatch.setenv(key, value)
+    return server
+
+
+class Retries:
+    """Collects a store's retry lines, and says when the first one came."""
+
+    def __init__(self, store: S3Store) -> None:
+        self.lines: list[str] = []
+        self.first = threading.Event()
+        store.report = self.add
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+        self.first.set()
+
+
+def kill_after_puts(store: S3Store, server: WeedServer, puts: int) -> None:
+    """Stops the server, as a crash would, right after the store's ``puts``-th upload: the next request finds it gone."""
+    put = store._put_checked
+    done = 0
+
+    def counting(name: str, data: bytes) -> None:
+        nonlocal done
+        put(name, data)
+        done += 1
+        if done == puts:
+            server.kill()
+
+    store._put_checked = counting
+
+
+def in_thread(work: Callable[[], object]) -> tuple[threading.Thread, dict]:
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def model_dir(tmp_path: Path, files: int = 8) -> Path:
+    path = tmp_path / "model"
+    (path / "variables").mkdir(parents=True)
+    (path / "saved_model.pb").write_bytes(b"pb" * 1000)
+    for index in range(files):
+        (path / "variables" / f"variables.data-{index:05d}-of-{files:05d}").write_bytes(bytes([index]) * 10_000)
+    return path
+
+
+def test_an_upload_completes_across_a_restart_of_the_server(running: WeedServer, tmp_path: Path) -> None:
+    """Guards put retries: the server dies between two objects of put_dir, comes back, and every object arrives whole."""
+    store = S3Store(BUCKET, tmp_path.name, running.endpoint, secure=False, retry_seconds=BOUND)
+    retries = Retries(store)
+    source = model_dir(tmp_path)
+    kill_after_puts(store, running, puts=3)
+    thread, outcome = in_thread(lambda: store.put_dir(source, "runs/r1/model"))
+    # Started again only once the upload has met the dead server.
+    assert retries.first.wait(BOUND), "the upload never retried"
+    assert running.process.poll() is not None
+    running.start()
+    thread.join(BOUND)
+    assert not thread.is_alive() and "error" not in outcome, outcome.get("error")
+    assert "Connection refused" in retries.lines[0]
+    for path in sorted(source.rglob("*")):
+        if path.is_file():
+            assert store.get_bytes(f"runs/r1/model/{path.relative_to(source).as_posix()}") == path.read_bytes()
+
+
+def test_a_publish_completes_across_a_restart_of_the_server(running: WeedServer, tmp_path: Path) -> None:
+    """Guards publish under an outage: the server dies between the version's files, and the same version completes."""
+    store = S3Store(BUCKET, tmp_path.name, running.endpoint, secure=False, retry_seconds=BOUND)
+    retries = Retries(store)
+    model = model_dir(tmp_path)
+    kill_after_puts(store, running, puts=2)
+    thread, outcome = in_thread(lambda: registry.publish(store, "fm", model, {"run_id": "r1"}))
+    assert retries.first.wait(BOUND), "the publish never retried"
+    running.start()
+    thread.join(BOUND)
+    assert not thread.is_alive() and outcome.get("value") == 1, outcome.get("error")
+    assert [(m["version"], m["run_id"]) for m in registry.list_versions(store, "fm")] == [(1, "r1")]
+    assert len(store.list("models/fm/1")) == 1 + 1 + 8  # the manifest, saved_model.pb, the variables
+    assert store.get_bytes("models/fm/1/variables/variables.data-00007-of-00008") == bytes([7]) * 10_000
+
+
+def test_a_server_gone_past_the_bound_fails_in_one_line_and_leaves_no_version(running: WeedServer, tmp_path: Path) -> None:
+    """Guards the bound: retries stop after retry_seconds with one clear line, and the half-written version never looks complete."""
+    store = S3Store(BUCKET, tmp_path.name, running.endpoint, secure=False, retry_seconds=SHORT_BOUND)
+    retries = Retries(store)
+    kill_after_puts(store, running, puts=2)
+    with pytest.raises(BakeoffError) as failure:
+        registry.publish(store, "fm", model_dir(tmp_path), {"run_id": "r1"})
+    message = str(failure.value)
+    assert "\n" not in message
+    assert message.startswith(f"S3 put of 's3://{BUCKET}/{tmp_path.name}/models/fm/1/")
+    assert message.endswith(f"still failed after {SHORT_BOUND:g} s of retries (Connection refused):"
+                            f" check that {running.endpoint} is up, then run again")
+    assert retries.lines  # it did retry before giving up
+
+    running.start()
+    later = S3Store(BUCKET, tmp_path.name, running.endpoint, secure=False)
+    assert registry.list_versions(later, "fm") == []
+    assert "models/fm/1/manifest.json" not in later.list("models/fm")
+    assert registry.publish(later, "fm", model_dir(tmp_path / "next"), {"run_id": "next"}) == 2
+    assert [(m["version"], m["run_id"]) for m in registry.list_versions(later, "fm")] == [(2, "next")]
+
+
+class FaultyProxy:
+    """A loopback TCP proxy in front of the S3 server that breaks a connection exactly where a test says."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", free_port()))
+        self.endpoint = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.cut_request_after: Optional[int] = None  # reset the connection once this many more request bytes passed
+        self.drop_next_response = False  # reset the connection instead of passing the next answer on
+        self.faults = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            threading.Thread(target=self._pump, args=(client, upstream, client, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, client: socket.socket, request: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                fault = False
+                with self.lock:
+                    if request and self.cut_request_after is not None:
+                        if len(data) >= self.cut_request_after:
+                            data, fault, self.cut_request_after = data[:self.cut_request_after], True, None
+                        else:
+                            self.cut_request_after -= len(data)
+                    elif not request and self.drop_next_response:
+                        data, fault, self.drop_next_response = b"", True, False
+                    self.faults += fault
+                if data:
+                    target.sendall(data)
+                if fault:
+                    # SO_LINGER 0: the client gets a TCP reset, as from a crashed peer; shutdown first, as
+                    # the other direction's thread is still reading this socket and would keep it open.
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    client.shutdown(socket.SHUT_RDWR)
+                    break
+        except OSError:
+            pass
+        for sock in (source, target):
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def proxy(running: WeedServer) -> Iterator[FaultyProxy]:
+    faulty = FaultyProxy(running.endpoint)
+    yield faulty
+    faulty.close()
+
+
+def test_a_connection_reset_mid_upload_is_retried(proxy: FaultyProxy, tmp_path: Path) -> None:
+    """Guards retries of a reset: the connection breaks 64 KiB into a 1 MiB body, and the object still arrives whole."""
+    store = S3Store(BUCKET, tmp_path.name, proxy.endpoint, secure=False, retry_seconds=BOUND)
+    retries = Retries(store)
+    data = bytes(range(256)) * 4096
+    proxy.cut_request_after = 64 * 1024
+    store.put_bytes("big.bin", data)
+    assert proxy.faults == 1 and len(retries.lines) == 1
+    assert store.get_bytes("big.bin") == data
+
+
+def test_a_create_only_put_whose_answer_was_lost_is_still_ours(proxy: FaultyProxy, tmp_path: Path) -> None:
+    """Guards the claim's retry: the server created the object, the answer was lost, the retry meets 412 and reads it back."""
+    store = S3Store(BUCKET, tmp_path.name, proxy.endpoint, secure=False, retry_seconds=BOUND)
+    retries = Retries(store)
+    proxy.drop_next_response = True
+    assert store._create("claims/owner", b"mine")
+    assert proxy.faults == 1 and len(retries.lines) == 1
+    assert not store._create("claims/owner", b"another publisher")
+    assert store.get_bytes("claims/owner") == b"mine"
+
+
+def test_an_upload_stored_short_is_repeated(s3_env: str, tmp_path: Path) -> None:
+    """Guards the upload check: a put whose stored object is one byte short (its ETag and size differ) is made again."""
+    store = S3Store(BUCKET, tmp_path.name, s3_env, secure=False, retry_seconds=BOUND)
+    retries = Retries(store)
+    put = store.client.put_object
+    calls = []
+
+    def short_once(bucket: str, name: str, data, length: int):
+        calls.append(name)
+        if len(calls) == 1:  # what a server that lost the body's tail would store
+            return put(bucket, name, type(data)(data.read()[:-1]), length - 1)
+        return put(bucket, name, data, length)
+
+    store.client.put_object = short_once
+    store.put_bytes("model/saved_model.pb", b"0123456789")
+    assert len(calls) == 2 and "the server stored 9 of 10 bytes" in retries.lines[0]
+    assert store.get_bytes("model/saved_model.pb") == b"0123456789"
