@@ -10,6 +10,7 @@ from components.errors import ERROR_PREFIX, BakeoffError
 from pipelines.cli.cluster import add_cluster_commands
 from pipelines.cli.deploy import add_deploy_commands
 from pipelines.cli.local import add_local_commands
+from pipelines.cli.serving import add_serving_commands
 
 
 def parser() -> argparse.ArgumentParser:
@@ -18,6 +19,7 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
     add_local_commands(commands)
     add_cluster_commands(commands)
+    add_serving_commands(commands)
     add_deploy_commands(commands)
     return top
 

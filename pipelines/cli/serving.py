@@ -1,0 +1,113 @@
+"""The serving commands: `bakeoff serve` runs the model server here, `bakeoff predict` asks one to classify image files."""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from components import defaults
+from components.errors import BakeoffError
+from pipelines.cli.flags import open_cli_store, positive, store_args
+
+PREDICT_URL = "http://127.0.0.1:8080"  # where `bakeoff serve` listens by default
+PREDICT_TOP = 3  # classes printed per image
+PREDICT_TIMEOUT_SECONDS = 60.0  # a cold server's first batch included
+IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from components.serving.server import HTTP_PORT, Settings, StoreSource, choose, serve
+
+    store = open_cli_store(args)
+    source = StoreSource(store, args.model_name, None)
+    try:
+        first = choose(source, args.version)  # no published version: one line, before TensorFlow or a port is touched
+        port = args.port if args.port is not None else HTTP_PORT
+        url = f"http://127.0.0.1:{port}"
+        if args.json:
+            print(json.dumps({"url": url, "predict_url": f"{url}/v1/models/{args.model_name}:predict",
+                              "model_name": args.model_name, "version": first, "follows_newer": args.version is None}), flush=True)
+        else:
+            print(url, flush=True)
+        return serve(source, Settings(args.model_name, args.version, port, args.grpc_port or 0, args.poll_seconds))
+    finally:
+        source.close()
+
+
+def _read_image(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise BakeoffError(f"cannot read {str(path)!r} ({error.strerror}): pass PNG or JPEG files") from None
+    if not data.startswith(IMAGE_MAGIC):
+        raise BakeoffError(f"{str(path)!r} is not a PNG or JPEG file: pass PNG or JPEG files")
+    return data
+
+
+def _call(url: str, body: bytes = b"", timeout: float = PREDICT_TIMEOUT_SECONDS) -> dict:
+    """One JSON request (POST when there is a body); server errors and a server that is not there become one line."""
+    request = urllib.request.Request(url, data=body or None, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        try:
+            message = json.loads(error.read()).get("error", "")
+        except ValueError:
+            message = ""
+        raise BakeoffError(f"the server at {url} answered {error.code} {error.reason}{': ' + message if message else ''}") from None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise BakeoffError(f"no model server answers at {url} ({reason}): start one with `bakeoff serve` or pass --url") from None
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    images = [_read_image(path) for path in args.images]
+    base = f"{args.url.rstrip('/')}/v1/models/{args.model_name}"
+    body = json.dumps({"signature_name": "serving_bytes",
+                       "instances": [{"b64": base64.b64encode(data).decode()} for data in images]}).encode()
+    predictions = _call(f"{base}:predict", body)["predictions"]
+    try:
+        names = _call(f"{base}/metadata").get("class_names")
+    except BakeoffError:
+        names = None  # another TF-Serving-style server: only the top class has a name
+    results = []
+    for path, prediction in zip(args.images, predictions):
+        probabilities = prediction["probabilities"]
+        ranked = sorted(range(len(probabilities)), key=lambda index: -probabilities[index])[:args.top]
+        top = [{"class_id": index, "probability": probabilities[index],
+                "class_name": names[index] if names else (prediction["class_name"] if index == prediction["class_id"] else f"class {index}")}
+               for index in ranked]
+        results.append({"image": str(path), "class_id": prediction["class_id"], "class_name": prediction["class_name"], "top": top})
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for result in results:
+            print(f"{result['image']}: " + ", ".join(f"{entry['class_name']} {entry['probability']:.3f}" for entry in result["top"]))
+    return 0
+
+
+def add_serving_commands(commands: argparse._SubParsersAction) -> None:
+    """Registers serve and predict."""
+    from components.serving.server import HTTP_PORT, POLL_SECONDS, seconds_arg, version_arg
+
+    serve = commands.add_parser("serve", help="serve a published model here with KServe (V1 TF Serving REST and V2), following newer versions")
+    store_args(serve)  # --json: the URL, model and first version as one JSON line
+    serve.add_argument("--version", type=version_arg, default=None, help="a version number, or 'latest' to serve the newest and follow newer ones (default)")
+    serve.add_argument("--port", type=int, help=f"HTTP port (default {HTTP_PORT})")
+    serve.add_argument("--grpc-port", type=int, help="V2 gRPC port (default: no gRPC)")
+    serve.add_argument("--poll-seconds", type=seconds_arg, default=POLL_SECONDS,
+                       help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})")
+    serve.set_defaults(handler=cmd_serve)
+
+    predict = commands.add_parser("predict", help="classify PNG/JPEG files with a running model server")
+    predict.add_argument("images", nargs="+", type=Path, metavar="IMAGE", help="PNG or JPEG files")
+    predict.add_argument("--url", default=PREDICT_URL, help=f"the server (default {PREDICT_URL})")
+    predict.add_argument("--model-name", default=defaults.MODEL_NAME, help=f"the served model's name (default {defaults.MODEL_NAME})")
+    predict.add_argument("--top", type=positive("--top"), default=PREDICT_TOP, help=f"classes printed per image (default {PREDICT_TOP})")
+    predict.add_argument("--json", action="store_true", help="print one JSON document")
+    predict.set_defaults(handler=cmd_predict)
