@@ -1,0 +1,340 @@
+"""Serving: real Fashion-MNIST images through `bakeoff predict`, V1, V2 and gRPC; bad requests; a version swapped in under load."""
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+import pytest
+
+from components.data.fashion_mnist import read_idx_dir
+from components.modeling.savedmodel import ARRAYS_SIGNATURE, export
+from components.storage import open_store, registry
+from tests.conftest import free_port
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
+CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+NAME = "fashion"  # served from a folder in TF Serving's layout, as KServe mounts it
+WATCHED = "watched"  # served by `bakeoff serve` from the store, following newer versions
+MAX_REQUEST_BYTES = 400_000  # small, so that an oversized body is cheap to send
+IMAGES = 12  # real test images per check
+
+
+def _export(tmp: Path, name: str, model) -> Path:
+    path = tmp / name
+    export(model, path, CLASS_NAMES)
+    return path
+
+
+def _trained(fashion_dir: Path, tmp: Path) -> Path:
+    """A small classifier fitted for a few steps on real images: its predictions differ from image to image."""
+    import tf_keras as keras
+
+    train = read_idx_dir(fashion_dir)["train"]
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Input((28, 28)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
+                              keras.layers.Dense(10, activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.fit(train.images[:2048].astype("float32"), train.labels[:2048], batch_size=128, epochs=1, verbose=0)
+    return _export(tmp, "trained", model)
+
+
+def _constant(tmp: Path, class_id: int) -> Path:
+    """A model that answers ``class_id`` for every image, so that versions are told apart by their answers."""
+    import tf_keras as keras
+
+    bias = np.zeros(10, np.float32)
+    bias[class_id] = 5.0
+    model = keras.Sequential([keras.layers.Input((28, 28)), keras.layers.Flatten(),
+                              keras.layers.Dense(10, activation="softmax", kernel_initializer="zeros",
+                                                 bias_initializer=keras.initializers.Constant(bias))])
+    return _export(tmp, f"constant-{class_id}-{time.monotonic_ns()}", model)
+
+
+class Server:
+    """A model server subprocess on loopback; its output goes to a file, so that no pipe ever fills and blocks it."""
+
+    def __init__(self, command: list[str], port: int, log: Path) -> None:
+        self.port, self.log = port, log
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 180) -> "Server":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the server exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/v2/health/ready", timeout=2):
+                    return self
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"the server was not ready in {timeout} s:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        """Waits for the process, which must have been sent SIGTERM; the graceful shutdown ends in time or the process is killed."""
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture(scope="module")
+def test_images(fashion_dir: Path) -> np.ndarray:
+    return read_idx_dir(fashion_dir)["test"].images[:IMAGES]
+
+
+@pytest.fixture(scope="module")
+def setup(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """Both servers, started together so their start-ups overlap: one on a model folder, one by `bakeoff serve` on a store."""
+    tmp = tmp_path_factory.mktemp("serving")
+    store = open_store(f"file://{tmp / 'store'}")
+    trained = _trained(fashion_dir, tmp)
+    registry.publish(store, NAME, trained, {"variant": "trained"})
+    registry.publish(store, WATCHED, _constant(tmp, 3), {"variant": "always-3"})
+    http_port, grpc_port, watched_port = free_port(), free_port(), free_port()
+    folder = Server([sys.executable, "-m", "components.serving.server", "--model-dir", str(tmp / "store" / "models" / NAME),
+                     "--model-name", NAME, "--http-port", str(http_port), "--grpc-port", str(grpc_port),
+                     "--max-request-bytes", str(MAX_REQUEST_BYTES)], http_port, tmp / "folder-server.log")
+    watched = Server([BAKEOFF, "serve", "--store", store.uri, "--model-name", WATCHED, "--port", str(watched_port), "--poll-seconds", "0.2"],
+                     watched_port, tmp / "watched-server.log")
+    try:
+        yield {"tmp": tmp, "store": store, "trained": trained, "folder": folder.wait_ready(), "grpc_port": grpc_port,
+               "watched": watched.wait_ready()}
+    finally:
+        for server in (folder, watched):  # both at once: each takes seconds to tear TensorFlow down
+            server.process.terminate()
+        for server in (folder, watched):
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def in_process(setup: dict, test_images: np.ndarray) -> dict[str, np.ndarray]:
+    """The published SavedModel's own answers on the test images, called in this process."""
+    import tensorflow as tf
+
+    outputs = tf.saved_model.load(str(setup["trained"])).signatures[ARRAYS_SIGNATURE](images=tf.constant(test_images, tf.float32))
+    return {name: tensor.numpy() for name, tensor in outputs.items()}
+
+
+def post(url: str, body: object, content_type: str = "application/json") -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def png(image: np.ndarray) -> bytes:
+    import tensorflow as tf
+
+    return tf.io.encode_png(image[:, :, None]).numpy()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def assert_same(probabilities: object, class_ids: object, expected: dict[str, np.ndarray]) -> None:
+    # Only float32 rounding may differ: the served path runs the same signature on the same pixels.
+    np.testing.assert_allclose(np.asarray(probabilities, np.float32), expected["probabilities"], rtol=0, atol=1e-6)
+    assert list(class_ids) == expected["class_id"].tolist()
+
+
+def test_predict_cli_answers_as_the_savedmodel_in_process_on_real_images(
+        setup: dict, test_images: np.ndarray, in_process: dict, tmp_path: Path) -> None:
+    paths = []
+    for index, image in enumerate(test_images):
+        paths.append(tmp_path / f"test-{index}.png")
+        paths[-1].write_bytes(png(image))
+    result = subprocess.run([BAKEOFF, "predict", *map(str, paths), "--url", setup["folder"].url, "--model-name", NAME, "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    answers = json.loads(result.stdout)
+    assert [answer["image"] for answer in answers] == list(map(str, paths))
+    assert [answer["class_id"] for answer in answers] == in_process["class_id"].tolist()
+    for answer, probabilities in zip(answers, in_process["probabilities"]):
+        best = np.argsort(-probabilities)[:3]
+        assert [entry["class_id"] for entry in answer["top"]] == best.tolist()
+        assert [entry["class_name"] for entry in answer["top"]] == [CLASS_NAMES[i] for i in best]
+        np.testing.assert_allclose([entry["probability"] for entry in answer["top"]], probabilities[best], rtol=0, atol=1e-6)
+    human = subprocess.run([BAKEOFF, "predict", str(paths[0]), "--url", setup["folder"].url, "--model-name", NAME, "--top", "2"],
+                           capture_output=True, text=True, timeout=120)
+    assert human.returncode == 0, human.stderr
+    first = np.argsort(-in_process["probabilities"][0])[:2]
+    assert human.stdout == f"{paths[0]}: {CLASS_NAMES[first[0]]} {in_process['probabilities'][0][first[0]]:.3f}, " \
+                           f"{CLASS_NAMES[first[1]]} {in_process['probabilities'][0][first[1]]:.3f}\n"
+
+
+def test_v1_and_v2_answer_as_the_savedmodel_in_process_on_real_images(setup: dict, test_images: np.ndarray, in_process: dict) -> None:
+    url = setup["folder"].url
+    pixels = test_images.tolist()
+    for body in ({"instances": pixels},
+                 {"signature_name": "serving_default", "instances": [{"images": image} for image in pixels]},
+                 {"instances": [{"b64": b64(png(image))} for image in test_images]},
+                 {"signature_name": "serving_bytes", "instances": [{"image_bytes": {"b64": b64(png(image))}} for image in test_images]}):
+        status, answer = post(f"{url}/v1/models/{NAME}:predict", body)
+        assert status == 200, answer
+        predictions = answer["predictions"]
+        assert_same([p["probabilities"] for p in predictions], [p["class_id"] for p in predictions], in_process)
+        assert [p["class_name"] for p in predictions] == [CLASS_NAMES[i] for i in in_process["class_id"]]
+
+    for tensor in ({"name": "images", "shape": [IMAGES, 28, 28], "datatype": "FP32", "data": test_images.ravel().tolist()},
+                   {"name": "image_bytes", "shape": [IMAGES], "datatype": "BYTES", "data": [b64(png(image)) for image in test_images]}):
+        status, answer = post(f"{url}/v2/models/{NAME}/infer", {"inputs": [tensor]})
+        assert status == 200, answer
+        outputs = {output["name"]: output for output in answer["outputs"]}
+        assert answer["model_version"] == "1"
+        assert outputs["probabilities"]["shape"] == [IMAGES, 10]
+        assert_same(np.reshape(outputs["probabilities"]["data"], (IMAGES, 10)), outputs["class_id"]["data"], in_process)
+        assert outputs["class_name"]["data"] == [CLASS_NAMES[i] for i in in_process["class_id"]]
+    with urllib.request.urlopen(f"{url}/v2/health/ready") as ready, urllib.request.urlopen(f"{url}/v1/models/{NAME}") as model:
+        assert json.loads(ready.read()) == {"ready": True} and json.loads(model.read())["ready"] is True
+
+
+def test_grpc_v2_answers_as_the_savedmodel_in_process(setup: dict, test_images: np.ndarray, in_process: dict) -> None:
+    import grpc
+    from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
+    from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc as pb_grpc
+
+    request = pb.ModelInferRequest(model_name=NAME, inputs=[pb.ModelInferRequest.InferInputTensor(
+        name="images", datatype="FP32", shape=[IMAGES, 28, 28], contents=pb.InferTensorContents(fp32_contents=test_images.ravel().tolist()))])
+    with grpc.insecure_channel(f"127.0.0.1:{setup['grpc_port']}") as channel:
+        response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+    outputs = {output.name: (output, raw) for output, raw in zip(response.outputs, response.raw_output_contents)}
+    probabilities = np.frombuffer(outputs["probabilities"][1], np.float32).reshape(IMAGES, 10)
+    assert_same(probabilities, np.frombuffer(outputs["class_id"][1], np.int64).tolist(), in_process)
+
+
+# Each bad request, and the fragment its 4xx message must hold.
+BAD_REQUESTS = {
+    "v1 wrong shape": ("v1", {"instances": [[[0] * 27] * 28]}, 400, "28×28"),
+    "v1 ragged": ("v1", {"instances": [[[0] * 28] * 27 + [[0] * 3]]}, 400, "ragged"),
+    "v1 non-image bytes": ("v1", {"instances": [{"b64": b64(b"just some text")}]}, 400, "not a PNG or JPEG"),
+    "v1 truncated png": ("v1", {"instances": [{"b64": b64(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)}]}, 400, "image 0 could not be decoded"),
+    "v1 not base64": ("v1", {"instances": [{"b64": "%%%"}]}, 400, "not valid base64"),
+    "v1 empty instances": ("v1", {"instances": []}, 400, "at least one image"),
+    "v1 no instances": ("v1", {"inputs": {"images": []}}, 400, "instances"),
+    "v1 wrong signature name": ("v1", {"signature_name": "predict", "instances": [[[0] * 28] * 28]}, 400, "unknown signature_name 'predict'"),
+    "v1 arrays to serving_bytes": ("v1", {"signature_name": "serving_bytes", "instances": [[[0] * 28] * 28]}, 400, "encoded images only"),
+    "v1 not json": ("v1", b"{not json", 400, "Unrecognized request format"),
+    "v1 oversized body": ("v1", {"instances": [[[255] * 28] * 28] * 120}, 413, "over the limit"),
+    "unknown model": ("other", {"instances": [[[0] * 28] * 28]}, 404, "does not exist"),
+    "v2 wrong shape": ("v2", {"inputs": [{"name": "images", "shape": [1, 28, 27], "datatype": "FP32", "data": [0] * 756}]}, 400, "28×28"),
+    "v2 data short of its shape": ("v2", {"inputs": [{"name": "images", "shape": [2, 28, 28], "datatype": "FP32", "data": [0] * 784}]}, 400, "does not fill"),
+    "v2 non-image bytes": ("v2", {"inputs": [{"name": "image_bytes", "shape": [1], "datatype": "BYTES", "data": [b64(b"text")]}]}, 400, "not a PNG or JPEG"),
+    "v2 no images": ("v2", {"inputs": [{"name": "images", "shape": [0, 28, 28], "datatype": "FP32", "data": []}]}, 400, "at least one image"),
+    "v2 unknown output": ("v2", {"inputs": [{"name": "images", "shape": [1, 28, 28], "datatype": "FP32", "data": [0] * 784}],
+                                 "outputs": [{"name": "logits"}]}, 400, "unknown output 'logits'"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_REQUESTS))
+def test_a_bad_request_answers_4xx_with_a_message_and_the_next_good_one_succeeds(setup: dict, test_images: np.ndarray, case: str) -> None:
+    protocol, body, status, message = BAD_REQUESTS[case]
+    url = setup["folder"].url
+    path = {"v1": f"/v1/models/{NAME}:predict", "v2": f"/v2/models/{NAME}/infer", "other": "/v1/models/no-such-model:predict"}[protocol]
+    got, answer = post(url + path, body)
+    assert (got, message in answer.get("error", "")) == (status, True), answer
+    good, answer = post(f"{url}/v1/models/{NAME}:predict", {"instances": test_images[:2].tolist()})
+    assert good == 200 and len(answer["predictions"]) == 2
+
+
+def _looping_client(index: int, url: str, image: list, answers: list, stop: threading.Event) -> None:
+    """Asks for one image's class over one kept-alive connection until ``stop``; records (index, status, class_id or error)."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = json.dumps({"instances": [image]}).encode()
+    try:
+        while not stop.is_set():
+            try:
+                connection.request("POST", f"/v1/models/{WATCHED}:predict", body, {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                answer = json.loads(response.read())
+                answers.append((index, response.status, answer["predictions"][0]["class_id"] if response.status == 200 else answer))
+            except (OSError, http.client.HTTPException, ValueError) as error:
+                answers.append((index, None, repr(error)))
+                connection.close()
+    finally:
+        connection.close()
+
+
+def _wait_for(condition, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_newer_version_is_swapped_in_under_load_never_a_partial_one_and_no_request_fails(
+        setup: dict, test_images: np.ndarray) -> None:
+    store, tmp = setup["store"], setup["tmp"]
+    (first,) = [m["version"] for m in registry.list_versions(store, WATCHED)]
+    # A publisher caught mid-copy: a higher version folder whose manifest (the completeness mark) is not there yet.
+    partial = tmp / "store" / "models" / WATCHED / str(first + 5)
+    subprocess.run(["cp", "-r", str(_constant(tmp, 9)), str(partial)], check=True)
+    answers: list = []
+    stop = threading.Event()
+    clients = [threading.Thread(target=_looping_client, args=(i, setup["watched"].url, test_images[i].tolist(), answers, stop))
+               for i in range(2)]
+    for client in clients:
+        client.start()
+    try:
+        _wait_for(lambda: len(answers) >= 20, "answers from the first version")
+        newer = registry.publish(store, WATCHED, _constant(tmp, 7), {"variant": "always-7"})
+        assert newer > first + 5
+        _wait_for(lambda: any(answer[1:] == (200, 7) for answer in answers[-5:]), "the newer version's answers")
+        seen = len(answers)
+        _wait_for(lambda: len(answers) >= seen + 20, "answers after the switch")
+    finally:
+        stop.set()
+        for client in clients:
+            client.join(60)
+    failures = [answer for answer in answers if answer[1] != 200]
+    assert not failures, failures[:5]
+    for index in range(len(clients)):
+        classes = [class_id for client, _, class_id in answers if client == index]
+        assert 9 not in classes, "a partial version was served"
+        # One client's requests follow each other: once one got the newer version, every later one does.
+        switch = classes.index(7)
+        assert switch > 0 and set(classes[:switch]) == {3} and set(classes[switch:]) == {7}, classes
+    log = Path(setup["tmp"] / "watched-server.log").read_text()
+    assert f"now serving version {newer} (was {first})" in log
+
+
+def test_serve_on_a_store_without_a_published_version_is_one_line(tmp_path: Path) -> None:
+    result = subprocess.run([BAKEOFF, "serve", "--store", str(tmp_path / "empty"), "--port", str(free_port())],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    # One line and nothing else: TensorFlow and KServe, which log as they start, were never imported.
+    assert result.stderr.splitlines() == [result.stderr.strip()] and result.stdout == ""
+    assert result.stderr.startswith("bakeoff: error: no published version in ") and "bakeoff run" in result.stderr
+
+
+@pytest.mark.parametrize("problem", ["unreadable file", "not an image", "server down"])
+def test_predict_fails_in_one_line(problem: str, tmp_path: Path) -> None:
+    image = tmp_path / "image.png"
+    if problem == "not an image":
+        image.write_text("hello")
+    elif problem == "server down":
+        image.write_bytes(b"\x89PNG\r\n\x1a\n")
+    result = subprocess.run([BAKEOFF, "predict", str(image), "--url", f"http://127.0.0.1:{free_port()}"],
+                            capture_output=True, text=True, timeout=60)
+    expected = {"unreadable file": "cannot read", "not an image": "is not a PNG or JPEG file", "server down": "no model server answers"}
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [result.stderr.strip()] and expected[problem] in result.stderr, result.stderr
