@@ -317,6 +317,21 @@ def test_a_newer_version_is_swapped_in_under_load_never_a_partial_one_and_no_req
     assert f"now serving version {newer} (was {first})" in log
 
 
+def test_a_model_folder_offers_its_complete_versions_or_is_one_savedmodel(tmp_path: Path) -> None:
+    from components.serving.server import FolderSource
+
+    for name, complete in (("1", True), ("2", False), ("10", True), ("notes", True)):
+        (tmp_path / "layout" / name).mkdir(parents=True)
+        (tmp_path / "layout" / name / "saved_model.pb").write_bytes(b"")
+        if complete:
+            (tmp_path / "layout" / name / registry.MANIFEST).write_text('{"version": 0}')
+    assert FolderSource(tmp_path / "layout").versions() == [1, 10], "numbered folders with a manifest, numerically"
+    single = tmp_path / "layout" / "10"
+    assert FolderSource(single).versions() == [0] and FolderSource(single).fetch(0) == single
+    (single / registry.MANIFEST).write_text('{"version": 10}')
+    assert FolderSource(single).versions() == [10]
+
+
 def test_serve_on_a_store_without_a_published_version_is_one_line(tmp_path: Path) -> None:
     result = subprocess.run([BAKEOFF, "serve", "--store", str(tmp_path / "empty"), "--port", str(free_port())],
                             capture_output=True, text=True, timeout=120)

@@ -26,7 +26,7 @@ from components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE
 
 ARRAYS_INPUT = "images"  # the input of ARRAYS_SIGNATURE
 BYTES_INPUT = "image_bytes"  # the input of BYTES_SIGNATURE
-IMAGE_MAGIC = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG"}
+IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # how PNG and JPEG files start
 OUTPUTS = ("probabilities", "class_id", "class_name")  # what both signatures return
 NUMERIC_V2_TYPES = ("FP32", "FP64", "FP16", "UINT8", "INT8", "INT16", "INT32", "INT64", "UINT16", "UINT32", "UINT64")
 
@@ -39,7 +39,7 @@ class Version:
     path: Path
     saved_model: Any
     arrays: Any
-    bytes: Any
+    encoded: Any
     image_shape: tuple[int, int]
     class_names: Optional[list[str]]
 
@@ -55,14 +55,14 @@ def load_version(path: Path, number: int) -> Version:
     missing = [name for name in (ARRAYS_SIGNATURE, BYTES_SIGNATURE) if name not in saved_model.signatures]
     if missing:
         raise BakeoffError(f"the SavedModel in {str(path)!r} lacks the signature {missing[0]!r}: export it with components.modeling.savedmodel")
-    arrays, image_bytes = saved_model.signatures[ARRAYS_SIGNATURE], saved_model.signatures[BYTES_SIGNATURE]
+    arrays, encoded = saved_model.signatures[ARRAYS_SIGNATURE], saved_model.signatures[BYTES_SIGNATURE]
     height, width = arrays.structured_input_signature[1][ARRAYS_INPUT].shape[1:]
     classes = arrays.structured_outputs["probabilities"].shape[1]
     # The label table is a string constant the signature captured (savedmodel.export); clients read it from metadata.
     names = [t.numpy() for t in arrays.captured_inputs if t.dtype == tf.string and t.shape == [classes]]
     arrays(**{ARRAYS_INPUT: tf.zeros([1, height, width])})
-    image_bytes(**{BYTES_INPUT: tf.constant([tf.io.encode_png(tf.zeros([height, width, 1], tf.uint8)).numpy()])})
-    return Version(number, path, saved_model, arrays, image_bytes, (height, width),
+    encoded(**{BYTES_INPUT: tf.constant([tf.io.encode_png(tf.zeros([height, width, 1], tf.uint8)).numpy()])})
+    return Version(number, path, saved_model, arrays, encoded, (height, width),
                    [name.decode() for name in names[0]] if len(names) == 1 else None)
 
 
@@ -133,7 +133,7 @@ def run(batch: Batch) -> dict[str, np.ndarray]:
         outputs = batch.version.arrays(**{ARRAYS_INPUT: batch.tensor})
     else:
         try:
-            outputs = batch.version.bytes(**{BYTES_INPUT: tf.constant(batch.tensor)})
+            outputs = batch.version.encoded(**{BYTES_INPUT: tf.constant(batch.tensor)})
         except tf.errors.InvalidArgumentError as error:  # a PNG/JPEG header on a body TF cannot decode
             raise InvalidInput(f"{_undecodable(batch.tensor, error)}: send whole PNG or JPEG files") from None
     return {name: tensor.numpy() for name, tensor in outputs.items()}
@@ -207,14 +207,14 @@ def encoded_images(texts: list[Union[str, bytes]]) -> np.ndarray:
     """Base64 texts (or raw bytes, as gRPC sends them) checked to be PNG or JPEG files, as a string tensor."""
     images = []
     for index, text in enumerate(texts):
-        if isinstance(text, bytes) and text.startswith(tuple(IMAGE_MAGIC)):
+        if isinstance(text, bytes) and text.startswith(IMAGE_MAGIC):
             data = text
         else:
             try:
                 data = base64.b64decode(text, validate=True)
             except (binascii.Error, ValueError, TypeError):
                 raise InvalidInput(f"image {index} is not valid base64") from None
-        if not data.startswith(tuple(IMAGE_MAGIC)):
+        if not data.startswith(IMAGE_MAGIC):
             raise InvalidInput(f"image {index} is not a PNG or JPEG file")
         images.append(data)
     return np.array(images, dtype=object)

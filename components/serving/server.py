@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import threading
 import uuid
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
@@ -71,8 +73,10 @@ class FolderSource(Source):
 
     def versions(self) -> list[int]:
         if self._single():
-            manifest = self.root / registry.MANIFEST
-            return [json.loads(manifest.read_text()).get("version", 0) if manifest.is_file() else 0]
+            try:
+                return [int(json.loads((self.root / registry.MANIFEST).read_text())["version"])]
+            except (OSError, ValueError, KeyError, TypeError):
+                return [0]  # a bare SavedModel: one version, whatever its number
         return sorted(int(entry.name) for entry in self.root.iterdir()
                       if entry.name.isdigit() and (entry / registry.MANIFEST).is_file())
 
@@ -210,6 +214,19 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+class ClientErrorsInOneLine(logging.Filter):
+    """KServe logs every 4xx with a traceback at ERROR; a client's bad request is one WARNING line, not a server fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from kserve.errors import InvalidInput, ModelNotFound
+
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, (InvalidInput, ModelNotFound)):
+            record.msg, record.args, record.exc_info = f"refused a request: {error}", (), None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     model_name: str
@@ -234,10 +251,10 @@ def serve(source: Source, settings: Settings) -> int:
 
     server = kserve.ModelServer(http_port=settings.http_port, grpc_port=settings.grpc_port or 8081, enable_grpc=settings.grpc_port > 0,
                                 workers=1, enable_latency_logging=False, enable_docs_url=False)
-    import logging
-
     for per_request in ("kserve.trace", "uvicorn.access"):  # a line per request costs more than a small prediction
         logging.getLogger(per_request).setLevel(logging.WARNING)
+    logging.getLogger("kserve").addFilter(ClientErrorsInOneLine())
+    warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")  # KServe 0.21's own use, once per process
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
 
     async def metadata(model_name: str) -> dict:
