@@ -5,6 +5,7 @@ import base64
 import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -12,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -236,8 +237,10 @@ BAD_REQUESTS = {
     "v1 oversized body": ("v1", {"instances": [[[255] * 28] * 28] * 120}, 413, "over the limit"),
     "unknown model": ("other", {"instances": [[[0] * 28] * 28]}, 404, "does not exist"),
     "v2 wrong shape": ("v2", {"inputs": [{"name": "images", "shape": [1, 28, 27], "datatype": "FP32", "data": [0] * 756}]}, 400, "28×28"),
-    "v2 data short of its shape": ("v2", {"inputs": [{"name": "images", "shape": [2, 28, 28], "datatype": "FP32", "data": [0] * 784}]}, 400, "does not fill"),
-    "v2 non-image bytes": ("v2", {"inputs": [{"name": "image_bytes", "shape": [1], "datatype": "BYTES", "data": [b64(b"text")]}]}, 400, "not a PNG or JPEG"),
+    "v2 data short of its shape": ("v2", {"inputs": [{"name": "images", "shape": [2, 28, 28], "datatype": "FP32", "data": [0] * 784}]},
+                                   400, "does not fill"),
+    "v2 non-image bytes": ("v2", {"inputs": [{"name": "image_bytes", "shape": [1], "datatype": "BYTES", "data": [b64(b"text")]}]},
+                           400, "not a PNG or JPEG"),
     "v2 no images": ("v2", {"inputs": [{"name": "images", "shape": [0, 28, 28], "datatype": "FP32", "data": []}]}, 400, "at least one image"),
     "v2 unknown output": ("v2", {"inputs": [{"name": "images", "shape": [1, 28, 28], "datatype": "FP32", "data": [0] * 784}],
                                  "outputs": [{"name": "logits"}]}, 400, "unknown output 'logits'"),
@@ -332,13 +335,23 @@ def test_a_model_folder_offers_its_complete_versions_or_is_one_savedmodel(tmp_pa
     assert FolderSource(single).versions() == [10]
 
 
-def test_serve_on_a_store_without_a_published_version_is_one_line(tmp_path: Path) -> None:
-    result = subprocess.run([BAKEOFF, "serve", "--store", str(tmp_path / "empty"), "--port", str(free_port())],
-                            capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("problem", ["no published version", "port in use"])
+def test_serve_fails_in_one_line_before_loading_anything(problem: str, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    if problem == "port in use":
+        (tmp_path / "model").mkdir()
+        (tmp_path / "model" / "saved_model.pb").write_bytes(b"never loaded")
+        registry.publish(open_store(str(store)), "fashion-mnist", tmp_path / "model", {})
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1] if problem == "port in use" else free_port()
+        result = subprocess.run([BAKEOFF, "serve", "--store", str(store), "--port", str(port)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     # One line and nothing else: TensorFlow and KServe, which log as they start, were never imported.
     assert result.stderr.splitlines() == [result.stderr.strip()] and result.stdout == ""
-    assert result.stderr.startswith("bakeoff: error: no published version in ") and "bakeoff run" in result.stderr
+    expected = {"no published version": "no published version in ", "port in use": f"cannot listen on port {port}"}
+    assert result.stderr.startswith(f"bakeoff: error: {expected[problem]}"), result.stderr
 
 
 @pytest.mark.parametrize("problem", ["unreadable file", "not an image", "server down"])

@@ -223,7 +223,8 @@ def encoded_images(texts: list[Union[str, bytes]]) -> np.ndarray:
 def v2_batch(request: InferRequest, version: Version) -> Batch:
     """The Open Inference Protocol: one input, FP32 [n, 28, 28] pixels or BYTES [n] (base64 PNG/JPEG in JSON)."""
     if len(request.inputs) != 1:
-        raise InvalidInput(f"send exactly one input tensor ({ARRAYS_INPUT!r} FP32 [n, 28, 28] or {BYTES_INPUT!r} BYTES [n]), got {len(request.inputs)}")
+        raise InvalidInput(f"send exactly one input tensor ({ARRAYS_INPUT!r} FP32 [n, 28, 28] or {BYTES_INPUT!r} BYTES [n]),"
+                           f" got {len(request.inputs)}")
     unknown = [output.name for output in request.request_outputs or [] if output.name not in OUTPUTS]
     if unknown:
         raise InvalidInput(f"unknown output {unknown[0]!r}: the outputs are {', '.join(OUTPUTS)}")

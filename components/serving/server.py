@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -120,6 +121,14 @@ class StoreSource(Source):
     def close(self) -> None:
         if self.owned:
             shutil.rmtree(self.cache.parent, ignore_errors=True)
+
+
+def check_port(port: int, flag: str) -> None:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError as error:
+            raise BakeoffError(f"cannot listen on port {port} ({error.strerror}): pass another {flag}") from None
 
 
 def choose(source: Source, version: Optional[int]) -> int:
@@ -242,6 +251,9 @@ def serve(source: Source, settings: Settings) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     registry.model_prefix(settings.model_name)  # the name is a URL path segment too
     first = choose(source, settings.version)
+    for port, flag in ((settings.http_port, "--http-port"), (settings.grpc_port, "--grpc-port")):
+        if port:
+            check_port(port, flag)  # before seconds of loading, not after
     from components.serving.model import ServedModel, load_version
 
     model = ServedModel(settings.model_name, load_version(source.fetch(first), first))
@@ -305,10 +317,12 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--model-dir", type=Path, help="folder in TF Serving's layout, DIR/<version>/ (KServe: /mnt/models)")
     where.add_argument("--store", help="file:///DIR, a folder, or s3://BUCKET/PREFIX holding bakeoff's registry")
     top.add_argument("--model-name", default=defaults.MODEL_NAME, help=f"the model's name, in the store and in URLs (default {defaults.MODEL_NAME})")
-    top.add_argument("--version", type=version_arg, default=None, help="a version number, or 'latest' to serve the newest and follow newer ones (default)")
+    top.add_argument("--version", type=version_arg, default=None,
+                     help="a version number, or 'latest' to serve the newest and follow newer ones (default)")
     top.add_argument("--http-port", type=int, default=HTTP_PORT, help=f"V1 and V2 REST port (default {HTTP_PORT})")
     top.add_argument("--grpc-port", type=int, default=0, help="V2 gRPC port (default 0: no gRPC)")
-    top.add_argument("--poll-seconds", type=seconds_arg, default=POLL_SECONDS, help=f"how often 'latest' looks for a newer version (default {POLL_SECONDS:g})")
+    top.add_argument("--poll-seconds", type=seconds_arg, default=POLL_SECONDS,
+                     help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})")
     top.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES, help=f"larger bodies answer 413 (default {MAX_REQUEST_BYTES})")
     top.add_argument("--cache-dir", type=Path, help="where store versions are downloaded (default: a temporary folder, removed at exit)")
     top.add_argument("--s3-endpoint", help="HOST:PORT of the S3 server (or $BAKEOFF_S3_ENDPOINT)")

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -13,20 +12,22 @@ from components import defaults
 from components.errors import BakeoffError
 from pipelines.cli.flags import open_cli_store, positive, store_args
 
-PREDICT_URL = "http://127.0.0.1:8080"  # where `bakeoff serve` listens by default
 PREDICT_TOP = 3  # classes printed per image
 PREDICT_TIMEOUT_SECONDS = 60.0  # a cold server's first batch included
-IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")
+IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # as serving/model.py checks (not imported here: it loads KServe)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from components.serving.server import HTTP_PORT, Settings, StoreSource, choose, serve
+    from components.serving.server import HTTP_PORT, Settings, StoreSource, check_port, choose, serve
 
     store = open_cli_store(args)
     source = StoreSource(store, args.model_name, None)
     try:
         first = choose(source, args.version)  # no published version: one line, before TensorFlow or a port is touched
         port = args.port if args.port is not None else HTTP_PORT
+        check_port(port, "--port")
+        if args.grpc_port:
+            check_port(args.grpc_port, "--grpc-port")
         url = f"http://127.0.0.1:{port}"
         if args.json:
             print(json.dumps({"url": url, "predict_url": f"{url}/v1/models/{args.model_name}:predict",
@@ -97,7 +98,8 @@ def add_serving_commands(commands: argparse._SubParsersAction) -> None:
 
     serve = commands.add_parser("serve", help="serve a published model here with KServe (V1 TF Serving REST and V2), following newer versions")
     store_args(serve)  # --json: the URL, model and first version as one JSON line
-    serve.add_argument("--version", type=version_arg, default=None, help="a version number, or 'latest' to serve the newest and follow newer ones (default)")
+    serve.add_argument("--version", type=version_arg, default=None,
+                       help="a version number, or 'latest' to serve the newest and follow newer ones (default)")
     serve.add_argument("--port", type=int, help=f"HTTP port (default {HTTP_PORT})")
     serve.add_argument("--grpc-port", type=int, help="V2 gRPC port (default: no gRPC)")
     serve.add_argument("--poll-seconds", type=seconds_arg, default=POLL_SECONDS,
@@ -106,7 +108,8 @@ def add_serving_commands(commands: argparse._SubParsersAction) -> None:
 
     predict = commands.add_parser("predict", help="classify PNG/JPEG files with a running model server")
     predict.add_argument("images", nargs="+", type=Path, metavar="IMAGE", help="PNG or JPEG files")
-    predict.add_argument("--url", default=PREDICT_URL, help=f"the server (default {PREDICT_URL})")
+    url = f"http://127.0.0.1:{HTTP_PORT}"  # where `bakeoff serve` listens by default
+    predict.add_argument("--url", default=url, help=f"the server (default {url})")
     predict.add_argument("--model-name", default=defaults.MODEL_NAME, help=f"the served model's name (default {defaults.MODEL_NAME})")
     predict.add_argument("--top", type=positive("--top"), default=PREDICT_TOP, help=f"classes printed per image (default {PREDICT_TOP})")
     predict.add_argument("--json", action="store_true", help="print one JSON document")
