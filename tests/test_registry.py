@@ -13,24 +13,34 @@ import pytest
 
 from components.storage import registry
 from components.errors import BakeoffError
-from components.storage import FolderStore, Store
+from components.storage import FolderStore, S3Store, Store
 
 REPO = Path(__file__).resolve().parents[1]
 
-# A separate process, so that it can really die: publishes once, after "go" on stdin.
+# A separate process, so that it can really die: publishes once, after "go" on stdin, and
+# prints the version it got and whether its store took claims by create-only puts.
 PUBLISHER = """
 import json, os, sys
 from pathlib import Path
-from components.storage import open_store, registry
+from components.storage import open_store, registry, s3
 
-if sys.argv[5] == "low":
+store_uri, name, model, manifest, priority, create_only = sys.argv[1:7]
+if priority == "low":
     os.nice(19)  # leaves the CPU to the test that watches (and kills) this publisher
-store_uri, name, model, manifest = sys.argv[1:5]
+if create_only == "ignored":
+    # As MinIO RELEASE.2019-08-14 (KFP 2.14/2.15) answers: the header reaches the server as
+    # plain user metadata, and a second create-only put overwrites.
+    s3.CREATE_ONLY = {"X-Amz-Meta-Bakeoff-Create-Only": "*"}
 store = open_store(store_uri)
 print("ready", flush=True)
 sys.stdin.readline()
-print(registry.publish(store, name, Path(model), json.loads(manifest)), flush=True)
+version = registry.publish(store, name, Path(model), json.loads(manifest))
+print(json.dumps({"version": version, "create_only": getattr(store, "_create_only", None)}), flush=True)
 """
+# The ways a store keeps concurrent publishers apart: a folder's rename, S3's create-only put, and
+# claim-and-list on an S3 server that ignores If-None-Match.
+SCHEMES = ["folder", "s3", "s3-without-create-only"]
+PUBLISHERS = 20  # at once, behind one barrier
 
 
 def model_dir(tmp_path: Path, content: bytes = b"pb") -> Path:
@@ -56,15 +66,27 @@ def test_a_half_written_version_is_never_listed_nor_reused(store: Store, tmp_pat
     assert registry.publish(store, "fm", model_dir(tmp_path), {"run_id": "r3"}) == 3
 
 
-def start_publisher(store: FolderStore, model: Path, run_id: str, tmp: Path, priority: str = "normal") -> subprocess.Popen:
+def start_publisher(store: Store, model: Path, run_id: str, tmp: Path, priority: str = "normal",
+                    create_only: str = "honoured") -> subprocess.Popen:
     """A publisher process of model "fm", waiting for "go" once it has said "ready"."""
     tmp.mkdir(parents=True, exist_ok=True)
     # Its own TMPDIR: the scratch copy a killed publisher leaves goes away with tmp_path.
     env = {**os.environ, "TMPDIR": str(tmp)}
     return subprocess.Popen(
-        [sys.executable, "-c", PUBLISHER, store.uri, "fm", str(model), json.dumps({"run_id": run_id}), priority],
+        [sys.executable, "-c", PUBLISHER, store.uri, "fm", str(model), json.dumps({"run_id": run_id}), priority, create_only],
         cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
+
+
+@pytest.fixture(params=SCHEMES)
+def scheme_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Store, str]:
+    """An empty store of each kind, and whether its publishers are to find If-None-Match honoured."""
+    if request.param == "folder":
+        return FolderStore(tmp_path / "store"), "honoured"
+    request.getfixturevalue("s3_env")
+    from components.storage import open_store
+
+    return open_store(f"s3://bakeoff/{tmp_path.name}"), "ignored" if request.param == "s3-without-create-only" else "honoured"
 
 
 def go(publisher: subprocess.Popen) -> None:
@@ -118,19 +140,19 @@ def test_a_publisher_killed_midway_leaves_nothing_in_a_folder_store(tmp_path: Pa
     assert store.list("models/fm/1") == ["models/fm/1/manifest.json", "models/fm/1/saved_model.pb", "models/fm/1/variables/variables.index"]
 
 
-def test_concurrent_publishers_each_get_their_own_version(tmp_path: Path) -> None:
-    """Guards 8 processes publishing one model at once into a folder store: 8 complete versions, none overwritten."""
-    store = FolderStore(tmp_path / "store")
-    run_ids = [f"run-{index}" for index in range(8)]
+def test_concurrent_publishers_each_get_their_own_version(scheme_store: tuple[Store, str], tmp_path: Path) -> None:
+    """Guards 20 processes publishing one model at once: 20 distinct complete versions, none overwritten, on every store."""
+    store, create_only = scheme_store
+    run_ids = [f"run-{index:02d}" for index in range(PUBLISHERS)]
     publishers = []
     try:
         for run_id in run_ids:
             model = model_dir(tmp_path / run_id, run_id.encode())
-            # Some bulk, so that each copy overlaps the others' choice of a version number.
-            for index in range(50):
+            # Some bulk, so that each upload overlaps the others' choice of a version number.
+            for index in range(20):
                 (model / "variables" / f"variables.data-{index:05d}").write_bytes(run_id.encode() * 512)
-            publishers.append(start_publisher(store, model, run_id, tmp_path / "tmp"))
-        # All are ready before any goes, so that they race for the same numbers.
+            publishers.append(start_publisher(store, model, run_id, tmp_path / "tmp", create_only=create_only))
+        # All are ready (started, store opened) before any goes, so that they race for the same numbers.
         for publisher in publishers:
             assert publisher.stdout.readline() == "ready\n", "a publisher died on start"
         for publisher in publishers:
@@ -141,15 +163,54 @@ def test_concurrent_publishers_each_get_their_own_version(tmp_path: Path) -> Non
         for publisher in publishers:
             publisher.kill()
             publisher.communicate()
-    assert [publisher.returncode for publisher in publishers] == [0] * 8
-    got = {run_id: int(stdout) for run_id, (stdout, _) in zip(run_ids, outcomes)}
-    assert sorted(got.values()) == list(range(1, 9))
+    assert [publisher.returncode for publisher in publishers] == [0] * PUBLISHERS
+    reports = {run_id: json.loads(stdout) for run_id, (stdout, _) in zip(run_ids, outcomes)}
+    got = {run_id: report["version"] for run_id, report in reports.items()}
+    assert len(set(got.values())) == PUBLISHERS
+    if isinstance(store, S3Store):
+        # Each publisher used the scheme its server calls for: the probe told them apart.
+        assert {report["create_only"] for report in reports.values()} == {create_only == "honoured"}
+    if create_only == "honoured":
+        # One holder per number, and it always completes: no number is skipped.
+        assert sorted(got.values()) == list(range(1, PUBLISHERS + 1))
     manifests = registry.list_versions(store, "fm")
     assert {m["run_id"]: m["version"] for m in manifests} == got
     for run_id, version in got.items():
         assert store.get_bytes(f"models/fm/{version}/saved_model.pb") == run_id.encode()
-        assert store.get_bytes(f"models/fm/{version}/variables/variables.data-00049") == run_id.encode() * 512
-        assert len(store.list(f"models/fm/{version}")) == 53
+        assert store.get_bytes(f"models/fm/{version}/variables/variables.data-00019") == run_id.encode() * 512
+        assert len(store.list(f"models/fm/{version}")) == 23
+
+
+def test_a_publisher_killed_midway_leaves_no_version_in_an_s3_store(s3_env: str, tmp_path: Path) -> None:
+    """Guards S3 publishes under SIGKILL between files: no version looks complete, and the next publish takes the next number."""
+    from components.storage import open_store
+
+    store = open_store(f"s3://bakeoff/{tmp_path.name}")
+    model = model_dir(tmp_path)
+    # Hundreds of objects, so that the upload lasts long enough to be interrupted.
+    for index in range(300):
+        (model / "variables" / f"variables.data-{index:05d}").write_bytes(bytes(1024))
+    publisher = start_publisher(store, model, "killed", tmp_path / "tmp", priority="low")
+    try:
+        go(publisher)
+        while not store.list("models/fm"):
+            assert publisher.poll() is None, "the publisher finished before it could be killed"
+            time.sleep(0.01)
+        publisher.send_signal(signal.SIGKILL)
+    finally:
+        publisher.kill()
+        publisher.communicate()
+    assert publisher.returncode == -signal.SIGKILL
+    left = store.list("models/fm")
+    # The kill landed between files: some of version 1 is there, never its manifest.
+    assert left and all(key.startswith("models/fm/1/") for key in left) and len(left) < 302
+    assert "models/fm/1/manifest.json" not in left
+    assert registry.list_versions(store, "fm") == []
+
+    assert registry.publish(store, "fm", model_dir(tmp_path / "next", b"after"), {"run_id": "next"}) == 2
+    assert [(m["version"], m["run_id"]) for m in registry.list_versions(store, "fm")] == [(2, "next")]
+    assert store.get_bytes("models/fm/2/saved_model.pb") == b"after"
+    assert store.list("models/fm/2") == ["models/fm/2/manifest.json", "models/fm/2/saved_model.pb", "models/fm/2/variables/variables.index"]
 
 
 class CrashingStore:
@@ -179,6 +240,18 @@ def test_a_crash_while_publishing_to_s3_leaves_no_complete_version(s3_env: str, 
         registry.publish(CrashingStore(store, writes=1), "fm", model_dir(tmp_path), {"run_id": "r1"})
     assert store.list("models/fm")  # something was written ...
     assert registry.list_versions(store, "fm") == []  # ... but no version looks complete
+
+
+def test_a_number_held_by_a_publisher_that_died_after_claiming_it_is_skipped(s3_env: str, tmp_path: Path) -> None:
+    """Guards publishers moving past a held number: one that died right after claiming version 1 left nothing listed, yet 1 stays its."""
+    from components.storage import open_store
+
+    store = open_store(f"s3://bakeoff/{tmp_path.name}")
+    with pytest.raises(KeyboardInterrupt):
+        registry.publish(CrashingStore(store, writes=0), "fm", model_dir(tmp_path), {"run_id": "r1"})
+    assert store.list("models/fm") == []
+    assert registry.publish(store, "fm", model_dir(tmp_path), {"run_id": "r2"}) == 2
+    assert [(m["version"], m["run_id"]) for m in registry.list_versions(store, "fm")] == [(2, "r2")]
 
 
 def test_bad_model_names_are_refused(store: Store, tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from components.errors import BakeoffError
-from components.storage import S3Store, Store, open_store
+from components.storage import S3Store, Store, open_store, s3
 
 
 def test_round_trip_of_bytes_and_listing(store: Store) -> None:
@@ -22,12 +22,14 @@ def test_round_trip_of_bytes_and_listing(store: Store) -> None:
 # Keys chosen so that a directory walk and a string sort could disagree
 # ("b.txt" sorts before "b/"), and so that "a" is a string prefix of "ab/".
 LISTED_KEYS = ["a/b.txt", "a/b/one.txt", "a/two.bin", "ab/three.txt", "top.txt"]
+# Dot names are a store's bookkeeping (staging folders, S3 claims): never listed.
+HIDDEN_KEYS = [".claims/a/owner", "a/.claims/b/owner", "a/b/.partial"]
 
 
 @pytest.mark.parametrize("prefix", ["", "a", "a/", "a/b", "a/b/", "missing", "missing/"])
 def test_listing_is_the_same_on_every_store(store: Store, prefix: str) -> None:
     """Guards list(prefix) giving the same keys, in the same order, on the folder and the S3 store."""
-    for key in LISTED_KEYS:
+    for key in LISTED_KEYS + HIDDEN_KEYS:
         store.put_bytes(key, key.encode())
     # One spelled-out answer for both parametrizations: the stores agree
     # with each other, and cannot pass by sharing one mistake.
@@ -57,6 +59,32 @@ def test_directories_go_up_and_come_back(store: Store, tmp_path: Path) -> None:
 
 
 def test_publish_refuses_a_taken_prefix(store: Store, tmp_path: Path) -> None:
+    assert_publish_refuses_a_taken_prefix(store, tmp_path)
+
+
+def test_s3_publish_without_create_only_refuses_a_taken_prefix(s3_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same on a server that ignores If-None-Match (MinIO 2019): claims by listing refuse a taken prefix too."""
+    monkeypatch.setattr(s3, "CREATE_ONLY", INERT_CREATE_ONLY)
+    store = open_store(f"s3://bakeoff/{tmp_path.name}")
+    assert_publish_refuses_a_taken_prefix(store, tmp_path)
+    assert store.honours_create_only() is False
+
+
+# What a server that ignores If-None-Match makes of a create-only put: a plain put with some user metadata.
+INERT_CREATE_ONLY = {"X-Amz-Meta-Bakeoff-Create-Only": "*"}
+
+
+def test_s3_store_finds_whether_the_server_honours_create_only(s3_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards the run-time probe: SeaweedFS refuses a second create-only put; a server that overwrites is told apart."""
+    store = open_store(f"s3://bakeoff/{tmp_path.name}")
+    assert store.honours_create_only() is True
+    monkeypatch.setattr(s3, "CREATE_ONLY", INERT_CREATE_ONLY)
+    ignoring = open_store(f"s3://bakeoff/{tmp_path.name}")
+    assert ignoring.honours_create_only() is False
+    assert ignoring._list_all("") == []  # the probes cleaned up after themselves
+
+
+def assert_publish_refuses_a_taken_prefix(store: Store, tmp_path: Path) -> None:
     version = tmp_path / "v"
     version.mkdir()
     (version / "saved_model.pb").write_bytes(b"first")
