@@ -10,7 +10,7 @@ from typing import Callable, Iterator, Optional
 import pytest
 
 from components.errors import BakeoffError
-from components.storage import S3Store, registry
+from components.storage import S3Store, registry, s3
 from tests.conftest import BUCKET, WeedServer, free_port
 
 BOUND = 60.0  # seconds of retries: far more than a restart here takes (about 3 s)
@@ -147,7 +147,15 @@ def test_a_server_gone_past_the_bound_fails_in_one_line_and_leaves_no_version(ru
 
 
 class FaultyProxy:
-    """A loopback TCP proxy in front of the S3 server that breaks a connection exactly where a test says."""
+    """A loopback TCP proxy in front of the S3 server that breaks the next exchange exactly as a test says.
+
+    ``fault`` is one of: "cut-request" (reset the connection once ``cut_after`` more request
+    bytes passed), "drop-response" (reset it instead of passing the next answer on),
+    "stall-response" (swallow the next answer: the client times out), "503" (answer the
+    next request with 503 Service Unavailable instead of passing it on).
+    """
+
+    UNAVAILABLE = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
     def __init__(self, upstream: str) -> None:
         host, port = upstream.rsplit(":", 1)
@@ -155,8 +163,8 @@ class FaultyProxy:
         self.listener = socket.create_server(("127.0.0.1", free_port()))
         self.endpoint = "127.0.0.1:%d" % self.listener.getsockname()[1]
         self.lock = threading.Lock()
-        self.cut_request_after: Optional[int] = None  # reset the connection once this many more request bytes passed
-        self.drop_next_response = False  # reset the connection instead of passing the next answer on
+        self.fault: Optional[str] = None
+        self.cut_after = 0
         self.faults = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -170,25 +178,33 @@ class FaultyProxy:
             threading.Thread(target=self._pump, args=(client, upstream, client, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, client, False), daemon=True).start()
 
+    def _strike(self, data: bytes, request: bool) -> tuple[bytes, Optional[str]]:
+        """What of ``data`` passes, and the fault to strike now, if any."""
+        with self.lock:
+            fault = self.fault
+            if request and fault == "cut-request":
+                if len(data) < self.cut_after:
+                    self.cut_after -= len(data)
+                    return data, None
+                data = data[:self.cut_after]
+            elif not (request and fault == "503" or not request and fault in ("drop-response", "stall-response")):
+                return data, None
+            self.fault, self.faults = None, self.faults + 1
+        return (data if fault == "cut-request" else b""), fault
+
     def _pump(self, source: socket.socket, target: socket.socket, client: socket.socket, request: bool) -> None:
         try:
             while data := source.recv(65536):
-                fault = False
-                with self.lock:
-                    if request and self.cut_request_after is not None:
-                        if len(data) >= self.cut_request_after:
-                            data, fault, self.cut_request_after = data[:self.cut_request_after], True, None
-                        else:
-                            self.cut_request_after -= len(data)
-                    elif not request and self.drop_next_response:
-                        data, fault, self.drop_next_response = b"", True, False
-                    self.faults += fault
+                data, fault = self._strike(data, request)
                 if data:
                     target.sendall(data)
-                if fault:
+                if fault == "503":
+                    client.sendall(self.UNAVAILABLE)
+                if fault in ("cut-request", "drop-response", "503"):
                     # SO_LINGER 0: the client gets a TCP reset, as from a crashed peer; shutdown first, as
                     # the other direction's thread is still reading this socket and would keep it open.
-                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    if fault != "503":
+                        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     client.shutdown(socket.SHUT_RDWR)
                     break
         except OSError:
@@ -215,7 +231,7 @@ def test_a_connection_reset_mid_upload_is_retried(proxy: FaultyProxy, tmp_path: 
     store = S3Store(BUCKET, tmp_path.name, proxy.endpoint, secure=False, retry_seconds=BOUND)
     retries = Retries(store)
     data = bytes(range(256)) * 4096
-    proxy.cut_request_after = 64 * 1024
+    proxy.fault, proxy.cut_after = "cut-request", 64 * 1024
     store.put_bytes("big.bin", data)
     assert proxy.faults == 1 and len(retries.lines) == 1
     assert store.get_bytes("big.bin") == data
@@ -225,11 +241,32 @@ def test_a_create_only_put_whose_answer_was_lost_is_still_ours(proxy: FaultyProx
     """Guards the claim's retry: the server created the object, the answer was lost, the retry meets 412 and reads it back."""
     store = S3Store(BUCKET, tmp_path.name, proxy.endpoint, secure=False, retry_seconds=BOUND)
     retries = Retries(store)
-    proxy.drop_next_response = True
+    proxy.fault = "drop-response"
     assert store._create("claims/owner", b"mine")
     assert proxy.faults == 1 and len(retries.lines) == 1
     assert not store._create("claims/owner", b"another publisher")
     assert store.get_bytes("claims/owner") == b"mine"
+
+
+def test_a_request_that_times_out_is_retried(proxy: FaultyProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards retries of a timeout: the server's answer never comes, the read times out, the request is made again."""
+    monkeypatch.setattr(s3, "S3_READ_TIMEOUT", 1.0)
+    store = S3Store(BUCKET, tmp_path.name, proxy.endpoint, secure=False, retry_seconds=BOUND)
+    retries = Retries(store)
+    store.put_bytes("a.txt", b"a")
+    proxy.fault = "stall-response"
+    assert store.get_bytes("a.txt") == b"a"
+    assert proxy.faults == 1 and len(retries.lines) == 1 and "timed out" in retries.lines[0]
+
+
+def test_a_5xx_answer_is_retried(proxy: FaultyProxy, tmp_path: Path) -> None:
+    """Guards retries of a server error: a 503 Service Unavailable, then the answer."""
+    store = S3Store(BUCKET, tmp_path.name, proxy.endpoint, secure=False, retry_seconds=BOUND)
+    retries = Retries(store)
+    store.put_bytes("a.txt", b"a")
+    proxy.fault = "503"
+    assert store.get_bytes("a.txt") == b"a"
+    assert proxy.faults == 1 and len(retries.lines) == 1 and "(HTTP 503)" in retries.lines[0]
 
 
 def test_an_upload_stored_short_is_repeated(s3_env: str, tmp_path: Path) -> None:
