@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from typing import Optional, TextIO
+from pathlib import Path
+from typing import Iterator, Optional, TextIO
 
 from kubeflow.training import KubeflowOrgV1TFJob
 
@@ -22,6 +26,24 @@ from components.errors import ERROR_PREFIX, BakeoffError
 # Replica types in the order the Training Operator lists them in TF_CONFIG.
 REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
 RESTARTING_POLICIES = ("OnFailure", "Always", "ExitCode")
+# The watchdog: each replica touches its heartbeat file from a thread of its own,
+# so a replica that is stopped, frozen or starved goes quiet while one tracing its
+# first step, waiting in a collective or saving keeps beating. The file's content
+# marks the spans in which a healthy replica cannot beat; it is not suspected then.
+HEARTBEAT_ENV = "BAKEOFF_HEARTBEAT_FILE"
+HEARTBEAT_SECONDS = 1.0
+JOINING = b"joining"  # waiting for the peers, TensorFlow holds the GIL (15 s for a peer 15 s late, measured)
+EXITING = b"exiting"  # done: the interpreter's shutdown ends the heartbeat thread (2-6 s under load, measured)
+# A peer stopped mid-training makes TensorFlow's coordination service fail the others
+# ~10 s later (9.4 s measured): a replica quiet this long when another fails is the cause.
+# Healthy replicas were never quiet over 1.9 s (3 jobs and 2 CPU burners on 2 cores,
+# load 9, measured), so 5 s blames no healthy replica and still catches the stopped one.
+SUSPECT_SECONDS = 5.0
+# Quiet this long means stalled even when no peer notices (one replica, or before the
+# coordination service runs): 15x the longest healthy quiet measured, far below any deadline.
+STALL_SECONDS = 30.0
+STALL_HINT = "check what stopped, froze or starved it (SIGSTOP, a debugger, swapping)"
+KILLED_HINT = "something outside the replica ended it (the kernel's OOM killer sends SIGKILL: check free memory)"
 
 
 def _free_ports(count: int) -> list[int]:
@@ -52,6 +74,50 @@ def tf_configs(job: KubeflowOrgV1TFJob) -> dict[tuple[str, int], dict]:
     }
 
 
+def start_heartbeat() -> None:
+    """The replica's side of the watchdog: touches the file the backend named, from a daemon thread."""
+    path = os.environ.get(HEARTBEAT_ENV)
+    if not path:
+        return  # not started by the local backend
+
+    def beat() -> None:
+        while True:
+            try:
+                Path(path).touch()
+            except OSError:
+                pass  # the backend has moved on; the replica is being stopped
+            time.sleep(HEARTBEAT_SECONDS)
+
+    threading.Thread(target=beat, name="bakeoff-heartbeat", daemon=True).start()
+
+
+def mark(phase: bytes) -> None:
+    """Tells the watchdog the replica is in a span without heartbeats (JOINING, EXITING), or out of it (b"")."""
+    path = os.environ.get(HEARTBEAT_ENV)
+    if path:
+        Path(path).write_bytes(phase)
+
+
+@contextlib.contextmanager
+def joining() -> Iterator[None]:
+    """Marks the span in which the replica waits for its peers."""
+    mark(JOINING)
+    try:
+        yield
+    finally:
+        mark(b"")
+
+
+def exit_text(code: int) -> str:
+    """How a replica ended, as a person says it: a signal by its name."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
 def thread_cap(replicas: int, concurrent_jobs: int, cores: Optional[int] = None) -> int:
     """Threads per replica so that all concurrently running replicas share the cores."""
     cores = cores or os.cpu_count() or 1
@@ -61,8 +127,10 @@ def thread_cap(replicas: int, concurrent_jobs: int, cores: Optional[int] = None)
 class _Replica:
     """One running replica: its process and the last lines of its log."""
 
-    def __init__(self, label: str, command: list[str], env: dict[str, str], sink: Sink) -> None:
+    def __init__(self, label: str, command: list[str], env: dict[str, str], sink: Sink, heartbeat: Path) -> None:
         self.label = label
+        self.heartbeat = heartbeat  # absent until the replica's first beat
+        self.started = time.time()
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
         self.process = subprocess.Popen(
             command,
@@ -83,9 +151,33 @@ class _Replica:
             self.tail.append(line)
             sink(f"[{self.label}] {line}")
 
+    def quiet_seconds(self) -> float:
+        """Seconds since the replica's last heartbeat (or its start); 0 while it waits for its peers, unless it is stopped."""
+        try:
+            stat = self.heartbeat.stat()
+        except FileNotFoundError:
+            return time.time() - self.started
+        if stat.st_size and not self.stopped():
+            return 0.0
+        return time.time() - stat.st_mtime
+
+    def suspect(self, quiet: float) -> bool:
+        """Whether this running replica is the likely cause of a peer's failure."""
+        # Before its first beat a replica is still starting (Python and imports): not a suspect by silence.
+        return self.stopped() or (self.heartbeat.exists() and quiet > SUSPECT_SECONDS)
+
+    def stopped(self) -> bool:
+        """Whether the process is stopped by a signal (Linux's /proc says; elsewhere: unknown, False)."""
+        try:
+            state = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state in ("T", "t")
+
     def stop(self, grace: float = 5.0) -> None:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
+            os.killpg(self.process.pid, signal.SIGCONT)  # a stopped replica acts on the SIGTERM only once continued
             try:
                 self.process.wait(grace)
             except subprocess.TimeoutExpired:
@@ -104,9 +196,10 @@ class _Replica:
 class LocalBackend:
     """Runs a TFJob's replicas as processes of this machine, honouring its run policy."""
 
-    def __init__(self, concurrent_jobs: int = 1, sink: Sink = print_line) -> None:
+    def __init__(self, concurrent_jobs: int = 1, sink: Sink = print_line, stall_seconds: float = STALL_SECONDS) -> None:
         self.concurrent_jobs = concurrent_jobs
         self.sink = sink
+        self.stall_seconds = stall_seconds
         self.tcmalloc = allocator.tcmalloc()
 
     def run(self, job: KubeflowOrgV1TFJob) -> None:
@@ -121,30 +214,35 @@ class LocalBackend:
         restartable = all(spec.restart_policy in RESTARTING_POLICIES for spec in job.spec.tf_replica_specs.values())
         restarts = 0
         while True:
-            failed, timed_out = self._attempt(job, deadline)
+            failed, outcome, quiet = self._attempt(job, deadline)
             if failed is None:
                 return
-            if timed_out:
+            if outcome == "deadline":
                 raise BakeoffError(
                     f"TFJob {name!r} ran past activeDeadlineSeconds={policy.active_deadline_seconds} and was stopped:"
                     " raise the timeout or train less"
                 )
+            if outcome == "stalled":
+                what, hint = f"stopped responding (no heartbeat for {quiet:.0f} s)", STALL_HINT
+            else:
+                what = exit_text(failed.process.returncode)
+                hint = failed.last_error() if failed.process.returncode > 0 else KILLED_HINT
             if not restartable or restarts >= backoff_limit:
-                raise BakeoffError(
-                    f"TFJob {name!r} failed: replica {failed.label} exited with code {failed.process.returncode}"
-                    f" after {restarts} restart(s): {failed.last_error()}"
-                )
+                raise BakeoffError(f"TFJob {name!r} failed: replica {failed.label} {what} after {restarts} restart(s): {hint}")
             restarts += 1
-            self.sink(f"[{name}] replica {failed.label} failed (exit {failed.process.returncode}); restarting the job ({restarts}/{backoff_limit})")
+            self.sink(f"[{name}] replica {failed.label} {what}; restarting the job ({restarts}/{backoff_limit})")
 
-    def _attempt(self, job: KubeflowOrgV1TFJob, deadline: Optional[float]) -> tuple[Optional[_Replica], bool]:
-        """Starts every replica once; returns (the first that failed, whether time ran out), else (None, False)."""
+    def _attempt(self, job: KubeflowOrgV1TFJob, deadline: Optional[float]) -> tuple[Optional[_Replica], str, float]:
+        """Starts every replica once; returns (None, "", 0) on success, else the replica to blame,
+        "failed", "stalled" or "deadline", and how long it has been quiet."""
         configs = tf_configs(job)
         threads = str(thread_cap(len(configs), self.concurrent_jobs))
         replicas = []
+        heartbeats = Path(tempfile.mkdtemp(prefix="bakeoff-heartbeats-"))
         try:
             for (kind, index), tf_config in configs.items():
                 container = job.spec.tf_replica_specs[kind].template.spec.containers[0]
+                label = f"{job.metadata.name}-{kind.lower()}-{index}"
                 env = {
                     **allocator.with_tcmalloc(os.environ, self.tcmalloc),
                     **{var.name: var.value for var in container.env or [] if var.value is not None},
@@ -153,20 +251,29 @@ class LocalBackend:
                     "TF_NUM_INTEROP_THREADS": threads,
                     "OMP_NUM_THREADS": threads,
                     "PYTHONUNBUFFERED": "1",
+                    HEARTBEAT_ENV: str(heartbeats / label),  # the replica creates it
                 }
                 command = [sys.executable if part in ("python", "python3") else part for part in container.command]
-                label = f"{job.metadata.name}-{kind.lower()}-{index}"
-                replicas.append(_Replica(label, command + list(container.args or []), env, self.sink))
+                replica = _Replica(label, command + list(container.args or []), env, self.sink, heartbeats / label)
+                replicas.append(replica)
+                self.sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}")
             while True:
-                for replica in replicas:
-                    code = replica.process.poll()
-                    if code not in (None, 0):
-                        return replica, False
-                if all(replica.process.poll() == 0 for replica in replicas):
-                    return None, False
+                running = [replica for replica in replicas if replica.process.poll() is None]
+                quiet = {replica: replica.quiet_seconds() for replica in running}
+                # A replica killed by a signal is a cause; one exiting with an error after it, a consequence.
+                failed = sorted((r for r in replicas if r.process.poll() not in (None, 0)), key=lambda r: r.process.returncode > 0)
+                suspects = sorted((r for r in running if (r.suspect(quiet[r]) if failed else quiet[r] > self.stall_seconds)),
+                                  key=lambda r: -quiet[r])
+                if suspects:
+                    return suspects[0], "stalled", quiet[suspects[0]]
+                if failed:
+                    return failed[0], "failed", 0.0
+                if not running:
+                    return None, "", 0.0
                 if deadline is not None and time.monotonic() > deadline:
-                    return next(replica for replica in replicas if replica.process.poll() is None), True
+                    return running[0], "deadline", 0.0
                 time.sleep(0.2)
         finally:
             for replica in replicas:
                 replica.stop()
+            shutil.rmtree(heartbeats, ignore_errors=True)
