@@ -25,6 +25,11 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # (benchmarks/results.md). A value the user set wins.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
+from components.backends.local import EXITING, joining, mark, start_heartbeat  # noqa: E402
+
+if __name__ == "__main__":
+    start_heartbeat()  # before TensorFlow loads: the local backend's watchdog times a replica from its start
+
 import tf_keras as keras  # noqa: E402
 
 from components.backends import allocator  # noqa: E402
@@ -35,6 +40,7 @@ from components.modeling.optimizers import make_optimizer  # noqa: E402
 from components.modeling.savedmodel import export  # noqa: E402
 from components.spec import Variant, from_dict  # noqa: E402
 from components.storage import open_store, runs  # noqa: E402
+from components.training import backup  # noqa: E402
 
 SHUFFLE_SEED = 1234
 
@@ -57,16 +63,20 @@ class Throughput(keras.callbacks.Callback):
     The first execution traces the graph and waits for every worker to join,
     which says nothing about how fast training runs. A run of one execution
     has no steady state: then the rate is over the whole of ``fit`` and
-    ``steady`` is False. The benchmark's plain baseline uses the same callback.
+    ``steady`` is False. Only the epochs this ``fit`` runs count (a resumed
+    one skips those done). The benchmark's plain baseline uses the same callback.
     """
 
     def __init__(self, global_batch: int) -> None:
         super().__init__()
         self.global_batch = global_batch
-        self.first_steps, self.begun, self.started, self.ended = 0, 0.0, 0.0, 0.0
+        self.first_steps, self.epochs, self.begun, self.started, self.ended = 0, 0, 0.0, 0.0, 0.0
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.begun = time.perf_counter()
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self.epochs += 1
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         # With steps_per_execution > 1 this runs once per execution; ``batch`` is its last step.
@@ -78,11 +88,11 @@ class Throughput(keras.callbacks.Callback):
 
     @property
     def steady(self) -> bool:
-        return self.params["steps"] * self.params["epochs"] > self.first_steps
+        return self.params["steps"] * self.epochs > self.first_steps
 
     @property
     def examples_per_second(self) -> float:
-        steps = self.params["steps"] * self.params["epochs"]
+        steps = self.params["steps"] * self.epochs
         if self.steady:
             return (steps - self.first_steps) * self.global_batch / (self.ended - self.started)
         return steps * self.global_batch / (self.ended - self.begun)
@@ -143,11 +153,14 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
     import tensorflow as tf
 
     _configure_threads()
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(
-        communication_options=tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.RING
+    # No timeout on every collective (it costs a thread each): TensorFlow's coordination
+    # service fails the others ~10 s after a peer goes quiet, and the local backend names it.
+    with joining():
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=tf.distribute.experimental.CommunicationImplementation.RING
+            )
         )
-    )
     data = open_store(data_uri)
     metadata = artifact.read_metadata(data)
     replicas = strategy.num_replicas_in_sync
@@ -201,14 +214,32 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
     # only adds a thread, and deleting it at the end of fit can keep a replica waiting.
     no_device_prefetch = tf.distribute.InputOptions(experimental_per_replica_buffer_size=0)
     inputs = strategy.distribute_datasets_from_function(dataset_fn, no_device_prefetch)
-    throughput = Throughput(global_batch)
-    started = time.perf_counter()
-    history = model.fit(inputs, epochs=variant.training.epochs, steps_per_epoch=steps_per_epoch, verbose=2, callbacks=[throughput])
-    train_seconds = time.perf_counter() - started
+    store = open_store(store_uri)
+    chief = _is_chief(strategy.cluster_resolver)
+    digest = backup.fingerprint({"variant": variant.to_dict(), "data": data_uri, "train_examples": train_count, "replicas": replicas})
+    backup_dir = Path(tempfile.mkdtemp(prefix="bakeoff-backup-"))
+    try:
+        # Every replica restores the same epoch: the chief's next upload needs every replica's steps.
+        resume = backup.restore(store, prefix, digest, backup_dir)
+        attempt = backup.begin_attempt(store, prefix, digest) if chief else 0
+        if resume.epochs_done:
+            print(f"resuming after epoch {resume.epochs_done} of {variant.training.epochs} from the backup", file=sys.stderr, flush=True)
+        backing_up = backup.StoreBackup(backup_dir, store, prefix, digest, chief, resume)
+        throughput = Throughput(global_batch)
+        started = time.perf_counter()
+        model.fit(inputs, epochs=variant.training.epochs, steps_per_epoch=steps_per_epoch, verbose=2,
+                  callbacks=[backing_up, throughput])
+        train_seconds = time.perf_counter() - started
+    finally:
+        shutil.rmtree(backup_dir, ignore_errors=True)
     metrics = {
         "variant": variant.name,
-        "history": {key: [float(v) for v in values] for key, values in history.history.items()},
+        "history": backing_up.history,  # every epoch's, the ones before a restart included
         "epochs": variant.training.epochs,
+        "attempt": attempt,  # 1: trained without a restart
+        "resumed_from_epoch": resume.epochs_done,  # epochs restored from the backup (0: none)
+        "epochs_trained": throughput.epochs,  # by this attempt
+        "optimizer_iterations": int(model.optimizer.iterations.numpy()),  # steps the schedule has seen, restarts included
         "workers": len(strategy.cluster_resolver.cluster_spec().as_dict().get("worker", [])) or 1,
         "num_replicas_in_sync": replicas,
         "global_batch_size": global_batch,
@@ -221,7 +252,7 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         "allocator": allocator.in_use(),
         "onednn": _onednn_enabled(),
     }
-    _save(model, strategy, metadata["class_names"], open_store(store_uri), prefix, metrics, variant)
+    _save(model, strategy, metadata["class_names"], store, prefix, metrics, variant)
     return metrics
 
 
@@ -235,6 +266,7 @@ def _save(model, strategy, class_names: list[str], store, prefix: str, metrics: 
             store.put_dir(scratch / "model", f"{prefix}/{runs.MODEL}")
             store.put_bytes(f"{prefix}/{runs.SPEC}", json.dumps(variant.to_dict(), indent=2).encode())
             store.put_bytes(f"{prefix}/{runs.METRICS}", json.dumps(metrics, indent=2).encode())  # last: the variant is complete
+            backup.remove(store, prefix)  # nothing left to resume
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -250,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     with reported():
         metrics = train(from_dict(json.loads(args.variant)), args.data, args.store, args.prefix, args.max_train_examples)
         print(f"trained {metrics['variant']}: {metrics['examples_per_second']:.0f} examples/s", file=sys.stderr)
+    mark(EXITING)
     return 0
 
 
