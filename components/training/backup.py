@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -120,10 +121,13 @@ class StoreBackup(keras.callbacks.BackupAndRestore):
         self.local = backup_dir
         self.store, self.prefix, self.digest, self.chief = store, prefix, digest, chief
         self.history = {key: list(values) for key, values in resume.history.items()}
+        self.seconds = 0.0  # spent backing up: what fault tolerance costs the training
 
     def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+        started = time.perf_counter()
         super().on_epoch_end(epoch, logs)
         for key, value in (logs or {}).items():
             self.history.setdefault(key, []).append(float(value))
         if self.chief:
             upload(self.store, self.prefix, self.digest, self.local / READ_DIR, epoch + 1, self.history)
+        self.seconds += time.perf_counter() - started

@@ -246,6 +246,7 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         "steps_per_epoch": steps_per_epoch,
         "train_examples": train_count,
         "train_seconds": train_seconds,
+        "backup_seconds": backing_up.seconds,  # of train_seconds, spent saving and uploading the epochs' backups
         "examples_per_second": throughput.examples_per_second,
         "examples_per_second_steady": throughput.steady,  # False: a single execution, rated over the whole fit
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
