@@ -170,6 +170,8 @@ def test_concurrent_publishers_each_get_their_own_version(scheme_store: tuple[St
     if isinstance(store, S3Store):
         # Each publisher used the scheme its server calls for: the probe told them apart.
         assert {report["create_only"] for report in reports.values()} == {create_only == "honoured"}
+        # The claims lie outside the model's prefix, all of which KServe downloads.
+        assert store._list_all("models/fm") == store.list("models/fm")
     if create_only == "honoured":
         # One holder per number, and it always completes: no number is skipped.
         assert sorted(got.values()) == list(range(1, PUBLISHERS + 1))

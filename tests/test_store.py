@@ -23,7 +23,7 @@ def test_round_trip_of_bytes_and_listing(store: Store) -> None:
 # ("b.txt" sorts before "b/"), and so that "a" is a string prefix of "ab/".
 LISTED_KEYS = ["a/b.txt", "a/b/one.txt", "a/two.bin", "ab/three.txt", "top.txt"]
 # Dot names are a store's bookkeeping (staging folders, S3 claims): never listed.
-HIDDEN_KEYS = [".claims/a/owner", "a/.claims/b/owner", "a/b/.partial"]
+HIDDEN_KEYS = [".claims/a/owner", "a/.staging/b", "a/b/.partial"]
 
 
 @pytest.mark.parametrize("prefix", ["", "a", "a/", "a/b", "a/b/", "missing", "missing/"])

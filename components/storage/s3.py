@@ -25,7 +25,9 @@ S3_RETRY_MAX_PAUSE = 8.0  # ... up to this
 S3_CONNECT_TIMEOUT = 5.0  # seconds: a server that is down refuses at once, one that is unreachable must not take minutes
 S3_READ_TIMEOUT = 60.0  # seconds without a byte from the server before a request counts as failed (and is retried)
 
-CLAIMS = ".claims"  # beside a published prefix: who holds it (hidden from list(), as the folder store hides dot names)
+# Who holds each published prefix, under the store's root: hidden from list() (as the folder store hides
+# dot names) and outside every prefix a reader downloads (KServe copies all of models/<name>/).
+CLAIMS = ".claims"
 OWNER = "owner"  # the claim object of a create-only claim; tokens of claims by listing are hex, never this
 # A create-only put: the server refuses it (412) when the key exists. minio's put_object would
 # send any extra header as user metadata (x-amz-meta-if-none-match), so it goes out raw.
@@ -231,19 +233,20 @@ class S3Store(Store):
         (KFP 2.14/2.15) ignores the header and overwrites. Asked once per store, by
         creating a probe object twice.
         """
+        import minio.error
+
         if self._create_only is None:
             probe = f"{CLAIMS}/probe-{uuid.uuid4().hex}"
             self._create_only = self._create(probe, b"first") and not self._create(probe, b"second")
             try:
                 self._call("delete", probe, lambda: self.client.remove_object(self.bucket, self._object(probe)), expected=("AccessDenied",))
-            except Exception:  # noqa: BLE001 - keys that may not delete leave the probe, which no listing shows
+            except (BakeoffError, minio.error.S3Error):  # keys that may not delete leave the probe, which no listing shows
                 pass
         return self._create_only
 
     def _claim(self, prefix: str) -> bool:
         """Whether this publisher now holds ``prefix`` (see publish)."""
-        parent, _, name = prefix.strip("/").rpartition("/")
-        claims = "/".join(part for part in (parent, CLAIMS, name) if part)
+        claims = f"{CLAIMS}/{prefix.strip('/')}"
         if self.honours_create_only():
             return self._create(f"{claims}/{OWNER}", uuid.uuid4().hex.encode())
         mine = f"{claims}/{uuid.uuid4().hex}"
@@ -257,8 +260,8 @@ class S3Store(Store):
     def publish(self, local_dir: Path, prefix: str, marker: str) -> None:
         """Claims ``prefix``, then writes every file, the marker last; FileExistsError when another publisher holds it.
 
-        S3 has no atomic rename, so publishers first claim the prefix under a hidden
-        ``.claims/<name>/`` beside it:
+        S3 has no atomic rename, so publishers first claim the prefix under the hidden
+        ``.claims/<prefix>/``:
 
         - where the server honours create-only puts (``If-None-Match: *``), the claim is
           a create-only put of ``owner``: of any number of publishers, exactly one gets it;
@@ -269,8 +272,9 @@ class S3Store(Store):
           claim and yields: at most one holds a prefix. Both may yield; each then tries
           the next number, so numbers may be skipped but never shared.
 
-        A claim is never released, so a publisher that dies midway keeps its number
-        taken; it leaves files but never the marker, so no reader takes them for a version.
+        A held claim is never released (only a yielding one is removed), so a publisher
+        that dies midway keeps its number taken; it leaves files but never the marker,
+        so no reader takes them for a version.
         """
         if not self._claim(prefix):
             raise FileExistsError(prefix)
