@@ -115,8 +115,10 @@ class WeedServer:
         """Starts the server and returns once it stores objects (creating the buckets on first start)."""
         import minio
 
+        # weed makes admin keys of any AWS_* keys in its environment: only the identities file's may count.
+        env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
         with self.log.open("ab") as log:
-            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env)
         client = minio.Minio(self.endpoint, secure=False, access_key=self.keys["AWS_ACCESS_KEY_ID"],
                              secret_key=self.keys["AWS_SECRET_ACCESS_KEY"], region="us-east-1")
         deadline = time.monotonic() + timeout
