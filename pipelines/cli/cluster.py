@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -9,16 +10,27 @@ from components.errors import BakeoffError
 from pipelines.cli.flags import compile_settings, pipeline_args
 from pipelines.kfp_client import connection, endpoint, packages, parameters, runs, schedules, triggers, uploads
 
+NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # DNS-1123 label, as Kubernetes names namespaces
+RUN_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_]{0,127}")  # KFP's ids are UUIDs
+
 
 def _connection_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection to the KFP API")
     group.add_argument("--host", metavar="URL",
                        help=f"KFP API address, e.g. http://localhost:8080 after `kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` (or ${endpoint.HOST_ENV})")
     group.add_argument("--namespace", help="your profile's namespace on a multi-user KFP (default: the pod's own, in a cluster)")
-    group.add_argument("--token", help=f"bearer token; better ${endpoint.TOKEN_ENV} or the file ${endpoint.TOKEN_FILE_ENV} names, "
-                                       "since a flag shows in `ps` (precedence: --token, the file, the variable)")
-    group.add_argument("--cookies", metavar="COOKIES",
-                       help="Cookie header of a logged-in browser session, for Dex/oauth2-proxy installs, e.g. 'authservice_session=...'")
+    # A secret on the command line shows in `ps` and the shell's history: each has a file and a variable too.
+    token = group.add_mutually_exclusive_group()
+    token.add_argument("--token", help=f"bearer token; it shows in `ps`, so prefer --token-file, ${endpoint.TOKEN_ENV} or the file "
+                                       f"${endpoint.TOKEN_FILE_ENV} names (precedence: --token or --token-file, "
+                                       f"then ${endpoint.TOKEN_FILE_ENV}, then ${endpoint.TOKEN_ENV})")
+    token.add_argument("--token-file", type=Path, metavar="FILE", help="file holding the bearer token")
+    cookies = group.add_mutually_exclusive_group()
+    cookies.add_argument("--cookies", metavar="COOKIES",
+                         help="Cookie header of a logged-in browser session, for Dex/oauth2-proxy installs, e.g. 'authservice_session=...'; "
+                              f"it shows in `ps`, so prefer --cookies-file or ${endpoint.COOKIES_ENV} "
+                              f"(precedence: --cookies or --cookies-file, then ${endpoint.COOKIES_ENV})")
+    cookies.add_argument("--cookies-file", type=Path, metavar="FILE", help="file holding the Cookie header")
     group.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
     group.add_argument("--ca-cert", type=Path, metavar="FILE", help="PEM file of the CA that signed the API's certificate")
 
@@ -34,11 +46,14 @@ def _target(args: argparse.Namespace) -> endpoint.Target:
     """The connection settings, checked here so that a bad one fails before anything else happens."""
     if args.insecure and args.ca_cert:
         raise BakeoffError("--insecure and --ca-cert are both given: verify with --ca-cert, or skip verification with --insecure")
+    if args.namespace is not None and not NAMESPACE.fullmatch(args.namespace):
+        raise BakeoffError(f"--namespace {args.namespace!r} is not a Kubernetes namespace:"
+                           " lower-case letters, digits and '-', at most 63 characters")
     return endpoint.Target(
         host=endpoint.normalize_host(args.host),
         namespace=args.namespace or None,
-        token=endpoint.resolve_token(args.token),
-        cookies=args.cookies or None,
+        token=endpoint.resolve_token(args.token, file=args.token_file),
+        cookies=endpoint.resolve_cookies(args.cookies, args.cookies_file),
         verify_tls=not args.insecure,
         ca_cert=args.ca_cert,
     )
@@ -123,6 +138,8 @@ def cmd_schedules_list(args: argparse.Namespace) -> int:
 
 
 def cmd_schedules_change(args: argparse.Namespace) -> int:
+    if not RUN_ID.fullmatch(args.id):  # it becomes a URL path segment: '../' or '?' would address another resource
+        raise BakeoffError(f"{args.id!r} is not a recurring run id: copy one from `bakeoff schedules list`")
     api = connection.connect(_target(args), need_namespace=False)  # the id is enough; the server checks its namespace
     done = schedules.change_schedule(api, args.schedules_command, args.id)
     print(f"{done} recurring run {args.id}")

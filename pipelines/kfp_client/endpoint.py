@@ -12,6 +12,8 @@ from components.errors import BakeoffError
 HOST_ENV = "KF_PIPELINES_ENDPOINT"  # kfp.Client's own name for the API address
 TOKEN_FILE_ENV = "KF_PIPELINES_SA_TOKEN_PATH"  # kfp's name; Kubeflow's PodDefault sets it in notebooks
 TOKEN_ENV = "KF_PIPELINES_TOKEN"
+COOKIES_ENV = "BAKEOFF_KFP_COOKIES"
+SECRET_FILE_MAX_BYTES = 64 * 1024  # a service-account token is ~1 KiB, a Cookie header a few; this stops --token-file /dev/zero
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
 REACH_HINT = "e.g. `kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` and --host http://localhost:8080"
@@ -49,8 +51,33 @@ def normalize_host(host: Optional[str], environ: Mapping[str, str] = os.environ)
     return f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")
 
 
-def resolve_token(flag: Optional[str], environ: Mapping[str, str] = os.environ) -> Optional[str]:
-    """The bearer token: --token, else the file KF_PIPELINES_SA_TOKEN_PATH names, else $KF_PIPELINES_TOKEN.
+def _one_line(value: str, what: str, fix: str) -> str:
+    """``value`` as one HTTP header value; the error names where it came from, never the secret itself."""
+    if not all(" " <= char <= "~" for char in value):
+        raise BakeoffError(f"{what} holds a line break, a control or a non-ASCII character, which no HTTP header can carry: {fix}")
+    return value
+
+
+def _read_secret(path: Path, what: str, fix: str) -> str:
+    """The stripped text of a token or cookies file; a missing, unreadable, empty or binary file is one line."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(SECRET_FILE_MAX_BYTES + 1)
+    except OSError as error:
+        raise BakeoffError(f"cannot read {what} ({error.strerror}): {fix}") from None
+    if len(data) > SECRET_FILE_MAX_BYTES:
+        raise BakeoffError(f"{what} is larger than {SECRET_FILE_MAX_BYTES // 1024} KiB, so it holds more than a token or cookies: {fix}")
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise BakeoffError(f"{what} is not UTF-8 text: {fix}") from None
+    if not text:
+        raise BakeoffError(f"{what} is empty: {fix}")
+    return _one_line(text, what, fix)
+
+
+def resolve_token(flag: Optional[str], environ: Mapping[str, str] = os.environ, file: Optional[Path] = None) -> Optional[str]:
+    """The bearer token: --token or --token-file, else the file KF_PIPELINES_SA_TOKEN_PATH names, else $KF_PIPELINES_TOKEN.
 
     The file comes before the variable because in a pod it is the projected
     service-account token that the kubelet keeps fresh.
@@ -58,15 +85,23 @@ def resolve_token(flag: Optional[str], environ: Mapping[str, str] = os.environ) 
     if flag is not None:
         if not flag.strip():
             raise BakeoffError(f"--token is empty: pass the token itself, or leave --token out and set {TOKEN_ENV}")
-        return flag.strip()
+        return _one_line(flag.strip(), "--token", "pass the token on one line, or use --token-file FILE")
+    if file is not None:
+        return _read_secret(file, f"--token-file {str(file)!r}", "pass a file that holds the token on one line")
     path = environ.get(TOKEN_FILE_ENV)
     if path:
-        try:
-            token = Path(path).read_text(encoding="utf-8").strip()
-        except OSError as error:
-            raise BakeoffError(f"cannot read the token file {path!r} that {TOKEN_FILE_ENV} names ({error.strerror}): "
-                               f"fix or unset {TOKEN_FILE_ENV}, or pass --token") from None
-        if not token:
-            raise BakeoffError(f"the token file {path!r} that {TOKEN_FILE_ENV} names is empty: fix or unset {TOKEN_FILE_ENV}, or pass --token")
-        return token
-    return environ.get(TOKEN_ENV, "").strip() or None
+        return _read_secret(Path(path), f"the token file {path!r} that {TOKEN_FILE_ENV} names", f"fix or unset {TOKEN_FILE_ENV}, or pass --token")
+    token = environ.get(TOKEN_ENV, "").strip()
+    return _one_line(token, f"${TOKEN_ENV}", f"set {TOKEN_ENV} to the token alone") if token else None
+
+
+def resolve_cookies(flag: Optional[str], file: Optional[Path] = None, environ: Mapping[str, str] = os.environ) -> Optional[str]:
+    """The Cookie header of a browser session: --cookies or --cookies-file, else $BAKEOFF_KFP_COOKIES."""
+    if flag is not None:
+        if not flag.strip():
+            raise BakeoffError(f"--cookies is empty: pass the Cookie header, or leave --cookies out and set {COOKIES_ENV}")
+        return _one_line(flag.strip(), "--cookies", "pass the Cookie header on one line, or use --cookies-file FILE")
+    if file is not None:
+        return _read_secret(file, f"--cookies-file {str(file)!r}", "pass a file that holds the Cookie header on one line, e.g. authservice_session=...")
+    cookies = environ.get(COOKIES_ENV, "").strip()
+    return _one_line(cookies, f"${COOKIES_ENV}", f"set {COOKIES_ENV} to the Cookie header on one line") if cookies else None
