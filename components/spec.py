@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import math
 import re
 import typing
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -13,6 +15,24 @@ import yaml
 from components.errors import BakeoffError
 from components.modeling.architectures import ARCHITECTURES
 from components.modeling.optimizers import OPTIMIZERS, SCHEDULES
+
+# Limits that catch a slip (an extra zero, a sign, a unit) before anything runs; each error names its limit.
+MAX_NAME = 128  # a variant names store paths (one file name each); TFJob names and labels get a digest past 63
+MAX_WORKERS = 64
+MAX_EPOCHS = 1000
+MAX_BATCH_SIZE = 8192  # per replica
+MAX_STEPS_PER_EXECUTION = 10000
+MAX_LEARNING_RATE = 10.0
+MAX_LAYERS = 16
+MAX_UNITS = 8192  # filters of a convolution, units of a dense layer
+MAX_CPU = Decimal(256)  # cores of one replica
+MEMORY_LIMITS = ("64Mi", "4Ti")  # of one replica; the lower one catches a bare "2", which means 2 bytes
+MAX_GPUS = 16
+MAX_CONFIG_BYTES = 2**20  # a variants file is a few hundred bytes; this stops /dev/zero and friends
+# Kubernetes' quantity suffixes (k8s.io/apimachinery resource.Quantity), as multipliers.
+_QUANTITY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([eE][-+]?\d+|[KMGTPE]i|[mkMGTPE])?")
+_SUFFIXES = {"m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
+             "P": Decimal(10**15), "E": Decimal(10**18), **{f"{p}i": Decimal(2 ** (10 * i)) for i, p in enumerate("KMGTPE", 1)}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +135,7 @@ def _parse_model(data: Any, where: _Where) -> dict:
     if not isinstance(data, Mapping) or "type" not in data:
         raise where.error("model.type", f"required: one of {', '.join(ARCHITECTURES)}")
     kind = data["type"]
-    if kind not in ARCHITECTURES:
+    if not isinstance(kind, str) or kind not in ARCHITECTURES:
         raise where.error("model.type", f"unknown architecture {kind!r} (known: {', '.join(ARCHITECTURES)})")
     params = {key: value for key, value in data.items() if key != "type"}
     config = _fill(ARCHITECTURES[kind].config, params, where, "model.")
@@ -136,26 +156,88 @@ def parse_variant(data: Any, where: _Where) -> Variant:
     return variant
 
 
+def _bounded(where: _Where, field: str, value: int, low: int, high: int) -> None:
+    if value < low:
+        raise where.error(field, f"must be at least {low}, got {value}")
+    if value > high:
+        raise where.error(field, f"must be at most {high}, got {value}")
+
+
+def _quantity(text: str) -> Optional[Decimal]:
+    """A Kubernetes quantity ("2", "500m", "2Gi", "1e3") as a number, or None when it is not one."""
+    match = _QUANTITY.fullmatch(text)
+    if not match:
+        return None
+    number, suffix = match.groups()
+    try:
+        value = Decimal(number)
+        if suffix and suffix[0] in "eE" and len(suffix) > 1:
+            return value.scaleb(int(suffix[1:]))
+    except (InvalidOperation, ValueError, OverflowError):
+        return None
+    return value * _SUFFIXES.get(suffix or "", Decimal(1))
+
+
+def _validate_model(variant: Variant, where: _Where) -> None:
+    from components.data.fashion_mnist import IMAGE_SHAPE
+
+    model = variant.model
+    if not 0 <= model.get("dropout", 0) < 1:
+        raise where.error("model.dropout", f"must be in [0, 1), got {model['dropout']}")
+    for field in ("filters", "hidden_units"):
+        if field in model:
+            layers = model[field]
+            if len(layers) > MAX_LAYERS or (field == "filters" and not layers):
+                low = 1 if field == "filters" else 0
+                raise where.error(f"model.{field}", f"must list {low} to {MAX_LAYERS} layers, got {len(layers)}")
+            for index, units in enumerate(layers):
+                _bounded(where, f"model.{field}[{index}]", units, 1, MAX_UNITS)
+    if "dense_units" in model:
+        _bounded(where, "model.dense_units", model["dense_units"], 1, MAX_UNITS)
+    if "kernel_size" in model:
+        # Each convolution (no padding) trims kernel_size - 1 pixels and each pooling but the last halves the side.
+        kernel, side = model["kernel_size"], min(IMAGE_SHAPE)
+        _bounded(where, "model.kernel_size", kernel, 1, side)
+        for index in range(len(model["filters"])):
+            side = side - (kernel - 1)
+            if side < 1:
+                raise where.error("model.filters", f"{len(model['filters'])} convolutions of kernel_size {kernel} leave no pixels of the"
+                                                   f" {IMAGE_SHAPE[0]}x{IMAGE_SHAPE[1]} image at convolution {index + 1}:"
+                                                   " list fewer filters or use a smaller kernel_size")
+            if index < len(model["filters"]) - 1:
+                side //= 2
+
+
 def _validate(variant: Variant, where: _Where) -> None:
-    if variant.workers < 1:
-        raise where.error("workers", f"must be at least 1, got {variant.workers}")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9_]*[a-z0-9])?", variant.name):
+        raise where.error("name", "use lower-case letters, digits, '-' and '_' (it names TFJobs and store paths)")
+    if len(variant.name) > MAX_NAME:
+        raise where.error("name", f"must be at most {MAX_NAME} characters (it names TFJobs and store paths), got {len(variant.name)}")
+    _bounded(where, "workers", variant.workers, 1, MAX_WORKERS)
     training = variant.training
-    if training.epochs < 1:
-        raise where.error("training.epochs", f"must be at least 1, got {training.epochs}")
-    if training.batch_size < 1:
-        raise where.error("training.batch_size", f"must be at least 1, got {training.batch_size}")
-    if training.steps_per_execution < 1:
-        raise where.error("training.steps_per_execution", f"must be at least 1, got {training.steps_per_execution}")
+    _bounded(where, "training.epochs", training.epochs, 1, MAX_EPOCHS)
+    _bounded(where, "training.batch_size", training.batch_size, 1, MAX_BATCH_SIZE)
+    _bounded(where, "training.steps_per_execution", training.steps_per_execution, 1, MAX_STEPS_PER_EXECUTION)
+    if not math.isfinite(training.learning_rate):
+        raise where.error("training.learning_rate", f"must be a finite number, got {training.learning_rate}")
     if training.learning_rate <= 0:
         raise where.error("training.learning_rate", f"must be positive, got {training.learning_rate}")
+    if training.learning_rate > MAX_LEARNING_RATE:
+        raise where.error("training.learning_rate", f"must be at most {MAX_LEARNING_RATE:g}, got {training.learning_rate:g}")
     if training.optimizer not in OPTIMIZERS:
         raise where.error("training.optimizer", f"unknown optimizer {training.optimizer!r} (known: {', '.join(OPTIMIZERS)})")
     if training.schedule not in SCHEDULES:
         raise where.error("training.schedule", f"unknown schedule {training.schedule!r} (known: {', '.join(SCHEDULES)})")
-    if not 0 <= variant.model.get("dropout", 0) < 1:
-        raise where.error("model.dropout", f"must be in [0, 1), got {variant.model['dropout']}")
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9_]*[a-z0-9])?", variant.name):
-        raise where.error("name", "use lower-case letters, digits, '-' and '_' (it names TFJobs and store paths)")
+    _validate_model(variant, where)
+    resources = variant.resources
+    cpu = _quantity(resources.cpu)
+    if cpu is None or not 0 < cpu <= MAX_CPU:
+        raise where.error("resources.cpu", f"must be a CPU quantity above 0 and at most {MAX_CPU} cores, e.g. \"2\" or \"500m\", got {resources.cpu!r}")
+    memory, (low, high) = _quantity(resources.memory), map(_quantity, MEMORY_LIMITS)
+    if memory is None or not low <= memory <= high:
+        raise where.error("resources.memory", f"must be a memory quantity from {MEMORY_LIMITS[0]} to {MEMORY_LIMITS[1]},"
+                                              f" e.g. \"2Gi\" or \"512Mi\", got {resources.memory!r}")
+    _bounded(where, "resources.gpu", resources.gpu, 0, MAX_GPUS)
 
 
 def _merge(base: Mapping, override: Mapping) -> dict:
@@ -192,9 +274,16 @@ def parse_config(document: Any, source: str) -> list[Variant]:
 def load_variants(path: Path) -> list[Variant]:
     """Reads and checks a variants YAML file before anything runs."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)  # bounded: --config /dev/zero must not fill the memory
     except OSError as error:
         raise BakeoffError(f"cannot read config {str(path)!r} ({error.strerror}): pass an existing YAML file to --config") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise BakeoffError(f"config {str(path)!r} is larger than {MAX_CONFIG_BYTES // 2**20} MiB: pass the variants YAML to --config")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BakeoffError(f"config {str(path)!r} is not UTF-8 text (byte {error.start}): pass the variants YAML to --config") from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:

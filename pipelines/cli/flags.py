@@ -3,16 +3,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
+from urllib.parse import urlsplit
 
 from components import defaults
+from components.errors import BakeoffError
 from components.spec import load_variants
 from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, open_store
 
 
-def positive(flag: str) -> Callable[[str], int]:
-    """An argparse type for a whole number of at least 1, naming ``flag`` when it is not."""
+MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
+MAX_TIMEOUT_SECONDS = 7 * 86400  # a TFJob's activeDeadlineSeconds
+
+
+def positive(flag: str, most: Optional[int] = None, why: str = "") -> Callable[[str], int]:
+    """An argparse type for a whole number of at least 1 (and at most ``most``), naming ``flag`` when it is not."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -20,6 +27,8 @@ def positive(flag: str) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{flag} takes a whole number, got {text!r}") from None
         if value < 1:
             raise argparse.ArgumentTypeError(f"{flag} must be at least 1, got {value}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"{flag} must be at most {most}{why}, got {value}")
         return value
 
     return parse
@@ -39,7 +48,7 @@ def pipeline_args(parser: argparse.ArgumentParser) -> None:
     """What fixes the compiled pipeline: variants, image, parallelism and the cluster's store."""
     parser.add_argument("--config", type=Path, default=defaults.CONFIG, help="variants YAML; they become the pipeline's default")
     parser.add_argument("--image", default=defaults.IMAGE, help=f"runtime image of every step and TFJob replica (default {defaults.IMAGE})")
-    parser.add_argument("--parallelism", type=positive("--parallelism"), default=defaults.CLUSTER_PARALLELISM,
+    parser.add_argument("--parallelism", type=positive("--parallelism", MAX_PARALLELISM), default=defaults.CLUSTER_PARALLELISM,
                         help=f"variants trained at once (default {defaults.CLUSTER_PARALLELISM})")
     parser.add_argument("--store", default=defaults.CLUSTER_STORE, help=f"default store of the runs (default {defaults.CLUSTER_STORE})")
     parser.add_argument("--s3-endpoint", default=defaults.CLUSTER_S3_ENDPOINT,
@@ -51,6 +60,12 @@ def compile_settings(args: argparse.Namespace) -> dict:
     from pipelines.pipeline import Cluster
 
     load_variants(args.config)  # one clear line for a bad config, before kfp sees it
+    # Both are baked into the package: a bad one would fail only on the cluster, at run time.
+    if not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9._/:@+]*", args.image):
+        raise BakeoffError(f"--image {args.image!r} is not an image reference: write e.g. {defaults.IMAGE}")
+    parts = urlsplit(args.store)
+    if parts.scheme not in ("s3", "minio") or not parts.netloc:
+        raise BakeoffError(f"--store {args.store!r} is not one the cluster's steps can reach: write s3://BUCKET/PREFIX (default {defaults.CLUSTER_STORE})")
     return {
         "config": args.config,
         "image": args.image,
@@ -62,6 +77,8 @@ def compile_settings(args: argparse.Namespace) -> dict:
 def open_cli_store(args: argparse.Namespace) -> Store:
     """Opens the store and exports its S3 settings, so components and replicas reach the same one."""
     store_uri = args.store
+    if not store_uri.strip():  # an empty path would be the current folder
+        raise BakeoffError("--store is empty: pass file:///DIR, a folder, or s3://BUCKET/PREFIX")
     if "://" not in store_uri:
         store_uri = f"file://{Path(store_uri).resolve()}"
     store = open_store(store_uri, args.s3_endpoint, args.s3_insecure)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from components import defaults
 from components.errors import BakeoffError
-from components.spec import load_variants
-from pipelines.cli.flags import compile_settings, open_cli_store, pipeline_args, positive, store_args
+from components.spec import MAX_EPOCHS, load_variants
+from pipelines.cli.flags import MAX_PARALLELISM, MAX_TIMEOUT_SECONDS, compile_settings, open_cli_store, pipeline_args, positive, store_args
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -29,6 +29,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         for variant in load_variants(args.config)
     ]
+    for variant in variants:
+        # Local ingest writes the default shard count; more workers would fail only after ingest, in training.
+        if variant.workers > defaults.SHARDS:
+            raise BakeoffError(f"variant {variant.name!r}: workers={variant.workers} exceeds the {defaults.SHARDS} shards a local run ingests:"
+                               f" use at most {defaults.SHARDS} workers")
     model_prefix(args.model_name)
     direction(args.metric)
     Gate(args.min_improvement, args.force_publish)
@@ -124,15 +129,15 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
                      help="publish only if the winner beats the published champion by at least M in the metric"
                           f" (default {defaults.MIN_IMPROVEMENT:g}: any gain; a tie keeps the champion)")
     run.add_argument("--force-publish", action="store_true", help="publish the winner even if the champion is better")
-    run.add_argument("--workers", type=positive("--workers"), help="override every variant's worker count")
-    run.add_argument("--epochs", type=positive("--epochs"), help="override every variant's epochs")
+    run.add_argument("--workers", type=positive("--workers", defaults.SHARDS, " (the shards a local run ingests)"), help="override every variant's worker count")
+    run.add_argument("--epochs", type=positive("--epochs", MAX_EPOCHS), help="override every variant's epochs")
     run.add_argument("--max-train-examples", type=positive("--max-train-examples"), help="train on at most N examples")
-    run.add_argument("--parallelism", type=positive("--parallelism"), default=defaults.LOCAL_PARALLELISM,
+    run.add_argument("--parallelism", type=positive("--parallelism", MAX_PARALLELISM), default=defaults.LOCAL_PARALLELISM,
                      help=f"variants trained at once (default {defaults.LOCAL_PARALLELISM})")
     run.add_argument("--source", default=defaults.SOURCE,
                      help=f"folder of Fashion-MNIST IDX files, or 'tfds' to download (default {defaults.SOURCE})")
     run.add_argument("--work-dir", type=Path, default=defaults.WORK_DIR, help=f"kfp.local's outputs and cache (default {defaults.WORK_DIR})")
-    run.add_argument("--timeout", type=positive("--timeout"), default=defaults.TIMEOUT_SECONDS,
+    run.add_argument("--timeout", type=positive("--timeout", MAX_TIMEOUT_SECONDS), default=defaults.TIMEOUT_SECONDS,
                      help=f"seconds each TFJob may run (default {defaults.TIMEOUT_SECONDS})")
     run.set_defaults(handler=cmd_run)
 
