@@ -335,6 +335,30 @@ def test_a_model_folder_offers_its_complete_versions_or_is_one_savedmodel(tmp_pa
     assert FolderSource(single).versions() == [10]
 
 
+def test_the_heap_settled_again_frees_what_was_frozen_then_dropped() -> None:
+    """A replaced version's reference cycles must not stay frozen forever: each swap settles the heap again."""
+    import gc
+    import weakref
+
+    from components.serving.server import settle_heap
+
+    class Node:
+        pass
+
+    node = Node()
+    node.cycle = node  # only the collector frees a cycle
+    alive = weakref.ref(node)
+    try:
+        settle_heap()
+        del node
+        gc.collect()
+        assert alive() is not None, "frozen: out of the collector's walks"
+        settle_heap()
+        assert alive() is None, "settled again: collected"
+    finally:
+        gc.unfreeze()
+
+
 @pytest.mark.parametrize("problem", ["no published version", "port in use"])
 def test_serve_fails_in_one_line_before_loading_anything(problem: str, tmp_path: Path) -> None:
     store = tmp_path / "store"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import argparse
 import dataclasses
+import gc
 import hashlib
 import json
 import logging
@@ -131,6 +132,17 @@ def check_port(port: int, flag: str) -> None:
             raise BakeoffError(f"cannot listen on port {port} ({error.strerror}): pass another {flag}") from None
 
 
+def settle_heap() -> None:
+    """Takes what lives now (TensorFlow, KServe, the loaded versions) out of the garbage collector's walks.
+
+    Full collections otherwise walk all of it while requests wait: pauses of
+    0.2-0.7 s every few seconds under 8 clients sending 64-image batches.
+    """
+    gc.unfreeze()  # an earlier freeze's objects are looked at again, so a replaced version's cycles are freed
+    gc.collect()
+    gc.freeze()
+
+
 def choose(source: Source, version: Optional[int]) -> int:
     """The version to serve first: ``version``, or the newest complete one."""
     complete = source.versions()
@@ -152,12 +164,16 @@ class Watcher(threading.Thread):
         self.source, self.model, self.poll_seconds, self.load = source, model, poll_seconds, load
         self.stopped = threading.Event()
         self.failed: set[int] = set()  # versions that would not load: tried once, not on every poll
+        self.settle = False  # after a swap, the heap is settled a poll later, once no request holds the old version
 
     def run(self) -> None:
         while not self.stopped.wait(self.poll_seconds):
             self.poll()
 
     def poll(self) -> None:
+        if self.settle:
+            self.settle = False
+            settle_heap()
         try:
             newest = max(self.source.versions(), default=0)
         except Exception as error:  # a store that is down for a while must not end the serving of what is loaded
@@ -174,6 +190,7 @@ class Watcher(threading.Thread):
             return
         self.model.swap(version)
         self.source.release(serving)
+        self.settle = True
         say(f"now serving version {newest} (was {serving})")
 
 
@@ -285,6 +302,7 @@ def serve(source: Source, settings: Settings) -> int:
     say(f"serving {settings.model_name!r} version {first} from {source.description}"
         f" at http://127.0.0.1:{settings.http_port}/v1/models/{settings.model_name}:predict{grpc}"
         + (f"; looking for newer versions every {settings.poll_seconds:g} s" if watcher else ""))
+    settle_heap()
     server.start([model])
     if watcher:
         watcher.stopped.set()
