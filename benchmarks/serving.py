@@ -1,0 +1,168 @@
+"""Serving overhead: `:predict` over HTTP against the same SavedModel called in process, on the same images."""
+from __future__ import annotations
+
+import base64
+import gc
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from benchmarks.harness import Context, Figure
+
+# The default bake-off's winner as published (results.md): the batch_norm CNN, averaging each image and its mirror.
+MODEL = {"filters": [32, 64, 64], "dense_units": 64, "batch_norm": True}
+MIRROR_AVERAGE = True
+BATCHES = (1, 64)
+CASES = (("img", 1), ("img", 64), ("png", 64))  # (input kind, images per request)
+CONCURRENCY = (1, 8)
+REQUESTS = {1: 400, 64: 60}  # per client thread and repetition: a few seconds each
+DISTINCT = 16  # different image batches cycled through, so no layer sees one input over and over
+NAME = "bench"
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q))
+
+
+def _load(clients: int, requests: int, call: Callable[[int, int], None]) -> tuple[list[float], float]:
+    """Runs ``call(client, i)`` ``requests`` times on each of ``clients`` threads: (every latency, wall seconds)."""
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    start = threading.Barrier(clients + 1)
+
+    def client(index: int) -> None:
+        start.wait()
+        for i in range(requests):
+            began = time.perf_counter()
+            call(index, i)
+            latencies[index].append(time.perf_counter() - began)
+
+    threads = [threading.Thread(target=client, args=(index,)) for index in range(clients)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return [value for per in latencies for value in per], time.perf_counter() - began
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start_server(store_uri: str, port: int, log: Path) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-m", "components.serving.server", "--store", store_uri, "--model-name", NAME,
+                                "--version", "1", "--http-port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the model server exited with code {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1):
+                return process
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("the model server did not become ready in 120 s")
+
+
+def serving(context: Context) -> list[Figure]:
+    """p50/p99 latency and throughput of `:predict` ÷ the same SavedModel in process, 1 and 64 images, 1 and 8 clients."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+
+    from components import defaults
+    from components.data.fashion_mnist import read_idx_dir
+    from components.modeling.architectures import CnnConfig, build_cnn
+    from components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE, export
+    from components.storage import open_store, registry
+
+    images = read_idx_dir(Path(defaults.SOURCE))["test"].images
+    model_dir = context.scratch / "serving-model"
+    # Untrained weights: latency does not depend on them.
+    export(build_cnn((28, 28), 10, CnnConfig(**MODEL)), model_dir, [f"class {i}" for i in range(10)], mirror_average=MIRROR_AVERAGE)
+    store_uri = f"file://{context.scratch / 'serving-store'}"
+    registry.publish(open_store(store_uri), NAME, model_dir, {"variant": "bench"})
+    loaded = tf.saved_model.load(str(model_dir))
+
+    # Arrays: clients send uint8 pixels as JSON integers, in process gets the float32 array (serving_default).
+    # PNG: both sides get the same PNG files (serving_bytes), as `bakeoff predict` sends them.
+    batches = {n: [images[i * n:(i + 1) * n] for i in range(DISTINCT)] for n in BATCHES}
+    pngs = [[tf.io.encode_png(image[:, :, None]).numpy() for image in batch] for batch in batches[64]]
+    inputs = {("img", n): [{"images": tf.constant(b, tf.float32)} for b in batches[n]] for n in BATCHES}
+    inputs[("png", 64)] = [{"image_bytes": tf.constant(batch)} for batch in pngs]
+    bodies = {("img", n): [json.dumps({"instances": b.tolist()}).encode() for b in batches[n]] for n in BATCHES}
+    bodies[("png", 64)] = [json.dumps({"instances": [{"b64": base64.b64encode(p).decode()} for p in batch]}).encode() for batch in pngs]
+    signatures = {"img": loaded.signatures[ARRAYS_SIGNATURE], "png": loaded.signatures[BYTES_SIGNATURE]}
+    port = _free_port()
+    server = _start_server(store_uri, port, context.scratch / "serving-server.log")
+    samples: dict[str, dict] = {}
+    gc.collect()
+    gc.freeze()  # as the server does: no full collection of TensorFlow's objects in the middle of either side's timings
+    try:
+        for _ in range(context.repetitions):  # interleaved, so a noisy minute hits both sides
+            for kind, n in CASES:
+                for clients in CONCURRENCY:
+                    connections = [http.client.HTTPConnection("127.0.0.1", port) for _ in range(clients)]
+
+                    def in_process(client: int, i: int, case: tuple = (kind, n)) -> None:
+                        signatures[case[0]](**inputs[case][(client + i) % DISTINCT])["probabilities"].numpy()
+
+                    def served(client: int, i: int, case: tuple = (kind, n)) -> None:
+                        connection = connections[client]
+                        connection.request("POST", f"/v1/models/{NAME}:predict", bodies[case][(client + i) % DISTINCT],
+                                           {"Content-Type": "application/json"})
+                        response = connection.getresponse()
+                        data = response.read()
+                        if response.status != 200:
+                            raise RuntimeError(f"{response.status}: {data[:300]!r}")
+
+                    for side, call in (("in_process", in_process), ("served", served)):
+                        call(0, 0)  # warm: the connection, and the first call of a shape
+                        latencies, seconds = _load(clients, REQUESTS[n], call)
+                        entry = samples.setdefault(f"{n}{kind}_c{clients}_{side}", {"latency_ms": [], "images_per_second": []})
+                        entry["latency_ms"].extend(1000 * value for value in latencies)
+                        entry["images_per_second"].append(n * len(latencies) / seconds)
+                    for connection in connections:
+                        connection.close()
+    finally:
+        gc.unfreeze()
+        server.terminate()
+        server.wait(30)
+    context.samples["serving"] = {key: {"p50_ms": _percentile(v["latency_ms"], 50), "p99_ms": _percentile(v["latency_ms"], 99),
+                                        "images_per_second": v["images_per_second"]} for key, v in samples.items()}
+    figures = []
+    for kind, n in CASES:
+        for clients in CONCURRENCY:
+            here, there = samples[f"{n}{kind}_c{clients}_in_process"], samples[f"{n}{kind}_c{clients}_served"]
+            label = f"{n} {'PNG file' if kind == 'png' else 'image'}{'s' if n > 1 else ''}, {clients} client{'s' if clients > 1 else ''}"
+            for q in (50, 99):
+                served_ms, local_ms = _percentile(there["latency_ms"], q), _percentile(here["latency_ms"], q)
+                figures.append(Figure(f"serving_{n}{kind}_c{clients}_p{q}_ratio", served_ms / local_ms, "×",
+                                      detail=f"{label}: p{q} {served_ms:.2f} ms served ÷ {local_ms:.2f} ms in process"))
+            served_rate, local_rate = statistics.median(there["images_per_second"]), statistics.median(here["images_per_second"])
+            ratio = served_rate / local_rate
+            goal = n == 64
+            figures.append(Figure(f"serving_{n}{kind}_c{clients}_throughput_ratio", ratio, "×", goal="≥ 0.8" if goal else "",
+                                  met=ratio >= 0.8 if goal else None,
+                                  detail=f"{label}: {served_rate:.0f} images/s served ÷ {local_rate:.0f} in process"))
+    overhead = _percentile(samples["1img_c1_served"]["latency_ms"], 50) - _percentile(samples["1img_c1_in_process"]["latency_ms"], 50)
+    figures.append(Figure("serving_1img_p50_overhead_ms", overhead, "ms", goal="≤ 2", met=overhead <= 2,
+                          detail="one image, one client: p50 of `:predict` over loopback HTTP (JSON in, JSON out) minus p50 of the"
+                                 " serving_default signature called in process; the default winner's shape (batch_norm CNN, mirror-averaged),"
+                                 " KServe ModelServer, one uvicorn worker"))
+    return figures
