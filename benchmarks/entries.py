@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from benchmarks.harness import Context, Figure, median, timed
+from benchmarks.serving import serving
 
 SEED_CNN = {"name": "cnn", "model": {"type": "cnn", "filters": [32, 64, 64], "dense_units": 64}}
 GLOBAL_BATCH = 128
@@ -191,4 +192,4 @@ def _published_table() -> list[tuple[str, float]]:
     return sorted(rows, key=lambda row: -row[1])
 
 
-ENTRIES = {"ingest": ingest, "mwms": mwms, "pipeline": pipeline}
+ENTRIES = {"ingest": ingest, "mwms": mwms, "pipeline": pipeline, "serving": serving}
