@@ -98,6 +98,8 @@ def test_pipeline_runs_and_publishes_the_best_by_the_metric_with_the_documented_
 
     assert summary["winner"]["version"] == 1
     assert summary["winner"]["uri"] == f"{store_uri}/models/fashion-mnist/1"
+    # The run ends by saying how to serve what it published.
+    assert f"serve it: bakeoff serve --store {store_uri} --model-name fashion-mnist" in run.stderr.splitlines()[-1]
     assert {c["variant"] for c in summary["candidates"]} == {"mlp", "small_cnn"}
     better = BETTER[metric]
     best = (max if better == "max" else min)(summary["candidates"], key=lambda c: c[metric])

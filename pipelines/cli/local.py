@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -56,8 +57,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         timeout_seconds=args.timeout,
     ))
     print(leaderboard(summary), file=out)
+    serve = ["bakeoff", "serve", "--store", args.store, "--model-name", args.model_name]
+    if args.s3_endpoint:
+        serve += ["--s3-endpoint", args.s3_endpoint] + (["--s3-insecure"] if args.s3_insecure else [])
+    print(f"serve it: {shlex.join(serve)}", file=out)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary, indent=2), flush=True)
+    if args.serve:
+        from components.serving.server import POLL_SECONDS
+        from pipelines.cli.serving import cmd_serve
+
+        # `bakeoff serve`'s defaults: its HTTP port, no gRPC, the newest version and newer ones as they come.
+        return cmd_serve(argparse.Namespace(**vars(args), version=None, port=None, grpc_port=None, poll_seconds=POLL_SECONDS))
     return 0
 
 
@@ -139,6 +150,7 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--work-dir", type=Path, default=defaults.WORK_DIR, help=f"kfp.local's outputs and cache (default {defaults.WORK_DIR})")
     run.add_argument("--timeout", type=positive("--timeout", MAX_TIMEOUT_SECONDS), default=defaults.TIMEOUT_SECONDS,
                      help=f"seconds each TFJob may run (default {defaults.TIMEOUT_SECONDS})")
+    run.add_argument("--serve", action="store_true", help="then serve the published model here (as `bakeoff serve`) until interrupted")
     run.set_defaults(handler=cmd_run)
 
     compile_ = commands.add_parser("compile", help="compile the pipeline to KFP IR YAML for a cluster")
