@@ -124,12 +124,14 @@ def bucket_leaks(endpoint_: str) -> tuple[list[str], int]:
     return found, count
 
 
-def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(canary_s3: str, tmp_path: Path) -> None:
-    """Run, compile, models list and upload with the keys in the environment; then read back everything they made.
+def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(canary_s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
+    """Run, then models list, compile and upload, with the keys in the environment; then read back everything they made.
 
-    Scanned: stdout and stderr of each command (the run with --debug and --json, TensorFlow's logs on), the kfp.local
-    work dir, every object in the bucket, every TFJob the run built, the temporary files and home of the processes,
-    the compiled pipeline and the package a KFP API received.
+    Scanned: the output of each command (the run as a process with --debug and --json, TensorFlow's logs on; the
+    others in this process, with every log record), the kfp.local work dir, every object in the bucket, every TFJob
+    the run built, the temporary files and home of the run's processes, the compiled pipeline and the package a KFP
+    API received.
     """
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY)
@@ -137,32 +139,37 @@ def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(canary_s3:
     for folder in (hook, tfjobs, scratch, home):
         folder.mkdir()
     (hook / "sitecustomize.py").write_text(TFJOB_RECORDER)
+    settings = {**CANARY_KEYS, "BAKEOFF_S3_ENDPOINT": canary_s3, "BAKEOFF_S3_INSECURE": "1"}
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}  # every log line TensorFlow has
-    env.update(CANARY_KEYS, BAKEOFF_S3_ENDPOINT=canary_s3, BAKEOFF_S3_INSECURE="1", BAKEOFF_TEST_TFJOB_DIR=str(tfjobs),
-               TMPDIR=str(scratch), HOME=str(home), PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    env.update(settings, BAKEOFF_TEST_TFJOB_DIR=str(tfjobs), TMPDIR=str(scratch), HOME=str(home),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
     store = f"s3://{BUCKET}/bakeoff"
-
-    def bakeoff(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([BAKEOFF, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-
-    run = bakeoff("--debug", "run", "--config", str(config), "--store", store, "--work-dir", str(tmp_path / "work"),
-                  "--max-train-examples", "1024", "--epochs", "1", "--json")
+    run = subprocess.run([BAKEOFF, "--debug", "run", "--config", str(config), "--store", store, "--work-dir", str(tmp_path / "work"),
+                          "--max-train-examples", "1024", "--epochs", "1", "--json"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout)["winner"]["version"] == 1
-    listing = bakeoff("models", "list", "--store", store, "--json")
-    assert listing.returncode == 0, listing.stderr
-    compiled = bakeoff("compile", "--config", str(config), "-o", str(tmp_path / "compiled" / "bakeoff.yaml"),
-                       "--store", store, "--s3-endpoint", canary_s3)
-    assert compiled.returncode == 0, compiled.stderr
-    with FakeKfpApi() as kfp_api:
-        uploaded = bakeoff("upload", "--host", kfp_api.url, "--config", str(config), "--store", store)
-        assert uploaded.returncode == 0, uploaded.stderr
-        received = json.dumps([kfp_api.pipelines, kfp_api.versions])
+    outputs = {"`bakeoff run` stdout": run.stdout, "`bakeoff run` stderr": run.stderr}
 
-    found = []
-    for name, result in (("run", run), ("models list", listing), ("compile", compiled), ("upload", uploaded)):
-        found += leaks(f"`bakeoff {name}` stdout", result.stdout, CANARY_KEYS) + leaks(f"`bakeoff {name}` stderr", result.stderr, CANARY_KEYS)
-    found += leaks("the pipeline package the KFP API received", received, CANARY_KEYS)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    caplog.set_level(logging.DEBUG)
+
+    def bakeoff(*args: str) -> None:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        outputs[f"`bakeoff {' '.join(args[:2])}` output"] = out + err
+
+    bakeoff("models", "list", "--store", store, "--json")
+    bakeoff("compile", "--config", str(config), "-o", str(tmp_path / "compiled" / "bakeoff.yaml"), "--store", store, "--s3-endpoint", canary_s3)
+    with FakeKfpApi() as kfp_api:
+        bakeoff("upload", "--host", kfp_api.url, "--config", str(config), "--store", store)
+        outputs["the pipeline package the KFP API received"] = json.dumps([kfp_api.pipelines, kfp_api.versions])
+    outputs["log records of models list, compile and upload"] = caplog.text
+
+    found = [hit for where, text in outputs.items() for hit in leaks(where, text, CANARY_KEYS)]
     counts = {}
     for what, folder in (("work dir", tmp_path / "work"), ("TFJobs", tfjobs), ("compiled", tmp_path / "compiled"),
                          ("temporary files", scratch), ("home", home)):
