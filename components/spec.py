@@ -6,7 +6,7 @@ import dataclasses
 import math
 import re
 import typing
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -29,10 +29,6 @@ MAX_CPU = Decimal(256)  # cores of one replica
 MEMORY_LIMITS = ("64Mi", "4Ti")  # of one replica; the lower one catches a bare "2", which means 2 bytes
 MAX_GPUS = 16
 MAX_CONFIG_BYTES = 2**20  # a variants file is a few hundred bytes; this stops /dev/zero and friends
-# Kubernetes' quantity suffixes (k8s.io/apimachinery resource.Quantity), as multipliers.
-_QUANTITY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([eE][-+]?\d+|[KMGTPE]i|[mkMGTPE])?")
-_SUFFIXES = {"m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
-             "P": Decimal(10**15), "E": Decimal(10**18), **{f"{p}i": Decimal(2 ** (10 * i)) for i, p in enumerate("KMGTPE", 1)}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,18 +160,14 @@ def _bounded(where: _Where, field: str, value: int, low: int, high: int) -> None
 
 
 def _quantity(text: str) -> Optional[Decimal]:
-    """A Kubernetes quantity ("2", "500m", "2Gi", "1e3") as a number, or None when it is not one."""
-    match = _QUANTITY.fullmatch(text)
-    if not match:
-        return None
-    number, suffix = match.groups()
+    """A Kubernetes quantity ("2", "500m", "2Gi", "1e3") as a number, by the Kubernetes client's own parser; None when it is not one."""
+    from kubernetes.utils import parse_quantity
+
     try:
-        value = Decimal(number)
-        if suffix and suffix[0] in "eE" and len(suffix) > 1:
-            return value.scaleb(int(suffix[1:]))
-    except (InvalidOperation, ValueError, OverflowError):
+        value = parse_quantity(text)
+    except (ValueError, TypeError, ArithmeticError):
         return None
-    return value * _SUFFIXES.get(suffix or "", Decimal(1))
+    return value if value.is_finite() else None
 
 
 def _validate_model(variant: Variant, where: _Where) -> None:
