@@ -155,11 +155,13 @@ def serving(context: Context) -> list[Figure]:
                 figures.append(Figure(f"serving_{n}{kind}_c{clients}_p{q}_ratio", served_ms / local_ms, "×",
                                       detail=f"{label}: p{q} {served_ms:.2f} ms served ÷ {local_ms:.2f} ms in process"))
             served_rate, local_rate = statistics.median(there["images_per_second"]), statistics.median(here["images_per_second"])
-            ratio = served_rate / local_rate
+            # Each repetition's two sides ran back to back: their ratio holds when other load on the machine comes and goes.
+            ratio = statistics.median(s / h for s, h in zip(there["images_per_second"], here["images_per_second"]))
             goal = n == 64
             figures.append(Figure(f"serving_{n}{kind}_c{clients}_throughput_ratio", ratio, "×", goal="≥ 0.8" if goal else "",
                                   met=ratio >= 0.8 if goal else None,
-                                  detail=f"{label}: {served_rate:.0f} images/s served ÷ {local_rate:.0f} in process"))
+                                  detail=f"{label}: median of each repetition's images/s served ÷ in process, run back to back;"
+                                         f" medians {served_rate:.0f} and {local_rate:.0f} images/s"))
     overhead = _percentile(samples["1img_c1_served"]["latency_ms"], 50) - _percentile(samples["1img_c1_in_process"]["latency_ms"], 50)
     figures.append(Figure("serving_1img_p50_overhead_ms", overhead, "ms", goal="≤ 2", met=overhead <= 2,
                           detail="one image, one client: p50 of `:predict` over loopback HTTP (JSON in, JSON out) minus p50 of the"
