@@ -152,19 +152,22 @@ class _Replica:
             sink(f"[{self.label}] {line}")
 
     def quiet_seconds(self) -> float:
-        """Seconds since the replica's last heartbeat (or its start); 0 while it waits for its peers, unless it is stopped."""
+        """Seconds since the replica's last heartbeat, or since its start if it is stopped before the first.
+
+        0 while it marks a span without heartbeats (unless it is stopped), and for a
+        program that has not beaten yet: it is starting, or it is not bakeoff's worker.
+        """
         try:
             stat = self.heartbeat.stat()
         except FileNotFoundError:
-            return time.time() - self.started
+            return time.time() - self.started if self.stopped() else 0.0
         if stat.st_size and not self.stopped():
             return 0.0
         return time.time() - stat.st_mtime
 
     def suspect(self, quiet: float) -> bool:
         """Whether this running replica is the likely cause of a peer's failure."""
-        # Before its first beat a replica is still starting (Python and imports): not a suspect by silence.
-        return self.stopped() or (self.heartbeat.exists() and quiet > SUSPECT_SECONDS)
+        return self.stopped() or quiet > SUSPECT_SECONDS
 
     def stopped(self) -> bool:
         """Whether the process is stopped by a signal (Linux's /proc says; elsewhere: unknown, False)."""
