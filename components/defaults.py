@@ -28,5 +28,7 @@ WORK_DIR = Path(".bakeoff")  # kfp.local's outputs and cache
 IMAGE = "ghcr.io/bakeoff/bakeoff:0.1.0"  # built from images/Dockerfile; the Makefile reads this line
 CLUSTER_STORE = "s3://mlpipeline/private/{namespace}/bakeoff"  # writable by a profile's keys on multi-user Kubeflow
 CLUSTER_S3_ENDPOINT = "seaweedfs.kubeflow:9000"  # KFP >= 2.16; a run-time parameter for older ones
+SERVING_PORT = 8080  # the model server's HTTP port: KServe's container port, and `bakeoff serve`'s
+SERVING_POLL_SECONDS = 10.0  # how often a server of `latest` looks for a newer complete version
 DEPLOY_TIMEOUT_SECONDS = 600  # `deploy --wait`: a first start pulls the image and copies the model
 S3_REGION = "us-east-1"  # what MinIO and SeaweedFS answer; BAKEOFF_S3_REGION overrides it

@@ -34,8 +34,8 @@ from components.storage import Store, open_store, registry
 if TYPE_CHECKING:
     from components.serving.model import ServedModel, Version
 
-HTTP_PORT = 8080  # KServe's container port
-POLL_SECONDS = 10.0  # how often `latest` looks for a newer complete version: a listing of the model's folder or prefix
+HTTP_PORT = defaults.SERVING_PORT
+POLL_SECONDS = defaults.SERVING_POLL_SECONDS  # each poll is one listing of the model's folder or prefix
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # a larger body answers 413: about 3,000 images as JSON arrays
 _MANIFEST_KEY = re.compile(rf"/(\d+)/{re.escape(registry.MANIFEST)}$")
 

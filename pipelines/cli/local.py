@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import shlex
@@ -68,7 +69,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from pipelines.cli.serving import cmd_serve
 
         # `bakeoff serve`'s defaults: its HTTP port, no gRPC, the newest version and newer ones as they come.
-        return cmd_serve(argparse.Namespace(**vars(args), version=None, port=None, grpc_port=None, poll_seconds=POLL_SECONDS))
+        # With --json, stdout holds the run's one document: the server's URL goes to stderr.
+        serve_args = argparse.Namespace(**{**vars(args), "json": False}, version=None, port=None, grpc_port=None, poll_seconds=POLL_SECONDS)
+        with contextlib.redirect_stdout(out):
+            return cmd_serve(serve_args)
     return 0
 
 
