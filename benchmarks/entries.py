@@ -11,6 +11,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from benchmarks.faults import faults
 from benchmarks.harness import Context, Figure, median, timed
 from benchmarks.serving import serving
 
@@ -192,4 +193,4 @@ def _published_table() -> list[tuple[str, float]]:
     return sorted(rows, key=lambda row: -row[1])
 
 
-ENTRIES = {"ingest": ingest, "mwms": mwms, "pipeline": pipeline, "serving": serving}
+ENTRIES = {"ingest": ingest, "mwms": mwms, "pipeline": pipeline, "serving": serving, "faults": faults}
