@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from components.errors import BakeoffError
-from components.storage import S3Store, Store, open_store, s3
+from components.storage import FolderStore, S3Store, Store, open_store, s3
 
 
 def test_round_trip_of_bytes_and_listing(store: Store) -> None:
@@ -164,3 +164,15 @@ def test_s3_store_never_asks_the_bucket_location(s3_env: str, no_location_keys: 
     store = open_store("s3://bakeoff/no-location")
     store.put_bytes("a.txt", b"x")
     assert store.get_bytes("a.txt") == b"x" and store.list("") == ["a.txt"]
+
+
+def test_delete_removes_one_object_and_a_missing_one_is_no_error(store: Store) -> None:
+    store.put_bytes("a/one", b"1")
+    store.put_bytes("a/two", b"2")
+    store.delete("a/one")
+    store.delete("a/never-written")
+    assert store.list("a") == ["a/two"] and not store.exists("a/one")
+    store.delete("a/two")
+    assert store.list("") == [] and store.list("a") == []
+    if isinstance(store, FolderStore):
+        assert not (store.root / "a").exists(), "an emptied folder goes with its last object"

@@ -61,6 +61,18 @@ class FolderStore(Store):
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        path.unlink(missing_ok=True)
+        # Folders left empty go too, as on S3 where a prefix exists only through its objects.
+        for folder in path.parents:
+            if folder == self.root or not folder.is_relative_to(self.root):
+                break
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (or already gone): its objects keep it
+                break
+
     def publish(self, local_dir: Path, prefix: str, marker: str) -> None:
         target = self._path(prefix)
         target.parent.mkdir(parents=True, exist_ok=True)

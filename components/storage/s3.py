@@ -193,7 +193,7 @@ class S3Store(Store):
             return False
         return True
 
-    def _remove(self, key: str) -> None:
+    def delete(self, key: str) -> None:
         self._call("delete", key, lambda: self.client.remove_object(self.bucket, self._object(key)))
 
     def _create(self, key: str, data: bytes) -> bool:
@@ -254,7 +254,7 @@ class S3Store(Store):
         if self._list_all(claims) == [mine]:
             return True
         # Another claim is there: yield. Removing ours lets a later publisher have the number should every claimant yield.
-        self._remove(mine)
+        self.delete(mine)
         return False
 
     def publish(self, local_dir: Path, prefix: str, marker: str) -> None:

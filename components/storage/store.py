@@ -34,6 +34,10 @@ class Store(abc.ABC):
         """Whether the object ``key`` exists."""
 
     @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Removes the object ``key``; one that does not exist is no error."""
+
+    @abc.abstractmethod
     def publish(self, local_dir: Path, prefix: str, marker: str) -> None:
         """Makes ``local_dir`` appear under ``prefix`` all at once.
 

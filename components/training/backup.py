@@ -5,14 +5,13 @@ import dataclasses
 import hashlib
 import json
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Optional
 
 import tf_keras as keras
 
-from components.storage import FolderStore, S3Store, Store
+from components.storage import Store
 
 # Below a variant's prefix: <fingerprint>/epoch-NNNN/ (one folder per backed-up
 # epoch, each key written once) and <fingerprint>/attempts/NNNN (one per start).
@@ -89,21 +88,12 @@ def upload(store: Store, prefix: str, digest: str, checkpoint_dir: Path, epochs_
 
 def remove(store: Store, prefix: str) -> None:
     """Deletes every backup of the variant: it has published its model."""
-    if isinstance(store, FolderStore):
-        shutil.rmtree(store.root / backup_prefix(prefix), ignore_errors=True)  # the folders too, not only the files
-        return
     _delete(store, store.list(backup_prefix(prefix)))
 
 
 def _delete(store: Store, keys: list[str]) -> None:
-    # The Store interface has no delete yet; these are the two stores there are.
     for key in keys:
-        if isinstance(store, FolderStore):
-            (store.root / key).unlink(missing_ok=True)
-        elif isinstance(store, S3Store):
-            store.client.remove_object(store.bucket, f"{store.prefix}/{key}" if store.prefix else key)
-        else:
-            raise TypeError(f"cannot delete from {type(store).__name__}")
+        store.delete(key)
 
 
 class StoreBackup(keras.callbacks.BackupAndRestore):
