@@ -21,6 +21,10 @@ BACKOFF_LIMIT = 2  # job restarts before it fails for good
 LOCAL_PARALLELISM = 1  # variants trained at once on one machine: replicas share its cores
 CLUSTER_PARALLELISM = 3
 LOG_TAIL = 20  # lines of a failed replica's log repeated in the error
+HEARTBEAT_SECONDS = 1.0  # a local replica beats this often for the watchdog
+SUSPECT_SECONDS = 5.0  # a replica quiet this long when a peer fails is named as the cause
+STALL_SECONDS = 30.0  # a replica quiet this long is stopped as stalled, even if no peer noticed
+S3_RETRY_SECONDS = 120.0  # how long one store request is retried after it first fails: a store pod's restart
 
 # Where things go.
 LOCAL_STORE = "./bakeoff-store"

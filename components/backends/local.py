@@ -20,6 +20,7 @@ from kubeflow.training import KubeflowOrgV1TFJob
 
 from components.backends import allocator
 from components.backends.backend import Sink, print_line
+from components import defaults
 from components.defaults import LOG_TAIL
 from components.errors import ERROR_PREFIX, BakeoffError
 
@@ -31,17 +32,15 @@ RESTARTING_POLICIES = ("OnFailure", "Always", "ExitCode")
 # first step, waiting in a collective or saving keeps beating. The file's content
 # marks the spans in which a healthy replica cannot beat; it is not suspected then.
 HEARTBEAT_ENV = "BAKEOFF_HEARTBEAT_FILE"
-HEARTBEAT_SECONDS = 1.0
-JOINING = b"joining"  # waiting for the peers, TensorFlow holds the GIL (15 s for a peer 15 s late, measured)
-EXITING = b"exiting"  # done: the interpreter's shutdown ends the heartbeat thread (2-6 s under load, measured)
+HEARTBEAT_SECONDS = defaults.HEARTBEAT_SECONDS
+JOINING = b"joining"  # waiting for the peers: TensorFlow holds the GIL for as long as a peer is late
+EXITING = b"exiting"  # done: the interpreter's shutdown ends the heartbeat thread
 # A peer stopped mid-training makes TensorFlow's coordination service fail the others
-# ~10 s later (9.4 s measured): a replica quiet this long when another fails is the cause.
-# Healthy replicas were never quiet over 1.9 s (3 jobs and 2 CPU burners on 2 cores,
-# load 9, measured), so 5 s blames no healthy replica and still catches the stopped one.
-SUSPECT_SECONDS = 5.0
-# Quiet this long means stalled even when no peer notices (one replica, or before the
-# coordination service runs): 15x the longest healthy quiet measured, far below any deadline.
-STALL_SECONDS = 30.0
+# about 10 s later: a replica quiet for SUSPECT_SECONDS when another fails is the cause.
+# STALL_SECONDS of quiet means stalled even when no peer notices (one replica, or before
+# the coordination service runs). How both were chosen: README, "When things fail".
+SUSPECT_SECONDS = defaults.SUSPECT_SECONDS
+STALL_SECONDS = defaults.STALL_SECONDS
 STALL_HINT = "check what stopped, froze or starved it (SIGSTOP, a debugger, swapping)"
 KILLED_HINT = "something outside the replica ended it (the kernel's OOM killer sends SIGKILL: check free memory)"
 

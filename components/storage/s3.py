@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
+from components import defaults
 from components.defaults import S3_REGION
 from components.errors import BakeoffError
 from components.storage.store import Store, files_below
@@ -19,7 +20,7 @@ S3_ENDPOINT_ENV = "BAKEOFF_S3_ENDPOINT"
 S3_INSECURE_ENV = "BAKEOFF_S3_INSECURE"
 S3_REGION_ENV = "BAKEOFF_S3_REGION"
 
-S3_RETRY_SECONDS = 120.0  # how long one request is retried after it first fails: long enough for a store pod to restart
+S3_RETRY_SECONDS = defaults.S3_RETRY_SECONDS
 S3_RETRY_FIRST_PAUSE = 0.5  # seconds before the first retry, doubled after each failure ...
 S3_RETRY_MAX_PAUSE = 8.0  # ... up to this
 S3_CONNECT_TIMEOUT = 5.0  # seconds: a server that is down refuses at once, one that is unreachable must not take minutes
