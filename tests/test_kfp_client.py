@@ -13,17 +13,17 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 import yaml
 
 from components.errors import BakeoffError
 from pipelines.cli.main import main
-from pipelines.kfp_client import connection, endpoint, runs
 from pipelines.kfp_client.parameters import parse_params, pipeline_parameters
 from pipelines.kfp_client.triggers import validate_cron
 from tests.conftest import free_port
+from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
 from tests.fake_kfp_api import SPEC_PATH, FakeKfpApi
 
 NOTHING = {"pipelines": 0, "versions": 0, "experiments": 0, "runs": 0, "recurring_runs": 0}
@@ -44,25 +44,6 @@ class Result:
         lines = self.err.splitlines()
         assert len(lines) == 1, self.err
         return lines[0]
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No token, address or kfp context from the machine running the tests; no pod namespace file."""
-    for name in (endpoint.HOST_ENV, endpoint.TOKEN_ENV, endpoint.TOKEN_FILE_ENV, "KF_PIPELINES_UI_ENDPOINT"):
-        monkeypatch.delenv(name, raising=False)
-    from kfp.client import client
-
-    monkeypatch.setattr(client.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
-    monkeypatch.setattr(connection, "POD_NAMESPACE_FILE", tmp_path / "no-pod-namespace")
-    monkeypatch.setattr(runs, "POLL_SECONDS", 0.01)
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeKfpApi]:
-    with FakeKfpApi() as api:
-        yield api
-    assert api.violations == [], "requests that break KFP's API spec"
 
 
 @pytest.fixture

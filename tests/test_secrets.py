@@ -15,8 +15,9 @@ import pytest
 
 from components.errors import BakeoffError
 from pipelines.cli.main import main
-from pipelines.kfp_client import connection, endpoint, runs
+from pipelines.kfp_client import endpoint
 from tests import conftest
+from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
 from tests.fake_kfp_api import FakeKfpApi
 
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
@@ -225,25 +226,6 @@ class Result:
     @property
     def everything(self) -> str:
         return self.out + self.err + self.log
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No credentials, address or kfp context from the machine running the tests."""
-    for name in (endpoint.HOST_ENV, endpoint.TOKEN_ENV, endpoint.TOKEN_FILE_ENV, endpoint.COOKIES_ENV, "KF_PIPELINES_UI_ENDPOINT"):
-        monkeypatch.delenv(name, raising=False)
-    from kfp.client import client
-
-    monkeypatch.setattr(client.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
-    monkeypatch.setattr(connection, "POD_NAMESPACE_FILE", tmp_path / "no-pod-namespace")
-    monkeypatch.setattr(runs, "POLL_SECONDS", 0.01)
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeKfpApi]:
-    with FakeKfpApi() as api:
-        yield api
-    assert api.violations == [], "requests that break KFP's API spec"
 
 
 @pytest.fixture
