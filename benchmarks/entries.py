@@ -12,11 +12,10 @@ from datetime import datetime
 from pathlib import Path
 
 from benchmarks.faults import faults
-from benchmarks.harness import Context, Figure, median, timed
+from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median, timed
 from benchmarks.serving import serving
 
 SEED_CNN = {"name": "cnn", "model": {"type": "cnn", "filters": [32, 64, 64], "dense_units": 64}}
-GLOBAL_BATCH = 128
 BENCH_EXAMPLES = 16384  # per measurement: 128 steps of the global batch
 DEBIAN_README = Path("/usr/share/doc/dataset-fashion-mnist/README.md.gz")
 

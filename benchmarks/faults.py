@@ -8,7 +8,7 @@ import signal
 import time
 from typing import Callable, Optional
 
-from benchmarks.harness import Context, Figure, median
+from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median
 
 WORKERS = 2
 EPOCHS = 5
@@ -20,7 +20,6 @@ STARTED = re.compile(r"\[[^]]+\] replica (\S+) started as pid (\d+)$")
 
 def _variant() -> dict:
     """The default bake-off's first variant (the seed CNN and its training settings), shortened."""
-    from benchmarks.entries import GLOBAL_BATCH
     from components.defaults import CONFIG
     from components.spec import load_variants
 

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+GLOBAL_BATCH = 128  # the training entries' global batch, on any number of workers
+
 
 @dataclasses.dataclass
 class Figure:
