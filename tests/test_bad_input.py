@@ -373,7 +373,10 @@ SERVE_FLAGS = {
     "version a word": (["--version", "newest"], r"argument --version: --version takes a version number or 'latest'"),
     "poll seconds zero": (["--poll-seconds", "0"], r"argument --poll-seconds: --poll-seconds takes a positive number"),
     "poll seconds nan": (["--poll-seconds", "nan"], r"argument --poll-seconds: --poll-seconds takes a positive number"),
-    "port a word": (["--port", "http"], r"argument --port: invalid int value: 'http'"),
+    "port a word": (["--port", "http"], r"argument --port: a port is a whole number from 1 to 65535, got 'http'"),
+    "port negative": (["--port=-1"], r"argument --port: a port is a whole number from 1 to 65535, got '-1'"),
+    "port too big": (["--port", "70000"], r"argument --port: a port is a whole number from 1 to 65535, got '70000'"),
+    "grpc port too big": (["--grpc-port", "65536"], r"argument --grpc-port: a port is a whole number from 1 to 65535"),
 }
 
 
@@ -495,6 +498,7 @@ SCHEDULE_FLAGS = {
     "every negative": (["--every=-5m"], r"--every '-5m' is not an interval"),
     "every zero": (["--every", "0s"], r"--every '0s' is not an interval"),
     "every unknown unit": (["--every", "5y"], r"--every '5y' is not an interval"),
+    "every huge": (["--every", "99999999999999999999d"], r"--every '99999999999999999999d' is longer than a year"),
     "cron unicode": (["--cron", "ü"], r"--cron 'ü' has 1 fields"),
     "cron out of range": (["--cron", "0 0 25 * * *"], r"--cron '0 0 25 \* \* \*'"),
     "start not a time": (["--every", "1d", "--start", "tomorrow"], r"--start 'tomorrow' is not an ISO 8601 time"),

@@ -318,6 +318,13 @@ def version_arg(text: str) -> Optional[int]:
     return int(text)
 
 
+def port_arg(text: str) -> int:
+    """A TCP port, 1-65535 (0 only where it means "off", as --grpc-port's default)."""
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, got {text!r}")
+    return int(text)
+
+
 def seconds_arg(text: str) -> float:
     """--poll-seconds: a positive number of seconds."""
     try:
@@ -337,8 +344,8 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--model-name", default=defaults.MODEL_NAME, help=f"the model's name, in the store and in URLs (default {defaults.MODEL_NAME})")
     top.add_argument("--version", type=version_arg, default=None,
                      help="a version number, or 'latest' to serve the newest and follow newer ones (default)")
-    top.add_argument("--http-port", type=int, default=HTTP_PORT, help=f"V1 and V2 REST port (default {HTTP_PORT})")
-    top.add_argument("--grpc-port", type=int, default=0, help="V2 gRPC port (default 0: no gRPC)")
+    top.add_argument("--http-port", type=port_arg, default=HTTP_PORT, help=f"V1 and V2 REST port (default {HTTP_PORT})")
+    top.add_argument("--grpc-port", type=port_arg, default=0, help="V2 gRPC port (default 0: no gRPC)")
     top.add_argument("--poll-seconds", type=seconds_arg, default=POLL_SECONDS,
                      help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})")
     top.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES, help=f"larger bodies answer 413 (default {MAX_REQUEST_BYTES})")

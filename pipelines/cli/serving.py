@@ -94,14 +94,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def add_serving_commands(commands: argparse._SubParsersAction) -> None:
     """Registers serve and predict."""
-    from components.serving.server import HTTP_PORT, POLL_SECONDS, seconds_arg, version_arg
+    from components.serving.server import HTTP_PORT, POLL_SECONDS, port_arg, seconds_arg, version_arg
 
     serve = commands.add_parser("serve", help="serve a published model here with KServe (V1 TF Serving REST and V2), following newer versions")
     store_args(serve)  # --json: the URL, model and first version as one JSON line
     serve.add_argument("--version", type=version_arg, default=None,
                        help="a version number, or 'latest' to serve the newest and follow newer ones (default)")
-    serve.add_argument("--port", type=int, help=f"HTTP port (default {HTTP_PORT})")
-    serve.add_argument("--grpc-port", type=int, help="V2 gRPC port (default: no gRPC)")
+    serve.add_argument("--port", type=port_arg, help=f"HTTP port (default {HTTP_PORT})")
+    serve.add_argument("--grpc-port", type=port_arg, help="V2 gRPC port (default: no gRPC)")
     serve.add_argument("--poll-seconds", type=seconds_arg, default=POLL_SECONDS,
                        help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})")
     serve.set_defaults(handler=cmd_serve)

@@ -22,6 +22,7 @@ CRON_FIELDS = (  # name, lowest, highest, names: KFP's scheduler (robfig/cron) r
 CRON_DESCRIPTORS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 CRON_EXAMPLE = "e.g. '0 0 3 * * *' for 03:00 every day"
 EVERY_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_EVERY_SECONDS = 366 * 86400  # a year: beyond it a schedule is a typo (and the API's int64 overflows far later)
 
 
 def _cron_value(token: str, low: int, names: Sequence[str]) -> int:
@@ -75,7 +76,10 @@ def parse_every(text: str) -> int:
     match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text.lower())
     if not match or int(match.group(1)) == 0:
         raise BakeoffError(f"--every {text!r} is not an interval: write a whole number above 0 and s, m, h or d, e.g. 90s, 30m, 6h, 1d")
-    return int(match.group(1)) * EVERY_UNITS[match.group(2)]
+    seconds = int(match.group(1)) * EVERY_UNITS[match.group(2)]
+    if seconds > MAX_EVERY_SECONDS:
+        raise BakeoffError(f"--every {text!r} is longer than a year: write at most 366d")
+    return seconds
 
 
 def describe_every(seconds: int) -> str:
