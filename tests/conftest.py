@@ -5,12 +5,13 @@ import io
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import pytest
 
@@ -194,3 +195,20 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
         return open_store(f"file://{tmp_path / 'store'}")
     request.getfixturevalue("s3_env")
     return open_store(f"s3://{BUCKET}/{tmp_path.name}")
+
+
+def still_running(pids: Iterable[int], marker: str) -> list[int]:
+    """Which of ``pids`` still run a command line naming ``marker``; each one found is killed, so none outlives the test.
+
+    A gone process has no /proc entry and a zombie's command line is empty: neither counts.
+    """
+    alive = []
+    for pid in pids:
+        try:
+            running = marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except FileNotFoundError:
+            running = False
+        if running:
+            os.kill(pid, signal.SIGKILL)
+            alive.append(pid)
+    return alive

@@ -15,6 +15,7 @@ from components.spec import from_dict
 from components.storage import Store, open_store
 from components.training import backup
 from components.training.tfjob import build_tfjob, worker_args
+from tests.conftest import still_running
 
 EPOCHS = 6
 EXAMPLES = 2048  # 32 steps of the global batch 64 per epoch
@@ -69,20 +70,6 @@ def tiny_job(data: Path, store: Store, backoff_limit: int):
                        env={}, backoff_limit=backoff_limit, active_deadline_seconds=600)
 
 
-def still_running(pids: list[int]) -> list[int]:
-    """Which of the worker processes ``pids`` still run (each one found is killed: none outlives the test)."""
-    alive = []
-    for pid in pids:
-        try:
-            running = "components.training.worker" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except FileNotFoundError:
-            running = False
-        if running:
-            os.kill(pid, signal.SIGKILL)
-            alive.append(pid)
-    return alive
-
-
 def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(small_dataset: Path, s3_env: str, tmp_path: Path) -> None:
     """SIGKILL one replica in epoch 3 of 6: the restarted job restores the backup and trains only the epochs left."""
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
@@ -102,7 +89,7 @@ def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(sma
     assert metrics["optimizer_iterations"] == EPOCHS * STEPS
     assert store.exists(f"{PREFIX}/model/saved_model.pb")
     assert store.list(backup.backup_prefix(PREFIX)) == []  # removed once the variant succeeded
-    assert still_running(injector.every_pid) == []
+    assert still_running(injector.every_pid, "components.training.worker") == []
 
 
 @pytest.mark.parametrize(("signum", "what", "hint"), [
@@ -121,7 +108,7 @@ def test_a_lost_replica_past_the_backoff_limit_fails_the_job_in_one_line_and_pub
     assert "\n" not in message
     assert re.fullmatch(rf"TFJob '{JOB}' failed: replica {VICTIM} {what} after 0 restart\(s\): .*{hint}.*", message), message
     assert [key for key in store.list(PREFIX) if not key.startswith(backup.backup_prefix(PREFIX) + "/")] == []
-    assert still_running(injector.every_pid) == []
+    assert still_running(injector.every_pid, "components.training.worker") == []
 
 
 STOPS_ITSELF = """

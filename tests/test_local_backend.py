@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ from components.errors import BakeoffError
 from components.backends.local import LocalBackend, thread_cap
 from components.training.tfjob import build_tfjob
 from components.spec import from_dict
+from tests.conftest import still_running
 
 
 def job_running(script: str, tmp_path: Path, workers: int = 2, backoff_limit: int = 0, deadline: int = 60, restart: str = "OnFailure"):
@@ -26,18 +25,8 @@ def job_running(script: str, tmp_path: Path, workers: int = 2, backoff_limit: in
 
 
 def left_running(*pid_files: Path) -> list[int]:
-    """The replicas (pids read from ``pid_files``) still running; each is killed so none outlives the test."""
-    alive = []
-    for pid_file in pid_files:
-        pid = int(pid_file.read_text())
-        try:  # a live replica's command line names its out-dir; a gone one has no /proc entry (a zombie's is empty)
-            running = str(pid_file.parent) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except FileNotFoundError:
-            running = False
-        if running:
-            os.kill(pid, signal.SIGKILL)
-            alive.append(pid)
-    return alive
+    """The replicas (pids read from ``pid_files``, all in one test's folder, which their command lines name) still running."""
+    return still_running([int(pid_file.read_text()) for pid_file in pid_files], str(pid_files[0].parent))
 
 
 RECORD = """
