@@ -33,3 +33,27 @@ def candidate(store: Store, run_id: str, variant: str) -> dict:
         "prefix": prefix,
         "metrics": json.loads(store.get_bytes(f"{prefix}/{METRICS}")),
     }
+
+
+SEARCH = "search"  # runs/<run>/search/rung-<k>.json: whom each halving rung kept and stopped, and why
+
+
+def rung_name(rung: int) -> str:
+    """The file of rung ``rung``: a variant's metrics as that rung's job left them, or the run's search record."""
+    return f"rung-{rung}.json"
+
+
+def rung_metrics(store: Store, run_id: str, variant: str, rung: int) -> dict:
+    """A variant's ``metrics.json`` as the job of rung ``rung`` wrote it (``runs/<run>/<variant>/rung-<k>.json``)."""
+    return json.loads(store.get_bytes(f"{variant_prefix(run_id, variant)}/{rung_name(rung)}"))
+
+
+def search_key(run_id: str, rung: int) -> str:
+    return f"runs/{run_id}/{SEARCH}/{rung_name(rung)}"
+
+
+def search_records(store: Store, run_id: str) -> list[dict]:
+    """The run's halving records, rung 0 first; none for a run without successive halving."""
+    prefix = f"runs/{run_id}/{SEARCH}/"
+    records = [json.loads(store.get_bytes(key)) for key in store.list(prefix) if key.endswith(".json")]
+    return sorted(records, key=lambda record: record["rung"])
