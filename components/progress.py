@@ -41,7 +41,12 @@ def emit(variant: str, **fields: Any) -> None:
 def log_path(variant: str) -> Optional[Path]:
     """Where the local backend writes the variant's replica log lines instead of stdout, or None."""
     folder = progress_dir()
-    return folder / f"{variant}{LOG_SUFFIX}" if folder is not None else None
+    return log_file(folder, variant) if folder is not None else None
+
+
+def log_file(folder: Path, variant: str) -> Path:
+    """The variant's log file in a progress folder."""
+    return folder / f"{variant}{LOG_SUFFIX}"
 
 
 def read_events(folder: Path) -> dict[str, dict]:
