@@ -14,6 +14,7 @@ CONFIG = Path(__file__).resolve().parent.parent / "pipelines" / "variants.yaml"
 METRIC = "val_accuracy"  # its direction comes with it (components/selection/ranking.py)
 MIN_IMPROVEMENT = 0.0  # a new winner must beat the published champion by this much; a tie keeps the champion
 MODEL_NAME = "fashion-mnist"
+MISCLASSIFIED = 24  # the winner's most confident test mistakes kept in the selection record: one screenful in the report
 
 # Running each TFJob.
 TIMEOUT_SECONDS = 3600  # the TFJob's activeDeadlineSeconds

@@ -1,6 +1,9 @@
 """Selection: candidates scored on validation only, ranked by the metric in its own direction, the winner tested."""
 from __future__ import annotations
 
+import base64
+import datetime
+import io
 import json
 import shutil
 from pathlib import Path
@@ -253,3 +256,86 @@ def test_force_publish_publishes_a_worse_challenger(exported: Path, data_dir: Pa
 def test_a_margin_outside_0_to_1_is_refused_in_one_line() -> None:
     with pytest.raises(BakeoffError, match=r"^min improvement -0\.1 must be in \[0, 1\)"):
         Gate(min_improvement=-0.1)
+
+
+# ---------------------------------------------------------------- the selection record (runs/<run>/selection.json)
+
+
+def selection_record(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "store" / "runs" / RUN_ID / "selection.json").read_text())
+
+
+def decoded(png: str) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(base64.b64decode(png, validate=True))) as image:
+        assert image.format == "PNG"
+        return np.asarray(image)
+
+
+def test_the_selection_record_is_the_summary_with_the_winners_test_confusion_matrix_and_mistakes(
+        exported: Path, data_dir: Path, tmp_path: Path) -> None:
+    """sure_zero wins and calls every test image class 0: the 48 shirts of class 1 land in row 1 (true), column 0."""
+    summary = select(exported, data_dir, tmp_path, "val_accuracy")
+    record = selection_record(tmp_path)
+
+    assert set(record) - set(summary) == {"metric", "class_names", "confusion_matrix", "misclassified", "created"}
+    assert {key: record[key] for key in summary} == summary
+    assert record["metric"] == "val_accuracy" and record["class_names"] == NAMES
+    assert datetime.datetime.fromisoformat(record["created"]).tzinfo is not None
+    test = SPLITS["test"]
+    matrix = np.array(record["confusion_matrix"])
+    assert matrix.sum() == len(test.labels) == 64
+    expected_matrix = np.zeros((10, 10), int)
+    expected_matrix[0, 0], expected_matrix[1, 0] = (test.labels == 0).sum(), (test.labels == 1).sum()  # 16 and 48
+    assert matrix.tolist() == expected_matrix.tolist(), "rows are the true labels, columns the predictions"
+    assert np.trace(matrix) / matrix.sum() == summary["winner"]["test_accuracy"]
+
+    # 48 mistakes, all equally sure: the 24 kept are the first by index, each with its own image.
+    mistakes = record["misclassified"]
+    assert [m["index"] for m in mistakes] == np.flatnonzero(test.labels == 1)[:24].tolist()
+    for mistake in mistakes:
+        assert (mistake["true"], mistake["predicted"]) == (1, 0)
+        assert mistake["confidence"] == pytest.approx(probabilities(0, 12.0)[0], rel=1e-5)
+        assert np.array_equal(decoded(mistake["png"]), test.images[mistake["index"]])
+
+
+def test_the_kept_mistakes_are_the_most_confident_first(tmp_path: Path) -> None:
+    """A model whose certainty of class 0 grows with brightness: the brightest wrongly labelled images come first."""
+    import tf_keras as keras
+
+    from components.modeling.savedmodel import export
+
+    n = 64
+    values = np.random.default_rng(7).permutation(n) * 4  # every image one grey level of its own: no ties
+    labels = np.where(np.arange(n) % 3 == 0, 0, 2).astype(np.uint8)  # a third truly 0, the rest 2: mistakes
+    test = Split(np.repeat(values.astype(np.uint8), 28 * 28).reshape(n, 28, 28), labels)
+    artifact.write({"train": test, "validation": test, "test": test}, tmp_path / "data", shards=2, names=NAMES, source="synthetic")
+    model = keras.Sequential([keras.layers.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")])
+    kernel = np.zeros((28 * 28, 10), np.float32)
+    kernel[:, 0] = 1 / (28 * 28 * 64)  # logit of class 0 = grey level / 64, from 0 to 4; the others 0
+    model.layers[-1].set_weights([kernel, np.full(10, -0.5, np.float32) * (np.arange(10) != 0)])
+    store_root = tmp_path / "store"
+    export(model, store_root / "runs" / RUN_ID / "bright" / "model", NAMES)
+    record = {"variant": "bright", "spec": {}, "uri": "", "prefix": f"runs/{RUN_ID}/bright",
+              "metrics": {"workers": 1, "num_replicas_in_sync": 1, "epochs": 1, "train_seconds": 1.0, "examples_per_second": 1.0}}
+    select_winner([record], str(tmp_path / "data"), f"file://{store_root}", MODEL, RUN_ID, "val_accuracy")
+
+    mistakes = selection_record(tmp_path)["misclassified"]
+    wrong = np.flatnonzero(labels == 2)
+    assert len(wrong) > 24
+    assert [m["index"] for m in mistakes] == wrong[np.argsort(-values[wrong])][:24].tolist()
+    confidences = [m["confidence"] for m in mistakes]
+    assert confidences == sorted(confidences, reverse=True) and len(set(confidences)) == 24
+    assert all((m["true"], m["predicted"]) == (2, 0) for m in mistakes)
+
+
+def test_select_reports_each_candidate_as_evaluating(exported: Path, data_dir: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """For `bakeoff run`'s live display (contract 2): one "evaluating" event per candidate, in its own file."""
+    monkeypatch.setenv("BAKEOFF_PROGRESS_DIR", str(tmp_path / "progress"))
+    (tmp_path / "progress").mkdir()
+    select(exported, data_dir, tmp_path, "val_accuracy")
+    for variant, _, _ in MODELS:
+        (event,) = [json.loads(line) for line in (tmp_path / "progress" / f"{variant}.jsonl").read_text().splitlines()]
+        assert event["variant"] == variant and event["state"] == "evaluating"

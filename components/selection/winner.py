@@ -1,13 +1,18 @@
 """The winner: every candidate scored alike on validation, the best tested on test, published if it beats the champion."""
+import base64
 import datetime
+import json
 import tempfile
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+
+from components import defaults, progress
 from components.data import artifact
 from components.data.fashion_mnist import Split
 from components.errors import BakeoffError
-from components.modeling.evaluation import evaluate
+from components.modeling.evaluation import confident_mistakes, confusion_matrix, evaluate, predict, score
 from components.selection.promotion import Gate, promote
 from components.selection.ranking import direction, rank
 from components.storage import Store, open_store, registry, runs
@@ -22,7 +27,12 @@ def select_winner(
     metric: str,
     gate: Gate = Gate(),
 ) -> dict:
-    """Scores, ranks, tests, and publishes unless the champion stays; returns the run's summary (the CLI's --json)."""
+    """Scores, ranks, tests, and publishes unless the champion stays; returns the run's summary (the CLI's --json).
+
+    The summary, with what people look at in the report (the winner's confusion
+    matrix and most confident mistakes on test), is also kept as the run's
+    selection record, ``runs/<run>/selection.json``.
+    """
     if not candidates:
         raise BakeoffError("no candidates to select from: the config must list at least one variant")
     better = direction(metric)  # before minutes of evaluation
@@ -34,6 +44,7 @@ def select_winner(
     scored = []
     with tempfile.TemporaryDirectory(prefix="bakeoff-select-") as scratch:
         for candidate in candidates:
+            progress.emit(candidate["variant"], state="evaluating")
             model_dir = store.get_dir(f"{candidate['prefix']}/{runs.MODEL}", Path(scratch) / candidate["variant"])
             result = evaluate(model_dir, validation.images, validation.labels)
             training = candidate["metrics"]
@@ -53,7 +64,8 @@ def select_winner(
         winner = next(c for c in candidates if c["variant"] == best["variant"])
         winner_dir = Path(scratch) / winner["variant"]
         test = artifact.read_shards(data, "test")
-        test_result = evaluate(winner_dir, test.images, test.labels)
+        test_probabilities = predict(winner_dir, test.images)  # once: the test scores and the record come from it
+        test_result = score(test_probabilities, test.labels)
         champion = _champion(store, model_name, validation, Path(scratch) / "champion")
         published = promote(gate, metric, best[metric], champion[metric] if champion else None)
         promotion = {
@@ -79,11 +91,11 @@ def select_winner(
             "dataset": {"fingerprint": metadata["fingerprint"], "counts": metadata["counts"]},
             "promotion": promotion,
             "source_uri": winner["uri"],
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "created": _now(),
         }
         version = registry.publish(store, model_name, winner_dir, manifest) if published else None
     promotion["message"] = _decision(metric, best, champion, version)
-    return {
+    summary = {
         "run_id": run_id,
         "winner": {
             "variant": best["variant"],
@@ -95,6 +107,37 @@ def select_winner(
         "promotion": promotion,
         "candidates": ranking,
     }
+    record = summary | {
+        "metric": metric,
+        "class_names": metadata["class_names"],
+        "confusion_matrix": confusion_matrix(test.labels, test_probabilities.argmax(axis=1), len(metadata["class_names"])),
+        "misclassified": _misclassified(test, test_probabilities),
+        "created": _now(),
+    }
+    store.put_bytes(runs.selection_key(run_id), json.dumps(record, indent=2).encode())
+    return summary
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _misclassified(test: Split, probabilities: np.ndarray) -> list[dict]:
+    """The winner's most confident mistakes on test, each with its image as a base64 PNG."""
+    import tensorflow as tf
+
+    mistakes = []
+    for index in confident_mistakes(probabilities, test.labels, defaults.MISCLASSIFIED):
+        predicted = int(probabilities[index].argmax())
+        png = tf.io.encode_png(test.images[index].astype(np.uint8)[..., np.newaxis]).numpy()
+        mistakes.append({
+            "index": index,
+            "true": int(test.labels[index]),
+            "predicted": predicted,
+            "confidence": float(probabilities[index, predicted]),
+            "png": base64.b64encode(png).decode("ascii"),
+        })
+    return mistakes
 
 
 def _champion(store: Store, model_name: str, validation: Split, scratch: Path) -> Optional[dict]:

@@ -9,6 +9,7 @@ from components.storage.store import Store
 MODEL = "model"  # the SavedModel, as served
 METRICS = "metrics.json"  # the chief's training metrics
 SPEC = "variant.json"  # the resolved variant spec it was trained from
+SELECTION = "selection.json"  # the run's selection record (select's summary, confusion matrix, mistakes), per run
 
 
 def variant_prefix(run_id: str, variant: str) -> str:
@@ -17,6 +18,10 @@ def variant_prefix(run_id: str, variant: str) -> str:
         raise BakeoffError(f"run id {run_id!r} is a placeholder the KFP backend did not fill in: bakeoff needs KFP 2.5 or newer"
                            " (Kubeflow 1.10.1 or newer)")
     return f"runs/{run_id}/{variant}"
+
+
+def selection_key(run_id: str) -> str:
+    return f"runs/{run_id}/{SELECTION}"
 
 
 def candidate(store: Store, run_id: str, variant: str) -> dict:
