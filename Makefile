@@ -5,14 +5,16 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 # dataset-fashion-mnist: Fashion-MNIST offline; libtcmalloc-minimal4: the replicas' malloc (components/allocator.py)
 SYSTEM_PACKAGES := dataset-fashion-mnist libtcmalloc-minimal4
+# chromium: tests/test_report.py renders the run report in a headless browser (only `make test` needs it)
+TEST_PACKAGES := chromium
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 IMAGE ?= $(shell sed -n 's/^IMAGE = "\([^"]*\)".*/\1/p' components/defaults.py)
 
-.PHONY: help run test bench install system compile image clean
+.PHONY: help run test bench install system test-system compile image clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,18 +24,26 @@ $(INSTALLED): pyproject.toml
 
 install: $(INSTALLED) ## create .venv and install bakeoff with its dev dependencies
 
-system: ## install the Debian packages bakeoff uses when missing: offline Fashion-MNIST, tcmalloc for the replicas
-	@missing="$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done)"; \
+# $(call apt_install,PACKAGES): installs those of the Debian PACKAGES that are missing (as root, or through sudo).
+define apt_install
+	@missing="$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done)"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
 	  else echo "missing Debian packages: run 'apt-get install" $$missing"' as root" >&2; exit 1; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing; \
 	fi
+endef
+
+system: ## install the Debian packages bakeoff uses when missing: offline Fashion-MNIST, tcmalloc for the replicas
+	$(call apt_install,$(SYSTEM_PACKAGES))
+
+test-system: ## install the Debian packages only the tests use when missing: chromium (headless, for the report)
+	$(call apt_install,$(TEST_PACKAGES))
 
 run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--epochs 1" passes flags)
 	$(BIN)/bakeoff run --local $(ARGS)
 
-test: $(INSTALLED) system ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
+test: $(INSTALLED) system test-system ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 bench: $(INSTALLED) system ## measure speed and quality; writes benchmarks/results.md and results.json (~28 min on 2 cores)

@@ -29,6 +29,7 @@ S3_RETRY_SECONDS = 120.0  # how long one store request is retried after it first
 
 # Where things go.
 LOCAL_STORE = "./bakeoff-store"
+REPORT = Path("report.html")  # where `bakeoff report` writes the run's page
 WORK_DIR = Path(".bakeoff")  # kfp.local's outputs and cache
 IMAGE = "ghcr.io/bakeoff/bakeoff:0.1.0"  # built from images/Dockerfile; the Makefile reads this line
 CLUSTER_STORE = "s3://mlpipeline/private/{namespace}/bakeoff"  # writable by a profile's keys on multi-user Kubeflow

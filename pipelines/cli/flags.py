@@ -36,12 +36,17 @@ def positive(flag: str, most: Optional[int] = None, why: str = "") -> Callable[[
 
 def store_args(parser: argparse.ArgumentParser) -> None:
     """Where published models live and how to reach it, plus --json."""
+    store_location_args(parser)
+    parser.add_argument("--model-name", default=defaults.MODEL_NAME, help=f"name the winner is published under (default {defaults.MODEL_NAME})")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout (human output goes to stderr)")
+
+
+def store_location_args(parser: argparse.ArgumentParser) -> None:
+    """The store and how to reach it."""
     parser.add_argument("--store", default=defaults.LOCAL_STORE,
                         help=f"file:///DIR, a folder, or s3://BUCKET/PREFIX (default {defaults.LOCAL_STORE})")
     parser.add_argument("--s3-endpoint", help=f"HOST:PORT of the S3 server (or ${S3_ENDPOINT_ENV}); keys from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
     parser.add_argument("--s3-insecure", action="store_true", default=None, help=f"plain HTTP to the S3 server (or {S3_INSECURE_ENV}=1)")
-    parser.add_argument("--model-name", default=defaults.MODEL_NAME, help=f"name the winner is published under (default {defaults.MODEL_NAME})")
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout (human output goes to stderr)")
 
 
 def pipeline_args(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ from components.errors import ERROR_PREFIX, BakeoffError
 from pipelines.cli.cluster import add_cluster_commands
 from pipelines.cli.deploy import add_deploy_commands
 from pipelines.cli.local import add_local_commands
+from pipelines.cli.report import add_report_commands
 from pipelines.cli.serving import add_serving_commands
 
 
@@ -21,6 +22,7 @@ def parser() -> argparse.ArgumentParser:
     add_cluster_commands(commands)
     add_serving_commands(commands)
     add_deploy_commands(commands)
+    add_report_commands(commands)
     return top
 
 
