@@ -12,9 +12,11 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
+from components import defaults
 from components.errors import BakeoffError
 from components.modeling.architectures import ARCHITECTURES
 from components.modeling.optimizers import OPTIMIZERS, SCHEDULES
+from components.search import space as spaces
 
 # Limits that catch a slip (an extra zero, a sign, a unit) before anything runs; each error names its limit.
 MAX_NAME = 128  # a variant names store paths (one file name each); TFJob names and labels get a digest past 63
@@ -29,6 +31,10 @@ MAX_CPU = Decimal(256)  # cores of one replica
 MEMORY_LIMITS = ("64Mi", "4Ti")  # of one replica; the lower one catches a bare "2", which means 2 bytes
 MAX_GPUS = 16
 MAX_CONFIG_BYTES = 2**20  # a variants file is a few hundred bytes; this stops /dev/zero and friends
+MAX_VARIANTS = 256  # after expansion: one more field in a grid multiplies the jobs, and each is minutes of training
+MAX_SAMPLES = 256
+MAX_ETA = 100
+MAX_BUDGET_MINUTES = 7 * 24 * 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +48,7 @@ class Training:
     schedule: str = "constant"
     steps_per_execution: int = 64
     random_flip: bool = False  # mirror half the training images left-right (clothes are symmetric); serve the mean over both mirrors
+    validation_freq: int = 1  # score the validation split every this many epochs (and always at a job's last epoch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +217,7 @@ def _validate(variant: Variant, where: _Where) -> None:
     _bounded(where, "training.epochs", training.epochs, 1, MAX_EPOCHS)
     _bounded(where, "training.batch_size", training.batch_size, 1, MAX_BATCH_SIZE)
     _bounded(where, "training.steps_per_execution", training.steps_per_execution, 1, MAX_STEPS_PER_EXECUTION)
+    _bounded(where, "training.validation_freq", training.validation_freq, 1, MAX_EPOCHS)
     if not math.isfinite(training.learning_rate):
         raise where.error("training.learning_rate", f"must be a finite number, got {training.learning_rate}")
     if training.learning_rate <= 0:
@@ -232,39 +240,191 @@ def _validate(variant: Variant, where: _Where) -> None:
     _bounded(where, "resources.gpu", resources.gpu, 0, MAX_GPUS)
 
 
+@dataclasses.dataclass(frozen=True)
+class Halving:
+    """Train everyone to ``min_epochs``, keep the best 1/``eta``, multiply the epochs by ``eta``, until ``max_epochs``."""
+
+    min_epochs: int
+    max_epochs: int
+    eta: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """The top-level ``search`` section: draws per sampled variant, their seed, successive halving, a time budget."""
+
+    samples: int = defaults.SEARCH_SAMPLES
+    seed: int = defaults.SEED
+    halving: Optional[Halving] = None
+    budget_minutes: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Expansion:
+    """Where an expanded variant came from: its base variant, the searched values, its draw (None: grid or no space)."""
+
+    base: str
+    values: Mapping[str, Any]
+    sample: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A config file, read: every variant expanded and checked, the search settings, and each variant's expansion."""
+
+    variants: list[Variant]
+    search: Optional[Search] = None
+    expansions: Mapping[str, Expansion] = dataclasses.field(default_factory=dict)
+    source: str = ""  # the file, for error lines about the config as a whole
+
+
 def _merge(base: Mapping, override: Mapping) -> dict:
     merged = dict(base)
     for key, value in override.items():
-        merged[key] = _merge(merged[key], value) if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping) else value
+        # A field's space replaces a default's space (or value) whole, as any other value would.
+        nested = isinstance(value, Mapping) and isinstance(merged.get(key), Mapping) and not set(value) & set(spaces.SPACES)
+        merged[key] = _merge(merged[key], value) if nested else value
     return merged
 
 
-def parse_config(document: Any, source: str) -> list[Variant]:
-    """All variants of a config document: ``defaults`` merged into each of ``variants``."""
+@dataclasses.dataclass(frozen=True)
+class _SearchFields:
+    samples: int = defaults.SEARCH_SAMPLES
+    seed: int = defaults.SEED
+    halving: Any = None
+    budget: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _BudgetFields:
+    minutes: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _HalvingFields:
+    min_epochs: int
+    max_epochs: int
+    eta: int = defaults.HALVING_ETA
+
+
+def _parse_search(data: Any, where: _Where) -> Search:
+    fields = _fill(_SearchFields, data, where, "search.")
+    _bounded(where, "search.samples", fields.samples, 1, MAX_SAMPLES)
+    _bounded(where, "search.seed", fields.seed, 0, 2**32 - 1)
+    halving = None
+    if fields.halving is not None:
+        given = _fill(_HalvingFields, fields.halving, where, "search.halving.")
+        _bounded(where, "search.halving.min_epochs", given.min_epochs, 1, MAX_EPOCHS)
+        _bounded(where, "search.halving.max_epochs", given.max_epochs, given.min_epochs, MAX_EPOCHS)
+        _bounded(where, "search.halving.eta", given.eta, 2, MAX_ETA)
+        halving = Halving(given.min_epochs, given.max_epochs, given.eta)
+    budget = None
+    if fields.budget is not None:
+        budget = _fill(_BudgetFields, fields.budget, where, "search.budget.").minutes
+        if not math.isfinite(budget) or not 0 < budget <= MAX_BUDGET_MINUTES:
+            raise where.error("search.budget.minutes", f"must be above 0 and at most {MAX_BUDGET_MINUTES:g} (a week), got {budget}")
+    return Search(fields.samples, fields.seed, halving, budget)
+
+
+def _find_spaces(item: Mapping, where: _Where) -> dict[str, spaces.Space]:
+    """Every field of a variant written as a search space, by dotted name; unknown fields are left to the strict parser."""
+    found = {}
+    for key in ("model", "training", "resources", "workers", "name"):  # names and draws list model fields first, whatever the YAML's order
+        value = item.get(key)
+        if key in ("model", "training", "resources") and isinstance(value, Mapping):
+            kinds: Mapping[str, Any] = {}
+            if key == "training":
+                kinds = typing.get_type_hints(Training)
+            elif key == "model":
+                if spaces.is_space(value.get("type")):
+                    raise where.error("model.type", "a search space cannot pick the architecture: write one variant per type")
+                if value.get("type") in ARCHITECTURES:
+                    kinds = typing.get_type_hints(ARCHITECTURES[value["type"]].config)
+            for sub, subvalue in value.items():
+                if not spaces.is_space(subvalue):
+                    continue
+                if key == "resources":
+                    raise where.error(f"resources.{sub}", "resources are not searched: they size the pods, not the model")
+                if sub in kinds:
+                    found[f"{key}.{sub}"] = spaces.parse_space(subvalue, kinds[sub], f"{key}.{sub}", where)
+        elif key == "name" and spaces.is_space(value):
+            raise where.error("name", "a name cannot be searched: each expanded variant is named after its values")
+        elif key == "workers" and spaces.is_space(value):
+            found[key] = spaces.parse_space(value, int, key, where)
+    return found
+
+
+def _assign(item: Mapping, values: Mapping[str, Any]) -> dict:
+    """``item`` with each dotted field set to its value."""
+    result = dict(item)
+    for field, value in values.items():
+        section, _, leaf = field.rpartition(".")
+        value = list(value) if isinstance(value, tuple) else value
+        if section:
+            result[section] = {**result[section], leaf: value}
+        else:
+            result[leaf] = value
+    return result
+
+
+def _expand(item: Any, where: _Where, search: Search) -> list[tuple[Variant, Expansion]]:
+    """One config entry as its variants: itself when it holds no space, else its grid or its samples, each checked."""
+    if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) or not item["name"]:
+        return [(parse_variant(item, where), Expansion(str(item), {}))]  # parse_variant names what is wrong
+    base, named = item["name"], _Where(where.source, item["name"])
+    found = _find_spaces(item, named)
+    if search.halving:
+        if "training.epochs" in found:
+            raise named.error("training.epochs", "search.halving trains every variant to its max_epochs: remove this search space")
+        item = _merge(item, {"training": {"epochs": search.halving.max_epochs}})
+    if not found:
+        return [(parse_variant(item, where), Expansion(base, {}))]
+    # Every edge of every space passes the strict parser under the base name: a bad bound is named where it is written.
+    first = {field: space.bounds()[0] for field, space in found.items()}
+    for field, space in found.items():
+        for value in space.bounds():
+            parse_variant(_assign(item, first | {field: value}), where)
+    grid = spaces.is_grid(found)
+    if grid and spaces.grid_size(found) > MAX_VARIANTS:
+        raise named.error(" × ".join(found), f"the grid gives {spaces.grid_size(found)} variants, more than {MAX_VARIANTS}:"
+                                            " list fewer choices, or add a uniform space and sample")
+    expanded = []
+    for index, values in enumerate(spaces.assignments(found, search.samples, search.seed, base)):
+        name = spaces.variant_name(base, values, index, MAX_NAME)
+        variant = parse_variant(_assign(item, values) | {"name": name}, where)
+        expanded.append((variant, Expansion(base, values, None if grid else index)))
+    return expanded
+
+
+def parse_config(document: Any, source: str) -> Config:
+    """A config document: ``defaults`` merged into each of ``variants``, search spaces expanded, ``search`` read."""
     where = _Where(source)
     if not isinstance(document, Mapping):
         raise where.error("spec", "expected a mapping with a 'variants' list")
-    unknown = sorted(set(document) - {"defaults", "variants"})
+    unknown = sorted(set(document) - {"defaults", "variants", "search"})
     if unknown:
-        raise where.error(unknown[0], "unknown top-level field (known: defaults, variants)")
-    defaults = document.get("defaults") or {}
-    if not isinstance(defaults, Mapping):
-        raise where.error("defaults", f"expected a mapping, got {defaults!r}")
+        raise where.error(unknown[0], "unknown top-level field (known: defaults, variants, search)")
+    defaults_ = document.get("defaults") or {}
+    if not isinstance(defaults_, Mapping):
+        raise where.error("defaults", f"expected a mapping, got {defaults_!r}")
     items = document.get("variants")
     if not isinstance(items, list) or not items:
         raise where.error("variants", "expected a non-empty list of variants")
-    variants, seen = [], set()
+    search = _parse_search(document["search"], where) if document.get("search") is not None else None
+    variants, expansions = [], {}
     for item in items:
-        variant = parse_variant(_merge(defaults, item) if isinstance(item, Mapping) else item, where)
-        if variant.name in seen:
-            raise _Where(source, variant.name).error("name", "duplicate variant name")
-        seen.add(variant.name)
-        variants.append(variant)
-    return variants
+        for variant, expansion in _expand(_merge(defaults_, item) if isinstance(item, Mapping) else item, where, search or Search()):
+            if variant.name in expansions:
+                raise _Where(source, variant.name).error("name", "duplicate variant name")
+            expansions[variant.name] = expansion
+            variants.append(variant)
+    if len(variants) > MAX_VARIANTS:
+        raise where.error("variants", f"expand to {len(variants)} variants, more than {MAX_VARIANTS}: lower search.samples or list fewer choices")
+    return Config(variants, search, expansions, source)
 
 
-def load_variants(path: Path) -> list[Variant]:
-    """Reads and checks a variants YAML file before anything runs."""
+def load_config(path: Path) -> Config:
+    """Reads and checks a config file before anything runs: its variants expanded, its search settings."""
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_CONFIG_BYTES + 1)  # bounded: --config /dev/zero must not fill the memory
@@ -283,6 +443,11 @@ def load_variants(path: Path) -> list[Variant]:
         line = f" at line {mark.line + 1}" if mark else ""
         raise BakeoffError(f"{path}: malformed YAML{line}: fix the syntax") from None
     return parse_config(document, str(path))
+
+
+def load_variants(path: Path) -> list[Variant]:
+    """Reads and checks a variants YAML file before anything runs: every variant, spaces expanded."""
+    return load_config(path).variants
 
 
 def from_dict(data: Mapping) -> Variant:

@@ -65,7 +65,7 @@ def test_round_trip_through_a_pipeline_parameter() -> None:
         ("variants:\n  - {name: a, model: {type: cnn}, training: {optimizer: lbfgs}}\n",
          "variant 'a': training.optimizer: unknown optimizer 'lbfgs' (known: adam, sgd, rmsprop)"),
         ("variants: []\n", "variants: expected a non-empty list of variants"),
-        ("variant:\n  - {name: a}\n", "variant: unknown top-level field (known: defaults, variants)"),
+        ("variant:\n  - {name: a}\n", "variant: unknown top-level field (known: defaults, variants, search)"),
         ("variants:\n  - {name: a, model: {type: cnn}\n", "malformed YAML at line 3: fix the syntax"),
     ],
 )

@@ -10,6 +10,7 @@ from components.errors import ERROR_PREFIX, BakeoffError
 from pipelines.cli.cluster import add_cluster_commands
 from pipelines.cli.deploy import add_deploy_commands
 from pipelines.cli.local import add_local_commands
+from pipelines.cli.plan import add_plan_commands
 from pipelines.cli.report import add_report_commands
 from pipelines.cli.serving import add_serving_commands
 
@@ -19,6 +20,7 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--debug", action="store_true", help="show tracebacks")
     commands = top.add_subparsers(dest="command", required=True)
     add_local_commands(commands)
+    add_plan_commands(commands)
     add_cluster_commands(commands)
     add_serving_commands(commands)
     add_deploy_commands(commands)

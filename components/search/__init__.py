@@ -1,0 +1,1 @@
+"""Hyperparameter search: spaces in a variant's fields, successive halving over rungs, and the plan's cost."""

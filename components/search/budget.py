@@ -1,0 +1,121 @@
+"""The plan's cost: seconds per epoch from each architecture's arithmetic, and a search shrunk to fit its budget."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from components import defaults
+from components.errors import BakeoffError
+from components.modeling.architectures import CnnConfig, MlpConfig
+from components.search.halving import Rung, schedule
+from components.spec import Config, Halving, Variant
+
+CLASSES = 10
+IMAGE_SIDE = 28
+TRAIN_EXAMPLES = 60000 - defaults.VALIDATION_SIZE  # Fashion-MNIST's training images less the validation split
+
+
+def macs(variant: Variant) -> int:
+    """Multiply-accumulates of one image through the network (the forward pass; training's backward pass is in the constant)."""
+    config = variant.model_config()
+    if isinstance(config, MlpConfig):
+        widths = [IMAGE_SIDE * IMAGE_SIDE, *config.hidden_units, CLASSES]
+        return sum(a * b for a, b in zip(widths, widths[1:]))
+    assert isinstance(config, CnnConfig)
+    side, channels, total = IMAGE_SIDE, 1, 0
+    for index, filters in enumerate(config.filters):
+        side -= config.kernel_size - 1  # valid convolutions
+        total += side * side * config.kernel_size**2 * channels * filters
+        channels = filters
+        if index < len(config.filters) - 1:
+            side //= 2  # each pooling but the last
+    flat = side * side * channels
+    return total + flat * config.dense_units + config.dense_units * CLASSES
+
+
+def epoch_seconds(variant: Variant, train_examples: int) -> float:
+    """One epoch of ``variant`` on this machine's class of CPU: its multiply-accumulates, validation and the backward pass in the constant."""
+    return train_examples * macs(variant) * defaults.SECONDS_PER_MAC
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a search will train: the config as shrunk, its rungs (None: every variant trains its epochs once), the estimate."""
+
+    config: Config
+    rungs: Optional[list[Rung]]
+    seconds: float
+    shrunk: list[str]
+
+
+def estimate(config: Config, train_examples: int) -> tuple[Optional[list[Rung]], float]:
+    """The rungs and the estimated seconds of training, one job at a time.
+
+    With halving, which variants survive is not known in advance, so each rung is costed as if the costliest
+    ones did: the estimate is an upper bound. Every job also pays ``JOB_START_SECONDS`` (processes, TensorFlow, data).
+    """
+    halving = config.search.halving if config.search else None
+    costs = sorted((epoch_seconds(v, train_examples) for v in config.variants), reverse=True)
+    if halving is None:
+        seconds = sum(epoch_seconds(v, train_examples) * v.training.epochs for v in config.variants)
+        return None, seconds + len(config.variants) * defaults.JOB_START_SECONDS
+    rungs, seconds, done = schedule(len(config.variants), halving), 0.0, 0
+    for rung in rungs:
+        seconds += sum(costs[: rung.entering]) * (rung.epochs - done) + rung.entering * defaults.JOB_START_SECONDS
+        done = rung.epochs
+    return rungs, seconds
+
+
+def _with_samples(config: Config, samples: int) -> Config:
+    """The config with only the first ``samples`` draws of each sampled variant (the draws of ``search.samples`` = samples)."""
+    keep = [v for v in config.variants if (config.expansions[v.name].sample or 0) < samples]
+    assert config.search is not None
+    return dataclasses.replace(config, variants=keep, search=dataclasses.replace(config.search, samples=samples),
+                               expansions={v.name: config.expansions[v.name] for v in keep})
+
+
+def _with_epochs(config: Config, epochs: int) -> Config:
+    """The config with every variant's epochs at most ``epochs`` (with halving: ``max_epochs`` lowered to it)."""
+    assert config.search is not None
+    search, halving = config.search, config.search.halving
+    if halving is not None:
+        search = dataclasses.replace(search, halving=Halving(min(halving.min_epochs, epochs), epochs, halving.eta))
+    variants = [dataclasses.replace(v, training=dataclasses.replace(v.training, epochs=min(v.training.epochs, epochs))) for v in config.variants]
+    return dataclasses.replace(config, variants=variants, search=search)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def fit(config: Config, train_examples: int = TRAIN_EXAMPLES) -> Plan:
+    """The plan for ``config``, shrunk to ``search.budget_minutes`` before anything runs rather than cut short mid-rung.
+
+    Fewer draws per sampled variant first (grid and baseline variants stay), then fewer epochs for every variant
+    (with halving, a lower ``max_epochs``); if even one draw at one epoch is over the budget, one line says so.
+    """
+    rungs, seconds = estimate(config, train_examples)
+    budget = config.search.budget_minutes if config.search else None
+    if budget is None or seconds <= budget * 60:
+        return Plan(config, rungs, seconds, [])
+    assert config.search is not None
+    limit, shrunk, samples = budget * 60, [], config.search.samples
+    if any(expansion.sample is not None for expansion in config.expansions.values()):
+        fitting = [k for k in range(samples, 0, -1) if estimate(_with_samples(config, k), train_examples)[1] <= limit]
+        if (fitting[0] if fitting else 1) < samples:
+            config = _with_samples(config, fitting[0] if fitting else 1)
+            shrunk.append(f"search.samples {samples} -> {config.search.samples}: {samples} draws per sampled variant take"
+                          f" an estimated {_minutes(seconds)}, over the budget of {budget:g} min")
+            rungs, seconds = estimate(config, train_examples)
+    if seconds > limit:
+        longest = max(variant.training.epochs for variant in config.variants)
+        fitting = [e for e in range(longest - 1, 0, -1) if estimate(_with_epochs(config, e), train_examples)[1] <= limit]
+        if not fitting:
+            least = estimate(_with_epochs(config, 1), train_examples)[1]
+            raise BakeoffError(f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} variants at 1 epoch"
+                               f" (an estimated {_minutes(least)} here): raise the budget or list fewer variants")
+        field = "search.halving.max_epochs" if config.search.halving else "training.epochs"
+        shrunk.append(f"{field} {longest} -> {fitting[0]}: {longest} epochs take an estimated {_minutes(seconds)}, over the budget of {budget:g} min")
+        config = _with_epochs(config, fitting[0])
+        rungs, seconds = estimate(config, train_examples)
+    return Plan(config, rungs, seconds, shrunk)

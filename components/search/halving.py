@@ -1,0 +1,50 @@
+"""Successive halving: the rungs a search trains through, and which variants survive each."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from components.selection.ranking import direction, rank
+from components.spec import Halving
+
+
+@dataclasses.dataclass(frozen=True)
+class Rung:
+    """Rung ``index`` trains ``entering`` variants until epoch ``epochs`` (resuming each) and keeps the best ``keep``."""
+
+    index: int
+    epochs: int
+    entering: int
+    keep: int
+
+
+def schedule(count: int, halving: Halving) -> list[Rung]:
+    """The rungs for ``count`` variants.
+
+    Rung k trains to ``min(min_epochs * eta**k, max_epochs)`` and keeps ``max(1, entering // eta)``; the rung that
+    reaches ``max_epochs`` keeps 1 and is the last. Once a single variant is left it goes straight to ``max_epochs``:
+    stopping it at rungs in between would only cost job starts.
+    """
+    rungs: list[Rung] = []
+    entering, epochs = count, halving.min_epochs
+    while entering > 0:
+        if entering == 1 or epochs >= halving.max_epochs:
+            rungs.append(Rung(len(rungs), halving.max_epochs, entering, 1))
+            break
+        keep = max(1, entering // halving.eta)
+        rungs.append(Rung(len(rungs), epochs, entering, keep))
+        entering, epochs = keep, min(epochs * halving.eta, halving.max_epochs)
+    return rungs
+
+
+def survivors(candidates: list[dict], keep: int, metric: str) -> tuple[list[str], list[str]]:
+    """The names of the ``keep`` best candidates and of the rest, each best first by ``metric`` in its direction.
+
+    Ties go to the name that sorts first (``rank``); a candidate whose metric is not a number (a diverged run's NaN)
+    ranks below every other.
+    """
+    direction(metric)  # an unknown metric is one line, before any candidate is read
+    scored = [c for c in candidates if math.isfinite(c[metric])]
+    ranked = rank(scored, metric) + sorted((c for c in candidates if not math.isfinite(c[metric])), key=lambda c: c["variant"])
+    names = [c["variant"] for c in ranked]
+    return names[:keep], names[keep:]
