@@ -85,7 +85,8 @@ def _with_epochs(config: Config, epochs: int) -> Config:
 
 
 def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min"
+    minutes = seconds / 60
+    return f"{minutes:.3g} min" if minutes < 100 else f"{minutes:.0f} min"
 
 
 def fit(config: Config, train_examples: int = TRAIN_EXAMPLES) -> Plan:
@@ -112,7 +113,7 @@ def fit(config: Config, train_examples: int = TRAIN_EXAMPLES) -> Plan:
         fitting = [e for e in range(longest - 1, 0, -1) if estimate(_with_epochs(config, e), train_examples)[1] <= limit]
         if not fitting:
             least = estimate(_with_epochs(config, 1), train_examples)[1]
-            raise BakeoffError(f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} variants at 1 epoch"
+            raise BakeoffError(f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"
                                f" (an estimated {_minutes(least)} here): raise the budget or list fewer variants")
         field = "search.halving.max_epochs" if config.search.halving else "training.epochs"
         shrunk.append(f"{field} {longest} -> {fitting[0]}: {longest} epochs take an estimated {_minutes(seconds)}, over the budget of {budget:g} min")
