@@ -39,6 +39,7 @@ S3_RETRY_SECONDS = 120.0  # how long one store request is retried after it first
 LOCAL_STORE = "./bakeoff-store"
 REPORT = Path("report.html")  # where `bakeoff report` writes the run's page
 WORK_DIR = Path(".bakeoff")  # kfp.local's outputs and cache
+PROGRESS_REFRESH_PER_SECOND = 2.0  # `run`'s live display redraws this often: epochs take seconds, and each redraw reads every event file
 IMAGE = "ghcr.io/bakeoff/bakeoff:0.1.0"  # built from images/Dockerfile; the Makefile reads this line
 CLUSTER_STORE = "s3://mlpipeline/private/{namespace}/bakeoff"  # writable by a profile's keys on multi-user Kubeflow
 CLUSTER_S3_ENDPOINT = "seaweedfs.kubeflow:9000"  # KFP >= 2.16; a run-time parameter for older ones

@@ -52,17 +52,15 @@ def log_file(folder: Path, variant: str) -> Path:
 def read_events(folder: Path) -> dict[str, dict]:
     """Each variant's state: its events merged in order, so ``done`` keeps the last epoch's numbers.
 
-    A line still being written (no newline yet) or not JSON is skipped; the next read sees it whole.
+    A line still being written (no JSON yet) is skipped; the next read sees it whole.
     """
     states: dict[str, dict] = {}
     for path in sorted(folder.glob(f"*{EVENTS_SUFFIX}")):
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8", errors="replace")  # a character may be half-written
         except OSError:
             continue
-        for line in text.splitlines(keepends=True):
-            if not line.endswith("\n"):
-                break
+        for line in text.splitlines():
             try:
                 event = json.loads(line)
             except ValueError:

@@ -10,11 +10,40 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Optional, TextIO
 
 from components import defaults
 from components.errors import ERROR_FILE_ENV, BakeoffError
+from components.progress import PROGRESS_DIR_ENV
 from components.spec import Variant
 from pipelines.pipeline import build_pipeline
+
+PIPELINE_LOG = "pipeline.log"  # kfp.local's own output, in the progress folder of a watched run
+# What makes text no plain text: terminal escape sequences (kfp.local colours its messages), carriage returns
+# and the other control characters but tab and newline.
+CONTROL = re.compile(r"\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def plain(text: str) -> str:
+    """``text`` without control characters: what a log file or a pipe should hold."""
+    return CONTROL.sub("", text)
+
+
+class PlainWriter:
+    """A text stream that passes on only plain text (kfp.local writes each message whole, escapes included)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(plain(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)  # encoding, fileno, isatty: the stream's own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,13 +62,15 @@ class LocalRun:
     parallelism: int = defaults.LOCAL_PARALLELISM
     work_dir: Path = defaults.WORK_DIR
     timeout_seconds: int = defaults.TIMEOUT_SECONDS
+    progress_dir: Optional[Path] = None  # someone watches: events, replica logs and kfp.local's output go here
 
 
 def run_local(run: LocalRun) -> dict:
     """Executes the pipeline with kfp.local and returns the select step's summary.
 
-    kfp.local prints task logs on stdout; they are sent to stderr so that
-    stdout carries only bakeoff's own report.
+    kfp.local prints task logs on stdout; they are sent, as plain text, to stderr so
+    that stdout carries only bakeoff's own report, or with ``run.progress_dir`` to its
+    PIPELINE_LOG while the tasks report progress and replica logs there (components/progress.py).
     """
     from kfp import local
 
@@ -51,11 +82,15 @@ def run_local(run: LocalRun) -> dict:
         cache_root=str(run.work_dir.resolve() / "cache"),
     )
     pipeline = build_pipeline(parallelism=run.parallelism, variants=[variant.to_dict() for variant in run.variants])
-    with tempfile.TemporaryDirectory(prefix="bakeoff-run-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="bakeoff-run-") as scratch, contextlib.ExitStack() as stack:
         error_file = Path(scratch) / "error"
         os.environ[ERROR_FILE_ENV] = str(error_file)
+        task_log: TextIO = sys.stderr
+        if run.progress_dir is not None:
+            os.environ[PROGRESS_DIR_ENV] = str(run.progress_dir.resolve())  # the tasks and their replicas inherit it
+            task_log = stack.enter_context(open(run.progress_dir / PIPELINE_LOG, "a", encoding="utf-8"))
         try:
-            with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+            with contextlib.redirect_stdout(PlainWriter(task_log)), warnings.catch_warnings():
                 # The image only matters on a cluster; locally the venv runs the code.
                 warnings.filterwarnings("ignore", message=".*non-Python base image.*")
                 task = pipeline(
@@ -74,8 +109,8 @@ def run_local(run: LocalRun) -> dict:
         except RuntimeError as error:
             if error_file.exists():
                 raise BakeoffError(error_file.read_text().strip()) from None
-            plain = re.sub(r"\x1b\[[0-9;]*m", "", str(error))  # kfp colours its messages
-            raise BakeoffError(f"the local pipeline failed ({plain}): see the task log above") from None
+            raise BakeoffError(f"the local pipeline failed ({plain(str(error))}): see the task log above") from None
         finally:
             os.environ.pop(ERROR_FILE_ENV, None)
+            os.environ.pop(PROGRESS_DIR_ENV, None)
     return json.loads(task.output)

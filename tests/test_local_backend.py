@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from components import progress
 from components.errors import BakeoffError
 from components.backends.local import LocalBackend, thread_cap
 from components.training.tfjob import build_tfjob
@@ -144,3 +145,29 @@ def test_active_deadline_stops_the_job(tmp_path: Path) -> None:
     with pytest.raises(BakeoffError, match=r"ran past activeDeadlineSeconds=3 and was stopped"):
         LocalBackend(sink=lambda line: None).run(job_running(SLEEPER, tmp_path, workers=2, deadline=3))
     assert left_running(tmp_path / "replica-0.pid", tmp_path / "replica-1.pid") == []
+
+
+WATCHED = """
+import json, os, sys
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+print("progress folder", os.environ.get("BAKEOFF_PROGRESS_DIR"), flush=True)
+if index == 1:
+    print("bakeoff: error: replica one cannot go on", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_when_watched_the_lines_go_to_the_variants_log_and_a_failure_is_its_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bakeoff run` on a terminal: the table shows the variant's state; its replicas' lines are in its log file."""
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    monkeypatch.setenv(progress.PROGRESS_DIR_ENV, str(folder))
+    lines: list[str] = []
+    with pytest.raises(BakeoffError) as error:
+        LocalBackend(sink=lines.append).run(job_running(WATCHED, tmp_path))
+    assert lines == []  # nothing on the task's stdout, which would scroll over the table
+    log = (folder / "probe.log").read_text().splitlines()  # named by the variant, not the job
+    assert f"[probe-job-worker-0] progress folder {folder}" in log  # the chief can emit its own events
+    assert "[probe-job-worker-1] bakeoff: error: replica one cannot go on" in log
+    state = progress.read_events(folder)["probe"]
+    assert (state["state"], state["error"]) == ("failed", str(error.value))

@@ -13,6 +13,8 @@ Sink = Callable[[str], None]  # where a backend sends each log line
 CONTAINER = "tensorflow"  # the container name the Training Operator looks for
 PORT = 2222  # the Training Operator's default TFJob port
 WORKER = "Worker"  # the replica type bakeoff's jobs consist of
+# The variant a job trains, whole: a label value is cut at 63 characters; the local backend names its log by it.
+VARIANT_ANNOTATION = "bakeoff/variant"
 
 
 class Backend(Protocol):

@@ -18,9 +18,9 @@ from typing import Iterator, Optional, TextIO
 
 from kubeflow.training import KubeflowOrgV1TFJob
 
+from components import defaults, progress
 from components.backends import allocator
-from components.backends.backend import Sink, print_line
-from components import defaults
+from components.backends.backend import VARIANT_ANNOTATION, Sink, print_line
 from components.defaults import LOG_TAIL
 from components.errors import ERROR_PREFIX, BakeoffError
 
@@ -195,6 +195,24 @@ class _Replica:
         return self.tail[-1] if self.tail else "(no output)"
 
 
+@contextlib.contextmanager
+def _job_log(variant: str, sink: Sink) -> Iterator[Sink]:
+    """Where a job's log lines go: the variant's log file when someone watches the run, else ``sink``."""
+    path = progress.log_path(variant)
+    if path is None:
+        yield sink
+        return
+    lock = threading.Lock()
+    with open(path, "a", encoding="utf-8") as log:
+
+        def write(line: str) -> None:
+            with lock:  # one reader thread per replica: lines must not interleave
+                log.write(line + "\n")
+                log.flush()
+
+        yield write
+
+
 class LocalBackend:
     """Runs a TFJob's replicas as processes of this machine, honouring its run policy."""
 
@@ -205,18 +223,32 @@ class LocalBackend:
         self.tcmalloc = allocator.tcmalloc()
 
     def run(self, job: KubeflowOrgV1TFJob) -> None:
-        """Runs ``job`` to success, or raises BakeoffError saying which replica failed and why."""
+        """Runs ``job`` to success, or raises BakeoffError saying which replica failed and why.
+
+        When someone watches (``progress.PROGRESS_DIR_ENV``), the log lines go to the
+        variant's log file instead of the sink, and a failure for good is an event.
+        """
+        variant = (job.metadata.annotations or {}).get(VARIANT_ANNOTATION) or job.metadata.name
+        with _job_log(variant, self.sink) as sink:
+            try:
+                self._run(job, variant, sink)
+            except BakeoffError as error:
+                progress.emit(variant, state="failed", error=str(error))
+                raise
+
+    def _run(self, job: KubeflowOrgV1TFJob, variant: str, sink: Sink) -> None:
         name = job.metadata.name
         if not self.tcmalloc:
-            self.sink(f"[{name}] tcmalloc not found: replicas use the default malloc and train about half as fast"
-                      f" ({allocator.INSTALL_HINT}; `make run` installs it)")
+            sink(f"[{name}] tcmalloc not found: replicas use the default malloc and train about half as fast"
+                 f" ({allocator.INSTALL_HINT}; `make run` installs it)")
         policy = job.spec.run_policy
         deadline = time.monotonic() + policy.active_deadline_seconds if policy and policy.active_deadline_seconds else None
         backoff_limit = policy.backoff_limit if policy and policy.backoff_limit is not None else 0
         restartable = all(spec.restart_policy in RESTARTING_POLICIES for spec in job.spec.tf_replica_specs.values())
         restarts = 0
         while True:
-            failed, outcome, quiet = self._attempt(job, deadline)
+            progress.emit(variant, state="training", restarts=restarts)  # the job's replicas are starting
+            failed, outcome, quiet = self._attempt(job, deadline, sink)
             if failed is None:
                 return
             if outcome == "deadline":
@@ -232,9 +264,9 @@ class LocalBackend:
             if not restartable or restarts >= backoff_limit:
                 raise BakeoffError(f"TFJob {name!r} failed: replica {failed.label} {what} after {restarts} restart(s): {hint}")
             restarts += 1
-            self.sink(f"[{name}] replica {failed.label} {what}; restarting the job ({restarts}/{backoff_limit})")
+            sink(f"[{name}] replica {failed.label} {what}; restarting the job ({restarts}/{backoff_limit})")
 
-    def _attempt(self, job: KubeflowOrgV1TFJob, deadline: Optional[float]) -> tuple[Optional[_Replica], str, float]:
+    def _attempt(self, job: KubeflowOrgV1TFJob, deadline: Optional[float], sink: Sink) -> tuple[Optional[_Replica], str, float]:
         """Starts every replica once; returns (None, "", 0) on success, else the replica to blame,
         "failed", "stalled" or "deadline", and how long it has been quiet."""
         configs = tf_configs(job)
@@ -256,9 +288,9 @@ class LocalBackend:
                     HEARTBEAT_ENV: str(heartbeats / label),  # the replica creates it
                 }
                 command = [sys.executable if part in ("python", "python3") else part for part in container.command]
-                replica = _Replica(label, command + list(container.args or []), env, self.sink, heartbeats / label)
+                replica = _Replica(label, command + list(container.args or []), env, sink, heartbeats / label)
                 replicas.append(replica)
-                self.sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}")
+                sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}")
             while True:
                 running = [replica for replica in replicas if replica.process.poll() is None]
                 quiet = {replica: replica.quiet_seconds() for replica in running}

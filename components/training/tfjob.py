@@ -27,7 +27,7 @@ from kubernetes.client import (
 )
 from kubernetes.utils import parse_quantity
 
-from components.backends.backend import CONTAINER, PORT, WORKER
+from components.backends.backend import CONTAINER, PORT, VARIANT_ANNOTATION, WORKER
 from components.defaults import BACKOFF_LIMIT, TIMEOUT_SECONDS
 from components.spec import Variant
 
@@ -129,7 +129,8 @@ def build_tfjob(
         tf_replica_specs={WORKER: KubeflowOrgV1ReplicaSpec(replicas=variant.workers, restart_policy="OnFailure", template=template)},
     )
     labels = {PART_OF_LABEL: "bakeoff", VARIANT_LABEL: label_value(variant.name), SPEC_LABEL: spec_digest(spec)}
-    return KubeflowOrgV1TFJob(api_version="kubeflow.org/v1", kind="TFJob", metadata=V1ObjectMeta(name=name, labels=labels), spec=spec)
+    metadata = V1ObjectMeta(name=name, labels=labels, annotations={VARIANT_ANNOTATION: variant.name})
+    return KubeflowOrgV1TFJob(api_version="kubeflow.org/v1", kind="TFJob", metadata=metadata, spec=spec)
 
 
 def spec_digest(spec: KubeflowOrgV1TFJobSpec) -> str:

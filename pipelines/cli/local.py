@@ -20,6 +20,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from components.selection.promotion import Gate
     from components.selection.ranking import direction
     from components.storage.registry import model_prefix
+    from pipelines.cli.display import new_progress_folder, run_watched
     from pipelines.local_run import LocalRun, run_local
 
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
@@ -43,7 +44,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = open_cli_store(args)
     store.check_writable()
     out = sys.stderr if args.json else sys.stdout
-    summary = run_local(LocalRun(
+    # On a terminal a live table shows each variant; replica logs go to files. Else (a pipe, a CI log,
+    # --no-progress) every log line is printed as plain text.
+    watched = sys.stderr.isatty() and not args.no_progress
+    run = LocalRun(
         variants=variants,
         store_uri=store.uri,
         model_name=args.model_name,
@@ -56,7 +60,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         parallelism=args.parallelism,
         work_dir=args.work_dir,
         timeout_seconds=args.timeout,
-    ))
+        progress_dir=new_progress_folder(args.work_dir) if watched else None,
+    )
+    summary = run_watched(run) if watched else run_local(run)
     print(leaderboard(summary), file=out)
     serve = ["bakeoff", "serve", "--store", args.store, "--model-name", args.model_name]
     if args.s3_endpoint:
@@ -154,6 +160,8 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--work-dir", type=Path, default=defaults.WORK_DIR, help=f"kfp.local's outputs and cache (default {defaults.WORK_DIR})")
     run.add_argument("--timeout", type=positive("--timeout", MAX_TIMEOUT_SECONDS), default=defaults.TIMEOUT_SECONDS,
                      help=f"seconds each TFJob may run (default {defaults.TIMEOUT_SECONDS})")
+    run.add_argument("--no-progress", action="store_true",
+                     help="print every log line as plain text instead of the live display (the default when stderr is no terminal)")
     run.add_argument("--serve", action="store_true", help="then serve the published model here (as `bakeoff serve`) until interrupted")
     run.set_defaults(handler=cmd_run)
 
