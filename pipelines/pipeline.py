@@ -119,6 +119,6 @@ def build_pipeline(
             force_publish=force_publish,
         ).after(trained))
         selected.set_caching_options(False)
-        return selected.output
+        return selected.outputs["Output"]
 
     return bakeoff

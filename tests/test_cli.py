@@ -14,6 +14,7 @@ import pytest
 
 from components.storage import open_store, registry
 from tests.conftest import BUCKET, free_port
+from tests.test_report import assert_select_artifacts
 
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -126,6 +127,12 @@ def test_pipeline_runs_and_publishes_the_best_by_the_metric_with_the_documented_
     assert version["test_accuracy"] == summary["winner"]["test_accuracy"]
     human = bakeoff("models", "list", "--store", store_uri, cwd=tmp_path)
     assert best["variant"] in human.stdout.splitlines()[1]
+
+    # What people look at: select's KFP artifacts, and `bakeoff report` of the run from the store.
+    assert_select_artifacts(tmp_path / ".bakeoff", store_uri, summary)
+    report = bakeoff("report", "latest", "--store", store_uri, "-o", "report.html", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert f"<h1>bakeoff run {summary['run_id']}</h1>" in (tmp_path / "report.html").read_text()
 
 
 def change_one_pixel(source: Path) -> None:

@@ -5,6 +5,7 @@ import base64
 import html.parser
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -240,6 +241,9 @@ def test_bakeoff_report_writes_the_latest_run_or_a_named_one(run_store: tuple[st
 
     assert main(["report", "--store", str(store_root), "-o", str(tmp_path / "latest.html")]) == 0
     assert "bakeoff run a-newer-run" in (tmp_path / "latest.html").read_text()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "latest.html").stat().st_mode & 0o777 == 0o666 & ~umask, "an ordinary file, as any other the user writes"
     assert main(["report", RUN_ID, "--store", str(store_root), "-o", str(tmp_path / "named.html")]) == 0
     assert f"bakeoff run {RUN_ID}</h1>" in (tmp_path / "named.html").read_text()
     assert capsys.readouterr().err.splitlines()[-1] == f"wrote the report of run {RUN_ID} to {tmp_path / 'named.html'}"
@@ -273,3 +277,22 @@ def test_the_winner_mark_follows_the_records_winner_not_the_first_row(record: di
     swapped = record | {"winner": record["winner"] | {"variant": record["candidates"][1]["variant"]}}
     rows = Page(render(swapped, histories)).rows
     assert [attributes.get("class") for attributes, _ in rows[1:]] == [None, "winner"]
+
+
+def assert_select_artifacts(work_dir: Path, store_uri: str, summary: dict) -> None:
+    """The select step's KFP outputs of a real kfp.local run (tests/test_cli.py): the confusion matrix, the page, the leaderboard."""
+    (select_dir,) = (work_dir / "pipeline-root").glob("*/select")
+    record = json.loads(open_store(store_uri).get_bytes(f"runs/{summary['run_id']}/selection.json"))
+    (confusion,) = json.loads((select_dir / "executor_output.json").read_text())["artifacts"]["confusion"]["artifacts"]
+    matrix = confusion["metadata"]["confusionMatrix"]
+    assert [spec["displayName"] for spec in matrix["annotationSpecs"]] == record["class_names"]
+    rows = np.array([row["row"] for row in matrix["rows"]])
+    assert rows.tolist() == record["confusion_matrix"] and rows.sum() == 10_000, "the winner on the whole test split"
+    assert np.trace(rows) / rows.sum() == summary["winner"]["test_accuracy"]
+    page = Page((select_dir / "report").read_text())
+    assert [attributes["data-variant"] for attributes, _ in page.rows[1:]] == [c["variant"] for c in summary["candidates"]]
+    assert [attributes.get("class") for attributes, _ in page.rows[1:]] == ["winner"] + [None] * (len(summary["candidates"]) - 1)
+    assert summary["promotion"]["message"] in "".join(page.text)
+    leaderboard = (select_dir / "leaderboard").read_text()
+    assert f"| 1 ★ winner | {summary['winner']['variant']} |" in leaderboard
+    assert all(f"| {c['variant']} |" in leaderboard for c in summary["candidates"])

@@ -5,7 +5,6 @@ import html
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -23,7 +22,7 @@ table { border-collapse: collapse; } th, td { padding: .3em .8em; text-align: ri
 th:nth-child(2), td:nth-child(2) { text-align: left; }
 tr.winner { background: #fff4cc; font-weight: bold; } .metric { background: #eef3fb; }
 img.figure { max-width: 100%; }
-.mistakes { display: grid; grid-template-columns: repeat(auto-fill, 120px); gap: 12px; }
+.mistakes { display: grid; grid-template-columns: repeat(auto-fill, 150px); gap: 12px; }
 .mistakes figure { margin: 0; font-size: .8em; text-align: center; }
 .mistakes img { width: 84px; height: 84px; image-rendering: pixelated; border: 1px solid #ccc; }
 """.strip()
@@ -97,11 +96,12 @@ def write_report(store: Store, run_id: str, path: Path) -> Path:
                  for c in record["candidates"]}
     page = render(record, histories)
     path = Path(path)
+    staged = path.with_name(f".{path.name}.{os.getpid()}.partial")  # beside it, so the rename stays on one file system
     try:
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", delete=False) as staged:
-            staged.write(page)
-        os.replace(staged.name, path)  # never a half-written page where the last one was
+        staged.write_text(page, encoding="utf-8")
+        os.replace(staged, path)  # never a half-written page where the last one was
     except OSError as error:
+        staged.unlink(missing_ok=True)
         raise BakeoffError(f"cannot write {str(path)!r} ({error.strerror}): choose another -o") from None
     return path
 

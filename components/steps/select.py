@@ -1,4 +1,4 @@
-"""The select step: the best candidate on validation, tested, then published."""
+"""The select step: the best candidate on validation, tested, then published; its report for the KFP UI."""
 from kfp import dsl
 
 
@@ -12,19 +12,32 @@ def select(
     metric: str,
     min_improvement: float,
     force_publish: bool,
+    confusion: dsl.Output[dsl.ClassificationMetrics],
+    report: dsl.Output[dsl.HTML],
+    leaderboard: dsl.Output[dsl.Markdown],
 ) -> str:
     """Evaluates every variant the run trained on validation, the winner on test, and publishes it past the promotion gate.
 
-    The returned summary is a JSON string, which keeps integers integral.
+    The returned summary is a JSON string, which keeps integers integral. The
+    KFP UI shows the winner's confusion matrix on test, the run's report page
+    (the same as `bakeoff report`) and the leaderboard.
     """
     import json
+    from pathlib import Path
 
     from components.errors import reported
+    from components.reporting.report import markdown, read_record, write_report
     from components.selection.promotion import Gate
     from components.selection.winner import select_run
-    from components.storage import use_s3_endpoint
+    from components.storage import open_store, use_s3_endpoint
 
     with reported():
         use_s3_endpoint(s3_endpoint)
         gate = Gate(min_improvement, force_publish)
-        return json.dumps(select_run([variant["name"] for variant in variants], data.path, store, model_name, run_id, metric, gate))
+        summary = select_run([variant["name"] for variant in variants], data.path, store, model_name, run_id, metric, gate)
+        opened = open_store(store)
+        record = read_record(opened, run_id)
+        confusion.log_confusion_matrix(record["class_names"], record["confusion_matrix"])
+        write_report(opened, run_id, Path(report.path))
+        Path(leaderboard.path).write_text(markdown(record), encoding="utf-8")
+        return json.dumps(summary)
