@@ -160,7 +160,8 @@ def test_the_store_keeps_only_the_newest_complete_backup_of_this_job(store: Stor
     assert restored == backup.Resume(3, {"loss": [1.0] * 3})
     assert sorted(p.name for p in (tmp_path / "replica" / "chief").iterdir()) == ["checkpoint", "ckpt-3.data-00000-of-00001", "ckpt-3.index"]
     assert backup.restore(store, "v", "job-c", tmp_path / "fresh") == backup.Resume(0, {})
-    assert [backup.begin_attempt(store, "v", "job-a") for _ in range(2)] == [1, 2]
+    assert [backup.begin_attempt(store, "v", "job-a", 3) for _ in range(2)] == [1, 2]
+    assert backup.begin_attempt(store, "v", "job-a", 6) == 1  # the next rung's job counts its own starts
 
     backup.remove(store, "v")
     assert store.list("v") == []

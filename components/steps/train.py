@@ -13,17 +13,25 @@ def train(
     concurrent_jobs: int,
     timeout_seconds: int,
     backend: str,
+    metrics: dsl.Output[dsl.Metrics],
+    stop_epoch: int = 0,
+    rung: int = 0,
 ) -> str:
-    """Trains one variant as a multi-worker TFJob; returns its candidate record as JSON.
+    """Trains one variant as a multi-worker TFJob until epoch ``stop_epoch`` (0: all); returns its candidate record as JSON.
 
     JSON rather than a dict: KFP would turn every integer of a dict into a float.
+    ``metrics`` shows the job's final numbers in the KFP UI.
     """
     import json
 
     from components.errors import reported
     from components.storage import use_s3_endpoint
-    from components.training.launch import train_variant
+    from components.training.launch import final_metrics, train_variant
 
     with reported():
         use_s3_endpoint(s3_endpoint)
-        return json.dumps(train_variant(variant, data.uri, store, run_id, image, max_train_examples, concurrent_jobs, timeout_seconds, backend))
+        candidate = train_variant(variant, data.uri, store, run_id, image, max_train_examples, concurrent_jobs, timeout_seconds, backend,
+                                  stop_epoch, rung)
+        for name, value in final_metrics(candidate["metrics"]).items():
+            metrics.log_metric(name, value)
+        return json.dumps(candidate)

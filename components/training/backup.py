@@ -14,11 +14,13 @@ import tf_keras as keras
 from components.storage import Store
 
 # Below a variant's prefix: <fingerprint>/epoch-NNNN/ (one folder per backed-up
-# epoch, each key written once) and <fingerprint>/attempts/NNNN (one per start).
+# epoch, each key written once) and <fingerprint>/attempts/stop-NNNN/NNNN (one per
+# start of the job that trains to epoch NNNN: each rung counts its own restarts).
 BACKUP = "backup"
 MANIFEST = "backup.json"  # written last into an epoch's folder: the folder is complete
 ATTEMPTS = "attempts"
 READ_DIR = "chief"  # below its backup_dir, tf-keras' BackupAndRestore restores from here
+VAL_EPOCHS = "val_epochs"  # in a History: the 1-based epochs whose val_* numbers it holds
 _EPOCH = re.compile(r"epoch-(\d+)/" + re.escape(MANIFEST) + "$")
 
 
@@ -65,9 +67,9 @@ def restore(store: Store, prefix: str, digest: str, backup_dir: Path) -> Resume:
     return Resume(epochs_done, manifest["history"])
 
 
-def begin_attempt(store: Store, prefix: str, digest: str) -> int:
-    """Counts this start of the job (the chief calls it once per start); returns its number, from 1."""
-    base = f"{backup_prefix(prefix)}/{digest}/{ATTEMPTS}"
+def begin_attempt(store: Store, prefix: str, digest: str, stop_epoch: int) -> int:
+    """Counts this start of the job that trains to ``stop_epoch`` (the chief calls it once per start); returns its number, from 1."""
+    base = f"{backup_prefix(prefix)}/{digest}/{ATTEMPTS}/stop-{stop_epoch:04d}"
     attempt = len(store.list(base)) + 1
     store.put_bytes(f"{base}/{attempt:04d}", b"")
     return attempt
@@ -118,6 +120,8 @@ class StoreBackup(keras.callbacks.BackupAndRestore):
         super().on_epoch_end(epoch, logs)
         for key, value in (logs or {}).items():
             self.history.setdefault(key, []).append(float(value))
+        if logs and "val_loss" in logs:  # validated this epoch: the val_* lists are as long as val_epochs
+            self.history.setdefault(VAL_EPOCHS, []).append(epoch + 1)
         if self.chief:
             upload(self.store, self.prefix, self.digest, self.local / READ_DIR, epoch + 1, self.history)
         self.seconds += time.perf_counter() - started

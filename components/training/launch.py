@@ -6,6 +6,7 @@ from components.data import artifact
 from components.errors import BakeoffError
 from components.spec import from_dict
 from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, open_store, runs
+from components.training import rungs
 from components.training.tfjob import build_tfjob, job_name, worker_args
 
 # What a replica needs from the environment it was started in. Never credentials:
@@ -42,9 +43,18 @@ def train_variant(
     concurrent_jobs: int,
     timeout_seconds: int,
     backend: str = "auto",
+    stop_epoch: int = 0,
+    rung: int = 0,
 ) -> dict:
-    """Trains one variant as a TFJob and returns its candidate record for selection."""
+    """Trains one variant as a TFJob until epoch ``stop_epoch`` (0: all) and returns its candidate record for selection.
+
+    A job that stops before ``training.epochs`` keeps the variant's backup, so
+    the next rung's job resumes there; each job's metrics are also kept as ``rung-<rung>.json``.
+    """
     variant = from_dict(variant_spec)
+    rungs.stop_epoch(variant, stop_epoch)  # checked before anything runs
+    if rung < 0:
+        raise BakeoffError(f"variant {variant.name!r}: rung={rung} must be 0 or more")
     shards = artifact.read_metadata(open_store(data_uri))["shards"]
     if variant.workers > shards:
         raise BakeoffError(
@@ -55,11 +65,20 @@ def train_variant(
     prefix = runs.variant_prefix(run_id, variant.name)
     job = build_tfjob(
         variant,
-        name=job_name(run_id, variant.name),
+        name=job_name(run_id, variant.name, rung),
         image=image,
-        args=worker_args(variant, data_uri, store.uri, prefix, max_train_examples),
+        args=worker_args(variant, data_uri, store.uri, prefix, max_train_examples, stop_epoch, rung),
         env={key: os.environ[key] for key in PASSED_ENV if key in os.environ},
         active_deadline_seconds=timeout_seconds,
     )
     make_backend(backend, concurrent_jobs).run(job)
+    store.put_bytes(f"{prefix}/{runs.rung_name(rung)}", store.get_bytes(f"{prefix}/{runs.METRICS}"))  # this rung's record, kept past the next
     return runs.candidate(store, run_id, variant.name)
+
+
+def final_metrics(metrics: dict) -> dict[str, float]:
+    """The numbers of a job's ``metrics.json`` that the train step shows in the KFP UI."""
+    history = metrics["history"]
+    final = {key: history[key][-1] for key in ("val_accuracy", "val_loss") if history.get(key)}
+    return final | {"train_seconds": metrics["train_seconds"], "examples_per_second": metrics["examples_per_second"],
+                    "replicas": metrics["num_replicas_in_sync"], "epochs": metrics["epochs"]}

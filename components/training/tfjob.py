@@ -43,9 +43,10 @@ LABEL_VALUE_MAX = 63  # Kubernetes' limit on a label value
 THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
 
 
-def job_name(run_id: str, variant: str) -> str:
-    """A DNS-1123 name of at most 63 characters, unique per run and variant."""
-    digest = hashlib.sha256(f"{run_id}/{variant}".encode()).hexdigest()[:8]
+def job_name(run_id: str, variant: str, rung: int = 0) -> str:
+    """A DNS-1123 name of at most 63 characters, unique per run, variant and rung (a rung's finished job may still exist)."""
+    key = f"{run_id}/{variant}" + (f"/rung-{rung}" if rung else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     stem = re.sub(r"[^a-z0-9-]+", "-", f"bakeoff-{variant}".lower()).strip("-")[:50].rstrip("-")
     return f"{stem}-{digest}"
 
@@ -70,7 +71,8 @@ def _cpus(variant: Variant) -> Decimal:
     return parse_quantity(variant.resources.cpu)  # a valid quantity: components/spec.py checked it
 
 
-def worker_args(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_train_examples: int) -> list[str]:
+def worker_args(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_train_examples: int,
+                stop_epoch: int = 0, rung: int = 0) -> list[str]:
     """The worker program's argument list: the TFJob is just this plus the image."""
     return [
         "--variant", json.dumps(variant.to_dict(), separators=(",", ":")),
@@ -78,6 +80,8 @@ def worker_args(variant: Variant, data_uri: str, store_uri: str, prefix: str, ma
         "--store", store_uri,
         "--prefix", prefix,
         "--max-train-examples", str(max_train_examples),
+        "--stop-epoch", str(stop_epoch),
+        "--rung", str(rung),
     ]
 
 

@@ -1,8 +1,8 @@
 """The worker program: one TFJob replica training a variant under MultiWorkerMirroredStrategy.
 
 Started the same way by the Training Operator, the local backend and the
-tests: ``python -m components.training.worker --variant JSON --data URI --store URI --prefix KEY``
-with ``TF_CONFIG`` in the environment.
+tests: ``python -m components.training.worker --variant JSON --data URI --store URI --prefix KEY
+[--stop-epoch N --rung K]`` with ``TF_CONFIG`` in the environment.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, Optional
 
 # Keras 3's model.fit fails under MultiWorkerMirroredStrategy (TF 2.21:
 # "Attempt to convert a value (PerReplica...)"); tf-keras trains correctly.
@@ -32,6 +33,7 @@ if __name__ == "__main__":
 
 import tf_keras as keras  # noqa: E402
 
+from components import progress  # noqa: E402
 from components.backends import allocator  # noqa: E402
 from components.data import artifact  # noqa: E402
 from components.errors import BakeoffError, reported  # noqa: E402
@@ -40,9 +42,11 @@ from components.modeling.optimizers import make_optimizer  # noqa: E402
 from components.modeling.savedmodel import export  # noqa: E402
 from components.spec import Variant, from_dict  # noqa: E402
 from components.storage import open_store, runs  # noqa: E402
-from components.training import backup  # noqa: E402
+from components.storage.store import files_below  # noqa: E402
+from components.training import backup, rungs  # noqa: E402
 
 SHUFFLE_SEED = 1234
+VALIDATION_BATCH = 500  # images per forward pass when scoring validation: inference needs no small batches
 
 
 def _configure_threads() -> None:
@@ -64,12 +68,15 @@ class Throughput(keras.callbacks.Callback):
     which says nothing about how fast training runs. A run of one execution
     has no steady state: then the rate is over the whole of ``fit`` and
     ``steady`` is False. Only the epochs this ``fit`` runs count (a resumed
-    one skips those done). The benchmark's plain baseline uses the same callback.
+    one skips those done). Seconds spent scoring validation (``paused``)
+    do not count: the rate is the training's. The benchmark's plain baseline
+    uses the same callback.
     """
 
-    def __init__(self, global_batch: int) -> None:
+    def __init__(self, global_batch: int, paused: Callable[[], float] = lambda: 0.0) -> None:
         super().__init__()
         self.global_batch = global_batch
+        self.paused = paused
         self.first_steps, self.epochs, self.begun, self.started, self.ended = 0, 0, 0.0, 0.0, 0.0
 
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -94,8 +101,8 @@ class Throughput(keras.callbacks.Callback):
     def examples_per_second(self) -> float:
         steps = self.params["steps"] * self.epochs
         if self.steady:
-            return (steps - self.first_steps) * self.global_batch / (self.ended - self.started)
-        return steps * self.global_batch / (self.ended - self.begun)
+            return (steps - self.first_steps) * self.global_batch / (self.ended - self.started - self.paused())
+        return steps * self.global_batch / (self.ended - self.begun - self.paused())
 
 
 class SyncOnceModel(keras.Model):
@@ -125,6 +132,95 @@ class SyncOnceModel(keras.Model):
         return results
 
 
+class Validation(keras.callbacks.Callback):
+    """Validation loss and accuracy at an epoch's end: each replica scores its own shards, one all-reduce sums them.
+
+    Not ``fit(validation_data=...)``: its evaluation makes a new distributed
+    iterator every epoch (deleting one idled replicas for seconds), all-reduces
+    every metric after every step, and under ``SyncOnceModel`` reports each
+    replica's own numbers. Here every replica scores its part of the split
+    with plain forward passes, and one all-reduce of (loss sum, correct,
+    count) gives every replica the same exact totals over the whole split,
+    whatever the split's size. It runs every ``freq`` epochs and always at
+    ``last_epoch``, so a job's record ends with its model's validation numbers;
+    it adds ``val_loss``/``val_accuracy`` to the epoch's logs for the callbacks after it.
+    """
+
+    def __init__(self, strategy, images, labels, freq: int, last_epoch: int) -> None:
+        super().__init__()
+        self.strategy, self.images, self.labels = strategy, images, labels.astype("int64")
+        self.freq, self.last_epoch = freq, last_epoch
+        self.seconds = 0.0  # spent scoring: what validation costs the training
+        self._sums = self._all_reduce = None
+
+    def set_model(self, model) -> None:
+        import tensorflow as tf
+
+        super().set_model(model)
+        strategy = self.strategy
+
+        @tf.function(input_signature=[tf.TensorSpec([None, *self.images.shape[1:]], tf.as_dtype(self.images.dtype)),
+                                      tf.TensorSpec([None], tf.int64)])
+        def sums(images, labels):
+            probabilities = model(tf.cast(images, tf.float32), training=False)
+            losses = keras.losses.sparse_categorical_crossentropy(labels, probabilities)  # as compile's loss computes it
+            correct = tf.equal(tf.argmax(probabilities, axis=-1), labels)
+            return tf.stack([tf.reduce_sum(tf.cast(losses, tf.float64)), tf.reduce_sum(tf.cast(correct, tf.float64))])
+
+        @tf.function
+        def all_reduce(values):
+            def replica(value):
+                # A copy made on the replica's device: all_reduce sends its result where its input lives.
+                return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(value))
+
+            total = strategy.run(replica, args=(values,))
+            return strategy.experimental_local_results(total)[0]
+
+        self._sums, self._all_reduce = sums, all_reduce
+
+    def due(self, epoch: int) -> bool:
+        """Whether validation runs at the end of 0-based ``epoch``."""
+        return (epoch + 1) % self.freq == 0 or epoch + 1 == self.last_epoch
+
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+        import numpy as np
+        import tensorflow as tf
+
+        if not self.due(epoch):
+            return
+        started = time.perf_counter()
+        local = np.zeros(3)
+        for start in range(0, len(self.labels), VALIDATION_BATCH):
+            batch = slice(start, start + VALIDATION_BATCH)
+            local[:2] += self._sums(self.images[batch], self.labels[batch]).numpy()
+        local[2] = len(self.labels)
+        loss, correct, count = self._all_reduce(tf.constant(local)).numpy()
+        if logs is not None:  # the progress bar's epoch line, printed at the end, shows them too
+            logs.update(val_loss=float(loss / count), val_accuracy=float(correct / count))
+        self.seconds += time.perf_counter() - started
+
+
+class Progress(keras.callbacks.Callback):
+    """The chief's progress events for a live display (``components.progress``), one per epoch end."""
+
+    def __init__(self, variant: str, epochs: int, examples_per_epoch: int) -> None:
+        super().__init__()
+        self.variant, self.epochs, self.examples_per_epoch = variant, epochs, examples_per_epoch
+        self.begun = self.trained = 0.0
+
+    def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
+        self.begun = time.perf_counter()
+
+    def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
+        self.trained = time.perf_counter()  # the epoch's last call ends its training, before validation and backups
+
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+        logs = logs or {}
+        rate = self.examples_per_epoch / max(self.trained - self.begun, 1e-9)
+        numbers = {key: float(logs[key]) for key in ("loss", "accuracy", "val_loss", "val_accuracy") if key in logs}
+        progress.emit(self.variant, state="training", epoch=epoch + 1, epochs=self.epochs, **numbers, examples_per_second=rate)
+
+
 def _onednn_enabled() -> bool:
     """Whether TensorFlow runs its oneDNN kernels in this process (the setting and the CPU decide)."""
     from tensorflow.python.util import _pywrap_util_port
@@ -148,9 +244,18 @@ def _is_chief(resolver) -> bool:
     return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
 
 
-def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_train_examples: int) -> dict:
-    """Trains ``variant`` on this replica's shards; the chief stores model and metrics."""
+def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_train_examples: int,
+          stop_epoch: int = 0, rung: int = 0) -> dict:
+    """Trains ``variant`` on this replica's shards until epoch ``stop_epoch``; the chief stores model and metrics.
+
+    ``training.epochs`` is the length of the learning-rate schedule; a job that
+    stops before it (``stop_epoch``, 0: at the end) keeps its backup, and the
+    next job of the variant resumes there on the same schedule (rung training).
+    """
     import tensorflow as tf
+
+    schedule_epochs = variant.training.epochs
+    stop_epoch = rungs.stop_epoch(variant, stop_epoch)
 
     _configure_threads()
     # No timeout on every collective (it costs a thread each): TensorFlow's coordination
@@ -215,59 +320,88 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
     no_device_prefetch = tf.distribute.InputOptions(experimental_per_replica_buffer_size=0)
     inputs = strategy.distribute_datasets_from_function(dataset_fn, no_device_prefetch)
     store = open_store(store_uri)
-    chief = _is_chief(strategy.cluster_resolver)
+    resolver = strategy.cluster_resolver
+    chief = _is_chief(resolver)
+    workers = len(resolver.cluster_spec().as_dict().get("worker", [])) or 1
+    validation = None
+    if metadata["counts"].get("validation"):
+        # The validation shards index::count, as the training shards: every example scored once, by one replica.
+        part = artifact.read_shards(data, "validation", resolver.task_id or 0, workers)
+        validation = Validation(strategy, part.images, part.labels, training.validation_freq, stop_epoch)
+    # Not the stop epoch: the next rung resumes this job's backup (a restart of this rung too).
     digest = backup.fingerprint({"variant": variant.to_dict(), "data": data_uri, "train_examples": train_count, "replicas": replicas})
     backup_dir = Path(tempfile.mkdtemp(prefix="bakeoff-backup-"))
     try:
         # Every replica restores the same epoch: the chief's next upload needs every replica's steps.
         resume = backup.restore(store, prefix, digest, backup_dir)
-        attempt = backup.begin_attempt(store, prefix, digest) if chief else 0
+        attempt = backup.begin_attempt(store, prefix, digest, stop_epoch) if chief else 0
         if resume.epochs_done:
-            print(f"resuming after epoch {resume.epochs_done} of {variant.training.epochs} from the backup", file=sys.stderr, flush=True)
+            print(f"resuming after epoch {resume.epochs_done} of {schedule_epochs} from the backup", file=sys.stderr, flush=True)
         backing_up = backup.StoreBackup(backup_dir, store, prefix, digest, chief, resume)
-        throughput = Throughput(global_batch)
+        throughput = Throughput(global_batch, paused=lambda: validation.seconds if validation else 0.0)
+        # Validation first: the callbacks after it find its numbers in the epoch's logs.
+        callbacks = [callback for callback in (validation, Progress(variant.name, stop_epoch, steps_per_epoch * global_batch) if chief else None)
+                     if callback is not None] + [backing_up, throughput]
         started = time.perf_counter()
-        model.fit(inputs, epochs=variant.training.epochs, steps_per_epoch=steps_per_epoch, verbose=2,
-                  callbacks=[backing_up, throughput])
+        model.fit(inputs, epochs=stop_epoch, steps_per_epoch=steps_per_epoch, verbose=2, callbacks=callbacks)
         train_seconds = time.perf_counter() - started
     finally:
         shutil.rmtree(backup_dir, ignore_errors=True)
     metrics = {
         "variant": variant.name,
-        "history": backing_up.history,  # every epoch's, the ones before a restart included
-        "epochs": variant.training.epochs,
-        "attempt": attempt,  # 1: trained without a restart
+        "history": backing_up.history,  # every epoch's from epoch 1, the ones of earlier rungs and attempts included
+        "epochs": resume.epochs_done + throughput.epochs,  # done in total: the stop epoch
+        "schedule_epochs": schedule_epochs,  # the learning-rate schedule's length (training.epochs)
+        "rung": rung,
+        "attempt": attempt,  # 1: this rung trained without a restart
         "resumed_from_epoch": resume.epochs_done,  # epochs restored from the backup (0: none)
         "epochs_trained": throughput.epochs,  # by this attempt
         "optimizer_iterations": int(model.optimizer.iterations.numpy()),  # steps the schedule has seen, restarts included
-        "workers": len(strategy.cluster_resolver.cluster_spec().as_dict().get("worker", [])) or 1,
+        "learning_rate": float(model.optimizer.learning_rate.numpy()),  # the rate of the last step: where this job left the schedule
+        "workers": workers,
         "num_replicas_in_sync": replicas,
         "global_batch_size": global_batch,
         "steps_per_epoch": steps_per_epoch,
         "train_examples": train_count,
         "train_seconds": train_seconds,
         "backup_seconds": backing_up.seconds,  # of train_seconds, spent saving and uploading the epochs' backups
+        "validation_seconds": validation.seconds if validation else 0.0,  # of train_seconds, spent scoring validation
+        "validation_examples": metadata["counts"].get("validation", 0),
         "examples_per_second": throughput.examples_per_second,
         "examples_per_second_steady": throughput.steady,  # False: a single execution, rated over the whole fit
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "allocator": allocator.in_use(),
         "onednn": _onednn_enabled(),
     }
-    _save(model, strategy, metadata["class_names"], store, prefix, metrics, variant)
+    _save(model, chief, metadata["class_names"], store, prefix, metrics, variant, finished=stop_epoch == schedule_epochs)
+    if chief:
+        progress.emit(variant.name, state="done")
     return metrics
 
 
-def _save(model, strategy, class_names: list[str], store, prefix: str, metrics: dict, variant: Variant) -> None:
-    """Every replica saves (MWMS aggregates variables while saving); only the chief keeps it."""
-    chief = _is_chief(strategy.cluster_resolver)
+def _save(model, chief: bool, class_names: list[str], store, prefix: str, metrics: dict, variant: Variant, finished: bool) -> None:
+    """Every replica saves (MWMS aggregates variables while saving); only the chief keeps it.
+
+    A later rung replaces an earlier one's model: its metrics go first (the
+    variant is incomplete until they are back), the files the new model does
+    not have are deleted, and the metrics are written last.
+    """
     scratch = Path(tempfile.mkdtemp(prefix="bakeoff-model-"))
     try:
         export(model, scratch / "model", class_names, mirror_average=variant.training.random_flip)
         if chief:
-            store.put_dir(scratch / "model", f"{prefix}/{runs.MODEL}")
+            if store.exists(f"{prefix}/{runs.METRICS}"):
+                store.delete(f"{prefix}/{runs.METRICS}")
+            model_prefix = f"{prefix}/{runs.MODEL}"
+            earlier = set(store.list(model_prefix))
+            store.put_dir(scratch / "model", model_prefix)
+            written = {f"{model_prefix}/{path.relative_to(scratch / 'model').as_posix()}" for path in files_below(scratch / "model")}
+            for key in sorted(earlier - written):
+                store.delete(key)
             store.put_bytes(f"{prefix}/{runs.SPEC}", json.dumps(variant.to_dict(), indent=2).encode())
             store.put_bytes(f"{prefix}/{runs.METRICS}", json.dumps(metrics, indent=2).encode())  # last: the variant is complete
-            backup.remove(store, prefix)  # nothing left to resume
+            if finished:
+                backup.remove(store, prefix)  # nothing left to resume; an earlier stop keeps it for the next rung
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -279,9 +413,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", required=True, help="URI of the object store")
     parser.add_argument("--prefix", required=True, help="key below the store for this variant's outputs")
     parser.add_argument("--max-train-examples", type=int, default=0, help="train on at most this many examples (0: all)")
+    parser.add_argument("--stop-epoch", type=int, default=0, help="train until this epoch of the schedule, resuming a backup (0: all epochs)")
+    parser.add_argument("--rung", type=int, default=0, help="which rung of a successive-halving search this job is (recorded)")
     args = parser.parse_args(argv)
     with reported():
-        metrics = train(from_dict(json.loads(args.variant)), args.data, args.store, args.prefix, args.max_train_examples)
+        metrics = train(from_dict(json.loads(args.variant)), args.data, args.store, args.prefix, args.max_train_examples,
+                        args.stop_epoch, args.rung)
         print(f"trained {metrics['variant']}: {metrics['examples_per_second']:.0f} examples/s", file=sys.stderr)
     mark(EXITING)
     return 0
