@@ -9,7 +9,7 @@ import yaml
 
 from components import defaults
 from components.errors import BakeoffError
-from components.spec import load_variants
+from components.spec import load_config
 from pipelines import conformance
 from pipelines.pipeline import Cluster, build_pipeline
 
@@ -25,12 +25,15 @@ def compile_pipeline(
 ) -> Path:
     """Writes the IR YAML of the pipeline built for ``cluster``; the config's variants become the default.
 
-    The file appears only once every supported KFP backend would accept it.
+    A config with successive halving compiles with its rungs unrolled (each
+    rung's epochs and survivors fixed by the variants' count). The file
+    appears only once every supported KFP backend would accept it.
     """
     from kfp import compiler
 
-    variants = [variant.to_dict() for variant in load_variants(config)]
-    pipeline = build_pipeline(parallelism=parallelism, variants=variants, image=image, cluster=cluster)
+    loaded = load_config(config)
+    variants = [variant.to_dict() for variant in loaded.variants]
+    pipeline = build_pipeline(parallelism=parallelism, variants=variants, image=image, cluster=cluster, search=loaded.search)
     partial = output.with_name(f".{output.stem}.partial.yaml")
     try:
         compiler.Compiler().compile(pipeline, str(partial))

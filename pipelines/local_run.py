@@ -15,7 +15,7 @@ from typing import Optional, TextIO
 from components import defaults
 from components.errors import ERROR_FILE_ENV, BakeoffError
 from components.progress import PROGRESS_DIR_ENV
-from components.spec import Variant
+from components.spec import Search, Variant
 from pipelines.pipeline import build_pipeline
 
 PIPELINE_LOG = "pipeline.log"  # kfp.local's own output, in the progress folder of a watched run
@@ -62,6 +62,7 @@ class LocalRun:
     parallelism: int = defaults.LOCAL_PARALLELISM
     work_dir: Path = defaults.WORK_DIR
     timeout_seconds: int = defaults.TIMEOUT_SECONDS
+    search: Optional[Search] = None  # with halving, the pipeline's rungs are unrolled from it
     progress_dir: Optional[Path] = None  # someone watches: events, replica logs and kfp.local's output go here
 
 
@@ -81,7 +82,7 @@ def run_local(run: LocalRun) -> dict:
         enable_caching=True,
         cache_root=str(run.work_dir.resolve() / "cache"),
     )
-    pipeline = build_pipeline(parallelism=run.parallelism, variants=[variant.to_dict() for variant in run.variants])
+    pipeline = build_pipeline(parallelism=run.parallelism, variants=[variant.to_dict() for variant in run.variants], search=run.search)
     with tempfile.TemporaryDirectory(prefix="bakeoff-run-") as scratch, contextlib.ExitStack() as stack:
         error_file = Path(scratch) / "error"
         os.environ[ERROR_FILE_ENV] = str(error_file)

@@ -1,12 +1,14 @@
-"""The bake-off pipeline: ingest → train-variants (ParallelFor of TFJobs) → select and publish."""
+"""The bake-off pipeline: ingest → train-variants (ParallelFor of TFJobs), per rung of a halving search → select and publish."""
 import dataclasses
 from typing import Optional
 
 from kfp import dsl
 
 from components import defaults
-from components.spec import load_variants
+from components.search.halving import Rung, schedule
+from components.spec import Search, load_variants
 from components.steps.factory import as_component
+from components.steps.halve import halve
 from components.steps.ingest import ingest
 from components.steps.select import select
 from components.steps.train import train
@@ -29,6 +31,7 @@ def build_pipeline(
     variants: Optional[list[dict]] = None,
     image: str = defaults.IMAGE,
     cluster: Optional[Cluster] = None,
+    search: Optional[Search] = None,
 ):
     """The pipeline function, built for kfp.local (``cluster=None``) or for a cluster.
 
@@ -40,10 +43,18 @@ def build_pipeline(
     The fan-in is a sub-pipeline that select waits for, and select reads the
     candidates back from the store: it runs on every supported backend, where
     ``dsl.Collected`` needs KFP 2.14 (README, "On Kubeflow").
+
+    With successive halving (``search.halving``) the rungs are unrolled here,
+    at compile time, from the variants' count: rung k trains its variants to
+    the rung's epochs in a sub-pipeline of its own, then a halve step keeps the
+    best and the next rung's loop runs over its output; select runs over the
+    last rung's variants. Without it there is one sub-pipeline, as always.
     """
     if variants is None:
         variants = [variant.to_dict() for variant in load_variants(defaults.CONFIG)]
-    ingest_op, train_op, select_op = (as_component(func, image) for func in (ingest, train, select))
+    halving = search.halving if search else None
+    plan: list[Optional[Rung]] = schedule(len(variants), halving) if halving else [None]
+    ingest_op, train_op, halve_op, select_op = (as_component(func, image) for func in (ingest, train, halve, select))
 
     def on_cluster(task: dsl.PipelineTask) -> dsl.PipelineTask:
         if cluster is not None:
@@ -54,30 +65,43 @@ def build_pipeline(
                 task.set_env_variable(S3_INSECURE_ENV, "1")
         return task
 
-    @dsl.pipeline(name="train-variants", description="One multi-worker TFJob per variant.")
-    def train_variants(
-        variants: list[dict],
-        data: dsl.Input[dsl.Dataset],
-        store: str,
-        s3_endpoint: str,
-        max_train_examples: int,
-        timeout_seconds: int,
-        backend: str,
-    ):
-        with dsl.ParallelFor(variants, parallelism=parallelism) as variant:
-            trained = on_cluster(train_op(
-                variant=variant,
-                data=data,
-                store=store,
-                s3_endpoint=s3_endpoint,
-                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                image=image,
-                max_train_examples=max_train_examples,
-                concurrent_jobs=parallelism,
-                timeout_seconds=timeout_seconds,
-                backend=backend,
-            ))
-            trained.set_caching_options(False)
+    def train_variants(rung: Optional[Rung]):
+        """The sub-pipeline that trains each of its ``variants`` as a TFJob: to its own epochs, or to ``rung``'s, resuming."""
+        until = {} if rung is None else {"stop_epoch": rung.epochs, "rung": rung.index}
+
+        @dsl.pipeline(name="train-variants" if rung is None else f"rung-{rung.index}",
+                      description="One multi-worker TFJob per variant." if rung is None else
+                      f"Trains {rung.entering} variants until epoch {rung.epochs} and keeps the best {rung.keep}.")
+        def trainer(
+            variants: list[dict],
+            data: dsl.Input[dsl.Dataset],
+            store: str,
+            s3_endpoint: str,
+            max_train_examples: int,
+            timeout_seconds: int,
+            backend: str,
+        ):
+            # The items are this sub-pipeline's list[dict] input, so each is typed STRUCT, as train's variant is,
+            # also where a halve step's output feeds it (the KFP driver refuses a string item for a STRUCT input).
+            with dsl.ParallelFor(variants, parallelism=parallelism) as variant:
+                trained = on_cluster(train_op(
+                    variant=variant,
+                    data=data,
+                    store=store,
+                    s3_endpoint=s3_endpoint,
+                    run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                    image=image,
+                    max_train_examples=max_train_examples,
+                    concurrent_jobs=parallelism,
+                    timeout_seconds=timeout_seconds,
+                    backend=backend,
+                    **until,
+                ))
+                trained.set_caching_options(False)
+
+        return trainer
+
+    trainers = [train_variants(rung) for rung in plan]  # defined here: KFP allows no pipeline definition inside another
 
     @dsl.pipeline(name="bakeoff", description="Trains CNN variants as multi-worker TFJobs and publishes the best.")
     def bakeoff(
@@ -98,17 +122,33 @@ def build_pipeline(
     ) -> str:
         data = on_cluster(ingest_op(source=source, source_digest=source_digest, validation_size=validation_size,
                                     shards=shards, seed=defaults.SEED))
-        trained = train_variants(
-            variants=variants,
-            data=data.outputs["data"],
-            store=store,
-            s3_endpoint=s3_endpoint,
-            max_train_examples=max_train_examples,
-            timeout_seconds=timeout_seconds,
-            backend=backend,
-        )
+        entering = variants
+        for rung, trainer in zip(plan, trainers):
+            trained = trainer(
+                variants=entering,
+                data=data.outputs["data"],
+                store=store,
+                s3_endpoint=s3_endpoint,
+                max_train_examples=max_train_examples,
+                timeout_seconds=timeout_seconds,
+                backend=backend,
+            )
+            if rung is None or rung is plan[-1]:
+                break
+            # Each next step waits for the whole rung, then reads its results back from the store (no dsl.Collected).
+            halved = on_cluster(halve_op(
+                variants=entering,
+                store=store,
+                s3_endpoint=s3_endpoint,
+                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                rung=rung.index,
+                keep=rung.keep,
+                metric=metric,
+            ).after(trained))
+            halved.set_caching_options(False)
+            entering = halved.output
         selected = on_cluster(select_op(
-            variants=variants,
+            variants=entering,
             data=data.outputs["data"],
             store=store,
             s3_endpoint=s3_endpoint,

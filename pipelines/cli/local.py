@@ -11,7 +11,7 @@ from pathlib import Path
 
 from components import defaults
 from components.errors import BakeoffError
-from components.spec import MAX_EPOCHS, load_variants
+from components.spec import MAX_EPOCHS, load_config
 from pipelines.cli.flags import MAX_PARALLELISM, MAX_TIMEOUT_SECONDS, compile_settings, open_cli_store, pipeline_args, positive, store_args
 
 
@@ -24,13 +24,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipelines.local_run import LocalRun, run_local
 
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
+    config = load_config(args.config)
+    if args.epochs and config.search and config.search.halving:
+        raise BakeoffError(f"--epochs does not apply to {args.config}'s successive halving: set search.halving.max_epochs there")
     variants = [
         dataclasses.replace(
             variant,
             workers=args.workers or variant.workers,
             training=dataclasses.replace(variant.training, epochs=args.epochs or variant.training.epochs),
         )
-        for variant in load_variants(args.config)
+        for variant in config.variants
     ]
     for variant in variants:
         # Local ingest writes the default shard count; more workers would fail only after ingest, in training.
@@ -60,6 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         parallelism=args.parallelism,
         work_dir=args.work_dir,
         timeout_seconds=args.timeout,
+        search=config.search,
         progress_dir=new_progress_folder(args.work_dir) if watched else None,
     )
     summary = run_watched(run) if watched else run_local(run)

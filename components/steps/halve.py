@@ -1,0 +1,61 @@
+"""The halve step: after a rung of successive halving, the variants best on validation go on; the rest stop."""
+
+
+def halve(
+    variants: list[dict],
+    store: str,
+    s3_endpoint: str,
+    run_id: str,
+    rung: int,
+    keep: int,
+    metric: str,
+) -> list:
+    """Keeps the ``keep`` variants best by ``metric`` after rung ``rung`` and records who stopped there, and why.
+
+    Each variant's score is the last validation value of its history in the
+    metrics its rung's job left (``runs/<run>/<variant>/rung-<k>.json``). The
+    record goes to ``runs/<run>/search/rung-<k>.json``, and the stopped
+    variants' backups are deleted: no later job resumes them. Returns the kept
+    variants' specs unchanged, best first: the next rung's loop runs over them.
+    """
+    import datetime
+    import json
+
+    from components.errors import BakeoffError, reported
+    from components.search.halving import survivors
+    from components.storage import open_store, runs, use_s3_endpoint
+    from components.training import backup
+
+    with reported():
+        use_s3_endpoint(s3_endpoint)
+        target = open_store(store)
+        by_name = {variant["name"]: variant for variant in variants}
+        scores, epochs = [], []
+        for name in by_name:
+            record = runs.rung_metrics(target, run_id, name, rung)
+            values = record["history"].get(metric)
+            if not values:
+                raise BakeoffError(f"variant {name!r} has no {metric} in its record of rung {rung}: halving ranks on validation,"
+                                   " which the worker scores at every job's last epoch: run an image built from this bakeoff")
+            scores.append({"variant": name, metric: values[-1]})
+            epochs.append(record["epochs"])
+        kept, stopped = survivors(scores, keep, metric)
+        score = {entry["variant"]: entry[metric] for entry in scores}
+        places = {name: place for place, name in enumerate(kept + stopped, start=1)}
+        target.put_bytes(runs.search_key(run_id, rung), json.dumps({
+            "rung": rung,
+            "epochs": max(epochs),
+            "metric": metric,
+            "entered": list(by_name),
+            "kept": [{"variant": name, metric: score[name]} for name in kept],
+            "stopped": [
+                {"variant": name, metric: score[name],
+                 "reason": f"{metric} {score[name]:.4f} placed {places[name]} of {len(by_name)} after epoch {max(epochs)};"
+                           f" rung {rung} keeps {len(kept)}"}
+                for name in stopped
+            ],
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }, indent=2).encode())
+        for name in stopped:
+            backup.remove(target, runs.variant_prefix(run_id, name))
+        return [by_name[name] for name in kept]

@@ -1,0 +1,179 @@
+"""Successive halving in the pipeline: rungs unrolled into the compiled IR, the halve step, and a real run through kfp.local."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.steps.halve import halve
+from components.storage import open_store, registry, runs
+from pipelines import conformance
+from pipelines.cli.main import main
+
+BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
+# Four variants, each trained to epoch 1; the best two go on to epoch 2 (eta 2), where the best one wins.
+SEARCH = """
+search: {halving: {min_epochs: 1, max_epochs: 2, eta: 2}}
+defaults: {workers: 1, training: {batch_size: 64}}
+variants:
+  - {name: mlp, model: {type: mlp, hidden_units: [16]}}
+  - {name: cnn, model: {type: cnn, filters: [4], dense_units: 16}}
+  - {name: slow, model: {type: mlp, hidden_units: [16]}, training: {learning_rate: 0.00001}}
+  - {name: sgd, model: {type: mlp, hidden_units: [8]}, training: {optimizer: sgd, learning_rate: 0.0001}}
+"""
+# Eight variants from a space, to epochs 1, 2, 4, 8 (eta 2): four rungs, three halvings.
+SAMPLED = """
+search: {samples: 8, seed: 3, halving: {min_epochs: 1, max_epochs: 8, eta: 2}}
+variants:
+  - {name: cnn, model: {type: cnn, filters: [8, 16], dense_units: 32}, training: {learning_rate: {log_uniform: [0.0003, 0.01]}}}
+"""
+BETTER = {"val_accuracy": max, "val_loss": min}  # written out here rather than read from the code under test
+
+
+def ir(path: Path) -> dict:
+    return next(yaml.safe_load_all(path.read_text()))
+
+
+def test_a_halving_config_compiles_to_one_loop_per_rung_that_every_supported_backend_accepts(tmp_path: Path) -> None:
+    config = tmp_path / "search.yaml"
+    config.write_text(SAMPLED)
+    out = tmp_path / "search.yaml.ir"
+    assert main(["compile", "--config", str(config), "-o", str(out)]) == 0
+    spec = ir(out)
+    for version in conformance.SUPPORTED:
+        assert conformance.violations(spec, conformance.BACKENDS[version]) == [], version
+    tasks, components = spec["root"]["dag"]["tasks"], spec["components"]
+
+    def source(task: dict) -> dict:
+        return task["inputs"]["parameters"]["variants"]
+
+    # rung k trains to epoch 2**k; each halving keeps half; every rung but the first loops over a halve's output.
+    expected = [(1, None), (2, "halve"), (4, "halve-2"), (8, "halve-3")]
+    for index, (epochs, producer) in enumerate(expected):
+        rung = tasks[f"rung-{index}"]
+        (loop,) = components[rung["componentRef"]["name"]]["dag"]["tasks"].values()
+        assert loop["parameterIterator"]["items"] == {"inputParameter": "pipelinechannel--variants"}
+        (train,) = components[loop["componentRef"]["name"]]["dag"]["tasks"].values()
+        constants = {name: value["runtimeValue"]["constant"] for name, value in train["inputs"]["parameters"].items()
+                     if name in ("stop_epoch", "rung")}
+        assert constants == {"stop_epoch": epochs, "rung": index}
+        if producer is None:
+            assert source(rung) == {"componentInputParameter": "variants"}
+        else:
+            assert source(rung)["taskOutputParameter"]["producerTask"] == producer
+    assert [tasks[name]["inputs"]["parameters"]["keep"]["runtimeValue"]["constant"] for name in ("halve", "halve-2", "halve-3")] == [4, 2, 1]
+    # each halving ranks the variants that entered its rung, no others
+    assert source(tasks["halve"]) == {"componentInputParameter": "variants"}
+    assert [source(tasks[name]) for name in ("halve-2", "halve-3")] == [
+        {"taskOutputParameter": {"outputParameterKey": "Output", "producerTask": producer}} for producer in ("halve", "halve-2")]
+    assert "rung-4" not in tasks and "halve-4" not in tasks  # no halving after the last rung
+    # select waits for the last rung and takes its variants; halve k waits for rung k
+    assert source(tasks["select"])["taskOutputParameter"]["producerTask"] == "halve-3"
+    assert "rung-3" in tasks["select"]["dependentTasks"]
+    assert "rung-1" in tasks["halve-2"]["dependentTasks"]
+
+
+def test_without_halving_the_pipeline_keeps_its_one_sub_pipeline(tmp_path: Path) -> None:
+    config = tmp_path / "plain.yaml"
+    config.write_text(SEARCH.replace("search: {halving: {min_epochs: 1, max_epochs: 2, eta: 2}}", ""))
+    out = tmp_path / "plain.yaml.ir"
+    assert main(["compile", "--config", str(config), "-o", str(out)]) == 0
+    tasks = ir(out)["root"]["dag"]["tasks"]
+    assert sorted(tasks) == ["ingest", "select", "train-variants"]
+
+
+def write_rung(store, run_id: str, variant: str, rung: int, accuracy: float, loss: float) -> None:
+    """A rung's record as the worker leaves it (contract 3): per-epoch history, validation included."""
+    history = {"loss": [1.0, loss], "accuracy": [0.5, accuracy], "val_loss": [1.1, loss], "val_accuracy": [0.4, accuracy], "val_epochs": [1, 2]}
+    record = {"variant": variant, "history": history, "epochs": 2, "schedule_epochs": 4, "epochs_trained": 2, "resumed_from_epoch": 0}
+    store.put_bytes(f"runs/{run_id}/{variant}/rung-{rung}.json", json.dumps(record).encode())
+    store.put_bytes(f"runs/{run_id}/{variant}/backup/abc/epoch-0002/backup.json", b"{}")
+
+
+@pytest.mark.parametrize("metric", ["val_accuracy", "val_loss"])
+def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_backups(metric: str, tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "store"))
+    # By accuracy: c > a > d > b. By loss (lower is better): b < d < a < c.
+    scores = {"a": (0.8, 0.6), "b": (0.3, 0.2), "c": (0.9, 0.9), "d": (0.5, 0.4)}
+    for name, (accuracy, loss) in scores.items():
+        write_rung(store, "run1", name, 1, accuracy, loss)
+    variants = [{"name": name, "model": {"type": "mlp"}, "workers": 1.0} for name in scores]
+
+    kept = halve(variants, store.uri, "", "run1", 1, 2, metric)
+
+    value = {name: pair[0] if metric == "val_accuracy" else pair[1] for name, pair in scores.items()}
+    order = sorted(value, key=value.get, reverse=BETTER[metric] is max)
+    assert kept == [next(v for v in variants if v["name"] == name) for name in order[:2]]  # the specs as given, best first
+    (record,) = runs.search_records(store, "run1")
+    assert record["rung"] == 1 and record["epochs"] == 2 and record["metric"] == metric
+    assert record["entered"] == list(scores)
+    assert record["kept"] == [{"variant": name, metric: value[name]} for name in order[:2]]
+    assert [(s["variant"], s[metric]) for s in record["stopped"]] == [(name, value[name]) for name in order[2:]]
+    assert record["stopped"][0]["reason"].startswith(f"{metric} {value[order[2]]:.4f} placed 3 of 4 after epoch 2")
+    # The stopped never resume: their backups go; the kept keep theirs for the next rung.
+    for name in scores:
+        assert bool(store.list(f"runs/run1/{name}/backup")) == (name in order[:2]), name
+
+
+def test_halve_refuses_a_record_without_validation(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "store"))
+    store.put_bytes("runs/r/a/rung-0.json", json.dumps({"history": {"loss": [1.0]}, "epochs": 1}).encode())
+    with pytest.raises(SystemExit):
+        halve([{"name": "a"}], store.uri, "", "r", 0, 1, "val_accuracy")
+    assert runs.search_records(store, "r") == []
+
+
+def test_epochs_flag_is_refused_for_a_halving_config(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = tmp_path / "search.yaml"
+    config.write_text(SEARCH)
+    assert main(["run", "--config", str(config), "--epochs", "3", "--store", str(tmp_path / "store")]) == 1
+    assert capsys.readouterr().err.strip().endswith("successive halving: set search.halving.max_epochs there")
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_path: Path) -> None:
+    """Four variants to epoch 1, the best two resumed to epoch 2, the better of those published."""
+    config = tmp_path / "search.yaml"
+    config.write_text(SEARCH)
+    store_uri = f"file://{tmp_path / 'store'}"
+    run = subprocess.run([BAKEOFF, "run", "--config", str(config), "--store", store_uri, "--max-train-examples", "512", "--json"],
+                         cwd=tmp_path, env=os.environ, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads(run.stdout)
+    store = open_store(store_uri)
+    run_id = summary["run_id"]
+
+    def rung(variant: str, k: int) -> dict:
+        return runs.rung_metrics(store, run_id, variant, k)
+
+    everyone = ["mlp", "cnn", "slow", "sgd"]
+    at_epoch_1 = {name: rung(name, 0)["history"]["val_accuracy"][-1] for name in everyone}
+    best_two = sorted(everyone, key=lambda name: (-at_epoch_1[name], name))[:2]
+    (record,) = runs.search_records(store, run_id)
+    assert record["entered"] == everyone and record["epochs"] == 1
+    assert [k["variant"] for k in record["kept"]] == best_two
+    assert sorted(s["variant"] for s in record["stopped"]) == sorted(set(everyone) - set(best_two))
+    assert all(s["reason"] for s in record["stopped"])
+    # Only the survivors reached rung 1, and select ran over them alone.
+    for name in everyone:
+        assert store.exists(f"runs/{run_id}/{name}/rung-1.json") == (name in best_two), name
+        assert store.list(f"runs/{run_id}/{name}/backup") == [], f"{name} left a backup"
+    assert sorted(c["variant"] for c in summary["candidates"]) == sorted(best_two)
+    winner = sorted(summary["candidates"], key=lambda c: (-c["val_accuracy"], c["variant"]))[0]
+    assert summary["winner"]["variant"] == winner["variant"] and summary["promotion"]["published"]
+    (manifest,) = registry.list_versions(store, "fashion-mnist")
+    assert manifest["variant"] == winner["variant"] and manifest["run_id"] == run_id
+    # Each survivor trained epoch 1 in rung 0 and resumed there for epoch 2: no epoch was trained twice.
+    for name in best_two:
+        first, second = rung(name, 0), rung(name, 1)
+        assert (first["epochs"], first["epochs_trained"], first["resumed_from_epoch"]) == (1, 1, 0)
+        assert (second["epochs"], second["epochs_trained"], second["resumed_from_epoch"]) == (2, 1, 1)
+        assert first["epochs_trained"] + second["epochs_trained"] == second["epochs"] == second["schedule_epochs"]
+        assert len(second["history"]["val_accuracy"]) == 2  # the history runs from epoch 1 after the resume
+    for name in set(everyone) - set(best_two):
+        assert rung(name, 0)["epochs"] == 1
