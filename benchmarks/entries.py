@@ -13,6 +13,7 @@ from pathlib import Path
 
 from benchmarks.faults import faults
 from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median, timed
+from benchmarks.search import search
 from benchmarks.serving import serving
 
 SEED_CNN = {"name": "cnn", "model": {"type": "cnn", "filters": [32, 64, 64], "dense_units": 64}}
@@ -20,8 +21,9 @@ BENCH_EXAMPLES = 16384  # per measurement: 128 steps of the global batch
 DEBIAN_README = Path("/usr/share/doc/dataset-fashion-mnist/README.md.gz")
 
 
-def _job(context: Context, variant: dict, workers: int, examples: int, epochs: int = 1, tag: str = "") -> dict:
-    """One local TFJob of the real worker program; its metrics.json."""
+def _job(context: Context, variant: dict, workers: int, examples: int, epochs: int = 1, tag: str = "",
+         data: Path | None = None) -> dict:
+    """One local TFJob of the real worker program (on ``data``, else the context's dataset); its metrics.json."""
     from components.backends.local import LocalBackend
     from components.storage import open_store
     from components.training.tfjob import build_tfjob, worker_args
@@ -32,7 +34,7 @@ def _job(context: Context, variant: dict, workers: int, examples: int, epochs: i
     store = open_store(str(context.scratch / "store"))
     prefix = f"bench/{tag or spec.name}-{workers}w-{time.monotonic_ns()}"
     job = build_tfjob(spec, name=f"bench-{workers}w", image="local", env={},
-                      args=worker_args(spec, str(context.dataset()), store.uri, prefix, examples))
+                      args=worker_args(spec, str(data or context.dataset()), store.uri, prefix, examples))
     LocalBackend(sink=lambda line: None).run(job)
     return json.loads(store.get_bytes(f"{prefix}/metrics.json")) | {"prefix": prefix, "store": store.uri}
 
@@ -192,4 +194,46 @@ def _published_table() -> list[tuple[str, float]]:
     return sorted(rows, key=lambda row: -row[1])
 
 
-ENTRIES = {"ingest": ingest, "mwms": mwms, "pipeline": pipeline, "serving": serving, "faults": faults}
+VALIDATION_EPOCHS = 2  # whole epochs of the default dataset (55,000 training examples, 5,000 validation)
+
+
+def _without_validation(context: Context) -> Path:
+    """The context's dataset with its validation split emptied: the worker then scores nothing at epoch ends."""
+    from components.data import artifact as dataset
+    from components.data.fashion_mnist import Split
+    from components.storage import open_store
+
+    source = open_store(str(context.dataset()))
+    metadata = dataset.read_metadata(source)
+    splits = {name: dataset.read_shards(source, name) for name in ("train", "test")}
+    splits["validation"] = Split(splits["test"].images[:0], splits["test"].labels[:0])
+    out = context.scratch / "dataset-without-validation"
+    dataset.write(splits, out, metadata["shards"], metadata["class_names"], metadata["source"])
+    return out
+
+
+def validation(context: Context) -> list[Figure]:
+    """What per-epoch validation costs a 2-worker job: the same fit with and without a validation split, interleaved."""
+    without_data = _without_validation(context)
+    samples: dict[str, list[float]] = {"with_seconds": [], "without_seconds": [], "validation_seconds": []}
+    for _ in range(context.repetitions):  # interleaved, so a noisy minute hits both
+        validated = _job(context, SEED_CNN, 2, 0, VALIDATION_EPOCHS, tag="validated")
+        unvalidated = _job(context, SEED_CNN, 2, 0, VALIDATION_EPOCHS, tag="unvalidated", data=without_data)
+        assert "val_loss" not in unvalidated["history"] and len(validated["history"]["val_loss"]) == VALIDATION_EPOCHS
+        samples["with_seconds"].append(validated["train_seconds"])
+        samples["without_seconds"].append(unvalidated["train_seconds"])
+        samples["validation_seconds"].append(validated["validation_seconds"])
+    context.samples["validation"] = samples
+    overhead = median([w / wo - 1 for w, wo in zip(samples["with_seconds"], samples["without_seconds"])])
+    share = median([v / w for v, w in zip(samples["validation_seconds"], samples["with_seconds"])])
+    return [
+        Figure("validation_overhead", overhead, "×", goal="≤ 0.05", met=overhead <= 0.05,
+               detail=f"seconds in fit with the 5,000 validation images scored at every epoch's end ÷ without, − 1; seed CNN,"
+                      f" 2 workers, {VALIDATION_EPOCHS} epochs of 55,000; median of {context.repetitions} interleaved pairs"
+                      f" ({median(samples['with_seconds']):.1f} s vs {median(samples['without_seconds']):.1f} s)"),
+        Figure("validation_share_of_training", share, "×",
+               detail="seconds the chief spent scoring its validation shards and all-reducing the totals ÷ seconds in fit, same runs"),
+    ]
+
+
+ENTRIES = {"ingest": ingest, "mwms": mwms, "pipeline": pipeline, "serving": serving, "faults": faults, "search": search, "validation": validation}

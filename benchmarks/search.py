@@ -1,0 +1,135 @@
+"""Benchmark entry: successive halving against training every sampled variant to max_epochs, the same variants on the same machine.
+
+``python -m benchmarks.search [--samples N --max-epochs N ...]`` runs it alone at any size (a smoke run at a tiny one);
+``python -m benchmarks.run --only search`` runs it at ``FULL``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from benchmarks.harness import Context, Figure
+
+BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """How big a search the entry runs."""
+
+    samples: int = 8
+    min_epochs: int = 1
+    max_epochs: int = 8
+    eta: int = 2
+    workers: int = 1
+    max_train_examples: int = 0  # 0: all 55,000
+    repetitions: int = 1  # pairs of runs, the two orders alternating; a full-size pair takes most of an hour on 2 cores
+    seed: int = 0
+
+
+FULL = Size()
+
+
+def _configs(size: Size, scratch: Path) -> tuple[Path, Path]:
+    """(the search config with halving, the same sampled variants written out plainly, each trained to max_epochs)."""
+    from components.defaults import CONFIG
+    from components.spec import load_config, load_variants
+
+    base = load_variants(CONFIG)[0].to_dict()  # the seed CNN and the default training settings
+    base["training"].pop("epochs")
+    base["training"]["learning_rate"] = {"log_uniform": [0.0005, 0.005]}
+    base["model"] |= {"dropout": {"uniform": [0.0, 0.5]}, "batch_norm": {"choice": [False, True]}}
+    halving = {"min_epochs": size.min_epochs, "max_epochs": size.max_epochs, "eta": size.eta}
+    searched = scratch / "halving.yaml"
+    searched.write_text(yaml.safe_dump({"search": {"samples": size.samples, "seed": size.seed, "halving": halving},
+                                        "variants": [base | {"workers": size.workers}]}))
+    every = scratch / "every.yaml"
+    every.write_text(yaml.safe_dump({"variants": [variant.to_dict() for variant in load_config(searched).variants]}))
+    return searched, every
+
+
+def _run(config: Path, size: Size, where: Path) -> tuple[float, dict]:
+    """One `bakeoff run` in a fresh work dir and store (so each pays its own ingest): (wall seconds, its --json)."""
+    where.mkdir()
+    extra = ["--max-train-examples", str(size.max_train_examples)] if size.max_train_examples else []
+    started = time.perf_counter()
+    run = subprocess.run([BAKEOFF, "run", "--config", str(config), "--store", str(where / "store"), "--work-dir", str(where / "work"),
+                          "--json", *extra], cwd=where, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if run.returncode != 0:
+        raise RuntimeError(f"bakeoff run --config {config.name} failed: {run.stderr[-2000:]}")
+    return seconds, json.loads(run.stdout)
+
+
+def _epochs(where: Path, summary: dict) -> dict:
+    """Epochs the run trained (every job's epochs_trained), and what retraining each rung from scratch would have cost."""
+    from components.storage import open_store, runs
+
+    store, run_id = open_store(str(where / "store")), summary["run_id"]
+    records = runs.search_records(store, run_id)
+    if records:  # rung k's jobs: the variants its record says entered; the last rung's: whom the last halving kept
+        rungs = [record["entered"] for record in records] + [[kept["variant"] for kept in records[-1]["kept"]]]
+        metrics = [runs.rung_metrics(store, run_id, name, k) for k, names in enumerate(rungs) for name in names]
+    else:  # each variant's one job
+        metrics = [runs.candidate(store, run_id, c["variant"])["metrics"] for c in summary["candidates"]]
+    return {"trained": sum(m["epochs_trained"] for m in metrics), "from_scratch": sum(m["epochs"] for m in metrics), "jobs": len(metrics)}
+
+
+def search(context: Context, size: Size = FULL) -> list[Figure]:
+    """Winner test accuracy against wall time: (a) successive halving, (b) every sampled variant to max_epochs."""
+    work = context.scratch / "search"
+    work.mkdir()
+    searched, every = _configs(size, work)
+    samples: dict[str, list] = {"halving": [], "every": []}
+    for repetition in range(size.repetitions):
+        order = [("halving", searched), ("every", every)]
+        for side, config in order if repetition % 2 == 0 else order[::-1]:
+            where = work / f"{side}-{repetition}"
+            seconds, summary = _run(config, size, where)
+            samples[side].append({"seconds": seconds, "winner": summary["winner"]["variant"],
+                                  "test_accuracy": summary["winner"]["test_accuracy"], "epochs": _epochs(where, summary)})
+    context.samples["search"] = {"size": dataclasses.asdict(size), **samples}
+    halving, everyone = samples["halving"][-1], samples["every"][-1]
+    mean = {side: sum(s["seconds"] for s in runs) / len(runs) for side, runs in samples.items()}
+    saved = halving["epochs"]["from_scratch"] - halving["epochs"]["trained"]
+    setting = (f"{size.samples} sampled seed-CNN variants (learning rate, dropout, batch norm), {size.workers} worker(s),"
+               f" {size.max_train_examples or 55000} training examples; halving {size.min_epochs}→{size.max_epochs} epochs, eta {size.eta}")
+    return [
+        Figure("search_halving_test_accuracy", halving["test_accuracy"], "",
+               detail=f"successive halving's winner `{halving['winner']}` in {mean['halving'] / 60:.1f} min; {setting}"),
+        Figure("search_every_test_accuracy", everyone["test_accuracy"], "",
+               detail=f"every variant to {size.max_epochs} epochs: winner `{everyone['winner']}` in {mean['every'] / 60:.1f} min"),
+        Figure("search_halving_time_ratio", mean["halving"] / mean["every"], "×",
+               detail=f"wall time of the halving run ÷ the every-variant run (mean of {size.repetitions} pair(s), orders alternating)"),
+        Figure("search_halving_epochs", halving["epochs"]["trained"], "epochs",
+               detail=f"epochs trained in {halving['epochs']['jobs']} rung jobs, against {everyone['epochs']['trained']} training every variant"),
+        Figure("search_epochs_saved_by_resuming", saved, "epochs",
+               detail=f"each rung resumed from the last one's backup: retraining each rung's jobs from scratch would train"
+                      f" {halving['epochs']['from_scratch']}"),
+    ]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for field in dataclasses.fields(Size):
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=field.default)
+    size = Size(**vars(parser.parse_args(argv)))
+    with tempfile.TemporaryDirectory(prefix="bakeoff-bench-search-") as scratch:
+        context = Context(Path(scratch), size.repetitions)
+        for figure in search(context, size):
+            print(f"{figure.key} = {figure.value:.4g} {figure.unit}  ({figure.detail})")
+        print(json.dumps(context.samples["search"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
