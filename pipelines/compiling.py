@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import yaml
 
 from components import defaults
 from components.errors import BakeoffError
-from components.spec import load_config
+from components.spec import Config, load_config
 from pipelines import conformance
 from pipelines.pipeline import Cluster, build_pipeline
 
@@ -31,7 +32,7 @@ def compile_pipeline(
     """
     from kfp import compiler
 
-    loaded = load_config(config)
+    loaded = planned(config)
     variants = [variant.to_dict() for variant in loaded.variants]
     pipeline = build_pipeline(parallelism=parallelism, variants=variants, image=image, cluster=cluster, search=loaded.search)
     partial = output.with_name(f".{output.stem}.partial.yaml")
@@ -42,6 +43,20 @@ def compile_pipeline(
     finally:
         partial.unlink(missing_ok=True)
     return output
+
+
+def planned(config: Path, max_train_examples: int = 0) -> Config:
+    """The config as a run trains it: a search budget shrinks it here, before anything runs (what ``bakeoff plan`` shows).
+
+    Each shrink is said on stderr. Compiling plans for the whole training split,
+    the default of the compiled pipeline's ``max_train_examples``.
+    """
+    from components.search.budget import TRAIN_EXAMPLES, fit
+
+    plan = fit(load_config(config), min(max_train_examples or TRAIN_EXAMPLES, TRAIN_EXAMPLES))
+    for line in plan.shrunk:
+        print(f"bakeoff: within search.budget: {line}", file=sys.stderr)
+    return plan.config
 
 
 def check_backends(ir_yaml: str) -> None:

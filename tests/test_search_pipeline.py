@@ -87,6 +87,27 @@ def test_without_halving_the_pipeline_keeps_its_one_sub_pipeline(tmp_path: Path)
     assert sorted(tasks) == ["ingest", "select", "train-variants"]
 
 
+def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Eight draws do not fit 3 minutes: plan shrinks them, and the compiled pipeline trains exactly that plan."""
+    config = tmp_path / "budget.yaml"
+    config.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 3}}"))
+    assert main(["plan", "--config", str(config), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["shrunk"] and 1 < len(plan["variants"]) < 8
+    out = tmp_path / "budget.yaml.ir"
+    assert main(["compile", "--config", str(config), "-o", str(out)]) == 0
+    assert f"within search.budget: {plan['shrunk'][0]}" in capsys.readouterr().err
+    spec = ir(out)
+    compiled = spec["root"]["inputDefinitions"]["parameters"]["variants"]["defaultValue"]
+    assert [variant["name"] for variant in compiled] == [variant["name"] for variant in plan["variants"]]
+    tasks, components = spec["root"]["dag"]["tasks"], spec["components"]
+    assert sorted(name for name in tasks if name.startswith("rung-")) == [f"rung-{rung['index']}" for rung in plan["rungs"]]
+    for rung in plan["rungs"]:
+        (loop,) = components[tasks[f"rung-{rung['index']}"]["componentRef"]["name"]]["dag"]["tasks"].values()
+        (train,) = components[loop["componentRef"]["name"]]["dag"]["tasks"].values()
+        assert train["inputs"]["parameters"]["stop_epoch"]["runtimeValue"]["constant"] == rung["epochs"]
+
+
 def write_rung(store, run_id: str, variant: str, rung: int, accuracy: float, loss: float) -> None:
     """A rung's record as the worker leaves it (contract 3): per-epoch history, validation included."""
     history = {"loss": [1.0, loss], "accuracy": [0.5, accuracy], "val_loss": [1.1, loss], "val_accuracy": [0.4, accuracy], "val_epochs": [1, 2]}
@@ -126,6 +147,14 @@ def test_halve_refuses_a_record_without_validation(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         halve([{"name": "a"}], store.uri, "", "r", 0, 1, "val_accuracy")
     assert runs.search_records(store, "r") == []
+
+
+def test_run_refuses_a_budget_that_holds_nothing_before_ingest(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = tmp_path / "budget.yaml"
+    config.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 0.001}}"))
+    assert main(["run", "--config", str(config), "--store", str(tmp_path / "store"), "--work-dir", str(tmp_path / "work")]) == 1
+    assert "search.budget.minutes: 0.001 min cannot hold even 1 variant at 1 epoch" in capsys.readouterr().err
+    assert not (tmp_path / "store").exists() and not (tmp_path / "work").exists()
 
 
 def test_epochs_flag_is_refused_for_a_halving_config(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from components import defaults
 from components.errors import BakeoffError
-from components.spec import MAX_EPOCHS, load_config
+from components.spec import MAX_EPOCHS
 from pipelines.cli.flags import MAX_PARALLELISM, MAX_TIMEOUT_SECONDS, compile_settings, open_cli_store, pipeline_args, positive, store_args
 
 
@@ -21,10 +21,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from components.selection.ranking import direction
     from components.storage.registry import model_prefix
     from pipelines.cli.display import new_progress_folder, run_watched
+    from pipelines.compiling import planned
     from pipelines.local_run import LocalRun, run_local
 
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
-    config = load_config(args.config)
+    config = planned(args.config, args.max_train_examples or 0)  # a search budget shrinks it here
     if args.epochs and config.search and config.search.halving:
         raise BakeoffError(f"--epochs does not apply to {args.config}'s successive halving: set search.halving.max_epochs there")
     variants = [
