@@ -338,7 +338,7 @@ def _find_spaces(item: Mapping, where: _Where) -> dict[str, spaces.Space]:
             elif key == "model":
                 if spaces.is_space(value.get("type")):
                     raise where.error("model.type", "a search space cannot pick the architecture: write one variant per type")
-                if value.get("type") in ARCHITECTURES:
+                if isinstance(value.get("type"), str) and value["type"] in ARCHITECTURES:
                     kinds = typing.get_type_hints(ARCHITECTURES[value["type"]].config)
             for sub, subvalue in value.items():
                 if not spaces.is_space(subvalue):
