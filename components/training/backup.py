@@ -5,11 +5,8 @@ import dataclasses
 import hashlib
 import json
 import re
-import time
 from pathlib import Path
 from typing import Optional
-
-import tf_keras as keras
 
 from components.storage import Store
 
@@ -96,32 +93,3 @@ def remove(store: Store, prefix: str) -> None:
 def _delete(store: Store, keys: list[str]) -> None:
     for key in keys:
         store.delete(key)
-
-
-class StoreBackup(keras.callbacks.BackupAndRestore):
-    """tf-keras' BackupAndRestore into a local folder, whose chief copy goes to the store after every epoch.
-
-    Every replica saves (MWMS reduces variables while saving; non-chiefs write
-    to a temporary folder tf-keras removes) and every replica restores from
-    ``backup_dir/chief``, which ``restore`` filled from the store before ``fit``.
-    The checkpoint holds the model, the optimizer (its iterations drive the
-    learning-rate schedule) and the epoch; ``fit`` resumes after that epoch.
-    """
-
-    def __init__(self, backup_dir: Path, store: Store, prefix: str, digest: str, chief: bool, resume: Resume) -> None:
-        super().__init__(backup_dir=str(backup_dir), save_freq="epoch", delete_checkpoint=True)
-        self.local = backup_dir
-        self.store, self.prefix, self.digest, self.chief = store, prefix, digest, chief
-        self.history = {key: list(values) for key, values in resume.history.items()}
-        self.seconds = 0.0  # spent backing up: what fault tolerance costs the training
-
-    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
-        started = time.perf_counter()
-        super().on_epoch_end(epoch, logs)
-        for key, value in (logs or {}).items():
-            self.history.setdefault(key, []).append(float(value))
-        if logs and "val_loss" in logs:  # validated this epoch: the val_* lists are as long as val_epochs
-            self.history.setdefault(VAL_EPOCHS, []).append(epoch + 1)
-        if self.chief:
-            upload(self.store, self.prefix, self.digest, self.local / READ_DIR, epoch + 1, self.history)
-        self.seconds += time.perf_counter() - started

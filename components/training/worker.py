@@ -221,6 +221,35 @@ class Progress(keras.callbacks.Callback):
         progress.emit(self.variant, state="training", epoch=epoch + 1, epochs=self.epochs, **numbers, examples_per_second=rate)
 
 
+class StoreBackup(keras.callbacks.BackupAndRestore):
+    """tf-keras' BackupAndRestore into a local folder, whose chief copy goes to the store after every epoch.
+
+    Every replica saves (MWMS reduces variables while saving; non-chiefs write
+    to a temporary folder tf-keras removes) and every replica restores from
+    ``backup_dir/chief``, which ``restore`` filled from the store before ``fit``.
+    The checkpoint holds the model, the optimizer (its iterations drive the
+    learning-rate schedule) and the epoch; ``fit`` resumes after that epoch.
+    """
+
+    def __init__(self, backup_dir: Path, store: Store, prefix: str, digest: str, chief: bool, resume: backup.Resume) -> None:
+        super().__init__(backup_dir=str(backup_dir), save_freq="epoch", delete_checkpoint=True)
+        self.local = backup_dir
+        self.store, self.prefix, self.digest, self.chief = store, prefix, digest, chief
+        self.history = {key: list(values) for key, values in resume.history.items()}
+        self.seconds = 0.0  # spent backing up: what fault tolerance costs the training
+
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+        started = time.perf_counter()
+        super().on_epoch_end(epoch, logs)
+        for key, value in (logs or {}).items():
+            self.history.setdefault(key, []).append(float(value))
+        if logs and "val_loss" in logs:  # validated this epoch: the val_* lists are as long as val_epochs
+            self.history.setdefault(backup.VAL_EPOCHS, []).append(epoch + 1)
+        if self.chief:
+            backup.upload(self.store, self.prefix, self.digest, self.local / backup.READ_DIR, epoch + 1, self.history)
+        self.seconds += time.perf_counter() - started
+
+
 def _onednn_enabled() -> bool:
     """Whether TensorFlow runs its oneDNN kernels in this process (the setting and the CPU decide)."""
     from tensorflow.python.util import _pywrap_util_port
@@ -337,7 +366,7 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         attempt = backup.begin_attempt(store, prefix, digest, stop_epoch) if chief else 0
         if resume.epochs_done:
             print(f"resuming after epoch {resume.epochs_done} of {schedule_epochs} from the backup", file=sys.stderr, flush=True)
-        backing_up = backup.StoreBackup(backup_dir, store, prefix, digest, chief, resume)
+        backing_up = StoreBackup(backup_dir, store, prefix, digest, chief, resume)
         throughput = Throughput(global_batch, paused=lambda: validation.seconds if validation else 0.0)
         # Validation first: the callbacks after it find its numbers in the epoch's logs.
         callbacks = [callback for callback in (validation, Progress(variant.name, stop_epoch, steps_per_epoch * global_batch) if chief else None)
