@@ -269,8 +269,10 @@ def test_bakeoff_report_refuses_what_it_cannot_report_in_one_line_and_writes_not
 
 
 def test_a_report_that_cannot_be_written_is_one_line(run_store: tuple[str, Path], tmp_path: Path) -> None:
-    with pytest.raises(BakeoffError, match=r"^cannot write '.*/missing/report.html' \(No such file or directory\): choose another -o$"):
-        write_report(open_store(run_store[0]), RUN_ID, tmp_path / "missing" / "report.html")
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(BakeoffError, match=r"^cannot write '.*/a-file/report.html' \(File exists\): choose another -o$"):
+        write_report(open_store(run_store[0]), RUN_ID, tmp_path / "a-file" / "report.html")
+    assert write_report(open_store(run_store[0]), RUN_ID, tmp_path / "new" / "report.html").is_file()  # missing folders are made
 
 
 def test_the_winner_mark_follows_the_records_winner_not_the_first_row(record: dict, histories: dict[str, dict]) -> None:

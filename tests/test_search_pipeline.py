@@ -206,3 +206,9 @@ def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_
         assert len(second["history"]["val_accuracy"]) == 2  # the history runs from epoch 1 after the resume
     for name in set(everyone) - set(best_two):
         assert rung(name, 0)["epochs"] == 1
+    # The leaderboard and the report show who stopped where, and why.
+    assert {(s["variant"], s["rung"], s["epochs"]) for s in summary["stopped"]} == {(name, 0, 1) for name in set(everyone) - set(best_two)}
+    for entry in summary["stopped"]:
+        assert f"{entry['variant']}" in run.stderr.split("stopped by successive halving")[1]
+    page = Path(run.stderr.rsplit("\nreport: ", 1)[1].split()[0]).read_text()
+    assert all(f'class="stopped" data-variant="{name}"' in page for name in set(everyone) - set(best_two))

@@ -1,6 +1,7 @@
 """One run's report: leaderboard, training curves, confusion matrix and mistakes, as one self-contained HTML page."""
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -20,7 +21,7 @@ h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 
 .decision { font-size: 1.1em; padding: .6em 1em; background: #f3f6fa; border-left: 4px solid #3b73b9; }
 table { border-collapse: collapse; } th, td { padding: .3em .8em; text-align: right; border-bottom: 1px solid #e4e4e4; }
 th:nth-child(2), td:nth-child(2) { text-align: left; }
-tr.winner { background: #fff4cc; font-weight: bold; } .metric { background: #eef3fb; }
+tr.winner { background: #fff4cc; font-weight: bold; } tr.stopped { color: #777; } .metric { background: #eef3fb; }
 img.figure { max-width: 100%; }
 .mistakes { display: grid; grid-template-columns: repeat(auto-fill, 150px); gap: 12px; }
 .mistakes figure { margin: 0; font-size: .8em; text-align: center; }
@@ -32,7 +33,7 @@ WINNER_MARK = "★ winner"
 def render(record: dict, histories: dict[str, dict]) -> str:
     """The page for a selection record (``runs/<run>/selection.json``) and each candidate's metrics.json ``history``."""
     names = record["class_names"]
-    ordered = {c["variant"]: histories.get(c["variant"], {}) for c in record["candidates"]}
+    ordered = {c["variant"]: histories.get(c["variant"], {}) for c in _contestants(record)}
     curves = figures.curves(ordered)
     confusion = figures.confusion(record["confusion_matrix"], names)
     winner = record["winner"]
@@ -64,6 +65,7 @@ def markdown(record: dict) -> str:
         mark = f"{place} {WINNER_MARK}" if c["variant"] == record["winner"]["variant"] else str(place)
         rows.append(f"| {mark} | {c['variant']} | {c['val_accuracy']:.4f} | {c['val_loss']:.4f} | {c['epochs']}"
                     f" | {c['workers']} | {c['train_seconds']:.1f} |")
+    rows += [f"| stopped | {s['variant']} | rung {s['rung']}: {s['reason']} | | {s['epochs']} | | |" for s in record.get("stopped", [])]
     winner = record["winner"]
     return (f"### bakeoff run {record['run_id']}\n\n" + "\n".join(rows)
             + f"\n\nwinner: **{winner['variant']}**, test accuracy {winner['test_accuracy']:.4f}\n\n{_decision(record)}\n")
@@ -93,15 +95,17 @@ def write_report(store: Store, run_id: str, path: Path) -> Path:
     """Writes the run's page to ``path`` all at once, from selection.json and every candidate's metrics.json."""
     record = read_record(store, run_id)
     histories = {c["variant"]: json.loads(store.get_bytes(f"{runs.variant_prefix(run_id, c['variant'])}/{runs.METRICS}")).get("history", {})
-                 for c in record["candidates"]}
+                 for c in _contestants(record)}
     page = render(record, histories)
     path = Path(path)
     staged = path.with_name(f".{path.name}.{os.getpid()}.partial")  # beside it, so the rename stays on one file system
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         staged.write_text(page, encoding="utf-8")
         os.replace(staged, path)  # never a half-written page where the last one was
     except OSError as error:
-        staged.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # NotADirectoryError too, where a parent is a file
+            staged.unlink()
         raise BakeoffError(f"cannot write {str(path)!r} ({error.strerror}): choose another -o") from None
     return path
 
@@ -133,7 +137,14 @@ def _leaderboard(record: dict) -> str:
         rows.append(f'<tr{" class=winner" if won else ""} data-variant="{_text(c["variant"])}"><td>{place}</td>'
                     f'<td>{_text(c["variant"])}{" " + WINNER_MARK if won else ""}</td>{cells}<td>{c["epochs"]}</td>'
                     f'<td>{c["workers"]}</td><td>{c["train_seconds"]:.1f}</td><td>{c["examples_per_second"]:.0f}</td></tr>')
+    rows += [f'<tr class="stopped" data-variant="{_text(s["variant"])}"><td>rung {s["rung"]}</td><td>{_text(s["variant"])}</td>'
+             f'<td colspan="6">stopped after epoch {s["epochs"]}: {_text(s["reason"])}</td></tr>' for s in record.get("stopped", [])]
     return "\n".join(rows) + "\n</table>"
+
+
+def _contestants(record: dict) -> list[dict]:
+    """Every variant the run trained: the last rung's candidates, then those successive halving stopped earlier."""
+    return record["candidates"] + record.get("stopped", [])
 
 
 def _figure(figure: Figure, alt: str, name: str, data: str) -> str:

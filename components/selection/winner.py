@@ -4,7 +4,7 @@ import datetime
 import json
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -26,8 +26,12 @@ def select_winner(
     run_id: str,
     metric: str,
     gate: Gate = Gate(),
+    stopped: Sequence[dict] = (),
 ) -> dict:
     """Scores, ranks, tests, and publishes unless the champion stays; returns the run's summary (the CLI's --json).
+
+    ``stopped`` are the variants successive halving stopped before the last
+    rung, each with its rung and reason: the summary lists them after the candidates.
 
     The summary, with what people look at in the report (the winner's confusion
     matrix and most confident mistakes on test), is also kept as the run's
@@ -106,6 +110,7 @@ def select_winner(
         },
         "promotion": promotion,
         "candidates": ranking,
+        "stopped": list(stopped),
     }
     record = summary | {
         "metric": metric,
@@ -179,4 +184,6 @@ def select_run(variants: list[str], data_dir: str, store_uri: str, model_name: s
     registry.model_prefix(model_name)  # both before reading anything
     store = open_store(store_uri)
     candidates = [runs.candidate(store, run_id, variant) for variant in variants]
-    return select_winner(candidates, data_dir, store_uri, model_name, run_id, metric, gate)
+    stopped = [{"variant": entry["variant"], "rung": record["rung"], "epochs": record["epochs"], metric: entry[metric], "reason": entry["reason"]}
+               for record in runs.search_records(store, run_id) for entry in record["stopped"]]
+    return select_winner(candidates, data_dir, store_uri, model_name, run_id, metric, gate, stopped)

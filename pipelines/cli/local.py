@@ -20,6 +20,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from components.selection.promotion import Gate
     from components.selection.ranking import direction
     from components.storage.registry import model_prefix
+    from components.reporting.report import write_report
     from pipelines.cli.display import new_progress_folder, run_watched
     from pipelines.compiling import planned
     from pipelines.local_run import LocalRun, run_local
@@ -69,6 +70,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     summary = run_watched(run) if watched else run_local(run)
     print(leaderboard(summary), file=out)
+    report = write_report(store, summary["run_id"], args.work_dir / defaults.REPORTS / f"{summary['run_id']}.html")
+    print(f"report: {report.resolve()}", file=out)
     serve = ["bakeoff", "serve", "--store", args.store, "--model-name", args.model_name]
     if args.s3_endpoint:
         serve += ["--s3-endpoint", args.s3_endpoint] + (["--s3-insecure"] if args.s3_insecure else [])
@@ -88,13 +91,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def leaderboard(summary: dict) -> str:
-    rows = [f"{'':2}{'variant':<16}{'workers':>8}{'val_acc':>9}{'val_loss':>9}{'epochs':>7}{'train_s':>9}{'ex/s':>8}"]
+    """The candidates best first (the winner starred), the variants halving stopped and where, the decision."""
+    stopped = summary.get("stopped", [])
+    width = max(16, *(len(entry["variant"]) + 2 for entry in summary["candidates"] + stopped))
+    rows = [f"{'':2}{'variant':<{width}}{'workers':>8}{'val_acc':>9}{'val_loss':>9}{'epochs':>7}{'train_s':>9}{'ex/s':>8}"]
     for place, c in enumerate(summary["candidates"]):
         mark = "* " if place == 0 else "  "
         rows.append(
-            f"{mark}{c['variant']:<16}{c['workers']:>8}{c['val_accuracy']:>9.4f}{c['val_loss']:>9.4f}"
+            f"{mark}{c['variant']:<{width}}{c['workers']:>8}{c['val_accuracy']:>9.4f}{c['val_loss']:>9.4f}"
             f"{c['epochs']:>7}{c['train_seconds']:>9.1f}{c['examples_per_second']:>8.0f}"
         )
+    if stopped:
+        rows.append("stopped by successive halving (validation as trained, one view):")
+        rows += [f"  {entry['variant']:<{width}}rung {entry['rung']}: {entry['reason']}" for entry in stopped]
     winner = summary["winner"]
     rows.append(f"winner: {winner['variant']} (test accuracy {winner['test_accuracy']:.4f})  [run {summary['run_id']}]")
     rows.append(summary["promotion"]["message"] + (f" at {winner['uri']}" if winner["uri"] else ""))
