@@ -28,7 +28,7 @@ variants:
 FIELD_TYPES = {
     "run_id": str, "variant": str, "version": int, "uri": str, "workers": int, "num_replicas_in_sync": int,
     "val_accuracy": float, "val_loss": float, "test_accuracy": float, "epochs": int, "train_seconds": float,
-    "examples_per_second": float, "created": str, "dataset_fingerprint": str, "winner": dict, "candidates": list,
+    "examples_per_second": float, "created": str, "dataset_fingerprint": str, "winner": dict, "candidates": list, "stopped": list,
     "promotion": dict, "published": bool, "forced": bool, "min_improvement": float, "challenger": dict, "message": str,
     "champion": type(None),  # these runs publish into a fresh store: no champion yet
 }

@@ -185,12 +185,20 @@ def test_on_a_terminal_a_live_table_shows_every_variant_and_the_leaderboard_foll
     assert re.search(r"^mlp\s+done\b", last_frame, re.M) and re.search(r"^small_cnn\s+done\b", last_frame, re.M), last_frame
     assert f"logs: {folder}/<variant>.log" in last_frame
     lines = text.strip().splitlines()
-    assert lines[-3].startswith("winner: ") and lines[-1].startswith("serve it: bakeoff serve"), text[-2000:]
+    assert lines[-4].startswith("winner: ") and lines[-1].startswith("serve it: bakeoff serve"), text[-2000:]
+    assert_report_line(lines[-2], work_dir)
     # The replicas' lines went to each variant's log, not over the table.
     assert "[bakeoff-mlp-" not in text and "[bakeoff-small-cnn-" not in text
     for name in ("mlp", "small-cnn"):
         assert re.search(rf"^\[bakeoff-{name}-\w+-worker-0\] ", (folder / f"{name.replace('-', '_')}.log").read_text(), re.M)
     assert "Executing task" in (folder / "pipeline.log").read_text()
+
+
+def assert_report_line(line: str, work_dir: Path) -> None:
+    """The run ends with the path of its report page, written under the work dir."""
+    assert line.startswith("report: "), line
+    page = Path(line.removeprefix("report: "))
+    assert page.parent == (work_dir / "reports").resolve() and 'id="leaderboard"' in page.read_text()
 
 
 def test_off_a_terminal_every_line_is_plain_text_and_the_replicas_lines_are_there(tmp_path: Path, work_dir: Path) -> None:
@@ -200,7 +208,9 @@ def test_off_a_terminal_every_line_is_plain_text_and_the_replicas_lines_are_ther
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", result.stderr + result.stdout), "a control character in plain output"
     assert re.search(r"^\s*\[bakeoff-mlp-\w+-worker-0\] ", result.stderr, re.M), result.stderr[-2000:]
     assert "Pipeline 'bakeoff' finished with status SUCCESS" in result.stderr  # kfp.local's colours, gone
-    assert result.stdout.splitlines()[-3].startswith("winner: mlp")
+    lines = result.stdout.splitlines()
+    assert lines[-4].startswith("winner: mlp")
+    assert_report_line(lines[-2], work_dir)
 
 
 def test_a_failed_variants_whole_log_is_printed_and_named_before_the_one_line_error(tmp_path: Path, work_dir: Path) -> None:

@@ -65,7 +65,7 @@ def markdown(record: dict) -> str:
         mark = f"{place} {WINNER_MARK}" if c["variant"] == record["winner"]["variant"] else str(place)
         rows.append(f"| {mark} | {c['variant']} | {c['val_accuracy']:.4f} | {c['val_loss']:.4f} | {c['epochs']}"
                     f" | {c['workers']} | {c['train_seconds']:.1f} |")
-    rows += [f"| stopped | {s['variant']} | rung {s['rung']}: {s['reason']} | | {s['epochs']} | | |" for s in record.get("stopped", [])]
+    rows += [f"| stopped | {s['variant']} | {s['reason']} | | {s['epochs']} | | |" for s in record.get("stopped", [])]
     winner = record["winner"]
     return (f"### bakeoff run {record['run_id']}\n\n" + "\n".join(rows)
             + f"\n\nwinner: **{winner['variant']}**, test accuracy {winner['test_accuracy']:.4f}\n\n{_decision(record)}\n")
@@ -138,7 +138,7 @@ def _leaderboard(record: dict) -> str:
                     f'<td>{_text(c["variant"])}{" " + WINNER_MARK if won else ""}</td>{cells}<td>{c["epochs"]}</td>'
                     f'<td>{c["workers"]}</td><td>{c["train_seconds"]:.1f}</td><td>{c["examples_per_second"]:.0f}</td></tr>')
     rows += [f'<tr class="stopped" data-variant="{_text(s["variant"])}"><td>rung {s["rung"]}</td><td>{_text(s["variant"])}</td>'
-             f'<td colspan="6">stopped after epoch {s["epochs"]}: {_text(s["reason"])}</td></tr>' for s in record.get("stopped", [])]
+             f'<td colspan="6">stopped: {_text(s["reason"])}</td></tr>' for s in record.get("stopped", [])]
     return "\n".join(rows) + "\n</table>"
 
 

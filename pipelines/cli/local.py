@@ -103,7 +103,7 @@ def leaderboard(summary: dict) -> str:
         )
     if stopped:
         rows.append("stopped by successive halving (validation as trained, one view):")
-        rows += [f"  {entry['variant']:<{width}}rung {entry['rung']}: {entry['reason']}" for entry in stopped]
+        rows += [f"  {entry['variant']:<{width}}{entry['reason']}" for entry in stopped]
     winner = summary["winner"]
     rows.append(f"winner: {winner['variant']} (test accuracy {winner['test_accuracy']:.4f})  [run {summary['run_id']}]")
     rows.append(summary["promotion"]["message"] + (f" at {winner['uri']}" if winner["uri"] else ""))
