@@ -16,12 +16,12 @@ MIN_IMPROVEMENT = 0.0  # a new winner must beat the published champion by this m
 MODEL_NAME = "fashion-mnist"
 SEARCH_SAMPLES = 8  # draws per variant with a uniform/log_uniform/int_uniform space, unless search.samples says otherwise
 HALVING_ETA = 3  # successive halving keeps the best third at each rung and trains it three times as long (Hyperband's choice)
+HALVING_WINDOW = 3  # a rung ranks variants by the mean validation metric over the last third of their epochs (halving.rung_score)
 # The plan's cost model (components/search/budget.py): an epoch costs train examples × forward MACs per image × SECONDS_PER_MAC
-# (backward pass and validation included), a job JOB_START_SECONDS more. Measured on the 2-core AVX512 AMD EPYC with 2-worker
-# jobs of 2 full-data epochs of the default cnn (2.8M MACs) and the 64-128-128 batch_norm cnn (10.8M) while other work
-# loaded the machine (load 4-7): 8.2e-11 and 1.19e-10 s/MAC in two repetitions (the less loaded kept), job starts 16-21 s.
-SECONDS_PER_MAC = 8.2e-11
-JOB_START_SECONDS = 18.0
+# (backward pass, validation and backups included), a job JOB_START_SECONDS more (all outside fit: processes, TensorFlow,
+# and ingest, halving and select spread over the jobs). From an idle default `make run`: README, "Search".
+SECONDS_PER_MAC = 3.3e-11
+JOB_START_SECONDS = 13.0
 MISCLASSIFIED = 24  # the winner's most confident test mistakes kept in the selection record: one screenful in the report
 
 # Running each TFJob.

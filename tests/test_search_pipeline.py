@@ -141,6 +141,24 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
         assert bool(store.list(f"runs/run1/{name}/backup")) == (name in order[:2]), name
 
 
+def test_halve_ranks_by_the_last_third_of_the_epochs_so_one_dip_does_not_decide(tmp_path: Path) -> None:
+    """The validation accuracies of rung 1 (epochs 1-9) of a real default run: the wider network dipped at epoch 9.
+
+    By the last value the smaller one went on (and published 0.922 on test); over epochs 7-9 the wider one leads.
+    """
+    store = open_store(str(tmp_path / "store"))
+    curves = {"wide": [0.671, 0.879, 0.889, 0.905, 0.91, 0.889, 0.915, 0.92, 0.903],
+              "small": [0.845, 0.874, 0.89, 0.885, 0.9, 0.904, 0.896, 0.909, 0.911]}
+    for name, accuracy in curves.items():
+        history = {"val_accuracy": accuracy, "val_loss": [1 - a for a in accuracy], "val_epochs": list(range(1, 10))}
+        store.put_bytes(f"runs/run1/{name}/rung-1.json", json.dumps({"variant": name, "history": history, "epochs": 9}).encode())
+    variants = [{"name": name, "model": {"type": "mlp"}} for name in curves]
+    assert [v["name"] for v in halve(variants, store.uri, "", "run1", 1, 1, "val_accuracy")] == ["wide"]
+    (record,) = runs.search_records(store, "run1")
+    assert record["kept"] == [{"variant": "wide", "val_accuracy": pytest.approx((0.915 + 0.92 + 0.903) / 3)}]
+    assert record["stopped"][0]["reason"] == "val_accuracy 0.9053 (mean of epochs 7-9) placed 2 of 2 after epoch 9; rung 1 keeps 1"
+
+
 def test_halve_refuses_a_record_without_validation(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "store"))
     store.put_bytes("runs/r/a/rung-0.json", json.dumps({"history": {"loss": [1.0]}, "epochs": 1}).encode())

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from components.defaults import HALVING_WINDOW
 from components.selection.ranking import direction, rank
 from components.spec import Halving
 
@@ -35,6 +36,21 @@ def schedule(count: int, halving: Halving) -> list[Rung]:
         rungs.append(Rung(len(rungs), epochs, entering, keep))
         entering, epochs = keep, min(epochs * halving.eta, halving.max_epochs)
     return rungs
+
+
+def rung_score(history: dict, metric: str, epochs: int) -> tuple[float, int]:
+    """A variant's score after a rung that ended at ``epochs``, and the first epoch it averages.
+
+    The mean of ``metric`` over the validated epochs of the last ``1/HALVING_WINDOW`` of
+    the training so far (at least the last one). A learning-rate schedule over
+    ``max_epochs`` is still high in the early rungs, where one epoch's validation
+    swings by a point: a single dip decided rung 1 of a default run for a smaller network.
+    """
+    values = history.get(metric) or []
+    validated = history.get("val_epochs") or list(range(epochs - len(values) + 1, epochs + 1))
+    first = epochs - max(1, epochs // HALVING_WINDOW) + 1
+    recent = [value for value, epoch in zip(values, validated) if epoch >= first] or values[-1:]
+    return (math.fsum(recent) / len(recent) if recent else math.nan), first
 
 
 def survivors(candidates: list[dict], keep: int, metric: str) -> tuple[list[str], list[str]]:

@@ -12,8 +12,9 @@ def halve(
 ) -> list:
     """Keeps the ``keep`` variants best by ``metric`` after rung ``rung`` and records who stopped there, and why.
 
-    Each variant's score is the last validation value of its history in the
-    metrics its rung's job left (``runs/<run>/<variant>/rung-<k>.json``). The
+    Each variant's score is the mean validation value over the last third of
+    its epochs (``halving.rung_score``), from the metrics its rung's job left
+    (``runs/<run>/<variant>/rung-<k>.json``). The
     record goes to ``runs/<run>/search/rung-<k>.json``, and the stopped
     variants' backups are deleted: no later job resumes them. Returns the kept
     variants' specs unchanged, best first: the next rung's loop runs over them.
@@ -22,7 +23,7 @@ def halve(
     import json
 
     from components.errors import BakeoffError, reported
-    from components.search.halving import survivors
+    from components.search.halving import rung_score, survivors
     from components.storage import open_store, runs, use_s3_endpoint
     from components.training import backup
 
@@ -30,17 +31,19 @@ def halve(
         use_s3_endpoint(s3_endpoint)
         target = open_store(store)
         by_name = {variant["name"]: variant for variant in variants}
-        scores, epochs = [], []
+        scores, epochs, since = [], [], {}
         for name in by_name:
             record = runs.rung_metrics(target, run_id, name, rung)
-            values = record["history"].get(metric)
-            if not values:
+            if not record["history"].get(metric):
                 raise BakeoffError(f"variant {name!r} has no {metric} in its record of rung {rung}: halving ranks on validation,"
                                    " which the worker scores at every job's last epoch: run an image built from this bakeoff")
-            scores.append({"variant": name, metric: values[-1]})
+            score, since[name] = rung_score(record["history"], metric, record["epochs"])
+            scores.append({"variant": name, metric: score})
             epochs.append(record["epochs"])
         kept, stopped = survivors(scores, keep, metric)
         score = {entry["variant"]: entry[metric] for entry in scores}
+        # Which epochs a score averages, when more than one (nothing outside this function ships to the step's container).
+        averaged = {name: f" (mean of epochs {first}-{max(epochs)})" if first < max(epochs) else "" for name, first in since.items()}
         places = {name: place for place, name in enumerate(kept + stopped, start=1)}
         target.put_bytes(runs.search_key(run_id, rung), json.dumps({
             "rung": rung,
@@ -50,8 +53,8 @@ def halve(
             "kept": [{"variant": name, metric: score[name]} for name in kept],
             "stopped": [
                 {"variant": name, metric: score[name],
-                 "reason": f"{metric} {score[name]:.4f} placed {places[name]} of {len(by_name)} after epoch {max(epochs)};"
-                           f" rung {rung} keeps {len(kept)}"}
+                 "reason": f"{metric} {score[name]:.4f}{averaged[name]} placed {places[name]} of {len(by_name)}"
+                           f" after epoch {max(epochs)}; rung {rung} keeps {len(kept)}"}
                 for name in stopped
             ],
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -59,3 +62,4 @@ def halve(
         for name in stopped:
             backup.remove(target, runs.variant_prefix(run_id, name))
         return [by_name[name] for name in kept]
+
