@@ -133,7 +133,11 @@ def _task_seconds(log: str) -> dict[str, float]:
 
 
 def pipeline(context: Context) -> list[Figure]:
-    """`bakeoff run` (the default bake-off) ÷ the same trainings as plain jobs back to back; and its quality."""
+    """`bakeoff run` (the default bake-off) ÷ the same trainings as plain jobs back to back; and its quality.
+
+    With successive halving the same trainings are each variant trained, from scratch in one job, to the
+    epoch it reached: the pipeline trains those epochs too, spread over rungs that resume.
+    """
     from components.modeling import evaluation
     from components.storage import open_store
     from components.defaults import CONFIG as DEFAULT_CONFIG
@@ -149,10 +153,11 @@ def pipeline(context: Context) -> list[Figure]:
     tasks = _task_seconds(run.stderr)
     training = sum(c["train_seconds"] for c in summary["candidates"])
 
+    reached = {entry["variant"]: entry["epochs"] for entry in summary["candidates"] + summary["stopped"]}
     baseline = 0.0
     for variant in load_variants(DEFAULT_CONFIG):
         spec = variant.to_dict()
-        baseline += timed(lambda: _job(context, spec, variant.workers, 0, variant.training.epochs))
+        baseline += timed(lambda: _job(context, spec, variant.workers, 0, reached[variant.name]))
     ratio = pipeline_seconds / baseline
     breakdown = {
         "total": pipeline_seconds, "ingest": tasks.get("ingest", 0.0), "train_tasks": tasks.get("train", 0.0),
@@ -173,10 +178,10 @@ def pipeline(context: Context) -> list[Figure]:
     table = ", ".join(f"{name} {accuracy:.3f}" for name, accuracy in _published_table()[:4])
     return [
         Figure("pipeline_overhead", ratio, "×", goal="≤ 1.15", met=ratio <= 1.15,
-               detail=f"`bakeoff run` {pipeline_seconds:.0f} s ÷ the same 3 trainings as plain local jobs {baseline:.0f} s; "
+               detail=f"`bakeoff run` {pipeline_seconds:.0f} s ÷ the same {len(reached)} trainings as plain local jobs {baseline:.0f} s; "
                       + ", ".join(f"{k} {v:.0f} s" for k, v in breakdown.items() if k != "total")),
-        Figure("winner_test_accuracy", winner["test_accuracy"], "", goal="≥ 0.92 within 15 min",
-               met=winner["test_accuracy"] >= 0.92 and pipeline_seconds <= 900,
+        Figure("winner_test_accuracy", winner["test_accuracy"], "", goal="≥ 0.93 within 15 min",
+               met=winner["test_accuracy"] >= 0.93 and pipeline_seconds <= 900,
                detail=f"default bake-off winner `{winner['variant']}` in {pipeline_seconds / 60:.1f} min, scored as served"
                       " (variants trained with random_flip average each image and its mirror)"),
         Figure("seed_setting_test_accuracy", seed_accuracy, "", detail="the seed project's setting: one epoch of 70 steps (global batch 128)"),

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components.defaults import CONFIG as DEFAULT_CONFIG
 from components.defaults import IMAGE as BASE_IMAGE
 from pipelines.cli.main import main
 from pipelines.compiling import COMPILED
@@ -13,8 +14,18 @@ from pipelines.compiling import COMPILED
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("compiled") / "bakeoff.yaml"
-    assert main(["compile", "-o", str(out), "--image", "registry.example/bakeoff:7", "--parallelism", "2"]) == 0
+    """The pipeline of the default file's baseline variants without its search: one train-variants sub-pipeline.
+
+    The default file's halving pipeline (one sub-pipeline per rung) is checked in tests/test_search_pipeline.py.
+    """
+    folder = tmp_path_factory.mktemp("compiled")
+    document = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    del document["search"]
+    document["variants"] = [v for v in document["variants"] if v["name"] in ("cnn", "dropout", "batch_norm")]
+    (folder / "plain.yaml").write_text(yaml.safe_dump(document))
+    out = folder / "bakeoff.yaml"
+    assert main(["compile", "--config", str(folder / "plain.yaml"), "-o", str(out), "--image", "registry.example/bakeoff:7",
+                 "--parallelism", "2"]) == 0
     return out
 
 
@@ -56,10 +67,13 @@ def test_every_step_runs_the_image_and_the_tfjob_gets_it_too(compiled: Path) -> 
     assert not any("pip install" in " ".join(e["container"]["command"]) for e in executors.values())
 
 
-def test_store_credentials_come_from_the_secret_only(compiled: Path) -> None:
+@pytest.mark.parametrize("which", ["plain", "committed default (halving)"])
+def test_store_credentials_come_from_the_secret_only(compiled: Path, which: str) -> None:
+    compiled = compiled if which == "plain" else COMPILED
     ir, platform = documents(compiled)
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    for name in ("exec-ingest", "exec-train", "exec-select"):
+    assert set(executors) == set(ir["deploymentSpec"]["executors"]) >= {"exec-ingest", "exec-train", "exec-select"}
+    for name in executors:
         (secret,) = executors[name]["secretAsEnv"]
         assert secret["secretName"] == "mlpipeline-minio-artifact"
         assert {m["secretKey"]: m["envVar"] for m in secret["keyToEnv"]} == {"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"}
@@ -79,12 +93,15 @@ def test_store_and_endpoint_are_run_time_parameters_whose_defaults_fit_kfp_2_16_
         assert {"store", "s3_endpoint"} <= set(declared)
 
 
-def test_only_ingest_is_cached(compiled: Path) -> None:
-    ir, _ = documents(compiled)
-    tasks = ir["root"]["dag"]["tasks"]
-    assert tasks["ingest"]["cachingOptions"] == {"enableCache": True}
-    assert tasks["select"]["cachingOptions"] == {}
-    assert ir["components"]["comp-for-loop-1"]["dag"]["tasks"]["train"]["cachingOptions"] == {}
+@pytest.mark.parametrize("which", ["plain", "committed default (halving)"])
+def test_only_ingest_is_cached(compiled: Path, which: str) -> None:
+    """Of the container tasks (KFP caches no DAG), ingest alone: trainings, halving and selection always run."""
+    ir, _ = documents(compiled if which == "plain" else COMPILED)
+    dags = [ir["root"]["dag"]] + [c["dag"] for c in ir["components"].values() if "dag" in c]
+    cached = {name: task.get("cachingOptions") == {"enableCache": True}
+              for dag in dags for name, task in dag["tasks"].items() if "componentRef" in task and "dag" not in ir["components"][task["componentRef"]["name"]]}
+    assert cached.pop("ingest") and not any(cached.values()), cached
+    assert {"select", "train"} <= set(cached)
 
 
 def test_kfp_loads_it_back(compiled: Path) -> None:

@@ -280,8 +280,11 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(tmp_path: Path, cap
 def test_plan_on_the_default_config(capsys: pytest.CaptureFixture) -> None:
     assert main(["plan"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"3 variants from {DEFAULT_CONFIG}:\n  cnn         (as written)\n  dropout     (as written)\n  batch_norm  (as written)\n")
-    assert "no halving: every variant trains its training.epochs in one job\nestimated training time: " in out
+    assert out.startswith(f"6 variants from {DEFAULT_CONFIG}:\n")
+    listed = [line.split() for line in out.splitlines()[1:7]]
+    assert [line[0] for line in listed[:3]] == ["cnn", "dropout", "batch_norm"] and all(line[1:] == ["(as", "written)"] for line in listed[:3])
+    assert all(line[0].startswith("wide-") and line[1].startswith("model.dense_units=") for line in listed[3:])
+    assert "     0       3         6     2\n     1       9         2     1\n     2      20         1     1\n" in out
 
 
 def test_plan_on_a_bad_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
