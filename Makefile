@@ -40,7 +40,7 @@ system: ## install the Debian packages bakeoff uses when missing: offline Fashio
 test-system: ## install the Debian packages only the tests use when missing: chromium (headless, for the report)
 	$(call apt_install,$(TEST_PACKAGES))
 
-run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--epochs 1" passes flags)
+run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--max-train-examples 6000" passes flags)
 	$(BIN)/bakeoff run --local $(ARGS)
 
 test: $(INSTALLED) system test-system ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
