@@ -6,7 +6,7 @@ from kfp import dsl
 
 from components import defaults
 from components.search.halving import Rung, schedule
-from components.spec import Search, load_variants
+from components.spec import Search
 from components.steps.factory import as_component
 from components.steps.halve import halve
 from components.steps.ingest import ingest
@@ -27,8 +27,8 @@ class Cluster:
 
 
 def build_pipeline(
+    variants: list[dict],
     parallelism: int = 1,
-    variants: Optional[list[dict]] = None,
     image: str = defaults.IMAGE,
     cluster: Optional[Cluster] = None,
     search: Optional[Search] = None,
@@ -50,8 +50,6 @@ def build_pipeline(
     best and the next rung's loop runs over its output; select runs over the
     last rung's variants. Without it there is one sub-pipeline, as always.
     """
-    if variants is None:
-        variants = [variant.to_dict() for variant in load_variants(defaults.CONFIG)]
     halving = search.halving if search else None
     plan: list[Optional[Rung]] = schedule(len(variants), halving) if halving else [None]
     ingest_op, train_op, halve_op, select_op = (as_component(func, image) for func in (ingest, train, halve, select))
