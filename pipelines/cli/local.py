@@ -29,6 +29,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = planned(args.config, args.max_train_examples or 0)  # a search budget shrinks it here
     if args.epochs and config.search and config.search.halving:
         raise BakeoffError(f"--epochs does not apply to {args.config}'s successive halving: set search.halving.max_epochs there")
+    if (args.epochs or args.workers) and config.search and config.search.budget_minutes:
+        flag = "--epochs" if args.epochs else "--workers"
+        raise BakeoffError(f"{flag} would change what {args.config}'s search.budget planned: set it in the file, where the budget counts it")
     variants = [
         dataclasses.replace(
             variant,
