@@ -38,6 +38,7 @@ S3_RETRY_SECONDS = 120.0  # how long one store request is retried after it first
 # Where things go.
 LOCAL_STORE = "./bakeoff-store"
 REPORT = Path("report.html")  # where `bakeoff report` writes the run's page
+PROGRESS_RUNS = "runs"  # below the work dir, one folder per watched `bakeoff run`: progress events and logs
 REPORTS = "reports"  # below the work dir, where `bakeoff run` writes each run's page as <run id>.html
 WORK_DIR = Path(".bakeoff")  # kfp.local's outputs and cache
 PROGRESS_REFRESH_PER_SECOND = 2.0  # `run`'s live display redraws this often: epochs take seconds, and each redraw reads every event file

@@ -13,10 +13,12 @@ import numpy as np
 from components.errors import BakeoffError
 
 IMAGE_SHAPE = (28, 28)
+CLASSES = 10
+TRAIN_IMAGES, TEST_IMAGES = 60000, 10000
 TFDS_SOURCE = "tfds"
 _IDX_FILES = {
-    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 60000),
-    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 10000),
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", TRAIN_IMAGES),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", TEST_IMAGES),
 }
 
 

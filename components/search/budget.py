@@ -5,14 +5,14 @@ import dataclasses
 from typing import Optional
 
 from components import defaults
+from components.data.fashion_mnist import CLASSES, IMAGE_SHAPE, TRAIN_IMAGES
 from components.errors import BakeoffError
 from components.modeling.architectures import CnnConfig, MlpConfig
 from components.search.halving import Rung, schedule
 from components.spec import Config, Halving, Variant
 
-CLASSES = 10
-IMAGE_SIDE = 28
-TRAIN_EXAMPLES = 60000 - defaults.VALIDATION_SIZE  # Fashion-MNIST's training images less the validation split
+IMAGE_SIDE = IMAGE_SHAPE[0]
+TRAIN_EXAMPLES = TRAIN_IMAGES - defaults.VALIDATION_SIZE  # Fashion-MNIST's training images less the validation split
 
 
 def macs(variant: Variant) -> int:
