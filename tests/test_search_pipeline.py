@@ -159,11 +159,14 @@ def test_halve_ranks_by_the_last_third_of_the_epochs_so_one_dip_does_not_decide(
     assert record["stopped"][0]["reason"] == "val_accuracy 0.9053 (mean of epochs 7-9) placed 2 of 2 after epoch 9; rung 1 keeps 1"
 
 
-def test_halve_refuses_a_record_without_validation(tmp_path: Path) -> None:
+def test_halve_refuses_a_record_without_validation(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     store = open_store(str(tmp_path / "store"))
     store.put_bytes("runs/r/a/rung-0.json", json.dumps({"history": {"loss": [1.0]}, "epochs": 1}).encode())
     with pytest.raises(SystemExit):
         halve([{"name": "a"}], store.uri, "", "r", 0, 1, "val_accuracy")
+    assert capsys.readouterr().err.strip().endswith(
+        "variant 'a' has no val_accuracy in its record of rung 0: halving ranks on validation, which the worker scores at every"
+        " job's last epoch: run an image built from this bakeoff")
     assert runs.search_records(store, "r") == []
 
 
@@ -173,6 +176,17 @@ def test_run_refuses_a_budget_that_holds_nothing_before_ingest(tmp_path: Path, c
     assert main(["run", "--config", str(config), "--store", str(tmp_path / "store"), "--work-dir", str(tmp_path / "work")]) == 1
     assert "search.budget.minutes: 0.001 min cannot hold even 1 variant at 1 epoch" in capsys.readouterr().err
     assert not (tmp_path / "store").exists() and not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize("flag", ["--epochs", "--workers"])
+def test_a_flag_that_changes_the_cost_is_refused_for_a_budgeted_config(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A budget plans the epochs and workers the file holds: a flag changing them afterwards would overrun it unseen."""
+    config = tmp_path / "budgeted.yaml"
+    config.write_text("variants:\n  - {name: a, model: {type: mlp}, training: {epochs: 2}, workers: 1}\nsearch: {budget: {minutes: 60}}\n")
+    assert main(["run", "--config", str(config), flag, "2", "--store", str(tmp_path / "store")]) == 1
+    assert capsys.readouterr().err == (f"bakeoff: error: {flag} would change what {config}'s search.budget planned:"
+                                       " set it in the file, where the budget counts it\n")
+    assert not (tmp_path / "store").exists()
 
 
 def test_epochs_flag_is_refused_for_a_halving_config(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
