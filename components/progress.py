@@ -12,7 +12,7 @@ PROGRESS_DIR_ENV = "BAKEOFF_PROGRESS_DIR"
 EVENTS_SUFFIX = ".jsonl"
 LOG_SUFFIX = ".log"
 # The states a variant goes through, in order; "failed" may end any of them.
-STATES = ("waiting", "training", "evaluating", "done", "failed")
+STATES = ("waiting", "training", "paused", "stopped", "evaluating", "done", "failed")  # paused: its rung ended, halving decides
 
 
 def progress_dir() -> Optional[Path]:

@@ -108,6 +108,14 @@ def test_rows_follow_the_runs_variants_waiting_until_their_first_event() -> None
     assert [row.state for row in finished] == ["done", "done"]  # the pipeline returned: every variant was scored
 
 
+def test_halving_shows_who_waits_for_its_rung_and_who_it_stopped() -> None:
+    events = {"kept": {"first_time": 100.0, "time": 130.0, "state": "paused", "epoch": 3, "epochs": 3},
+              "dropped": {"first_time": 100.0, "time": 131.0, "state": "stopped", "epoch": 3, "epochs": 3}}
+    assert [row.state for row in rows(["kept", "dropped"], events, now=150.0)] == ["paused", "stopped"]
+    # A variant halving stopped was never scored by select: it stays stopped when the run ends.
+    assert [row.state for row in rows(["kept", "dropped"], events, now=150.0, finished=True)] == ["done", "stopped"]
+
+
 def test_the_table_shows_each_variants_epoch_metrics_speed_and_where_the_logs_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     emitted(tmp_path, monkeypatch,
             ("wide", {"state": "training", "epoch": 3, "epochs": 10, "loss": 0.4321, "accuracy": 0.8765,

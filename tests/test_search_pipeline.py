@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components import progress
 from components.steps.halve import halve
 from components.storage import open_store, registry, runs
 from pipelines import conformance
@@ -117,8 +118,11 @@ def write_rung(store, run_id: str, variant: str, rung: int, accuracy: float, los
 
 
 @pytest.mark.parametrize("metric", ["val_accuracy", "val_loss"])
-def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_backups(metric: str, tmp_path: Path) -> None:
+def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_backups(
+        metric: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = open_store(str(tmp_path / "store"))
+    monkeypatch.setenv(progress.PROGRESS_DIR_ENV, str(tmp_path / "progress"))
+    (tmp_path / "progress").mkdir()
     # By accuracy: c > a > d > b. By loss (lower is better): b < d < a < c.
     scores = {"a": (0.8, 0.6), "b": (0.3, 0.2), "c": (0.9, 0.9), "d": (0.5, 0.4)}
     for name, (accuracy, loss) in scores.items():
@@ -136,6 +140,9 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
     assert record["kept"] == [{"variant": name, metric: value[name]} for name in order[:2]]
     assert [(s["variant"], s[metric]) for s in record["stopped"]] == [(name, value[name]) for name in order[2:]]
     assert record["stopped"][0]["reason"].startswith(f"{metric} {value[order[2]]:.4f} placed 3 of 4 after epoch 2")
+    # A live display shows the stopped as stopped (the kept were left paused by their jobs).
+    assert {name: event["state"] for name, event in progress.read_events(tmp_path / "progress").items()} == {
+        name: "stopped" for name in order[2:]}
     # The stopped never resume: their backups go; the kept keep theirs for the next rung.
     for name in scores:
         assert bool(store.list(f"runs/run1/{name}/backup")) == (name in order[:2]), name

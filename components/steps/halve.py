@@ -22,6 +22,7 @@ def halve(
     import datetime
     import json
 
+    from components import progress
     from components.errors import BakeoffError, reported
     from components.search.halving import rung_score, survivors
     from components.storage import open_store, runs, use_s3_endpoint
@@ -61,5 +62,6 @@ def halve(
         }, indent=2).encode())
         for name in stopped:
             backup.remove(target, runs.variant_prefix(run_id, name))
+            progress.emit(name, state="stopped")
         return [by_name[name] for name in kept]
 

@@ -18,8 +18,8 @@ from components.errors import BakeoffError
 from components.progress import log_file, read_events
 from pipelines.local_run import PIPELINE_LOG, LocalRun, run_local
 
-RUNS = "runs"  # under the work dir: one progress folder per watched run
-STYLES = {"waiting": "dim", "training": "cyan", "evaluating": "magenta", "done": "green", "failed": "bold red"}
+STYLES = {"waiting": "dim", "training": "cyan", "paused": "yellow", "stopped": "dim yellow", "evaluating": "magenta", "done": "green",
+          "failed": "bold red"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Row:
 def rows(variants: list[str], events: dict[str, dict], now: float, finished: bool = False) -> list[Row]:
     """Each variant's row, in the run's order: "waiting" until its first event.
 
-    Once the pipeline has returned (``finished``), every variant trained and was scored: it is "done".
+    Once the pipeline has returned (``finished``), every variant halving did not stop trained and was scored: it is "done".
     """
     result = []
     for name in variants:
@@ -50,7 +50,7 @@ def rows(variants: list[str], events: dict[str, dict], now: float, finished: boo
             result.append(Row(name, "waiting"))
             continue
         state = event.get("state", "training")
-        if finished and state in ("training", "evaluating"):
+        if finished and state in ("training", "paused", "evaluating"):
             state = "done"
         # Training time runs while the job runs; it stops at the job's last word.
         end = now if state == "training" and not finished else event.get("time", now)
@@ -114,7 +114,7 @@ class LiveDisplay:
         ]
         parts += [Text(f"{row.variant}: {row.error}", style="red", overflow="ellipsis", no_wrap=True)
                   for row in variant_rows if row.error]
-        if not self.finished and all(row.state in ("done", "evaluating") for row in variant_rows):
+        if not self.finished and all(row.state in ("done", "evaluating", "stopped") for row in variant_rows):
             parts.append(Text("select: scoring every candidate on validation, then the winner on test", style="magenta"))
         parts.append(Text(f"logs: {log_file(self.folder, '<variant>')}\nkfp.local: {self.folder / PIPELINE_LOG}", style="dim"))
         return Group(*parts)
@@ -132,7 +132,7 @@ def new_progress_folder(work_dir: Path) -> Path:
     """A fresh ``<work_dir>/runs/<timestamp>[-n]/`` for one run's events and logs."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for count in itertools.count(1):
-        folder = work_dir / RUNS / (stamp if count == 1 else f"{stamp}-{count}")
+        folder = work_dir / defaults.PROGRESS_RUNS / (stamp if count == 1 else f"{stamp}-{count}")
         try:
             folder.mkdir(parents=True)
             return folder
