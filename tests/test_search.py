@@ -201,6 +201,15 @@ def test_the_rung_schedule(count: int, halving: Halving, rungs: list[tuple[int, 
     assert [r.index for r in got] == list(range(len(rungs)))
 
 
+def test_a_rungs_score_averages_only_the_validated_epochs_of_its_last_third() -> None:
+    """With validation_freq 2 a 12-epoch history holds epochs 2, 4, ..., 12: the last third is epochs 9-12, so 10 and 12."""
+    from components.search.halving import rung_score
+
+    history = {"val_accuracy": [0.1, 0.2, 0.3, 0.4, 0.6, 0.8], "val_epochs": [2, 4, 6, 8, 10, 12]}
+    assert rung_score(history, "val_accuracy", 12) == (pytest.approx(0.7), 9)
+    assert rung_score({"val_accuracy": [0.5, 0.7], "val_epochs": [1, 2]}, "val_accuracy", 2) == (0.7, 2)  # under 3 epochs: the last
+
+
 def test_survivors_follow_the_metric_s_direction_and_ties_go_by_name() -> None:
     candidates = [{"variant": "b", "val_loss": 0.30, "val_accuracy": 0.90}, {"variant": "a", "val_loss": 0.30, "val_accuracy": 0.88},
                   {"variant": "c", "val_loss": 0.25, "val_accuracy": 0.91}, {"variant": "d", "val_loss": math.nan, "val_accuracy": 0.95},
