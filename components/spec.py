@@ -16,7 +16,7 @@ from components import defaults
 from components.errors import BakeoffError
 from components.modeling.architectures import ARCHITECTURES
 from components.modeling.optimizers import OPTIMIZERS, SCHEDULES
-from components.search import space as spaces
+from components import spaces
 
 # Limits that catch a slip (an extra zero, a sign, a unit) before anything runs; each error names its limit.
 MAX_NAME = 128  # a variant names store paths (one file name each); TFJob names and labels get a digest past 63

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from components import defaults
 from components.search.budget import TRAIN_EXAMPLES, Plan, fit
-from components.search.space import describe
+from components.spaces import describe
 from components.spec import load_config
 from pipelines.cli.flags import positive
 
