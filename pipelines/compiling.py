@@ -10,7 +10,7 @@ import yaml
 
 from components import defaults
 from components.errors import BakeoffError
-from components.spec import Config, load_config
+from components.spec import Config
 from pipelines import conformance
 from pipelines.pipeline import Cluster, build_pipeline
 
@@ -51,9 +51,9 @@ def planned(config: Path, max_train_examples: int = 0) -> Config:
     Each shrink is said on stderr. Compiling plans for the whole training split,
     the default of the compiled pipeline's ``max_train_examples``.
     """
-    from components.search.budget import TRAIN_EXAMPLES, fit
+    from components.search.budget import plan_file
 
-    plan = fit(load_config(config), min(max_train_examples or TRAIN_EXAMPLES, TRAIN_EXAMPLES))
+    plan, _ = plan_file(config, max_train_examples)
     for line in plan.shrunk:
         print(f"bakeoff: within search.budget: {line}", file=sys.stderr)
     return plan.config

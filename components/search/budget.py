@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Optional
 
 from components import defaults
@@ -9,7 +10,7 @@ from components.data.fashion_mnist import CLASSES, IMAGE_SHAPE, TRAIN_IMAGES
 from components.errors import BakeoffError
 from components.modeling.architectures import CnnConfig, MlpConfig
 from components.search.halving import Rung, schedule
-from components.spec import Config, Halving, Variant
+from components.spec import Config, Halving, Variant, load_config
 
 IMAGE_SIDE = IMAGE_SHAPE[0]
 TRAIN_EXAMPLES = TRAIN_IMAGES - defaults.VALIDATION_SIZE  # Fashion-MNIST's training images less the validation split
@@ -120,3 +121,9 @@ def fit(config: Config, train_examples: int = TRAIN_EXAMPLES) -> Plan:
         config = _with_epochs(config, fitting[0])
         rungs, seconds = estimate(config, train_examples)
     return Plan(config, rungs, seconds, shrunk)
+
+
+def plan_file(path: Path, max_train_examples: int = 0) -> tuple[Plan, int]:
+    """A config file's plan for at most ``max_train_examples`` (0: the whole training split), and that number of examples."""
+    examples = min(max_train_examples or TRAIN_EXAMPLES, TRAIN_EXAMPLES)
+    return fit(load_config(path), examples), examples

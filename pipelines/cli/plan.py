@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 from components import defaults
-from components.search.budget import TRAIN_EXAMPLES, Plan, fit
+from components.search.budget import Plan, plan_file
 from components.spaces import describe
-from components.spec import load_config
 from pipelines.cli.flags import positive
 
 
@@ -51,8 +50,7 @@ def render(plan: Plan, train_examples: int) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    train_examples = min(args.max_train_examples or TRAIN_EXAMPLES, TRAIN_EXAMPLES)
-    plan = fit(load_config(args.config), train_examples)
+    plan, train_examples = plan_file(args.config, args.max_train_examples or 0)
     if args.json:
         print(json.dumps(plan_document(plan), indent=2))
     else:
