@@ -82,7 +82,8 @@ def run_local(run: LocalRun) -> dict:
         enable_caching=True,
         cache_root=str(run.work_dir.resolve() / "cache"),
     )
-    pipeline = build_pipeline(parallelism=run.parallelism, variants=[variant.to_dict() for variant in run.variants], search=run.search)
+    variants = [variant.to_dict() for variant in run.variants]
+    pipeline = build_pipeline(parallelism=run.parallelism, variants=variants, search=run.search)
     with tempfile.TemporaryDirectory(prefix="bakeoff-run-") as scratch, contextlib.ExitStack() as stack:
         error_file = Path(scratch) / "error"
         os.environ[ERROR_FILE_ENV] = str(error_file)
@@ -96,7 +97,7 @@ def run_local(run: LocalRun) -> dict:
                 warnings.filterwarnings("ignore", message=".*non-Python base image.*")
                 task = pipeline(
                     store=run.store_uri,
-                    variants=[variant.to_dict() for variant in run.variants],
+                    variants=variants,
                     model_name=run.model_name,
                     source=run.source,
                     source_digest=run.source_digest,

@@ -402,9 +402,10 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         "allocator": allocator.in_use(),
         "onednn": _onednn_enabled(),
     }
-    _save(model, chief, metadata["class_names"], store, prefix, metrics, variant, finished=stop_epoch == schedule_epochs)
-    if chief:  # paused: its rung ended before the schedule did, and halving decides whether it goes on
-        progress.emit(variant.name, state="done" if stop_epoch == schedule_epochs else "paused")
+    finished = stop_epoch == schedule_epochs  # else a rung ended before the schedule did: halving decides whether it goes on
+    _save(model, chief, metadata["class_names"], store, prefix, metrics, variant, finished)
+    if chief:
+        progress.emit(variant.name, state="done" if finished else "paused")
     return metrics
 
 
