@@ -140,11 +140,10 @@ def test_s3_endpoint_down_is_reported(s3_env: str) -> None:
         open_store("s3://bakeoff/x", f"127.0.0.1:{free_port()}", True)
 
 
-def test_s3_wrong_keys_are_reported(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
-    # The check is a HEAD request (the region is stated, so no GetBucketLocation): its error has no
-    # body, and the client names it by status, 403 → AccessDenied.
-    with pytest.raises(BakeoffError, match=r"refused the credentials \(AccessDenied\): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
+@pytest.mark.parametrize(("variable", "code"), [("AWS_SECRET_ACCESS_KEY", "SignatureDoesNotMatch"), ("AWS_ACCESS_KEY_ID", "InvalidAccessKeyId")])
+def test_s3_wrong_keys_are_reported(s3_env: str, monkeypatch: pytest.MonkeyPatch, variable: str, code: str) -> None:
+    monkeypatch.setenv(variable, "not-the-key")
+    with pytest.raises(BakeoffError, match=rf"refused the credentials \({code}\): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY$"):
         open_store("s3://bakeoff/x")
 
 

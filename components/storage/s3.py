@@ -37,6 +37,9 @@ CREATE_ONLY = {"If-None-Match": "*"}
 TRANSIENT_CODES = frozenset({"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout",
                              "ConditionalRequestConflict", "XMinioServerNotInitialized"})
 
+# S3 error codes that say the keys themselves are wrong (unknown, or the secret does not match).
+CREDENTIAL_CODES = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"})
+
 T = TypeVar("T")
 
 
@@ -83,12 +86,21 @@ class S3Store(Store):
         self._check(endpoint)
 
     def _check(self, endpoint: str) -> None:
+        """Fails in one line unless these keys may list below the store's prefix on a live S3 endpoint.
+
+        A listing of the prefix, not a HEAD of the bucket: multi-user Kubeflow's profile keys
+        may list and write below ``private/<namespace>/`` but, on KFP 2.15/2.16 and on 2.17
+        until a new profile sets its bucket policy, nothing on the bucket itself. A wrong
+        endpoint, bad keys and a missing bucket are still told apart (where the keys may know).
+        """
         import minio.error
         import urllib3.exceptions
 
+        folder = f"{self.prefix}/" if self.prefix else ""
         # Not retried: at start, an endpoint that does not answer is far more often a wrong one than an outage.
         try:
-            found = self.client.bucket_exists(self.bucket)
+            # Not recursive: one request, whose answer is at most the prefix's top level.
+            next(iter(self.client.list_objects(self.bucket, prefix=folder)), None)
         except ValueError as error:
             raise BakeoffError(f"S3 endpoint {endpoint!r} is invalid ({error}): give host:port") from None
         except urllib3.exceptions.HTTPError as error:
@@ -97,13 +109,18 @@ class S3Store(Store):
                 f" and --s3-insecure for plain HTTP"
             ) from None
         except minio.error.S3Error as error:
+            if error.code == "NoSuchBucket":
+                raise BakeoffError(f"bucket {self.bucket!r} does not exist on {endpoint!r}: create it first") from None
+            if error.code in CREDENTIAL_CODES:
+                raise BakeoffError(
+                    f"S3 endpoint {endpoint!r} refused the credentials ({error.code}): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+                ) from None
             raise BakeoffError(
-                f"S3 endpoint {endpoint!r} refused the credentials ({error.code}): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+                f"S3 endpoint {endpoint!r} refused these keys a listing of {self.uri!r} ({error.code}): check the bucket and prefix"
+                f" of the store URI (a Kubeflow profile's keys may use {defaults.CLUSTER_STORE}) and what the keys may do there"
             ) from None
         except minio.error.MinioException as error:
             raise BakeoffError(f"S3 endpoint {endpoint!r} failed ({_reason(error)}): check that it is an S3 server and up") from None
-        if not found:
-            raise BakeoffError(f"bucket {self.bucket!r} does not exist on {endpoint!r}: create it first")
 
     def _object(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
