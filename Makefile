@@ -11,7 +11,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 IMAGE ?= $(shell sed -n 's/^IMAGE = "\([^"]*\)".*/\1/p' components/defaults.py)
 
-.PHONY: help run test bench install system test-system compile image clean
+.PHONY: help run test bench install system test-system compile image clean cluster cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -57,3 +57,9 @@ image: ## build the runtime image with docker (IMAGE=registry/name:tag names it)
 
 clean: ## remove local run outputs (keeps .venv and the store)
 	rm -rf .bakeoff .pytest_cache
+
+cluster: $(INSTALLED) system ## start the real control plane on loopback (built from Go modules once, ~20 min); prints its kubeconfig
+	$(BIN)/python -m tests.cluster.controlplane up
+
+cluster-down: ## stop everything `make cluster` started
+	$(BIN)/python -m tests.cluster.controlplane down

@@ -1,0 +1,26 @@
+"""The cluster lane's fixtures: one real control plane on loopback for the whole session."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.cluster import controlplane
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.ControlPlane]:
+    """etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Training Operator and the process kubelet.
+
+    Built from their Go modules on first use (cached outside the repository); a start-up failure fails the
+    tests that need it with the component's name and log tail.
+    """
+    state = tmp_path_factory.mktemp("cluster")
+    try:
+        plane = controlplane.start(state, venv=Path(sys.prefix), log=lambda line: print(line, file=sys.stderr))
+    except (controlplane.StartError, controlplane.binaries.BuildError) as error:
+        pytest.fail(f"the control plane did not start: {error}", pytrace=False)
+    yield plane
+    controlplane.stop(state)

@@ -1,0 +1,44 @@
+"""The control plane itself, as `make cluster` promises it: a Ready node, the CRDs, RBAC enforced, the operator's webhook."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cluster import controlplane
+
+pytestmark = pytest.mark.cluster
+
+
+def test_the_process_kubelet_is_a_ready_node(control_plane: controlplane.ControlPlane) -> None:
+    nodes = json.loads(control_plane.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    assert [node["metadata"]["name"] for node in nodes] == [controlplane.NODE]
+    ready = {c["type"]: c["status"] for c in nodes[0]["status"]["conditions"]}["Ready"]
+    assert ready == "True"
+
+
+def test_the_crds_bakeoff_uses_are_served(control_plane: controlplane.ControlPlane) -> None:
+    for crd in ("tfjobs.kubeflow.org", "inferenceservices.serving.kserve.io", "servingruntimes.serving.kserve.io"):
+        control_plane.kubectl("get", "crd", crd)
+    served = control_plane.kubectl("api-resources", "--api-group=kubeflow.org", "-o", "name").stdout.split()
+    assert "tfjobs.kubeflow.org" in served
+
+
+def test_the_real_authorizer_refuses_what_no_role_grants(control_plane: controlplane.ControlPlane) -> None:
+    """A service account with no binding may not create TFJobs: RBAC is on, not everyone an admin."""
+    control_plane.kubectl("create", "serviceaccount", "nobody", "-n", "default")
+    answer = control_plane.kubectl("auth", "can-i", "create", "tfjobs.kubeflow.org", "-n", "default",
+                                   "--as=system:serviceaccount:default:nobody", check=False)
+    assert answer.stdout.strip() == "no"
+
+
+def test_the_operators_webhook_validates_tfjobs(control_plane: controlplane.ControlPlane) -> None:
+    """The Training Operator's validating webhook is called by the API server: no `tensorflow` container, no TFJob."""
+    container = {"name": "main", "image": controlplane.TEST_IMAGE}
+    replicas = {"Worker": {"replicas": 1, "template": {"spec": {"containers": [container]}}}}
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "unnamed", "namespace": "default"},
+           "spec": {"tfReplicaSpecs": replicas}}
+    answer = control_plane.kubectl("create", "-f", "-", input=json.dumps(job), check=False)
+    assert answer.returncode != 0
+    assert 'admission webhook "validator.tfjob.training-operator.kubeflow.org" denied' in answer.stderr
+    assert "must have at least one container with name tensorflow" in answer.stderr
