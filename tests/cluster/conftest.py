@@ -1,6 +1,7 @@
 """The cluster lane's fixtures: one real control plane on loopback for the whole session."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -8,6 +9,8 @@ from typing import Iterator
 import pytest
 
 from tests.cluster import controlplane
+
+RUNNING_ENV = "BAKEOFF_CLUSTER"  # the state folder of a control plane already running (make cluster's .bakeoff/cluster)
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +20,10 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlp
     Built from their Go modules on first use (cached outside the repository); a start-up failure fails the
     tests that need it with the component's name and log tail.
     """
+    running = os.environ.get(RUNNING_ENV)
+    if running:  # a developer's `make cluster`: used as it is, left running
+        yield controlplane.ControlPlane.load(Path(running).resolve())
+        return
     state = tmp_path_factory.mktemp("cluster")
     try:
         plane = controlplane.start(state, venv=Path(sys.prefix), log=lambda line: print(line, file=sys.stderr))
