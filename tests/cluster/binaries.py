@@ -38,11 +38,12 @@ class Binaries:
         return self.folder / program
 
 
-def _go() -> str:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if go is None:
+def go() -> str:
+    """The Go toolchain's command."""
+    found = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if found is None:
         raise BuildError("the control plane is built from Go modules and `go` is not on PATH: install Go >= 1.24")
-    return go
+    return found
 
 
 def _require(module: Path, path: str) -> str:
@@ -82,8 +83,8 @@ def _build(go: str, module: Path, out: Path, ldflags: str) -> None:
 
 def ensure(log=print) -> Binaries:
     """The built programs, building them first when this version of the pins has none cached."""
-    go = _go()
-    folder = cache_root() / cache_key(go) / "bin"
+    toolchain = go()
+    folder = cache_root() / cache_key(toolchain) / "bin"
     if all((folder / program).is_file() for program in PROGRAMS):
         return Binaries(folder)
     staging = folder.with_name("bin.partial")
@@ -95,8 +96,8 @@ def ensure(log=print) -> Binaries:
     k8s_flags = f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitMajor={major} -X {stamp}.gitMinor={minor}"
     log(f"building the control plane (Kubernetes {version}, Training Operator "
         f"{_require(MODULES[1], 'github.com/kubeflow/training-operator')}) into {folder}: ~20 min on 2 cores, once")
-    _build(go, MODULES[0], staging, k8s_flags)
-    _build(go, MODULES[1], staging, "-s -w")
+    _build(toolchain, MODULES[0], staging, k8s_flags)
+    _build(toolchain, MODULES[1], staging, "-s -w")
     (staging / "server").rename(staging / "etcd")  # go.etcd.io/etcd/server/v3 builds as `server`
     (staging / "training-operator.v1").rename(staging / "training-operator")
     missing = [program for program in PROGRAMS if not (staging / program).is_file()]

@@ -327,7 +327,7 @@ class _Starter:
 
 def _operator_manifests() -> Path:
     """Upstream's manifests/base of the pinned Training Operator, read from the Go module cache."""
-    result = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "github.com/kubeflow/training-operator"],
+    result = subprocess.run([binaries.go(), "list", "-m", "-f", "{{.Dir}}", "github.com/kubeflow/training-operator"],
                             cwd=HERE / "operator", capture_output=True, text=True, check=True)
     return Path(result.stdout.strip()) / "manifests" / "base"
 
