@@ -24,6 +24,12 @@ What it models, and where the real system decides it:
   pkg/controller/garbagecollector/garbagecollector.go); the fake collects at once, the real one soon after.
 * Every request is recorded as RBAC sees it: verb, API group, resource/subresource
   (NewRequestInfo, k8s.io/apiserver/pkg/endpoints/request/requestinfo.go).
+* Custom resources exist only for the CRDs in ``crds``. A request for one that no CRD defines, or for a version
+  its CRD does not serve, is authorized first and then passed down the handler chain (crdHandler.ServeHTTP in
+  k8s.io/apiextensions-apiserver/pkg/apiserver/customresource_handler.go delegates it) to the API server's
+  NotFoundHandler (k8s.io/apiserver/pkg/util/notfoundhandler/not_found_handler.go, v0.34), which answers with Go's
+  http.NotFound: 404, ``text/plain; charset=utf-8``, body ``404 page not found``, not a metav1.Status (client-go
+  turns it into "the server could not find the requested resource").
 
 Time is counted in states: each GET of a TFJob by name reports its next state along ``phases`` (condition
 types), and its pods are in the state last reported.
@@ -94,6 +100,9 @@ def tfjob_schema() -> dict:
 KSERVE_GROUP = "serving.kserve.io"
 # plural → (version, kind) of the KServe objects the fake serves
 KSERVE_KINDS = {"inferenceservices": ("v1beta1", "InferenceService"), "servingruntimes": ("v1alpha1", "ServingRuntime")}
+TFJOB_CRD = f"{PLURAL}.{GROUP}"
+KSERVE_CRDS = frozenset(f"{plural}.{KSERVE_GROUP}" for plural in KSERVE_KINDS)
+PAGE_NOT_FOUND = "404 page not found\n"  # Go's http.NotFound: the API server's answer for a resource type it does not serve
 KSERVE_DOMAIN = "example.com"  # KServe's and Knative's default ingress domain
 _ISVC_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # IsvcNameFmt
 _TRANSITION_TIME = "2026-11-29T00:00:00Z"
@@ -321,6 +330,7 @@ class FakeKubernetes:
     isvc_observed_offset: int = 0  # observedGeneration minus generation: KServe copies a child's counter (kserve/kserve#6081)
     granted: Optional[set[tuple[str, str, str]]] = None  # RBAC (group, resource, verb); None: everything
     user: str = "system:serviceaccount:team-a:default-editor"  # who the 403s name
+    crds: frozenset[str] = frozenset({TFJOB_CRD, *KSERVE_CRDS})  # <plural>.<group> of the custom resources installed
 
     def __post_init__(self) -> None:
         self.validator = jsonschema.Draft7Validator(tfjob_schema())
@@ -654,6 +664,16 @@ class FakeKubernetes:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _page_not_found(self) -> None:
+                """The NotFoundHandler's answer (see the module docstring)."""
+                data = PAGE_NOT_FOUND.encode()
+                self.send_response(404)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("X-Content-Type-Options", "nosniff")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def _body(self) -> Any:
                 length = int(self.headers.get("Content-Length") or 0)
                 return json.loads(self.rfile.read(length)) if length else None
@@ -670,6 +690,8 @@ class FakeKubernetes:
                         namespace = url.path.split("/namespaces/")[1].split("/")[0]
                         return self._send(403, status(403, "Forbidden", forbidden_message(call, namespace, fake.user),
                                                       name=call.name, group=call.group, kind=call.resource))
+                    if call.group and f"{call.resource.partition('/')[0]}.{call.group}" not in fake.crds:
+                        return self._page_not_found()
                     failure = next((f for f in fake.failures if f.times and (f.verb, f.resource) == (call.verb, call.resource)), None)
                     if failure is not None:
                         failure.times -= 1
@@ -760,11 +782,11 @@ class FakeKubernetes:
                 return urlparse(self.path).path.split("/namespaces/")[1].split("/")[0]
 
             def _kserve_unserved(self, call: Call) -> bool:
-                """Answers 404, as for a resource no CRD defines, when the path's group/version is not the CRD's."""
+                """Answers as for a resource no CRD defines when the path's group/version is not one the CRD serves."""
                 parts = urlparse(self.path).path.split("/")
                 if call.group == KSERVE_GROUP and parts[3] == KSERVE_KINDS[call.resource][0]:
                     return False
-                self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
+                self._page_not_found()
                 return True
 
             def _create_kserve(self, call: Call, body: dict, query: dict) -> None:
