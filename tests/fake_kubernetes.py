@@ -161,6 +161,61 @@ def kserve_errors(plural: str, body: dict) -> list[str]:
     return errors
 
 
+def merge_ports(runtime: list[dict], model: list[dict]) -> list[dict]:
+    """A strategic merge of container ports by containerPort, in the order the API machinery gives them.
+
+    mergeSlice and normalizeElementOrder (k8s.io/apimachinery/pkg/util/strategicpatch/patch.go): ports in both
+    are merged, the patch's fields winning; then the runtime-only ports are woven into the patch's by their
+    place in the runtime, and a patch port the runtime lacks comes before them.
+    """
+    by_port = {port["containerPort"]: port for port in runtime}
+    patched = [dict(by_port.get(port["containerPort"], {}), **port) for port in model]
+    server_only = [port for port in runtime if port["containerPort"] not in {p["containerPort"] for p in model}]
+    order = [port["containerPort"] for port in runtime]
+    merged, left, right = [], list(server_only), list(patched)
+    while left or right:  # mergeSortedSlice
+        if left and right and right[0]["containerPort"] in order and order.index(left[0]["containerPort"]) < order.index(right[0]["containerPort"]):
+            merged.append(left.pop(0))
+        elif right:
+            merged.append(right.pop(0))
+        else:
+            merged.append(left.pop(0))
+    return merged
+
+
+def merge_runtime_container(container: dict, model: dict) -> dict:
+    """The predictor's container as KServe builds it from the runtime's container and the InferenceService's model.
+
+    MergeRuntimeContainers (pkg/controller/v1beta1/inferenceservice/utils/utils.go, v0.20.0): a strategic merge
+    patch of the model's container fields over the runtime's (pkg/utils/container_merge.go), then the args
+    concatenated, the runtime's first. Ports merge by containerPort (``merge_ports``); other fields here are
+    replaced whole (env and volumeMounts would merge by name: not used).
+    """
+    fields = {key: value for key, value in model.items()
+              if key not in ("modelFormat", "runtime", "runtimeVersion", "storageUri", "protocolVersion")}
+    merged = dict(container, **fields)
+    merged["args"] = list(container.get("args") or []) + list(model.get("args") or [])
+    if container.get("ports") or model.get("ports"):
+        merged["ports"] = merge_ports(container.get("ports") or [], model.get("ports") or [])
+    return merged
+
+
+def knative_port_errors(containers: list[dict]) -> list[str]:
+    """Why Knative would refuse these containers' ports in a Service (KServe's Serverless mode).
+
+    validateContainersPorts and validateContainerPorts (knative.dev/serving pkg/apis/serving/k8s_validation.go,
+    knative-v1.21.1, the Knative of Kubeflow 26.03): one port across all containers, TCP, named "", "http1" or "h2c".
+    """
+    ports = [port for container in containers for port in container.get("ports") or []]
+    errors = ["more than one container port is set: Only a single port is allowed across all containers"] if len(ports) > 1 else []
+    for port in ports[:1]:
+        if port.get("name", "") not in ("", "h2c", "http1"):
+            errors.append(f"Port name {port['name']} is not allowed: Name must be empty, or one of: 'h2c', 'http1'")
+        if port.get("protocol", "TCP") != "TCP":
+            errors.append(f"invalid value: {port['protocol']}: protocol")
+    return errors
+
+
 def forbidden_message(call: Call, namespace: str, user: str) -> str:
     """forbiddenMessage of the API server's authorization filter."""
     kind = call.resource.partition("/")[0] + (f".{call.group}" if call.group else "")
@@ -404,17 +459,16 @@ class FakeKubernetes:
             return self._kserve_store(plural, namespace or self.namespace, copy.deepcopy(body))
 
     def effective_container(self, name: str, namespace: Optional[str] = None) -> dict:
-        """The predictor's container: its runtime's kserve-container with the model's fields over it and ``{{.Name}}``
-        filled in (ReplacePlaceholders, pkg/controller/v1beta1/inferenceservice/utils/utils.go: the container's JSON
-        as a Go template over the InferenceService's metadata; only ``.Name`` is modelled)."""
+        """The predictor's container: its runtime's kserve-container merged with the model's fields (see
+        ``merge_runtime_container``) and ``{{.Name}}`` filled in (ReplacePlaceholders,
+        pkg/controller/v1beta1/inferenceservice/utils/utils.go: the container's JSON as a Go template over the
+        InferenceService's metadata; only ``.Name`` is modelled)."""
         namespace = namespace or self.namespace
         isvc = self.kserve[("inferenceservices", namespace, name)].body
         model = isvc["spec"]["predictor"]["model"]
         runtime = self.kserve[("servingruntimes", namespace, model["runtime"])].body
         (container,) = [c for c in runtime["spec"]["containers"] if c["name"] == "kserve-container"]
-        merged = dict(container, **{key: value for key, value in model.items()
-                                    if key not in ("modelFormat", "runtime", "runtimeVersion", "storageUri", "protocolVersion")})
-        return json.loads(json.dumps(merged).replace("{{.Name}}", name))
+        return json.loads(json.dumps(merge_runtime_container(container, model)).replace("{{.Name}}", name))
 
     # ------------------------------------------------------------ KServe's objects and the InferenceService controller
 
