@@ -24,6 +24,12 @@ What it models, and where the real system decides it:
   pkg/controller/garbagecollector/garbagecollector.go); the fake collects at once, the real one soon after.
 * Every request is recorded as RBAC sees it: verb, API group, resource/subresource
   (NewRequestInfo, k8s.io/apiserver/pkg/endpoints/request/requestinfo.go).
+* Custom resources exist only for the CRDs in ``crds``. A request for one that no CRD defines, or for a version
+  its CRD does not serve, is authorized first and then passed down the handler chain (crdHandler.ServeHTTP in
+  k8s.io/apiextensions-apiserver/pkg/apiserver/customresource_handler.go delegates it) to the API server's
+  NotFoundHandler (k8s.io/apiserver/pkg/util/notfoundhandler/not_found_handler.go, v0.34), which answers with Go's
+  http.NotFound: 404, ``text/plain; charset=utf-8``, body ``404 page not found``, not a metav1.Status (client-go
+  turns it into "the server could not find the requested resource").
 
 Time is counted in states: each GET of a TFJob by name reports its next state along ``phases`` (condition
 types), and its pods are in the state last reported.
@@ -94,6 +100,9 @@ def tfjob_schema() -> dict:
 KSERVE_GROUP = "serving.kserve.io"
 # plural → (version, kind) of the KServe objects the fake serves
 KSERVE_KINDS = {"inferenceservices": ("v1beta1", "InferenceService"), "servingruntimes": ("v1alpha1", "ServingRuntime")}
+TFJOB_CRD = f"{PLURAL}.{GROUP}"
+KSERVE_CRDS = frozenset(f"{plural}.{KSERVE_GROUP}" for plural in KSERVE_KINDS)
+PAGE_NOT_FOUND = "404 page not found\n"  # Go's http.NotFound: the API server's answer for a resource type it does not serve
 KSERVE_DOMAIN = "example.com"  # KServe's and Knative's default ingress domain
 _ISVC_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # IsvcNameFmt
 _TRANSITION_TIME = "2026-11-29T00:00:00Z"
@@ -149,6 +158,61 @@ def kserve_errors(plural: str, body: dict) -> list[str]:
     if plural == "inferenceservices" and not _ISVC_NAME.fullmatch(name):
         errors.append(f"The InferenceService {name!r} is invalid: a InferenceService name must consist of lower case alphanumeric"
                       f" characters or '-', and must start with alphabetical character (regex used for validation is '{_ISVC_NAME.pattern}')")
+    return errors
+
+
+def merge_ports(runtime: list[dict], model: list[dict]) -> list[dict]:
+    """A strategic merge of container ports by containerPort, in the order the API machinery gives them.
+
+    mergeSlice and normalizeElementOrder (k8s.io/apimachinery/pkg/util/strategicpatch/patch.go): ports in both
+    are merged, the patch's fields winning; then the runtime-only ports are woven into the patch's by their
+    place in the runtime, and a patch port the runtime lacks comes before them.
+    """
+    by_port = {port["containerPort"]: port for port in runtime}
+    patched = [dict(by_port.get(port["containerPort"], {}), **port) for port in model]
+    server_only = [port for port in runtime if port["containerPort"] not in {p["containerPort"] for p in model}]
+    order = [port["containerPort"] for port in runtime]
+    merged, left, right = [], list(server_only), list(patched)
+    while left or right:  # mergeSortedSlice
+        if left and right and right[0]["containerPort"] in order and order.index(left[0]["containerPort"]) < order.index(right[0]["containerPort"]):
+            merged.append(left.pop(0))
+        elif right:
+            merged.append(right.pop(0))
+        else:
+            merged.append(left.pop(0))
+    return merged
+
+
+def merge_runtime_container(container: dict, model: dict) -> dict:
+    """The predictor's container as KServe builds it from the runtime's container and the InferenceService's model.
+
+    MergeRuntimeContainers (pkg/controller/v1beta1/inferenceservice/utils/utils.go, v0.20.0): a strategic merge
+    patch of the model's container fields over the runtime's (pkg/utils/container_merge.go), then the args
+    concatenated, the runtime's first. Ports merge by containerPort (``merge_ports``); other fields here are
+    replaced whole (env and volumeMounts would merge by name: not used).
+    """
+    fields = {key: value for key, value in model.items()
+              if key not in ("modelFormat", "runtime", "runtimeVersion", "storageUri", "protocolVersion")}
+    merged = dict(container, **fields)
+    merged["args"] = list(container.get("args") or []) + list(model.get("args") or [])
+    if container.get("ports") or model.get("ports"):
+        merged["ports"] = merge_ports(container.get("ports") or [], model.get("ports") or [])
+    return merged
+
+
+def knative_port_errors(containers: list[dict]) -> list[str]:
+    """Why Knative would refuse these containers' ports in a Service (KServe's Serverless mode).
+
+    validateContainersPorts and validateContainerPorts (knative.dev/serving pkg/apis/serving/k8s_validation.go,
+    knative-v1.21.1, the Knative of Kubeflow 26.03): one port across all containers, TCP, named "", "http1" or "h2c".
+    """
+    ports = [port for container in containers for port in container.get("ports") or []]
+    errors = ["more than one container port is set: Only a single port is allowed across all containers"] if len(ports) > 1 else []
+    for port in ports[:1]:
+        if port.get("name", "") not in ("", "h2c", "http1"):
+            errors.append(f"Port name {port['name']} is not allowed: Name must be empty, or one of: 'h2c', 'http1'")
+        if port.get("protocol", "TCP") != "TCP":
+            errors.append(f"invalid value: {port['protocol']}: protocol")
     return errors
 
 
@@ -321,6 +385,7 @@ class FakeKubernetes:
     isvc_observed_offset: int = 0  # observedGeneration minus generation: KServe copies a child's counter (kserve/kserve#6081)
     granted: Optional[set[tuple[str, str, str]]] = None  # RBAC (group, resource, verb); None: everything
     user: str = "system:serviceaccount:team-a:default-editor"  # who the 403s name
+    crds: frozenset[str] = frozenset({TFJOB_CRD, *KSERVE_CRDS})  # <plural>.<group> of the custom resources installed
 
     def __post_init__(self) -> None:
         self.validator = jsonschema.Draft7Validator(tfjob_schema())
@@ -394,17 +459,16 @@ class FakeKubernetes:
             return self._kserve_store(plural, namespace or self.namespace, copy.deepcopy(body))
 
     def effective_container(self, name: str, namespace: Optional[str] = None) -> dict:
-        """The predictor's container: its runtime's kserve-container with the model's fields over it and ``{{.Name}}``
-        filled in (ReplacePlaceholders, pkg/controller/v1beta1/inferenceservice/utils/utils.go: the container's JSON
-        as a Go template over the InferenceService's metadata; only ``.Name`` is modelled)."""
+        """The predictor's container: its runtime's kserve-container merged with the model's fields (see
+        ``merge_runtime_container``) and ``{{.Name}}`` filled in (ReplacePlaceholders,
+        pkg/controller/v1beta1/inferenceservice/utils/utils.go: the container's JSON as a Go template over the
+        InferenceService's metadata; only ``.Name`` is modelled)."""
         namespace = namespace or self.namespace
         isvc = self.kserve[("inferenceservices", namespace, name)].body
         model = isvc["spec"]["predictor"]["model"]
         runtime = self.kserve[("servingruntimes", namespace, model["runtime"])].body
         (container,) = [c for c in runtime["spec"]["containers"] if c["name"] == "kserve-container"]
-        merged = dict(container, **{key: value for key, value in model.items()
-                                    if key not in ("modelFormat", "runtime", "runtimeVersion", "storageUri", "protocolVersion")})
-        return json.loads(json.dumps(merged).replace("{{.Name}}", name))
+        return json.loads(json.dumps(merge_runtime_container(container, model)).replace("{{.Name}}", name))
 
     # ------------------------------------------------------------ KServe's objects and the InferenceService controller
 
@@ -654,6 +718,16 @@ class FakeKubernetes:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _page_not_found(self) -> None:
+                """The NotFoundHandler's answer (see the module docstring)."""
+                data = PAGE_NOT_FOUND.encode()
+                self.send_response(404)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("X-Content-Type-Options", "nosniff")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def _body(self) -> Any:
                 length = int(self.headers.get("Content-Length") or 0)
                 return json.loads(self.rfile.read(length)) if length else None
@@ -670,6 +744,8 @@ class FakeKubernetes:
                         namespace = url.path.split("/namespaces/")[1].split("/")[0]
                         return self._send(403, status(403, "Forbidden", forbidden_message(call, namespace, fake.user),
                                                       name=call.name, group=call.group, kind=call.resource))
+                    if call.group and f"{call.resource.partition('/')[0]}.{call.group}" not in fake.crds:
+                        return self._page_not_found()
                     failure = next((f for f in fake.failures if f.times and (f.verb, f.resource) == (call.verb, call.resource)), None)
                     if failure is not None:
                         failure.times -= 1
@@ -760,11 +836,11 @@ class FakeKubernetes:
                 return urlparse(self.path).path.split("/namespaces/")[1].split("/")[0]
 
             def _kserve_unserved(self, call: Call) -> bool:
-                """Answers 404, as for a resource no CRD defines, when the path's group/version is not the CRD's."""
+                """Answers as for a resource no CRD defines when the path's group/version is not one the CRD serves."""
                 parts = urlparse(self.path).path.split("/")
                 if call.group == KSERVE_GROUP and parts[3] == KSERVE_KINDS[call.resource][0]:
                     return False
-                self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
+                self._page_not_found()
                 return True
 
             def _create_kserve(self, call: Call, body: dict, query: dict) -> None:

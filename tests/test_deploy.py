@@ -14,13 +14,12 @@ from components.serving import deploy
 from components.storage import open_store, registry
 from pipelines.cli.main import main
 from tests.conftest import free_port
-from tests.fake_kubernetes import FakeKubernetes, kserve_errors
+from tests.fake_kubernetes import FakeKubernetes, knative_port_errors, kserve_errors, merge_ports
 
 NAMESPACE = "team-a"
 ISVC, RUNTIME = "inferenceservices", "servingruntimes"
 STORE_URI = f"s3://mlpipeline/private/{NAMESPACE}/bakeoff/models/fashion-mnist"
-# What deploy needs, and nothing more: the rules a Role for it would grant.
-DEPLOY_RULES = {(deploy.GROUP, plural, verb) for plural in (ISVC, RUNTIME) for verb in ("get", "create", "patch")}
+IMAGE = "registry.example/you/bakeoff:1"  # the user's build: deploy creates no runtime without one
 
 
 def kubeconfig(path: Path, server: str, namespace: str | None = NAMESPACE) -> Path:
@@ -73,7 +72,7 @@ def verbs(fake: FakeKubernetes) -> list[tuple[str, str]]:
 
 
 def test_first_deploy_creates_the_runtime_and_the_service_valid_against_the_crds(fake: FakeKubernetes, capsys) -> None:
-    code, out, err = bakeoff(capsys, "--version", "1")
+    code, out, err = bakeoff(capsys, "--image", IMAGE, "--version", "1")
     assert code == 0, err
     runtime, isvc = fake.kserve_object(RUNTIME, deploy.RUNTIME_NAME), service(fake)
     assert fake.violations == []
@@ -86,17 +85,20 @@ def test_first_deploy_creates_the_runtime_and_the_service_valid_against_the_crds
     assert model["modelFormat"] == {"name": "tensorflow"} and model["storageUri"] == STORE_URI
     assert isvc["spec"]["predictor"]["serviceAccountName"] == "bakeoff-s3"
     assert version_of(isvc) == "1"
-    assert runtime["spec"]["containers"][0]["image"] == defaults.IMAGE
-    # The predictor runs bakeoff's server on the model KServe's storage initializer copied.
+    assert runtime["spec"]["containers"][0]["image"] == IMAGE
+    # The predictor runs bakeoff's server on the model KServe's storage initializer copied, HTTP and gRPC on
+    # KServe's ports, and declares the one port Knative (the default Serverless mode) takes.
     container = fake.effective_container("fashion-mnist")
     assert container["command"] == ["python", "-m", "components.serving.server"]
-    assert container["args"] == ["--model-dir", "/mnt/models", "--model-name", "fashion-mnist", "--http-port", "8080"]
-    assert out[0] == f"created servingruntime bakeoff in {NAMESPACE} (image {defaults.IMAGE})"
+    assert container["args"] == ["--model-dir", "/mnt/models", "--model-name", "fashion-mnist", "--http-port", "8080", "--grpc-port", "8081"]
+    assert container["ports"] == [{"containerPort": 8080, "name": "http1", "protocol": "TCP"}]
+    assert knative_port_errors([container]) == []
+    assert out[0] == f"created servingruntime bakeoff in {NAMESPACE} (image {IMAGE})"
     assert out[1] == f"created inferenceservice fashion-mnist in {NAMESPACE}: version 1 from {STORE_URI}"
 
 
 def test_a_new_version_patches_the_same_service_so_kserve_rolls_it(fake: FakeKubernetes, capsys) -> None:
-    assert bakeoff(capsys, "--version", "1")[0] == 0
+    assert bakeoff(capsys, "--image", IMAGE, "--version", "1")[0] == 0
     first = service(fake)
     # The user resizes the predictor meanwhile; deploy must not undo it.
     api(fake).patch_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, "fashion-mnist",
@@ -123,7 +125,7 @@ def test_a_new_version_patches_the_same_service_so_kserve_rolls_it(fake: FakeKub
 
 
 def test_a_new_image_replaces_the_runtimes_and_rolls_the_predictor(fake: FakeKubernetes, capsys) -> None:
-    assert bakeoff(capsys, "--version", "1")[0] == 0
+    assert bakeoff(capsys, "--image", IMAGE, "--version", "1")[0] == 0
     generation = service(fake)["metadata"]["generation"]
     code, out, err = bakeoff(capsys, "--version", "1", "--image", "registry.example/bakeoff:2")
     assert code == 0, err
@@ -136,8 +138,36 @@ def test_a_new_image_replaces_the_runtimes_and_rolls_the_predictor(fake: FakeKub
     assert fake.kserve_object(RUNTIME, "bakeoff")["spec"]["containers"][0]["image"] == "registry.example/bakeoff:2"
 
 
+def test_without_an_image_deploy_creates_no_runtime(fake: FakeKubernetes, capsys) -> None:
+    """Nobody publishes the project's default image: a runtime made with it would never start."""
+    code, out, err = bakeoff(capsys, "--version", "1")
+    assert (code, out) == (1, [])
+    assert err == [f"bakeoff: error: there is no servingruntime 'bakeoff' in '{NAMESPACE}' yet, and deploy would create it with"
+                   f" {defaults.IMAGE}, which nobody publishes: pass --image REGISTRY/bakeoff:TAG, your build of images/Dockerfile,"
+                   " or apply manifests/kserve first"]
+    assert verbs(fake) == [("get", RUNTIME)]
+
+
+def test_grpc_in_standard_mode_comes_from_the_services_ports_and_survives_deploy(fake: FakeKubernetes, capsys) -> None:
+    """inferenceservice.yaml's Standard-mode lines: the service lists both ports, HTTP first, so KServe's Service
+    keeps port 80 for HTTP and gives 8081 to gRPC (createDefaultSvc and isGrpcPort, pkg/controller/v1beta1/
+    inferenceservice/reconcilers/service/service_reconciler.go); Knative could not take them."""
+    assert bakeoff(capsys, "--image", IMAGE, "--version", "1")[0] == 0
+    ports = [{"containerPort": 8080, "name": "http1", "protocol": "TCP"}, {"containerPort": 8081, "name": "grpc", "protocol": "TCP"}]
+    api(fake).patch_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, "fashion-mnist", {
+        "metadata": {"annotations": {"serving.kserve.io/deploymentMode": "Standard"}}, "spec": {"predictor": {"model": {"ports": ports}}}})
+    code, _, err = bakeoff(capsys, "--version", "2")
+    assert code == 0, err
+    assert service(fake)["spec"]["predictor"]["model"]["ports"] == ports
+    container = fake.effective_container("fashion-mnist")
+    assert container["ports"] == ports and "grpc" in container["ports"][1]["name"]
+    assert knative_port_errors([container]) == ["more than one container port is set: Only a single port is allowed across all containers"]
+    # Listing only the gRPC port would put it before the runtime's, where KServe's Service sends port 80.
+    assert [port["containerPort"] for port in merge_ports([ports[0]], [ports[1]])] == [8081, 8080]
+
+
 def test_the_namespace_flag_and_the_store_follow_each_other(fake: FakeKubernetes, capsys) -> None:
-    code, _, err = bakeoff(capsys, "--version", "3", "--namespace", "team-b")
+    code, _, err = bakeoff(capsys, "--image", IMAGE, "--version", "3", "--namespace", "team-b")
     assert code == 0, err
     isvc = fake.kserve_object(ISVC, "fashion-mnist", namespace="team-b")
     assert isvc["spec"]["predictor"]["model"]["storageUri"] == "s3://mlpipeline/private/team-b/bakeoff/models/fashion-mnist"
@@ -149,7 +179,7 @@ def test_the_namespace_flag_and_the_store_follow_each_other(fake: FakeKubernetes
 
 
 def test_wait_prints_the_url_once_the_new_version_is_ready_not_the_old_one(fake: FakeKubernetes, capsys) -> None:
-    code, out, err = bakeoff(capsys, "--version", "1", "--wait")
+    code, out, err = bakeoff(capsys, "--image", IMAGE, "--version", "1", "--wait")
     assert code == 0, err
     assert out[-1] == f"http://fashion-mnist.{NAMESPACE}.example.com"
     assert fake.isvc_reports[-1] == (1, 1, True)
@@ -167,7 +197,7 @@ def test_wait_prints_the_url_once_the_new_version_is_ready_not_the_old_one(fake:
 def test_wait_does_not_trust_observed_generation_to_be_the_services(fake: FakeKubernetes, capsys) -> None:
     """KServe copies observedGeneration from the predictor's Knative Service (kserve/kserve#6081): it may stay below ours."""
     fake.isvc_observed_offset = -1
-    assert bakeoff(capsys, "--version", "1", "--wait", "--timeout", "5")[0] == 0
+    assert bakeoff(capsys, "--image", IMAGE, "--version", "1", "--wait", "--timeout", "5")[0] == 0
     code, out, err = bakeoff(capsys, "--version", "2", "--wait", "--timeout", "5")
     assert code == 0, err
     assert out[-1].startswith("http://fashion-mnist.")
@@ -176,7 +206,7 @@ def test_wait_does_not_trust_observed_generation_to_be_the_services(fake: FakeKu
 def test_wait_fails_in_one_line_naming_the_conditions_when_never_ready(fake: FakeKubernetes, capsys) -> None:
     fake.isvc_ready_after = None
     fake.isvc_failure = "Container failed with: Op type not registered 'DisableCopyOnRead'"
-    code, out, err = bakeoff(capsys, "--version", "1", "--wait", "--timeout", "1")
+    code, out, err = bakeoff(capsys, "--image", IMAGE, "--version", "1", "--wait", "--timeout", "1")
     assert code == 1
     errors = [line for line in err if line.startswith("bakeoff: error:")]
     assert len(errors) == 1, err
@@ -209,7 +239,7 @@ def test_the_version_comes_from_the_store_when_not_given(fake: FakeKubernetes, c
     opened: list[tuple] = []
     monkeypatch.setattr(deploy, "open_store", lambda *args: opened.append(args) or folder)
 
-    code, out, err = bakeoff(capsys, "--s3-endpoint", "minio.example:9000", "--s3-insecure")
+    code, out, err = bakeoff(capsys, "--image", IMAGE, "--s3-endpoint", "minio.example:9000", "--s3-insecure")
     assert code == 0, err
     assert opened == [(f"s3://mlpipeline/private/{NAMESPACE}/bakeoff", "minio.example:9000", True)]
     assert version_of(service(fake)) == "2"
@@ -241,17 +271,43 @@ def test_bad_flags_fail_in_one_line_before_writing(fake: FakeKubernetes, capsys,
 # ---------------------------------------------------------------- the API refusing or absent
 
 
-def test_the_rules_deploy_needs_are_get_create_and_patch(fake: FakeKubernetes, capsys) -> None:
-    fake.granted = set(DEPLOY_RULES)
-    for flags in (["--version", "1"], ["--version", "2", "--image", "registry.example/bakeoff:2"]):
+@pytest.fixture(scope="module")
+def role_rules(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) that manifests/kserve's Role grants, rendered as a user applies it."""
+    from tests.test_manifests import granted, one, render_kserve
+
+    role = one(render_kserve(tmp_path_factory.mktemp("kserve")), "Role")
+    return {(group, resource, verb) for (group, resource), verbs in granted(role).items() for verb in verbs}
+
+
+def every_deploy(capsys) -> list[tuple[int, list[str]]]:
+    """Create with a new runtime, roll a new version and image (both patched), then the same again (nothing to write)."""
+    runs = []
+    for flags in (["--version", "1", "--image", IMAGE], ["--version", "2", "--image", "registry.example/bakeoff:2"], ["--version", "2"]):
         code, _, err = bakeoff(capsys, *flags, "--wait", "--timeout", "5")
-        assert code == 0, err
-    assert {(call.group, call.resource, call.verb) for call in fake.calls} == DEPLOY_RULES
+        runs.append((code, err))
+    return runs
 
 
-def test_forbidden_is_one_line(fake: FakeKubernetes, capsys) -> None:
-    fake.granted = DEPLOY_RULES - {(deploy.GROUP, ISVC, "create")}
-    code, _, err = bakeoff(capsys, "--version", "1")
+def test_the_roles_rules_allow_every_call_deploy_makes_and_nothing_more(fake: FakeKubernetes, capsys, role_rules) -> None:
+    fake.granted = set(role_rules)
+    assert [code for code, _ in every_deploy(capsys)] == [0, 0, 0]
+    calls = {(call.group, call.resource, call.verb) for call in fake.calls}
+    assert calls == role_rules, f"denied: {sorted(calls - role_rules)}, unused: {sorted(role_rules - calls)}"
+
+
+def test_each_rule_of_the_role_is_needed(capsys, role_rules, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Role with one verb taken away: some deploy stops with a 403 that names what was refused."""
+    for rule in sorted(role_rules):
+        with FakeKubernetes(phases=["Created"], namespace=NAMESPACE, granted=role_rules - {rule}) as api:
+            monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / f"{rule[1]}-{rule[2]}", api.url)))
+            refusals = [err for code, err in every_deploy(capsys) if code == 1]
+        assert refusals and len(refusals[0]) == 1 and f'cannot {rule[2]} resource "{rule[1]}"' in refusals[0][0], (rule, refusals)
+
+
+def test_forbidden_is_one_line(fake: FakeKubernetes, capsys, role_rules) -> None:
+    fake.granted = role_rules - {(deploy.GROUP, ISVC, "create")}
+    code, _, err = bakeoff(capsys, "--image", IMAGE, "--version", "1")
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith("bakeoff: error: not allowed to write inferenceservices.serving.kserve.io 'fashion-mnist' in namespace 'team-a'"
                              ' (HTTP 403: inferenceservices.serving.kserve.io is forbidden: User "system:serviceaccount:team-a:default-editor"'
@@ -260,9 +316,10 @@ def test_forbidden_is_one_line(fake: FakeKubernetes, capsys) -> None:
 
 
 def test_kserve_missing_is_one_line(fake: FakeKubernetes, capsys) -> None:
-    fake.fail("get", RUNTIME, answer=404)  # no CRD: a 404 that names no object
+    fake.crds = frozenset()  # no KServe CRDs: the API server's plain 404, which names no object
     code, _, err = bakeoff(capsys, "--version", "1")
-    assert code == 1 and len(err) == 1 and "install KServe on the cluster first" in err[0], err
+    assert code == 1 and err == ["bakeoff: error: cannot read servingruntimes.serving.kserve.io 'bakeoff': the API at"
+                                 f" {fake.url} has no serving.kserve.io resources (HTTP 404: Not Found): install KServe on the cluster first"]
 
 
 def test_an_unreachable_api_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

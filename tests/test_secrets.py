@@ -34,6 +34,14 @@ variants:
   - {name: mlp, workers: 1, model: {type: mlp, hidden_units: [32]}}
   - {name: small_cnn, workers: 2, model: {type: cnn, filters: [8, 16], dense_units: 32}}
 """
+
+
+@pytest.fixture(autouse=True)
+def users_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    """upload, submit and schedule need an image of the user's (pipelines/cli/flags.py IMAGE_ENV)."""
+    monkeypatch.setenv("BAKEOFF_IMAGE", "registry.example/you/bakeoff:1")
+
+
 # Loaded through PYTHONPATH by every Python process of the run: it writes each TFJob that
 # components.training.launch builds to $BAKEOFF_TEST_TFJOB_DIR, exactly as a backend receives it.
 TFJOB_RECORDER = textwrap.dedent('''

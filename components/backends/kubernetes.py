@@ -21,6 +21,7 @@ from components.defaults import LOG_TAIL
 from components.errors import BakeoffError
 
 JOB_KIND = "TFJob"
+JOB_GROUP, JOB_PLURAL = "kubeflow.org", "tfjobs"  # the Training Operator v1's CRD
 SERVICE_ACCOUNT_ENV = "BAKEOFF_TFJOB_SERVICE_ACCOUNT"  # names the replicas' service account instead of the step's
 # This step's pod name: KFP's downward-API variable first (commonEnvs in kubeflow/pipelines
 # backend/src/v2/compiler/argocompiler/common.go), since HOSTNAME is cut to 63 characters.
@@ -81,6 +82,19 @@ def _api_reason(error: BaseException) -> str:
         return f"HTTP {api.status}: {message}"
     root = list(_chain(error))[-1]
     return f"{type(root).__name__}: {str(root).splitlines()[0] if str(root) else 'no answer'}"
+
+
+def _names_an_object(error: BaseException) -> bool:
+    """Whether a 404 is about an object (a metav1.Status whose details name it), not about the resource type.
+
+    For a resource type it does not serve (no CRD) the API server answers Go's plain "404 page not found"
+    (k8s.io/apiserver/pkg/util/notfoundhandler), with no Status at all.
+    """
+    api = _api_exception(error)
+    try:
+        return bool((json.loads(api.body).get("details") or {}).get("name")) if api is not None else False
+    except (TypeError, ValueError, AttributeError):
+        return False
 
 
 def _pod_name(job: str, index: int) -> str:
@@ -297,6 +311,13 @@ class KubernetesBackend:
                 self.sink(f"created TFJob {namespace}/{name}")
                 return
             except RuntimeError as error:
+                if _api_status(error) == 404 and not _names_an_object(error):
+                    raise BakeoffError(
+                        f"cannot create TFJob {namespace}/{name}: this cluster has no TFJob resource ({_api_reason(error)} for"
+                        f" {JOB_PLURAL}.{JOB_GROUP}), so the Kubeflow Training Operator v1 is not installed (Kubeflow 1.11 and later"
+                        " install Trainer v2 instead, which runs no TFJob): install it with"
+                        " `kubectl apply --server-side -k manifests/training-operator`, then retry the run"
+                    ) from None
                 if _api_status(error) != 409:
                     raise BakeoffError(
                         f"could not create TFJob {namespace}/{name} ({_api_reason(error)}): check that the Training Operator is installed"

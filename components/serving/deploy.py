@@ -37,6 +37,12 @@ CONTAINER = "kserve-container"  # the runtime container KServe merges the predic
 SERVER_MODULE = "components.serving.server"
 MODEL_DIR = "/mnt/models"  # where KServe's storage initializer puts storageUri
 HTTP_PORT = defaults.SERVING_PORT  # the port Knative and KServe's runtimes expect
+# KServe's ModelServer default (DEFAULT_GRPC_PORT), where its own Python runtimes serve V2 gRPC beside HTTP.
+GRPC_PORT = 8081
+# The one port the runtime declares: Knative (KServe's default Serverless mode) refuses a second one and any name but
+# "", "http1" or "h2c" (validateContainersPorts, knative.dev/serving pkg/apis/serving/k8s_validation.go); gRPC is
+# exposed in Standard mode by the InferenceService's own ports (inferenceservice.yaml).
+HTTP_PORT_NAME = "http1"
 MODEL_FORMAT, MODEL_FORMAT_VERSION = "tensorflow", "2"
 PROTOCOLS = ["v1", "v2"]
 SERVICE_ACCOUNT = "bakeoff-s3"  # manifests/kserve/serviceaccount.yaml: carries the S3 secret the storage initializer reads
@@ -105,7 +111,8 @@ def serving_runtime(image: str) -> V1alpha1ServingRuntime:
         image=image,
         command=["python", "-m", SERVER_MODULE],
         # KServe fills in {{.Name}}, the InferenceService's name, as its own runtimes' --model_name.
-        args=["--model-dir", MODEL_DIR, "--model-name", "{{.Name}}", "--http-port", str(HTTP_PORT)],
+        args=["--model-dir", MODEL_DIR, "--model-name", "{{.Name}}", "--http-port", str(HTTP_PORT), "--grpc-port", str(GRPC_PORT)],
+        ports=[client.V1ContainerPort(container_port=HTTP_PORT, name=HTTP_PORT_NAME, protocol="TCP")],
         security_context=client.V1SecurityContext(run_as_non_root=True, allow_privilege_escalation=False, privileged=False,
                                                   capabilities=client.V1Capabilities(drop=["ALL"])),
         resources=client.V1ResourceRequirements(requests=dict(REQUESTS), limits=dict(LIMITS)),
@@ -298,7 +305,11 @@ def _ensure_runtime(cluster: Cluster, namespace: str, image: Optional[str]) -> t
     for _ in range(WRITE_ATTEMPTS):
         current = _get(cluster, namespace, RUNTIME_PLURAL, RUNTIME_NAME)
         if current is None:
-            wanted = image or defaults.IMAGE
+            if image is None:
+                raise BakeoffError(f"there is no servingruntime {RUNTIME_NAME!r} in {namespace!r} yet, and deploy would create it with"
+                                   f" {defaults.IMAGE}, which nobody publishes: pass --image REGISTRY/bakeoff:TAG, your build of"
+                                   " images/Dockerfile, or apply manifests/kserve first")
+            wanted = image
             body = as_dict(serving_runtime(wanted))
             created = _request(cluster, namespace, f"create servingruntimes.{GROUP} {RUNTIME_NAME!r}", lambda: api.create_namespaced_custom_object(
                 GROUP, RUNTIME_VERSION, namespace, RUNTIME_PLURAL, body, _request_timeout=REQUEST_SECONDS), conflict=True)

@@ -70,7 +70,7 @@ def _names(args: argparse.Namespace, *flags: str) -> None:
 def cmd_upload(args: argparse.Namespace) -> int:
     _names(args, "--name", "--version")
     target = _target(args)
-    settings = compile_settings(args)
+    settings = compile_settings(args, sends=True)
     with packages.compiled(settings) as (package, spec):
         name = args.name if args.name is not None else spec["pipelineInfo"]["name"]
         api = connection.connect(target, need_namespace=False)
@@ -85,7 +85,7 @@ def cmd_upload(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     _names(args, "--name", "--experiment")
     target = _target(args)
-    settings = compile_settings(args)
+    settings = compile_settings(args, sends=True)
     with packages.compiled(settings) as (package, spec):
         params = parameters.parse_params(args.param, parameters.pipeline_parameters(spec))
         api = connection.connect(target)
@@ -108,7 +108,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     target = _target(args)
     trigger = triggers.make_trigger(args.cron, args.every, args.start, args.end)
     max_concurrency = schedules.check_max_concurrency(args.max_concurrency)
-    settings = compile_settings(args)
+    settings = compile_settings(args, sends=True)
     with packages.compiled(settings) as (package, spec):
         params = parameters.parse_params(args.param, parameters.pipeline_parameters(spec))
         api = connection.connect(target)
@@ -152,7 +152,7 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     upload.add_argument("--name", help="pipeline name (default: the pipeline's own, bakeoff)")
     upload.add_argument("--version", help="name of the new version (default: UTC time and content hash; "
                                           "without it a new pipeline's first version is named after the pipeline)")
-    pipeline_args(upload)
+    pipeline_args(upload, sends=True)
     _connection_args(upload)
     upload.set_defaults(handler=cmd_upload)
 
@@ -160,7 +160,7 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--name", help="run name (default: bakeoff and the UTC time)")
     _param_args(submit)
     submit.add_argument("--wait", action="store_true", help="follow the run to its end; exit 1 unless it succeeds")
-    pipeline_args(submit)
+    pipeline_args(submit, sends=True)
     _connection_args(submit)
     submit.set_defaults(handler=cmd_submit)
 
@@ -174,7 +174,7 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     schedule.add_argument("--no-catchup", action="store_true", help="after a pause, start only the latest missed run instead of every one")
     schedule.add_argument("--start", metavar="ISO", help="first time it may run, ISO 8601 (UTC without an offset)")
     schedule.add_argument("--end", metavar="ISO", help="last time it may run, ISO 8601 (UTC without an offset)")
-    pipeline_args(schedule)
+    pipeline_args(schedule, sends=True)
     _connection_args(schedule)
     schedule.set_defaults(handler=cmd_schedule)
 

@@ -55,7 +55,8 @@ def add_deploy_commands(commands: argparse._SubParsersAction) -> None:
                         help="version to roll out (default: the newest complete one in --store, which needs an S3 endpoint reachable from here)")
     parser.add_argument("--s3-endpoint", help="HOST:PORT of the store's S3 server, to find the newest version (or $BAKEOFF_S3_ENDPOINT)")
     parser.add_argument("--s3-insecure", action="store_true", default=None, help="plain HTTP to the S3 server (or BAKEOFF_S3_INSECURE=1)")
-    parser.add_argument("--image", help=f"model server image; replaces the runtime's (default: keep it, or {defaults.IMAGE} for a new runtime)")
+    parser.add_argument("--image", help="model server image, your build of images/Dockerfile; replaces the runtime's"
+                                        " (default: keep it; required when deploy creates the runtime)")
     parser.add_argument("--wait", action="store_true", help="wait until the service is Ready for this version, then print its URL")
     parser.add_argument("--timeout", type=positive("--timeout"), metavar="S",
                         help=f"seconds --wait waits before it fails (default {defaults.DEPLOY_TIMEOUT_SECONDS})")

@@ -16,6 +16,7 @@ from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, open_sto
 
 MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
 MAX_TIMEOUT_SECONDS = 7 * 86400  # a TFJob's activeDeadlineSeconds
+IMAGE_ENV = "BAKEOFF_IMAGE"  # --image's variable, as KF_PIPELINES_ENDPOINT is --host's
 
 
 def positive(flag: str, most: Optional[int] = None, why: str = "") -> Callable[[str], int]:
@@ -49,10 +50,15 @@ def store_location_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--s3-insecure", action="store_true", default=None, help=f"plain HTTP to the S3 server (or {S3_INSECURE_ENV}=1)")
 
 
-def pipeline_args(parser: argparse.ArgumentParser) -> None:
-    """What fixes the compiled pipeline: variants, image, parallelism and the cluster's store."""
+def pipeline_args(parser: argparse.ArgumentParser, sends: bool = False) -> None:
+    """What fixes the compiled pipeline: variants, image, parallelism and the cluster's store.
+
+    ``sends``: the command sends the pipeline to a cluster, so it needs an image someone publishes (see ``compile_settings``).
+    """
     parser.add_argument("--config", type=Path, default=defaults.CONFIG, help="variants YAML; they become the pipeline's default")
-    parser.add_argument("--image", default=defaults.IMAGE, help=f"runtime image of every step and TFJob replica (default {defaults.IMAGE})")
+    fallback = "required" if sends else f"default {defaults.IMAGE}, which is not published: build and push your own"
+    parser.add_argument("--image", default=os.environ.get(IMAGE_ENV) or None,
+                        help=f"runtime image of every step and TFJob replica, your build of images/Dockerfile (or ${IMAGE_ENV}; {fallback})")
     parser.add_argument("--parallelism", type=positive("--parallelism", MAX_PARALLELISM), default=defaults.CLUSTER_PARALLELISM,
                         help=f"variants trained at once (default {defaults.CLUSTER_PARALLELISM})")
     parser.add_argument("--store", default=defaults.CLUSTER_STORE, help=f"default store of the runs (default {defaults.CLUSTER_STORE})")
@@ -60,20 +66,28 @@ def pipeline_args(parser: argparse.ArgumentParser) -> None:
                         help=f"in-cluster S3 endpoint (default {defaults.CLUSTER_S3_ENDPOINT})")
 
 
-def compile_settings(args: argparse.Namespace) -> dict:
-    """The keyword arguments of ``compile_pipeline`` from the flags of ``pipeline_args``; the config is checked first."""
+def compile_settings(args: argparse.Namespace, sends: bool = False) -> dict:
+    """The keyword arguments of ``compile_pipeline`` from the flags of ``pipeline_args``; the config is checked first.
+
+    ``sends`` refuses a pipeline without an image of the user's (flag or variable): the project's default is
+    not published, so every pod of a pipeline sent with it would end in ImagePullBackOff.
+    """
     from pipelines.pipeline import Cluster
 
     load_variants(args.config)  # one clear line for a bad config, before kfp sees it
     # Both are baked into the package: a bad one would fail only on the cluster, at run time.
-    if not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9._/:@+]*", args.image):
-        raise BakeoffError(f"--image {args.image!r} is not an image reference: write e.g. {defaults.IMAGE}")
+    if args.image is not None and not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9._/:@+]*", args.image):
+        raise BakeoffError(f"--image {args.image!r} is not an image reference: write e.g. registry.example.com/you/bakeoff:0.1.0")
     parts = urlsplit(args.store)
     if parts.scheme not in ("s3", "minio") or not parts.netloc:
         raise BakeoffError(f"--store {args.store!r} is not one the cluster's steps can reach: write s3://BUCKET/PREFIX (default {defaults.CLUSTER_STORE})")
+    if sends and args.image is None:
+        raise BakeoffError(f"--image is missing, and nobody publishes the default {defaults.IMAGE}, so every pod would fail to pull it:"
+                           f" build and push yours (make image IMAGE=REGISTRY/bakeoff:TAG; docker push REGISTRY/bakeoff:TAG),"
+                           f" then pass --image REGISTRY/bakeoff:TAG or set {IMAGE_ENV}")
     return {
         "config": args.config,
-        "image": args.image,
+        "image": args.image or defaults.IMAGE,
         "parallelism": args.parallelism,
         "cluster": Cluster(store=args.store, s3_endpoint=args.s3_endpoint),
     }

@@ -122,7 +122,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         compile_pipeline(args.output, **settings)
     except OSError as error:
         raise BakeoffError(f"cannot write {str(args.output)!r} ({error.strerror}): choose another -o") from None
-    print(f"compiled the pipeline to {args.output}", file=sys.stderr)
+    print(f"compiled the pipeline to {args.output} (image {settings['image']})", file=sys.stderr)
+    if settings["image"] == defaults.IMAGE:
+        print(f"bakeoff: nobody publishes {settings['image']}, the default image: compile with --image REGISTRY/bakeoff:TAG,"
+              " your build of images/Dockerfile, before you upload this file", file=sys.stderr)
     return 0
 
 
