@@ -281,7 +281,7 @@ class _Starter:
 
     def operator(self) -> None:
         """The Training Operator as upstream deploys it: its own service account, RBAC and webhook cert Secret."""
-        upstream = _operator_manifests()
+        upstream = operator_manifests()
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
         rbac = [yaml.safe_load((upstream / "rbac" / name).read_text())
                 for name in ("service-account.yaml", "role.yaml", "cluster-role-binding.yaml")]
@@ -325,7 +325,7 @@ class _Starter:
         return True
 
 
-def _operator_manifests() -> Path:
+def operator_manifests() -> Path:
     """Upstream's manifests/base of the pinned Training Operator, read from the Go module cache."""
     result = subprocess.run([binaries.go(), "list", "-m", "-f", "{{.Dir}}", "github.com/kubeflow/training-operator"],
                             cwd=HERE / "operator", capture_output=True, text=True, check=True)
