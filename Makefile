@@ -11,7 +11,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 IMAGE ?= $(shell sed -n 's/^IMAGE = "\([^"]*\)".*/\1/p' components/defaults.py)
 
-.PHONY: help run test bench install system test-system compile image clean cluster cluster-down
+.PHONY: help run test bench install system test-system compile image clean cluster cluster-down cluster-binaries
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -43,7 +43,7 @@ test-system: ## install the Debian packages only the tests use when missing: chr
 run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--max-train-examples 6000" passes flags)
 	$(BIN)/bakeoff run --local $(ARGS)
 
-test: $(INSTALLED) system test-system ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
+test: $(INSTALLED) system test-system cluster-binaries ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 bench: $(INSTALLED) system ## measure speed and quality; writes benchmarks/results.md and results.json (~28 min on 2 cores)
@@ -57,6 +57,9 @@ image: ## build the runtime image with docker (IMAGE=registry/name:tag names it)
 
 clean: ## remove local run outputs (keeps .venv and the store)
 	rm -rf .bakeoff .pytest_cache
+
+cluster-binaries: $(INSTALLED) ## build the control plane from its Go modules into ~/.cache/bakeoff/cluster (once per pin)
+	$(BIN)/python -m tests.cluster.binaries
 
 cluster: $(INSTALLED) system ## start the real control plane on loopback (built from Go modules once, ~20 min); prints its kubeconfig
 	$(BIN)/python -m tests.cluster.controlplane up

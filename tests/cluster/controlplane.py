@@ -344,7 +344,7 @@ def _webhook_configuration(upstream: Path, port: int) -> dict:
     return config
 
 
-def start(state: Path, *, venv: Path | None = None, kubelet: bool = True,
+def start(state: Path, *, venv: Path | None = None, kubelet: bool = True, ports: Ports | None = None,
           log: Callable[[str], None] = print) -> ControlPlane:
     """Builds (once) and starts every component; on a failure stops what started and raises StartError."""
     if (state / "control-plane.json").exists():
@@ -352,7 +352,7 @@ def start(state: Path, *, venv: Path | None = None, kubelet: bool = True,
     bins = binaries.ensure(log=log)
     state.mkdir(parents=True, exist_ok=True)
     (state / "binaries.json").write_text(json.dumps({"folder": str(bins.folder)}))
-    plane = ControlPlane(state, Ports.free())
+    plane = ControlPlane(state, ports or Ports.free())
     starter = _Starter(plane, bins, log)
     try:
         certs = starter.certificates()

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import socket
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +44,17 @@ def test_the_operators_webhook_validates_tfjobs(control_plane: controlplane.Cont
     assert answer.returncode != 0
     assert 'admission webhook "validator.tfjob.training-operator.kubeflow.org" denied' in answer.stderr
     assert "must have at least one container with name tensorflow" in answer.stderr
+
+
+def test_a_component_that_cannot_start_is_named_with_its_log(tmp_path: Path) -> None:
+    """The API server's port taken: start stops what it started and says which component failed, and why."""
+    ports = controlplane.Ports.free()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports.api))
+        taken.listen()
+        with pytest.raises(controlplane.StartError) as error:
+            controlplane.start(tmp_path / "cluster", kubelet=False, ports=ports, log=lambda line: None)
+    message = str(error.value)
+    assert message.startswith("kube-apiserver exited with code"), message
+    assert "address already in use" in message
+    assert not (tmp_path / "cluster" / "control-plane.json").exists()
