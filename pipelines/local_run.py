@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import sys
@@ -16,6 +15,7 @@ from components import defaults
 from components.errors import ERROR_FILE_ENV, BakeoffError
 from components.progress import PROGRESS_DIR_ENV
 from components.spec import Search, Variant
+from components.storage.records import Summary
 from pipelines.pipeline import build_pipeline
 
 PIPELINE_LOG = "pipeline.log"  # kfp.local's own output, in the progress folder of a watched run
@@ -66,7 +66,7 @@ class LocalRun:
     progress_dir: Optional[Path] = None  # someone watches: events, replica logs and kfp.local's output go here
 
 
-def run_local(run: LocalRun) -> dict:
+def run_local(run: LocalRun) -> Summary:
     """Executes the pipeline with kfp.local and returns the select step's summary.
 
     kfp.local prints task logs on stdout; they are sent, as plain text, to stderr so
@@ -115,4 +115,4 @@ def run_local(run: LocalRun) -> dict:
         finally:
             os.environ.pop(ERROR_FILE_ENV, None)
             os.environ.pop(PROGRESS_DIR_ENV, None)
-    return json.loads(task.output)
+    return Summary.from_json(task.output, "the select step's output")

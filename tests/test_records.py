@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from components.storage import records
 from components.storage.records import (Candidate, Manifest, RecordError, RungRecord, Score, SelectionRecord, Summary,
                                         WorkerMetrics)
+from tests.samples import RECORDS as SAMPLES
 
-# Written by bakeoff's own writers before records carried a version: a halving run of three variants (mlp won), then
-# a run that published over it. The train step's output is compact JSON; the others are indented.
-SAMPLES = Path(__file__).resolve().parent / "data" / "records"
+# tests/data/records: written by bakeoff's own writers before records carried a version, in a halving run of three
+# variants (mlp won) and a run that published over it. The train step's output is compact JSON; the others are indented.
 KINDS = {
     "metrics.json": WorkerMetrics,  # runs/<run>/mlp/metrics.json, the worker's
     "candidate.json": Candidate,  # the train step's output

@@ -1,6 +1,8 @@
 """Selection metrics, each with the direction that is better, and the ranking they give."""
 from __future__ import annotations
 
+from typing import Iterable, Protocol, TypeVar
+
 from components.errors import BakeoffError
 
 # metric → the direction that is better; a metric never travels without it
@@ -14,7 +16,19 @@ def direction(metric: str) -> str:
     return METRICS[metric]
 
 
-def rank(candidates: list[dict], metric: str) -> list[dict]:
+class Scored(Protocol):
+    """A record of a variant with a value of the selection metric (components.storage.records)."""
+
+    @property
+    def variant(self) -> str: ...
+
+    def score(self, metric: str) -> float: ...
+
+
+S = TypeVar("S", bound=Scored)
+
+
+def rank(candidates: Iterable[S], metric: str) -> list[S]:
     """Best first by ``metric`` in its own direction; ties go to the variant whose name sorts first, so reruns agree."""
     sign = -1 if direction(metric) == "max" else 1
-    return sorted(candidates, key=lambda c: (sign * c[metric], c["variant"]))
+    return sorted(candidates, key=lambda c: (sign * c.score(metric), c.variant))

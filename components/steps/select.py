@@ -22,7 +22,6 @@ def select(
     KFP UI shows the winner's confusion matrix on test, the run's report page
     (the same as `bakeoff report`) and the leaderboard.
     """
-    import json
     from pathlib import Path
 
     from components.errors import reported
@@ -37,7 +36,7 @@ def select(
         summary = select_run([variant["name"] for variant in variants], data.path, store, model_name, run_id, metric, gate)
         opened = open_store(store)
         record = read_record(opened, run_id)
-        confusion.log_confusion_matrix(record["class_names"], record["confusion_matrix"])
+        confusion.log_confusion_matrix(record.class_names, record.confusion_matrix)
         write_report(opened, run_id, Path(report.path))
         Path(leaderboard.path).write_text(markdown(record), encoding="utf-8")
-        return json.dumps(summary)
+        return summary.to_json(indent=None)

@@ -23,6 +23,7 @@ from components.errors import BakeoffError
 SCHEMA_VERSION = 1
 VERSION_FIELD = "schema_version"
 UNVERSIONED = 0  # a record without VERSION_FIELD: written before records carried one, with version 1's fields
+VAL_EPOCHS = "val_epochs"  # in a WorkerMetrics history: the 1-based epochs whose val_* numbers it holds
 REWRITE = "written by another version of bakeoff or by hand: rerun what wrote it with this version"
 
 
@@ -190,7 +191,7 @@ class WorkerMetrics(Record):
     VERSIONED: ClassVar[bool] = True
 
     variant: str
-    history: dict[str, list[float]]  # every epoch's from epoch 1, earlier rungs' and attempts' included; val_epochs: the validated ones
+    history: dict[str, list[float]]  # tf-keras' History from epoch 1, earlier rungs' and attempts' included, and VAL_EPOCHS
     epochs: int  # done in total: the stop epoch
     schedule_epochs: int  # the learning-rate schedule's length (training.epochs)
     rung: int

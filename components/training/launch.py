@@ -6,6 +6,7 @@ from components.data import artifact
 from components.errors import BakeoffError
 from components.spec import from_dict
 from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, open_store, runs
+from components.storage.records import Candidate, WorkerMetrics
 from components.training import rungs
 from components.training.tfjob import build_tfjob, job_name, worker_args
 
@@ -45,7 +46,7 @@ def train_variant(
     backend: str = "auto",
     stop_epoch: int = 0,
     rung: int = 0,
-) -> dict:
+) -> Candidate:
     """Trains one variant as a TFJob until epoch ``stop_epoch`` (0: all) and returns its candidate record for selection.
 
     A job that stops before ``training.epochs`` keeps the variant's backup, so
@@ -76,9 +77,9 @@ def train_variant(
     return runs.candidate(store, run_id, variant.name)
 
 
-def final_metrics(metrics: dict) -> dict[str, float]:
-    """The numbers of a job's ``metrics.json`` that the train step shows in the KFP UI."""
-    history = metrics["history"]
+def final_metrics(metrics: WorkerMetrics) -> dict[str, float]:
+    """The numbers of a job's ``metrics.json`` that the train step shows in the KFP UI, by the names it shows them."""
+    history = metrics.history
     final = {key: history[key][-1] for key in ("val_accuracy", "val_loss") if history.get(key)}
-    return final | {"train_seconds": metrics["train_seconds"], "examples_per_second": metrics["examples_per_second"],
-                    "replicas": metrics["num_replicas_in_sync"], "epochs": metrics["epochs"]}
+    return final | {"train_seconds": metrics.train_seconds, "examples_per_second": metrics.examples_per_second,
+                    "replicas": metrics.num_replicas_in_sync, "epochs": metrics.epochs}
