@@ -165,7 +165,7 @@ def pipeline(context: Context) -> list[Figure]:
     tasks = _task_seconds(run.stderr)
     training = sum(c.train_seconds for c in summary.candidates)
 
-    reached = {entry.variant: entry.epochs for entry in [*summary.candidates, *summary.stopped]}
+    reached = {entry.variant: entry.epochs for entry in summary.contestants()}
     baseline = 0.0
     for variant in load_variants(DEFAULT_CONFIG):
         spec = variant.to_dict()

@@ -1,7 +1,6 @@
 """Faults injected for real into running 2-worker jobs: a killed replica resumes from the backup, a stopped one is named."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal

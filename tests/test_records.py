@@ -12,7 +12,7 @@ from tests.samples import RECORDS as SAMPLES
 
 # tests/data/records: written by bakeoff's own writers before records carried a version, in a halving run of three
 # variants (mlp won) and a run that published over it. The train step's output is compact JSON; the others are indented.
-KINDS = {
+KINDS: dict[str, type[records.Record]] = {
     "metrics.json": WorkerMetrics,  # runs/<run>/mlp/metrics.json, the worker's
     "candidate.json": Candidate,  # the train step's output
     "rung-record.json": RungRecord,  # runs/<run>/search/rung-0.json, the halve step's

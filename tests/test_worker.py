@@ -15,6 +15,7 @@ from components.data import fashion_mnist
 from components.modeling import evaluation, savedmodel
 from components.backends.local import LocalBackend
 from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
+from components.storage.records import WorkerMetrics
 from components.training.tfjob import build_tfjob, worker_args
 from components.spec import from_dict
 

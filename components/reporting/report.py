@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from components.errors import BakeoffError
 from components.reporting import figures
 from components.storage import Store, runs
-from components.storage.records import Mistake, ScoredCandidate, SelectionRecord, Stopped
+from components.storage.records import Mistake, SelectionRecord
 
 # Inline, so the page needs nothing but itself: it is opened from disk, a KFP UI or an email.
 STYLE = """
@@ -34,7 +34,7 @@ WINNER_MARK = "★ winner"
 def render(record: SelectionRecord, histories: dict[str, dict]) -> str:
     """The page for a selection record (``runs/<run>/selection.json``) and each candidate's metrics.json ``history``."""
     names = record.class_names
-    ordered = {c.variant: histories.get(c.variant, {}) for c in _contestants(record)}
+    ordered = {c.variant: histories.get(c.variant, {}) for c in record.contestants()}
     curves = figures.curves(ordered)
     confusion = figures.confusion(record.confusion_matrix, names)
     winner = record.winner
@@ -96,7 +96,7 @@ def latest_run(store: Store) -> str:
 def write_report(store: Store, run_id: str, path: Path) -> Path:
     """Writes the run's page to ``path`` all at once, from selection.json and every candidate's metrics.json."""
     record = read_record(store, run_id)
-    histories = {c.variant: runs.metrics(store, run_id, c.variant).history for c in _contestants(record)}
+    histories = {c.variant: runs.metrics(store, run_id, c.variant).history for c in record.contestants()}
     page = render(record, histories)
     path = Path(path)
     staged = path.with_name(f".{path.name}.{os.getpid()}.partial")  # beside it, so the rename stays on one file system
@@ -141,11 +141,6 @@ def _leaderboard(record: SelectionRecord) -> str:
     rows += [f'<tr class="stopped" data-variant="{_text(s.variant)}"><td>rung {s.rung}</td><td>{_text(s.variant)}</td>'
              f'<td colspan="6">stopped: {_text(s.reason)}</td></tr>' for s in record.stopped]
     return "\n".join(rows) + "\n</table>"
-
-
-def _contestants(record: SelectionRecord) -> list[ScoredCandidate | Stopped]:
-    """Every variant the run trained: the last rung's candidates, then those successive halving stopped earlier."""
-    return [*record.candidates, *record.stopped]
 
 
 def _figure(figure: Figure, alt: str, name: str, data: str) -> str:

@@ -42,7 +42,7 @@ def halve(
             scores.append(Score(name, metric, score))
             epochs.append(record.epochs)
         kept, stopped = survivors(scores, keep, metric)
-        score = {entry.variant: entry.value for entry in scores}
+        value = {entry.variant: entry.value for entry in scores}
         # Which epochs a score averages, when more than one (nothing outside this function ships to the step's container).
         averaged = {name: f" (mean of epochs {first}-{max(epochs)})" if first < max(epochs) else "" for name, first in since.items()}
         places = {name: place for place, name in enumerate(kept + stopped, start=1)}
@@ -51,10 +51,10 @@ def halve(
             epochs=max(epochs),
             metric=metric,
             entered=list(by_name),
-            kept=[Score(name, metric, score[name]) for name in kept],
+            kept=[Score(name, metric, value[name]) for name in kept],
             stopped=[
-                RungStop(name, metric, score[name],
-                         reason=f"{metric} {score[name]:.4f}{averaged[name]} placed {places[name]} of {len(by_name)}"
+                RungStop(name, metric, value[name],
+                         reason=f"{metric} {value[name]:.4f}{averaged[name]} placed {places[name]} of {len(by_name)}"
                                 f" after epoch {max(epochs)}; rung {rung} keeps {len(kept)}")
                 for name in stopped
             ],

@@ -352,6 +352,10 @@ class Summary(Record):
     candidates: list[ScoredCandidate]  # best first by the selection metric
     stopped: list[Stopped]  # by successive halving, rung by rung; empty without it
 
+    def contestants(self) -> list[ScoredCandidate | Stopped]:
+        """Every variant the run trained: the last rung's candidates, then those successive halving stopped earlier."""
+        return [*self.candidates, *self.stopped]
+
 
 @dataclasses.dataclass(frozen=True)
 class Mistake(Record):

@@ -96,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def leaderboard(summary: Summary) -> str:
     """The candidates best first (the winner starred), the variants halving stopped and where, the decision."""
-    width = max(16, *(len(entry.variant) + 2 for entry in [*summary.candidates, *summary.stopped]))
+    width = max(16, *(len(entry.variant) + 2 for entry in summary.contestants()))
     rows = [f"{'':2}{'variant':<{width}}{'workers':>8}{'val_acc':>9}{'val_loss':>9}{'epochs':>7}{'train_s':>9}{'ex/s':>8}"]
     for place, c in enumerate(summary.candidates):
         mark = "* " if place == 0 else "  "
