@@ -5,7 +5,7 @@ import dataclasses
 import math
 
 from components.defaults import HALVING_WINDOW
-from components.selection.ranking import direction, rank
+from components.selection.ranking import check_metric, rank
 from components.spec import Halving
 from components.storage.records import VAL_EPOCHS, Score
 
@@ -60,7 +60,7 @@ def survivors(candidates: list[Score], keep: int, metric: str) -> tuple[list[str
     Ties go to the name that sorts first (``rank``); a candidate whose metric is not a number (a diverged run's NaN)
     ranks below every other.
     """
-    direction(metric)  # an unknown metric is one line, before any candidate is read
+    check_metric(metric)  # an unknown metric is one line, before any candidate is read
     scored = [c for c in candidates if math.isfinite(c.score(metric))]
     ranked = rank(scored, metric) + sorted((c for c in candidates if not math.isfinite(c.score(metric))), key=lambda c: c.variant)
     names = [c.variant for c in ranked]

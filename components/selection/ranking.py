@@ -9,11 +9,16 @@ from components.errors import BakeoffError
 METRICS = {"val_accuracy": "max", "val_loss": "min"}
 
 
-def direction(metric: str) -> str:
-    """``max`` or ``min`` for a known metric; one clear line for any other."""
+def check_metric(metric: str) -> str:
+    """``metric`` if it is a known selection metric; one clear line for any other."""
     if metric not in METRICS:
         raise BakeoffError(f"unknown selection metric {metric!r}: use one of {', '.join(METRICS)}")
-    return METRICS[metric]
+    return metric
+
+
+def direction(metric: str) -> str:
+    """``max`` or ``min`` for a known metric; one clear line for any other."""
+    return METRICS[check_metric(metric)]
 
 
 class Scored(Protocol):

@@ -268,7 +268,7 @@ class Settings:
 def serve(source: Source, settings: Settings) -> int:
     """Loads the first version, then serves until SIGTERM/SIGINT; must run on the main thread (KServe's own event loop)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    registry.model_prefix(settings.model_name)  # the name is a URL path segment too
+    registry.check_model_name(settings.model_name)  # the name is a URL path segment too
     first = choose(source, settings.version)
     for port, flag in ((settings.http_port, "--http-port"), (settings.grpc_port, "--grpc-port")):
         if port:

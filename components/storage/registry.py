@@ -16,10 +16,15 @@ _VERSION_KEY = re.compile(r"^models/[^/]+/(\d+)/(.+)$")
 PUBLISH_ATTEMPTS = 100  # version numbers one publish tries before it gives up (each lost to another publisher)
 
 
-def model_prefix(name: str) -> str:
+def check_model_name(name: str) -> str:
+    """``name`` if it can name a model in a path and a URL; one clear line if not."""
     if not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9_.]*", name):
         raise BakeoffError(f"model name {name!r} is not usable in a path: use letters, digits, '-', '_' and '.'")
-    return f"models/{name}"
+    return name
+
+
+def model_prefix(name: str) -> str:
+    return f"models/{check_model_name(name)}"
 
 
 def _versions(store: Store, name: str) -> dict[int, bool]:
