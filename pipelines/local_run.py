@@ -14,6 +14,7 @@ from typing import Optional, TextIO
 from components import defaults
 from components.errors import ERROR_FILE_ENV, BakeoffError
 from components.progress import PROGRESS_DIR_ENV
+from components.selection.settings import SelectionSettings
 from components.spec import Search, Variant
 from components.storage.records import Summary
 from pipelines.pipeline import build_pipeline
@@ -52,12 +53,9 @@ class LocalRun:
 
     variants: list[Variant]
     store_uri: str
-    model_name: str = defaults.MODEL_NAME
+    selection: SelectionSettings = SelectionSettings()
     source: str = defaults.SOURCE
     source_digest: str = ""
-    metric: str = defaults.METRIC
-    min_improvement: float = defaults.MIN_IMPROVEMENT
-    force_publish: bool = False
     max_train_examples: int = 0
     parallelism: int = defaults.LOCAL_PARALLELISM
     work_dir: Path = defaults.WORK_DIR
@@ -98,12 +96,12 @@ def run_local(run: LocalRun) -> Summary:
                 task = pipeline(
                     store=run.store_uri,
                     variants=variants,
-                    model_name=run.model_name,
+                    model_name=run.selection.model_name,
                     source=run.source,
                     source_digest=run.source_digest,
-                    metric=run.metric,
-                    min_improvement=run.min_improvement,
-                    force_publish=run.force_publish,
+                    metric=run.selection.metric,
+                    min_improvement=run.selection.gate.min_improvement,
+                    force_publish=run.selection.gate.force,
                     max_train_examples=run.max_train_examples,
                     timeout_seconds=run.timeout_seconds,
                     backend="local",  # also inside a notebook pod: `run` means this machine

@@ -21,6 +21,7 @@ from components.data.fashion_mnist import Split, read_idx_dir
 from components.errors import BakeoffError
 from components.reporting import figures
 from components.reporting.report import markdown, render, write_report
+from components.selection.settings import SelectionSettings
 from components.selection.winner import select_run
 from components.storage import open_store, runs
 from components.storage.records import SelectionRecord, Summary
@@ -68,7 +69,7 @@ def run_store(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
                                   examples_per_second=3000.0, history=history)
         store.put_bytes(f"{prefix}/{runs.METRICS}", metrics.to_json().encode())
         store.put_bytes(f"{prefix}/{runs.SPEC}", json.dumps({"name": variant}).encode())
-    select_run(list(TRAINED), str(root / "data"), store_uri, "fashion-mnist", RUN_ID, "val_accuracy")
+    select_run(list(TRAINED), str(root / "data"), store_uri, RUN_ID, SelectionSettings("fashion-mnist", "val_accuracy"))
     return store_uri, root / "data"
 
 

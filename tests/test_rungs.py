@@ -16,7 +16,7 @@ from components.spec import from_dict
 from components.storage import open_store, runs
 from components.storage.records import Candidate, WorkerMetrics
 from components.training import backup
-from components.training.launch import final_metrics, train_variant
+from components.training.launch import JobSettings, final_metrics, train_variant
 from tests.test_fault_tolerance import TINY_CNN
 
 EPOCHS = 3
@@ -24,6 +24,7 @@ EXAMPLES = 1024  # 16 steps of the global batch 64 per epoch
 STEPS = EXAMPLES // 64
 TINY = {**TINY_CNN, "training": {**TINY_CNN["training"], "epochs": EPOCHS}}  # 2 workers, a cosine schedule
 RUN = "r1"
+JOB = JobSettings(image="unused", max_train_examples=EXAMPLES, timeout_seconds=600, backend="local")
 PREFIX = runs.variant_prefix(RUN, "tiny")
 STALE = f"{PREFIX}/{runs.MODEL}/variables/variables.data-00000-of-00002"  # as a model saved in two shards would leave
 EPOCH_LINE = re.compile(rf"^\[[^]]*-worker-(\d)\] {STEPS}/{STEPS} - .* - (val_loss: \S+ - val_accuracy: \S+) - ")
@@ -48,10 +49,10 @@ def rungs(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Rung
     store = open_store(str(root / "store"))
     with pytest.MonkeyPatch.context() as env:  # the replicas inherit it
         env.setenv(progress.PROGRESS_DIR_ENV, str(watched))
-        train_variant(TINY, str(small_dataset), store.uri, RUN, "unused", EXAMPLES, 1, 600, "local", stop_epoch=1, rung=0)
+        train_variant(TINY, str(small_dataset), store.uri, RUN, JOB, stop_epoch=1, rung=0)
         backup_after_first = store.list(backup.backup_prefix(PREFIX))
         store.put_bytes(STALE, b"an earlier rung's file the next model does not have")
-        final = train_variant(TINY, str(small_dataset), store.uri, RUN, "unused", EXAMPLES, 1, 600, "local", stop_epoch=EPOCHS, rung=1)
+        final = train_variant(TINY, str(small_dataset), store.uri, RUN, JOB, stop_epoch=EPOCHS, rung=1)
     rung = [runs.rung_metrics(store, RUN, "tiny", index) for index in (0, 1)]
     events = [json.loads(line) for line in (watched / "tiny.jsonl").read_text().splitlines()]
     return Rungs(root / "store", rung, final, backup_after_first, events, (watched / "tiny.log").read_text().splitlines())
@@ -146,7 +147,7 @@ def test_the_train_step_shows_the_final_numbers(rungs: Rungs) -> None:
 ])
 def test_a_stop_epoch_off_the_schedule_fails_before_anything_runs(tmp_path: Path, stop_epoch: int, rung: int, message: str) -> None:
     with pytest.raises(BakeoffError) as error:
-        train_variant(TINY, str(tmp_path / "no-data"), str(tmp_path / "store"), RUN, "unused", EXAMPLES, 1, 600, "local", stop_epoch, rung)
+        train_variant(TINY, str(tmp_path / "no-data"), str(tmp_path / "store"), RUN, JOB, stop_epoch, rung)
     assert str(error.value) == message
     assert not (tmp_path / "store").exists()
 

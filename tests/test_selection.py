@@ -17,6 +17,7 @@ from components.data.fashion_mnist import Split
 from components.errors import BakeoffError
 from components.selection.promotion import Gate
 from components.selection.ranking import METRICS, direction, rank
+from components.selection.settings import SelectionSettings
 from components.selection.winner import select_winner
 from components.storage import open_store, registry, runs
 from components.storage.records import (Candidate, Champion, DatasetInfo, Manifest, Score, SelectionBasis, SelectionRecord,
@@ -95,7 +96,7 @@ def candidates(exported: Path, store_root: Path) -> list[Candidate]:
 
 def select(exported: Path, data_dir: Path, tmp_path: Path, metric: str) -> Summary:
     store_root = tmp_path / "store"
-    return select_winner(candidates(exported, store_root), str(data_dir), f"file://{store_root}", MODEL, RUN_ID, metric)
+    return select_winner(candidates(exported, store_root), str(data_dir), f"file://{store_root}", RUN_ID, SelectionSettings(MODEL, metric))
 
 
 def published_manifest(tmp_path: Path, version: int = 1) -> Manifest:
@@ -168,19 +169,18 @@ def test_each_metric_carries_its_direction() -> None:
     assert direction("val_accuracy") == "max" and direction("val_loss") == "min"
 
 
-def test_an_unknown_metric_is_refused_in_one_line_before_any_evaluation(tmp_path: Path) -> None:
+def test_an_unknown_metric_is_refused_in_one_line_before_any_evaluation() -> None:
     """An unknown metric fails with one line naming the known ones, before data or models are read."""
     for call in (lambda: direction("accuracy"), lambda: rank([Score("a", "accuracy", 1.0)], "accuracy")):
         with pytest.raises(BakeoffError) as refused:
             call()
         assert str(refused.value) == "unknown selection metric 'accuracy': use one of val_accuracy, val_loss"
-    # Neither the data nor the models exist: reading either would fail with another message.
-    ghost = samples.candidate("a", "runs/x/a", "file:///nowhere/model")
-    with pytest.raises(BakeoffError) as refused:
-        select_winner([ghost], str(tmp_path / "no-data"), f"file://{tmp_path / 'store'}", MODEL, RUN_ID, "accuracy")
-    assert "\n" not in str(refused.value)
-    assert str(refused.value).startswith("unknown selection metric 'accuracy'")
-    assert not (tmp_path / "store").exists()
+    # A selection's settings refuse it (and a model name no path can hold) when made: no selection starts with them.
+    for settings, message in ((lambda: SelectionSettings(MODEL, "accuracy"), "unknown selection metric 'accuracy'"),
+                              (lambda: SelectionSettings("../m"), "model name '../m' is not usable in a path")):
+        with pytest.raises(BakeoffError) as refused:
+            settings()
+        assert "\n" not in str(refused.value) and str(refused.value).startswith(message)
 
 
 # ---------------------------------------------------------------- the promotion gate
@@ -197,7 +197,7 @@ def publish_champion(exported: Path, store_root: Path, variant: str) -> None:
 def gated(exported: Path, data_dir: Path, tmp_path: Path, variants: tuple[str, ...], gate: Gate, metric: str = "val_accuracy") -> Summary:
     store_root = tmp_path / "store"
     records = [c for c in candidates(exported, store_root) if c.variant in variants]
-    return select_winner(records, str(data_dir), f"file://{store_root}", MODEL, RUN_ID, metric, gate)
+    return select_winner(records, str(data_dir), f"file://{store_root}", RUN_ID, SelectionSettings(MODEL, metric, gate))
 
 
 def versions(tmp_path: Path) -> list[int]:
@@ -310,7 +310,7 @@ def test_the_kept_mistakes_are_the_most_confident_first(tmp_path: Path) -> None:
     store_root = tmp_path / "store"
     export(model, store_root / "runs" / RUN_ID / "bright" / "model", NAMES)
     record = samples.candidate("bright", f"runs/{RUN_ID}/bright")
-    select_winner([record], str(tmp_path / "data"), f"file://{store_root}", MODEL, RUN_ID, "val_accuracy")
+    select_winner([record], str(tmp_path / "data"), f"file://{store_root}", RUN_ID, SelectionSettings(MODEL))
 
     mistakes = selection_record(tmp_path).misclassified
     wrong = np.flatnonzero(labels == 2)

@@ -12,8 +12,9 @@ from components.data import artifact
 from components.data.fashion_mnist import Split
 from components.errors import BakeoffError
 from components.modeling.evaluation import confident_mistakes, confusion_matrix, evaluate, predict, score
-from components.selection.promotion import Gate, promote
+from components.selection.promotion import promote
 from components.selection.ranking import direction, rank
+from components.selection.settings import SelectionSettings
 from components.storage import Store, open_store, registry, runs
 from components.storage.records import (Candidate, Champion, DatasetInfo, Decision, Manifest, Mistake, Promotion, PublishedMetrics,
                                         Score, ScoredCandidate, SelectionBasis, SelectionRecord, Stopped, Summary, Winner)
@@ -23,10 +24,8 @@ def select_winner(
     candidates: list[Candidate],
     data_dir: str,
     store_uri: str,
-    model_name: str,
     run_id: str,
-    metric: str,
-    gate: Gate = Gate(),
+    settings: SelectionSettings,
     stopped: Sequence[Stopped] = (),
 ) -> Summary:
     """Scores, ranks, tests, and publishes unless the champion stays; returns the run's summary (the CLI's --json).
@@ -40,8 +39,7 @@ def select_winner(
     """
     if not candidates:
         raise BakeoffError("no candidates to select from: the config must list at least one variant")
-    better = direction(metric)  # before minutes of evaluation
-    registry.model_prefix(model_name)
+    model_name, metric, gate = settings.model_name, settings.metric, settings.gate
     store = open_store(store_uri)
     data = open_store(data_dir)
     metadata = artifact.read_metadata(data)
@@ -85,7 +83,7 @@ def select_winner(
             variant=winner.variant,
             spec=winner.spec,
             metrics=PublishedMetrics(best.val_accuracy, best.val_loss, test_result["accuracy"], test_result["loss"], winner.metrics),
-            selection=SelectionBasis(metric, better, [c.variant for c in ranking]),
+            selection=SelectionBasis(metric, direction(metric), [c.variant for c in ranking]),
             dataset=DatasetInfo(metadata["fingerprint"], metadata["counts"]),
             promotion=decision,
             source_uri=winner.uri,
@@ -166,13 +164,10 @@ def _decision(metric: str, best: ScoredCandidate, champion: Optional[Champion], 
             f" {champion.version} ({champion.score(metric):.4f})")
 
 
-def select_run(variants: list[str], data_dir: str, store_uri: str, model_name: str, run_id: str, metric: str,
-               gate: Gate = Gate()) -> Summary:
+def select_run(variants: list[str], data_dir: str, store_uri: str, run_id: str, settings: SelectionSettings) -> Summary:
     """``select_winner`` over the variants that run ``run_id`` trained, read back from the store."""
-    direction(metric)
-    registry.model_prefix(model_name)  # both before reading anything
     store = open_store(store_uri)
     candidates = [runs.candidate(store, run_id, variant) for variant in variants]
-    stopped = [Stopped(entry.variant, record.rung, record.epochs, metric, entry.score(metric), entry.reason)
+    stopped = [Stopped(entry.variant, record.rung, record.epochs, settings.metric, entry.score(settings.metric), entry.reason)
                for record in runs.search_records(store, run_id) for entry in record.stopped]
-    return select_winner(candidates, data_dir, store_uri, model_name, run_id, metric, gate, stopped)
+    return select_winner(candidates, data_dir, store_uri, run_id, settings, stopped)

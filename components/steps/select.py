@@ -27,13 +27,14 @@ def select(
     from components.errors import reported
     from components.reporting.report import markdown, read_record, write_report
     from components.selection.promotion import Gate
+    from components.selection.settings import SelectionSettings
     from components.selection.winner import select_run
     from components.storage import open_store, use_s3_endpoint
 
     with reported():
         use_s3_endpoint(s3_endpoint)
-        gate = Gate(min_improvement, force_publish)
-        summary = select_run([variant["name"] for variant in variants], data.path, store, model_name, run_id, metric, gate)
+        settings = SelectionSettings(model_name, metric, Gate(min_improvement, force_publish))
+        summary = select_run([variant["name"] for variant in variants], data.path, store, run_id, settings)
         opened = open_store(store)
         record = read_record(opened, run_id)
         confusion.log_confusion_matrix(record.class_names, record.confusion_matrix)

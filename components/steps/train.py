@@ -24,12 +24,12 @@ def train(
     """
     from components.errors import reported
     from components.storage import use_s3_endpoint
-    from components.training.launch import final_metrics, train_variant
+    from components.training.launch import JobSettings, final_metrics, train_variant
 
     with reported():
         use_s3_endpoint(s3_endpoint)
-        candidate = train_variant(variant, data.uri, store, run_id, image, max_train_examples, concurrent_jobs, timeout_seconds, backend,
-                                  stop_epoch, rung)
+        settings = JobSettings(image, max_train_examples, concurrent_jobs, timeout_seconds, backend)
+        candidate = train_variant(variant, data.uri, store, run_id, settings, stop_epoch, rung)
         for name, value in final_metrics(candidate.metrics).items():
             metrics.log_metric(name, value)
         return candidate.to_json(indent=None)

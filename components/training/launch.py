@@ -1,6 +1,8 @@
 """Launching one variant: its TFJob built, executed by a backend, its results read back from the store."""
+import dataclasses
 import os
 
+from components import defaults
 from components.backends.backend import Backend
 from components.data import artifact
 from components.errors import BakeoffError
@@ -34,16 +36,23 @@ def make_backend(name: str, concurrent_jobs: int) -> Backend:
     return LocalBackend(concurrent_jobs=concurrent_jobs)
 
 
+@dataclasses.dataclass(frozen=True)
+class JobSettings:
+    """How each of a run's TFJobs runs, whichever variant it trains."""
+
+    image: str  # the replicas' container image (a cluster's; the local backend runs this venv)
+    max_train_examples: int = 0  # 0: the whole training split
+    concurrent_jobs: int = defaults.LOCAL_PARALLELISM  # jobs the local backend runs at once: its replicas share the cores
+    timeout_seconds: int = defaults.TIMEOUT_SECONDS  # the TFJob's activeDeadlineSeconds
+    backend: str = "auto"  # one of BACKENDS
+
+
 def train_variant(
     variant_spec: dict,
     data_uri: str,
     store_uri: str,
     run_id: str,
-    image: str,
-    max_train_examples: int,
-    concurrent_jobs: int,
-    timeout_seconds: int,
-    backend: str = "auto",
+    settings: JobSettings,
     stop_epoch: int = 0,
     rung: int = 0,
 ) -> Candidate:
@@ -67,12 +76,12 @@ def train_variant(
     job = build_tfjob(
         variant,
         name=job_name(run_id, variant.name, rung),
-        image=image,
-        args=worker_args(variant, data_uri, store.uri, prefix, max_train_examples, stop_epoch, rung),
+        image=settings.image,
+        args=worker_args(variant, data_uri, store.uri, prefix, settings.max_train_examples, stop_epoch, rung),
         env={key: os.environ[key] for key in PASSED_ENV if key in os.environ},
-        active_deadline_seconds=timeout_seconds,
+        active_deadline_seconds=settings.timeout_seconds,
     )
-    make_backend(backend, concurrent_jobs).run(job)
+    make_backend(settings.backend, settings.concurrent_jobs).run(job)
     store.put_bytes(f"{prefix}/{runs.rung_name(rung)}", store.get_bytes(f"{prefix}/{runs.METRICS}"))  # this rung's record, kept past the next
     return runs.candidate(store, run_id, variant.name)
 

@@ -19,8 +19,7 @@ from pipelines.cli.flags import MAX_PARALLELISM, MAX_TIMEOUT_SECONDS, compile_se
 def cmd_run(args: argparse.Namespace) -> int:
     from components.data.fashion_mnist import digest
     from components.selection.promotion import Gate
-    from components.selection.ranking import direction
-    from components.storage.registry import model_prefix
+    from components.selection.settings import SelectionSettings
     from components.reporting.report import write_report
     from pipelines.cli.display import new_progress_folder, run_watched
     from pipelines.compiling import planned
@@ -46,9 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if variant.workers > defaults.SHARDS:
             raise BakeoffError(f"variant {variant.name!r}: workers={variant.workers} exceeds the {defaults.SHARDS} shards a local run ingests:"
                                f" use at most {defaults.SHARDS} workers")
-    model_prefix(args.model_name)
-    direction(args.metric)
-    Gate(args.min_improvement, args.force_publish)
+    selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
     source_digest = digest(args.source)
     store = open_cli_store(args)
     store.check_writable()
@@ -59,12 +56,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     run = LocalRun(
         variants=variants,
         store_uri=store.uri,
-        model_name=args.model_name,
+        selection=selection,
         source=args.source,
         source_digest=source_digest,
-        metric=args.metric,
-        min_improvement=args.min_improvement,
-        force_publish=args.force_publish,
         max_train_examples=args.max_train_examples or 0,
         parallelism=args.parallelism,
         work_dir=args.work_dir,
