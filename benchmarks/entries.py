@@ -1,6 +1,7 @@
 """The benchmark entries; each returns figures measured side by side in one run."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -15,14 +16,25 @@ from benchmarks.faults import faults
 from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median, timed
 from benchmarks.search import search
 from benchmarks.serving import serving
+from components.storage import runs
+from components.storage.records import Summary, WorkerMetrics
 
 SEED_CNN = {"name": "cnn", "model": {"type": "cnn", "filters": [32, 64, 64], "dense_units": 64}}
 BENCH_EXAMPLES = 16384  # per measurement: 128 steps of the global batch
 DEBIAN_README = Path("/usr/share/doc/dataset-fashion-mnist/README.md.gz")
 
 
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A benchmark job's metrics.json, and where its model is."""
+
+    metrics: WorkerMetrics
+    store: str
+    prefix: str
+
+
 def _job(context: Context, variant: dict, workers: int, examples: int, epochs: int = 1, tag: str = "",
-         data: Path | None = None) -> dict:
+         data: Path | None = None) -> Job:
     """One local TFJob of the real worker program (on ``data``, else the context's dataset); its metrics.json."""
     from components.backends.local import LocalBackend
     from components.storage import open_store
@@ -36,7 +48,7 @@ def _job(context: Context, variant: dict, workers: int, examples: int, epochs: i
     job = build_tfjob(spec, name=f"bench-{workers}w", image="local", env={},
                       args=worker_args(spec, str(data or context.dataset()), store.uri, prefix, examples))
     LocalBackend(sink=lambda line: None).run(job)
-    return json.loads(store.get_bytes(f"{prefix}/metrics.json")) | {"prefix": prefix, "store": store.uri}
+    return Job(runs.metrics_at(store, prefix), store.uri, prefix)
 
 
 def _plain(context: Context, variant: dict, examples: int, tuned: bool = False) -> float:
@@ -67,12 +79,12 @@ def mwms(context: Context) -> list[Figure]:
         samples["plain"].append(_plain(context, SEED_CNN, BENCH_EXAMPLES))
         samples["plain_tuned"].append(_plain(context, SEED_CNN, BENCH_EXAMPLES, tuned=True))
         for workers in (1, 2, 4):
-            metrics = _job(context, SEED_CNN, workers, BENCH_EXAMPLES)
-            samples[f"{workers}w"].append(metrics["examples_per_second"])
-            allocators.add(metrics["allocator"])
-            kernels.add("oneDNN" if metrics["onednn"] else "Eigen")
+            metrics = _job(context, SEED_CNN, workers, BENCH_EXAMPLES).metrics
+            samples[f"{workers}w"].append(metrics.examples_per_second)
+            allocators.add(metrics.allocator)
+            kernels.add("oneDNN" if metrics.onednn else "Eigen")
             if workers == 2:
-                rss.append(metrics["peak_rss_mb"])
+                rss.append(metrics.peak_rss_mb)
     context.samples["mwms_examples_per_second"] = samples
     plain = median(samples["plain"])
     replicas = f"replicas on {'/'.join(sorted(allocators))} malloc and {'/'.join(sorted(kernels))} kernels"
@@ -149,11 +161,11 @@ def pipeline(context: Context) -> list[Figure]:
     run = subprocess.run([str(Path(sys.executable).parent / "bakeoff"), "run", "--json"], cwd=work,
                          capture_output=True, text=True, check=True)
     pipeline_seconds = time.perf_counter() - started
-    summary = json.loads(run.stdout)
+    summary = Summary.from_json(run.stdout, "bakeoff run --json")
     tasks = _task_seconds(run.stderr)
-    training = sum(c["train_seconds"] for c in summary["candidates"])
+    training = sum(c.train_seconds for c in summary.candidates)
 
-    reached = {entry["variant"]: entry["epochs"] for entry in summary["candidates"] + summary["stopped"]}
+    reached = {entry.variant: entry.epochs for entry in summary.contestants()}
     baseline = 0.0
     for variant in load_variants(DEFAULT_CONFIG):
         spec = variant.to_dict()
@@ -167,22 +179,22 @@ def pipeline(context: Context) -> list[Figure]:
     breakdown["orchestration_and_cli"] = pipeline_seconds - sum(tasks.values())
     context.samples["pipeline_breakdown_seconds"] = breakdown
     context.samples["baseline_seconds"] = baseline
-    winner = summary["winner"]
+    winner = summary.winner
 
     seed = _job(context, SEED_CNN, 2, 70 * GLOBAL_BATCH, epochs=1, tag="seed")
     from components.data import artifact as dataset
 
     test = dataset.read_shards(open_store(str(context.dataset())), "test")
-    model_dir = open_store(seed["store"]).get_dir(f"{seed['prefix']}/model", context.scratch / "seed-model")
+    model_dir = open_store(seed.store).get_dir(f"{seed.prefix}/{runs.MODEL}", context.scratch / "seed-model")
     seed_accuracy = evaluation.evaluate(model_dir, test.images, test.labels)["accuracy"]
     table = ", ".join(f"{name} {accuracy:.3f}" for name, accuracy in _published_table()[:4])
     return [
         Figure("pipeline_overhead", ratio, "×", goal="≤ 1.15", met=ratio <= 1.15,
                detail=f"`bakeoff run` {pipeline_seconds:.0f} s ÷ the same {len(reached)} trainings as plain local jobs {baseline:.0f} s; "
                       + ", ".join(f"{k} {v:.0f} s" for k, v in breakdown.items() if k != "total")),
-        Figure("winner_test_accuracy", winner["test_accuracy"], "", goal="≥ 0.93 within 15 min",
-               met=winner["test_accuracy"] >= 0.93 and pipeline_seconds <= 900,
-               detail=f"default bake-off winner `{winner['variant']}` in {pipeline_seconds / 60:.1f} min, scored as served"
+        Figure("winner_test_accuracy", winner.test_accuracy, "", goal="≥ 0.93 within 15 min",
+               met=winner.test_accuracy >= 0.93 and pipeline_seconds <= 900,
+               detail=f"default bake-off winner `{winner.variant}` in {pipeline_seconds / 60:.1f} min, scored as served"
                       " (variants trained with random_flip average each image and its mirror)"),
         Figure("seed_setting_test_accuracy", seed_accuracy, "", detail="the seed project's setting: one epoch of 70 steps (global batch 128)"),
         Figure("published_benchmark_best_cnn", _published_table()[0][1], "", detail=f"Fashion-MNIST README table (Debian's copy): {table}"),
@@ -222,12 +234,12 @@ def validation(context: Context) -> list[Figure]:
     without_data = _without_validation(context)
     samples: dict[str, list[float]] = {"with_seconds": [], "without_seconds": [], "validation_seconds": []}
     for _ in range(context.repetitions):  # interleaved, so a noisy minute hits both
-        validated = _job(context, SEED_CNN, 2, 0, VALIDATION_EPOCHS, tag="validated")
-        unvalidated = _job(context, SEED_CNN, 2, 0, VALIDATION_EPOCHS, tag="unvalidated", data=without_data)
-        assert "val_loss" not in unvalidated["history"] and len(validated["history"]["val_loss"]) == VALIDATION_EPOCHS
-        samples["with_seconds"].append(validated["train_seconds"])
-        samples["without_seconds"].append(unvalidated["train_seconds"])
-        samples["validation_seconds"].append(validated["validation_seconds"])
+        validated = _job(context, SEED_CNN, 2, 0, VALIDATION_EPOCHS, tag="validated").metrics
+        unvalidated = _job(context, SEED_CNN, 2, 0, VALIDATION_EPOCHS, tag="unvalidated", data=without_data).metrics
+        assert "val_loss" not in unvalidated.history and len(validated.history["val_loss"]) == VALIDATION_EPOCHS
+        samples["with_seconds"].append(validated.train_seconds)
+        samples["without_seconds"].append(unvalidated.train_seconds)
+        samples["validation_seconds"].append(validated.validation_seconds)
     context.samples["validation"] = samples
     overhead = median([w / wo - 1 for w, wo in zip(samples["with_seconds"], samples["without_seconds"])])
     share = median([v / w for v, w in zip(samples["validation_seconds"], samples["with_seconds"])])

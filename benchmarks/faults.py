@@ -1,7 +1,6 @@
 """Benchmark entry: the time one SIGKILLed replica costs a default variant, resumed from its backup, against the same job unharmed."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -9,6 +8,7 @@ import time
 from typing import Callable, Optional
 
 from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median
+from components.storage.records import WorkerMetrics
 
 WORKERS = 2
 EPOCHS = 5
@@ -44,11 +44,11 @@ def _killer(victim: str, trigger: str) -> Callable[[str], None]:
     return sink
 
 
-def _run(context: Context, spec: dict, sink: Optional[Callable[[str], None]]) -> tuple[float, dict]:
+def _run(context: Context, spec: dict, sink: Optional[Callable[[str], None]]) -> tuple[float, WorkerMetrics]:
     """(wall seconds of the whole job, restarts included; the chief's metrics)."""
     from components.backends.local import LocalBackend
     from components.spec import from_dict
-    from components.storage import open_store
+    from components.storage import open_store, runs
     from components.training.tfjob import build_tfjob, worker_args
 
     variant = from_dict(spec)
@@ -58,7 +58,7 @@ def _run(context: Context, spec: dict, sink: Optional[Callable[[str], None]]) ->
                       args=worker_args(variant, str(context.dataset()), store.uri, prefix, EXAMPLES))
     started = time.perf_counter()
     LocalBackend(sink=sink or (lambda line: None)).run(job)
-    return time.perf_counter() - started, json.loads(store.get_bytes(f"{prefix}/metrics.json"))
+    return time.perf_counter() - started, runs.metrics_at(store, prefix)
 
 
 def faults(context: Context) -> list[Figure]:
@@ -70,12 +70,12 @@ def faults(context: Context) -> list[Figure]:
     for _ in range(context.repetitions):  # interleaved, so a noisy minute hits both
         seconds, metrics = _run(context, spec, None)
         samples["unharmed_seconds"].append(seconds)
-        samples["backup_share"].append(metrics["backup_seconds"] / metrics["train_seconds"])
-        samples["epoch_seconds"].append(metrics["train_seconds"] / metrics["epochs_trained"])
+        samples["backup_share"].append(metrics.backup_seconds / metrics.train_seconds)
+        samples["epoch_seconds"].append(metrics.train_seconds / metrics.epochs_trained)
         seconds, metrics = _run(context, spec, _killer(f"{JOB}-worker-1", trigger))
-        assert metrics["attempt"] == 2, "the replica was not killed before the job ended"
+        assert metrics.attempt == 2, "the replica was not killed before the job ended"
         samples["killed_seconds"].append(seconds)
-        samples["resumed_from_epoch"].append(metrics["resumed_from_epoch"])
+        samples["resumed_from_epoch"].append(metrics.resumed_from_epoch)
     context.samples["faults"] = samples
     lost = median([k - u for k, u in zip(samples["killed_seconds"], samples["unharmed_seconds"])])
     unharmed, epoch = median(samples["unharmed_seconds"]), median(samples["epoch_seconds"])

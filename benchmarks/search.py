@@ -18,6 +18,7 @@ from typing import Optional
 import yaml
 
 from benchmarks.harness import Context, Figure
+from components.storage.records import Summary
 
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
 
@@ -57,7 +58,7 @@ def _configs(size: Size, scratch: Path) -> tuple[Path, Path]:
     return searched, every
 
 
-def _run(config: Path, size: Size, where: Path) -> tuple[float, dict]:
+def _run(config: Path, size: Size, where: Path) -> tuple[float, Summary]:
     """One `bakeoff run` in a fresh work dir and store (so each pays its own ingest): (wall seconds, its --json)."""
     where.mkdir()
     extra = ["--max-train-examples", str(size.max_train_examples)] if size.max_train_examples else []
@@ -67,21 +68,21 @@ def _run(config: Path, size: Size, where: Path) -> tuple[float, dict]:
     seconds = time.perf_counter() - started
     if run.returncode != 0:
         raise RuntimeError(f"bakeoff run --config {config.name} failed: {run.stderr[-2000:]}")
-    return seconds, json.loads(run.stdout)
+    return seconds, Summary.from_json(run.stdout, f"bakeoff run --config {config.name} --json")
 
 
-def _epochs(where: Path, summary: dict) -> dict:
+def _epochs(where: Path, summary: Summary) -> dict:
     """Epochs the run trained (every job's epochs_trained), and what retraining each rung from scratch would have cost."""
     from components.storage import open_store, runs
 
-    store, run_id = open_store(str(where / "store")), summary["run_id"]
+    store, run_id = open_store(str(where / "store")), summary.run_id
     records = runs.search_records(store, run_id)
     if records:  # rung k's jobs: the variants its record says entered; the last rung's: whom the last halving kept
-        rungs = [record["entered"] for record in records] + [[kept["variant"] for kept in records[-1]["kept"]]]
+        rungs = [record.entered for record in records] + [[kept.variant for kept in records[-1].kept]]
         metrics = [runs.rung_metrics(store, run_id, name, k) for k, names in enumerate(rungs) for name in names]
     else:  # each variant's one job
-        metrics = [runs.candidate(store, run_id, c["variant"])["metrics"] for c in summary["candidates"]]
-    return {"trained": sum(m["epochs_trained"] for m in metrics), "from_scratch": sum(m["epochs"] for m in metrics), "jobs": len(metrics)}
+        metrics = [runs.metrics(store, run_id, c.variant) for c in summary.candidates]
+    return {"trained": sum(m.epochs_trained for m in metrics), "from_scratch": sum(m.epochs for m in metrics), "jobs": len(metrics)}
 
 
 def search(context: Context, size: Size = FULL) -> list[Figure]:
@@ -95,8 +96,8 @@ def search(context: Context, size: Size = FULL) -> list[Figure]:
         for side, config in order if repetition % 2 == 0 else order[::-1]:
             where = work / f"{side}-{repetition}"
             seconds, summary = _run(config, size, where)
-            samples[side].append({"seconds": seconds, "winner": summary["winner"]["variant"],
-                                  "test_accuracy": summary["winner"]["test_accuracy"], "epochs": _epochs(where, summary)})
+            samples[side].append({"seconds": seconds, "winner": summary.winner.variant,
+                                  "test_accuracy": summary.winner.test_accuracy, "epochs": _epochs(where, summary)})
     context.samples["search"] = {"size": dataclasses.asdict(size), **samples}
     halving, everyone = samples["halving"][-1], samples["every"][-1]
     mean = {side: sum(s["seconds"] for s in runs) / len(runs) for side, runs in samples.items()}

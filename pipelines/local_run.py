@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import sys
@@ -15,7 +14,9 @@ from typing import Optional, TextIO
 from components import defaults
 from components.errors import ERROR_FILE_ENV, BakeoffError
 from components.progress import PROGRESS_DIR_ENV
+from components.selection.settings import SelectionSettings
 from components.spec import Search, Variant
+from components.storage.records import Summary
 from pipelines.pipeline import build_pipeline
 
 PIPELINE_LOG = "pipeline.log"  # kfp.local's own output, in the progress folder of a watched run
@@ -52,12 +53,9 @@ class LocalRun:
 
     variants: list[Variant]
     store_uri: str
-    model_name: str = defaults.MODEL_NAME
+    selection: SelectionSettings = SelectionSettings()
     source: str = defaults.SOURCE
     source_digest: str = ""
-    metric: str = defaults.METRIC
-    min_improvement: float = defaults.MIN_IMPROVEMENT
-    force_publish: bool = False
     max_train_examples: int = 0
     parallelism: int = defaults.LOCAL_PARALLELISM
     work_dir: Path = defaults.WORK_DIR
@@ -66,7 +64,7 @@ class LocalRun:
     progress_dir: Optional[Path] = None  # someone watches: events, replica logs and kfp.local's output go here
 
 
-def run_local(run: LocalRun) -> dict:
+def run_local(run: LocalRun) -> Summary:
     """Executes the pipeline with kfp.local and returns the select step's summary.
 
     kfp.local prints task logs on stdout; they are sent, as plain text, to stderr so
@@ -98,12 +96,12 @@ def run_local(run: LocalRun) -> dict:
                 task = pipeline(
                     store=run.store_uri,
                     variants=variants,
-                    model_name=run.model_name,
+                    model_name=run.selection.model_name,
                     source=run.source,
                     source_digest=run.source_digest,
-                    metric=run.metric,
-                    min_improvement=run.min_improvement,
-                    force_publish=run.force_publish,
+                    metric=run.selection.metric,
+                    min_improvement=run.selection.gate.min_improvement,
+                    force_publish=run.selection.gate.force,
                     max_train_examples=run.max_train_examples,
                     timeout_seconds=run.timeout_seconds,
                     backend="local",  # also inside a notebook pod: `run` means this machine
@@ -115,4 +113,4 @@ def run_local(run: LocalRun) -> dict:
         finally:
             os.environ.pop(ERROR_FILE_ENV, None)
             os.environ.pop(PROGRESS_DIR_ENV, None)
-    return json.loads(task.output)
+    return Summary.from_json(task.output, "the select step's output")

@@ -13,25 +13,17 @@ from pathlib import Path
 import pytest
 
 from components.storage import open_store, registry
+from components.storage.records import PublishedVersion, SelectionBasis, Summary
 from tests.conftest import BUCKET, free_port
 from tests.test_report import assert_select_artifacts
 
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
-README = Path(__file__).resolve().parent.parent / "README.md"
 TINY = """
 defaults: {workers: 2, training: {epochs: 1, batch_size: 32}}
 variants:
   - {name: mlp, model: {type: mlp, hidden_units: [64]}}
   - {name: small_cnn, model: {type: cnn, filters: [8, 16], dense_units: 32}}
 """
-# The type of each field that README.md documents for `run --json` and `models list --json`.
-FIELD_TYPES = {
-    "run_id": str, "variant": str, "version": int, "uri": str, "workers": int, "num_replicas_in_sync": int,
-    "val_accuracy": float, "val_loss": float, "test_accuracy": float, "epochs": int, "train_seconds": float,
-    "examples_per_second": float, "created": str, "dataset_fingerprint": str, "winner": dict, "candidates": list, "stopped": list,
-    "promotion": dict, "published": bool, "forced": bool, "min_improvement": float, "challenger": dict, "message": str,
-    "champion": type(None),  # these runs publish into a fresh store: no champion yet
-}
 # Which way each metric is better, written out here rather than read from the code under test.
 BETTER = {"val_accuracy": "max", "val_loss": "min"}
 INGEST_EXECUTED = re.compile(r"Executing task (\x1b\[[0-9;]*m)?'ingest'")  # kfp.local colours task names
@@ -57,82 +49,53 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"s3://{BUCKET}/{tmp_path.name}"
 
 
-def documented_fields() -> tuple[dict, set[str]]:
-    """README's `run --json` fields as {name: None, or {its fields}}, and its `models list --json` fields."""
-    (paragraph,) = [p for p in README.read_text().split("\n\n") if p.startswith("`run --json` prints")]
-    run_part, listing_part = paragraph.split("`models list --json` prints")
-    root: dict = {}
-    levels = [root]
-    for name, brace in re.findall(r"`(\w+)`|([{}])", run_part):
-        if name:
-            levels[-1][name] = None
-        elif brace == "{":
-            last = list(levels[-1])[-1]
-            levels[-1][last] = {}
-            levels.append(levels[-1][last])
-        else:
-            levels.pop()
-    return root, set(re.findall(r"`(\w+)`", listing_part))
-
-
-def assert_documented(record: dict, fields: set[str]) -> None:
-    """``record`` has exactly the documented ``fields``, each of its documented type."""
-    assert set(record) == fields, f"README documents {sorted(fields)}, the JSON has {sorted(record)}"
-    for field in sorted(fields):
-        assert type(record[field]) is FIELD_TYPES[field], f"{field}: {record[field]!r} is not a {FIELD_TYPES[field].__name__}"
-
-
 @pytest.mark.parametrize("store_uri, metric", [("folder", "val_accuracy"), ("s3", "val_loss")], indirect=["store_uri"])
 def test_pipeline_runs_and_publishes_the_best_by_the_metric_with_the_documented_json(
         tiny_config: Path, store_uri: str, metric: str, tmp_path: Path) -> None:
-    """`run --metric M --json` publishes the candidate best by M, and prints exactly README's fields and types."""
+    """`run --metric M --json` publishes the candidate best by M, and prints a Summary record (read strictly: its fields and types)."""
     run = bakeoff("run", "--local", "--config", str(tiny_config), "--store", store_uri, "--metric", metric,
                   "--max-train-examples", "2048", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    summary = json.loads(run.stdout)
-    run_fields, listing_fields = documented_fields()
-    assert_documented(summary, set(run_fields))
-    assert_documented(summary["winner"], set(run_fields["winner"]))
-    assert_documented(summary["promotion"], set(run_fields["promotion"]))
-    for candidate in summary["candidates"]:
-        assert_documented(candidate, set(run_fields["candidates"]))
+    summary = Summary.from_json(run.stdout, "run --json")
+    assert summary.to_json() == run.stdout.strip()
+    assert summary.promotion.champion is None  # a fresh store: no champion yet
 
-    assert summary["winner"]["version"] == 1
-    assert summary["winner"]["uri"] == f"{store_uri}/models/fashion-mnist/1"
+    assert summary.winner.version == 1
+    assert summary.winner.uri == f"{store_uri}/models/fashion-mnist/1"
     # The run ends by saying how to serve what it published.
     assert f"serve it: bakeoff serve --store {store_uri} --model-name fashion-mnist" in run.stderr.splitlines()[-1]
-    assert {c["variant"] for c in summary["candidates"]} == {"mlp", "small_cnn"}
+    assert {c.variant for c in summary.candidates} == {"mlp", "small_cnn"}
     better = BETTER[metric]
-    best = (max if better == "max" else min)(summary["candidates"], key=lambda c: c[metric])
-    assert summary["winner"]["variant"] == best["variant"]
-    assert summary["winner"]["val_accuracy"] == best["val_accuracy"]
-    scores = [c[metric] for c in summary["candidates"]]
+    best = (max if better == "max" else min)(summary.candidates, key=lambda c: c.score(metric))
+    assert summary.winner.variant == best.variant
+    assert summary.winner.val_accuracy == best.val_accuracy
+    scores = [c.score(metric) for c in summary.candidates]
     assert scores == sorted(scores, reverse=better == "max"), f"candidates are not best first by {metric}"
-    for candidate in summary["candidates"]:
-        assert candidate["workers"] == 2 and candidate["num_replicas_in_sync"] == 2
-        assert candidate["val_accuracy"] > 0.3
+    for candidate in summary.candidates:
+        assert candidate.workers == 2 and candidate.num_replicas_in_sync == 2
+        assert candidate.val_accuracy > 0.3
         # 32 steps of 64 per execution: one execution, no steady state; the rate is the whole fit's, never 0.
-        assert candidate["examples_per_second"] > 0
-    assert 0.3 < summary["winner"]["test_accuracy"] <= 1
+        assert candidate.examples_per_second > 0
+    assert 0.3 < summary.winner.test_accuracy <= 1
     # The metric reached selection even where both metrics agree on the winner.
     (manifest,) = registry.list_versions(open_store(store_uri), "fashion-mnist")
-    assert manifest["selection"] == {"metric": metric, "direction": better, "candidates": [c["variant"] for c in summary["candidates"]]}
+    assert manifest.selection == SelectionBasis(metric, better, [c.variant for c in summary.candidates])
 
     listing = bakeoff("models", "list", "--store", store_uri, "--json", cwd=tmp_path)
     assert listing.returncode == 0, listing.stderr
-    (version,) = json.loads(listing.stdout)
-    assert_documented(version, listing_fields)
-    assert version["version"] == 1 and version["run_id"] == summary["run_id"]
-    assert version["variant"] == best["variant"]
-    assert version["test_accuracy"] == summary["winner"]["test_accuracy"]
+    (version,) = [PublishedVersion.from_dict(entry, "models list --json") for entry in json.loads(listing.stdout)]
+    assert version == PublishedVersion.of(manifest)
+    assert version.version == 1 and version.run_id == summary.run_id
+    assert version.variant == best.variant
+    assert version.test_accuracy == summary.winner.test_accuracy
     human = bakeoff("models", "list", "--store", store_uri, cwd=tmp_path)
-    assert best["variant"] in human.stdout.splitlines()[1]
+    assert best.variant in human.stdout.splitlines()[1]
 
     # What people look at: select's KFP artifacts, and `bakeoff report` of the run from the store.
     assert_select_artifacts(tmp_path / ".bakeoff", store_uri, summary)
     report = bakeoff("report", "latest", "--store", store_uri, "-o", "report.html", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
-    assert f"<h1>bakeoff run {summary['run_id']}</h1>" in (tmp_path / "report.html").read_text()
+    assert f"<h1>bakeoff run {summary.run_id}</h1>" in (tmp_path / "report.html").read_text()
 
 
 def change_one_pixel(source: Path) -> None:
@@ -162,19 +125,19 @@ def test_the_cached_ingest_is_reused_for_the_same_files_and_not_after_a_pixel_ch
     second = bakeoff(*args, "--min-improvement", "0.99", cwd=tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
     assert not INGEST_EXECUTED.search(second.stderr), "same inputs must hit kfp.local's cache for ingest"
-    kept = json.loads(second.stdout)
-    assert kept["winner"]["version"] is None and kept["promotion"]["published"] is False
-    assert kept["promotion"]["message"].startswith("kept version 1 (val_accuracy ")
-    assert kept["promotion"]["message"] in second.stderr  # the leaderboard says it too
-    assert {c["workers"] for c in kept["candidates"]} == {1}
+    kept = Summary.from_json(second.stdout, "run --json")
+    assert kept.winner.version is None and kept.promotion.published is False
+    assert kept.promotion.message.startswith("kept version 1 (val_accuracy ")
+    assert kept.promotion.message in second.stderr  # the leaderboard says it too
+    assert {c.workers for c in kept.candidates} == {1}
 
     change_one_pixel(source)
     third = bakeoff(*args, "--force-publish", cwd=tmp_path)
     assert third.returncode == 0, third.stderr[-3000:]
     assert INGEST_EXECUTED.search(third.stderr), "a changed file at the same path must not reuse the cached ingest"
-    assert json.loads(third.stdout)["winner"]["version"] == 2
+    assert Summary.from_json(third.stdout, "run --json").winner.version == 2
     listing = bakeoff("models", "list", "--store", str(store), "--json", cwd=tmp_path)
-    fingerprints = [version["dataset_fingerprint"] for version in json.loads(listing.stdout)]
+    fingerprints = [PublishedVersion.from_dict(entry, "models list --json").dataset_fingerprint for entry in json.loads(listing.stdout)]
     assert len(fingerprints) == 2 and fingerprints[0] != fingerprints[1]
 
 

@@ -15,6 +15,7 @@ from components.storage import open_store, registry
 from pipelines.cli.main import main
 from tests.conftest import free_port
 from tests.fake_kubernetes import FakeKubernetes, knative_port_errors, kserve_errors, merge_ports
+from tests.samples import manifest
 
 NAMESPACE = "team-a"
 ISVC, RUNTIME = "inferenceservices", "servingruntimes"
@@ -234,7 +235,7 @@ def test_the_version_comes_from_the_store_when_not_given(fake: FakeKubernetes, c
     saved.mkdir()
     (saved / "saved_model.pb").write_bytes(b"")
     for _ in range(2):
-        registry.publish(folder, "fashion-mnist", saved, {"variant": "cnn"})
+        registry.publish(folder, "fashion-mnist", saved, manifest(variant="cnn"))
     (tmp_path / "store" / "models" / "fashion-mnist" / "3").mkdir()  # a version still being published: no manifest
     opened: list[tuple] = []
     monkeypatch.setattr(deploy, "open_store", lambda *args: opened.append(args) or folder)

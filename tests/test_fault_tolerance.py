@@ -1,7 +1,6 @@
 """Faults injected for real into running 2-worker jobs: a killed replica resumes from the backup, a stopped one is named."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -12,7 +11,7 @@ import pytest
 from components.backends.local import LocalBackend
 from components.errors import BakeoffError
 from components.spec import from_dict
-from components.storage import Store, open_store
+from components.storage import Store, open_store, runs
 from components.training import backup
 from components.training.tfjob import build_tfjob, worker_args
 from tests.conftest import still_running
@@ -78,15 +77,15 @@ def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(sma
 
     assert injector.sent
     assert any(line == f"[{JOB}] replica {VICTIM} was killed by SIGKILL; restarting the job (1/1)" for line in injector.lines)
-    metrics = json.loads(store.get_bytes(f"{PREFIX}/metrics.json"))
-    resumed = metrics["resumed_from_epoch"]
-    assert metrics["attempt"] == 2 and 2 <= resumed < EPOCHS, metrics
+    metrics = runs.metrics_at(store, PREFIX)
+    resumed = metrics.resumed_from_epoch
+    assert metrics.attempt == 2 and 2 <= resumed < EPOCHS, metrics
     before, after = injector.epoch_ends(f"{JOB}-worker-0")
     # The second attempt trains only the epochs left; a restart from scratch would train all of them again.
-    assert metrics["epochs_trained"] == after == EPOCHS - resumed < EPOCHS
-    assert len(metrics["history"]["loss"]) == EPOCHS  # the epochs before the restart are kept in the record
+    assert metrics.epochs_trained == after == EPOCHS - resumed < EPOCHS
+    assert len(metrics.history["loss"]) == EPOCHS  # the epochs before the restart are kept in the record
     # The optimizer's step count came back with the checkpoint: the cosine schedule ends where a run without faults ends.
-    assert metrics["optimizer_iterations"] == EPOCHS * STEPS
+    assert metrics.optimizer_iterations == EPOCHS * STEPS
     assert store.exists(f"{PREFIX}/model/saved_model.pb")
     assert store.list(backup.backup_prefix(PREFIX)) == []  # removed once the variant succeeded
     assert still_running(injector.every_pid, "components.training.worker") == []

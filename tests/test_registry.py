@@ -1,6 +1,7 @@
 """Publishing: next integer version, TF-Serving layout, all or nothing."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import pytest
 from components.storage import registry
 from components.errors import BakeoffError
 from components.storage import FolderStore, S3Store, Store
+from tests.samples import manifest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,6 +25,7 @@ PUBLISHER = """
 import json, os, sys
 from pathlib import Path
 from components.storage import open_store, registry, s3
+from components.storage.records import Manifest
 
 store_uri, name, model, manifest, priority, create_only = sys.argv[1:7]
 if priority == "low":
@@ -34,7 +37,7 @@ if create_only == "ignored":
 store = open_store(store_uri)
 print("ready", flush=True)
 sys.stdin.readline()
-version = registry.publish(store, name, Path(model), json.loads(manifest))
+version = registry.publish(store, name, Path(model), Manifest.from_json(manifest, "argv"))
 print(json.dumps({"version": version, "create_only": getattr(store, "_create_only", None)}), flush=True)
 """
 # The ways a store keeps concurrent publishers apart: a folder's rename, S3's create-only put, and
@@ -52,18 +55,32 @@ def model_dir(tmp_path: Path, content: bytes = b"pb") -> Path:
 
 
 def test_versions_count_up_in_serving_layout(store: Store, tmp_path: Path) -> None:
-    assert registry.publish(store, "fm", model_dir(tmp_path), {"run_id": "r1"}) == 1
-    assert registry.publish(store, "fm", model_dir(tmp_path, b"v2"), {"run_id": "r2"}) == 2
+    assert registry.publish(store, "fm", model_dir(tmp_path), manifest(run_id="r1")) == 1
+    assert registry.publish(store, "fm", model_dir(tmp_path, b"v2"), manifest(run_id="r2")) == 2
     assert store.get_bytes("models/fm/2/saved_model.pb") == b"v2"
     assert store.exists("models/fm/1/variables/variables.index")
-    assert [(m["version"], m["run_id"]) for m in registry.list_versions(store, "fm")] == [(1, "r1"), (2, "r2")]
+    assert [(m.version, m.run_id) for m in registry.list_versions(store, "fm")] == [(1, "r1"), (2, "r2")]
+
+
+def test_the_published_manifest_is_the_record_given_numbered_and_read_back_strictly(store: Store, tmp_path: Path) -> None:
+    """What publish writes is the manifest record with its version; one the registry cannot read is one line naming it."""
+    given = manifest(run_id="r1")
+    registry.publish(store, "fm", model_dir(tmp_path), given)
+    assert store.get_bytes("models/fm/1/manifest.json").decode() == dataclasses.replace(given, version=1).to_json()
+    (listed,) = registry.list_versions(store, "fm")
+    assert listed == dataclasses.replace(given, version=1)
+    written = json.loads(store.get_bytes("models/fm/1/manifest.json"))
+    store.put_bytes("models/fm/1/manifest.json", json.dumps({**written, "stage": "prod"}).encode())
+    with pytest.raises(BakeoffError) as refused:
+        registry.list_versions(store, "fm")
+    assert str(refused.value).startswith(f"{store.uri_for('models/fm/1/manifest.json')}: is a Manifest record that has unknown 'stage': ")
 
 
 def test_a_half_written_version_is_never_listed_nor_reused(store: Store, tmp_path: Path) -> None:
-    registry.publish(store, "fm", model_dir(tmp_path), {"run_id": "r1"})
+    registry.publish(store, "fm", model_dir(tmp_path), manifest(run_id="r1"))
     store.put_bytes("models/fm/2/saved_model.pb", b"crashed before its manifest")
-    assert [m["version"] for m in registry.list_versions(store, "fm")] == [1]
-    assert registry.publish(store, "fm", model_dir(tmp_path), {"run_id": "r3"}) == 3
+    assert [m.version for m in registry.list_versions(store, "fm")] == [1]
+    assert registry.publish(store, "fm", model_dir(tmp_path), manifest(run_id="r3")) == 3
 
 
 def start_publisher(store: Store, model: Path, run_id: str, tmp: Path, priority: str = "normal",
@@ -73,7 +90,7 @@ def start_publisher(store: Store, model: Path, run_id: str, tmp: Path, priority:
     # Its own TMPDIR: the scratch copy a killed publisher leaves goes away with tmp_path.
     env = {**os.environ, "TMPDIR": str(tmp)}
     return subprocess.Popen(
-        [sys.executable, "-c", PUBLISHER, store.uri, "fm", str(model), json.dumps({"run_id": run_id}), priority, create_only],
+        [sys.executable, "-c", PUBLISHER, store.uri, "fm", str(model), manifest(run_id=run_id).to_json(), priority, create_only],
         cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
 
@@ -134,8 +151,8 @@ def test_a_publisher_killed_midway_leaves_nothing_in_a_folder_store(tmp_path: Pa
     # The kill landed mid-copy: its staging folder is what was left.
     assert [path.name for path in versions.iterdir() if path.name.startswith(".staging-")]
 
-    assert registry.publish(store, "fm", model_dir(tmp_path / "next", b"after"), {"run_id": "next"}) == 1
-    assert [(m["version"], m["run_id"]) for m in registry.list_versions(store, "fm")] == [(1, "next")]
+    assert registry.publish(store, "fm", model_dir(tmp_path / "next", b"after"), manifest(run_id="next")) == 1
+    assert [(m.version, m.run_id) for m in registry.list_versions(store, "fm")] == [(1, "next")]
     assert store.get_bytes("models/fm/1/saved_model.pb") == b"after"
     assert store.list("models/fm/1") == ["models/fm/1/manifest.json", "models/fm/1/saved_model.pb", "models/fm/1/variables/variables.index"]
 
@@ -176,7 +193,7 @@ def test_concurrent_publishers_each_get_their_own_version(scheme_store: tuple[St
         # One holder per number, and it always completes: no number is skipped.
         assert sorted(got.values()) == list(range(1, PUBLISHERS + 1))
     manifests = registry.list_versions(store, "fm")
-    assert {m["run_id"]: m["version"] for m in manifests} == got
+    assert {m.run_id: m.version for m in manifests} == got
     for run_id, version in got.items():
         assert store.get_bytes(f"models/fm/{version}/saved_model.pb") == run_id.encode()
         assert store.get_bytes(f"models/fm/{version}/variables/variables.data-00019") == run_id.encode() * 512
@@ -209,8 +226,8 @@ def test_a_publisher_killed_midway_leaves_no_version_in_an_s3_store(s3_env: str,
     assert "models/fm/1/manifest.json" not in left
     assert registry.list_versions(store, "fm") == []
 
-    assert registry.publish(store, "fm", model_dir(tmp_path / "next", b"after"), {"run_id": "next"}) == 2
-    assert [(m["version"], m["run_id"]) for m in registry.list_versions(store, "fm")] == [(2, "next")]
+    assert registry.publish(store, "fm", model_dir(tmp_path / "next", b"after"), manifest(run_id="next")) == 2
+    assert [(m.version, m.run_id) for m in registry.list_versions(store, "fm")] == [(2, "next")]
     assert store.get_bytes("models/fm/2/saved_model.pb") == b"after"
     assert store.list("models/fm/2") == ["models/fm/2/manifest.json", "models/fm/2/saved_model.pb", "models/fm/2/variables/variables.index"]
 
@@ -239,7 +256,7 @@ def test_a_crash_while_publishing_to_s3_leaves_no_complete_version(s3_env: str, 
 
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     with pytest.raises(KeyboardInterrupt):
-        registry.publish(CrashingStore(store, writes=1), "fm", model_dir(tmp_path), {"run_id": "r1"})
+        registry.publish(CrashingStore(store, writes=1), "fm", model_dir(tmp_path), manifest(run_id="r1"))
     assert store.list("models/fm")  # something was written ...
     assert registry.list_versions(store, "fm") == []  # ... but no version looks complete
 
@@ -250,10 +267,10 @@ def test_a_number_held_by_a_publisher_that_died_after_claiming_it_is_skipped(s3_
 
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     with pytest.raises(KeyboardInterrupt):
-        registry.publish(CrashingStore(store, writes=0), "fm", model_dir(tmp_path), {"run_id": "r1"})
+        registry.publish(CrashingStore(store, writes=0), "fm", model_dir(tmp_path), manifest(run_id="r1"))
     assert store.list("models/fm") == []
-    assert registry.publish(store, "fm", model_dir(tmp_path), {"run_id": "r2"}) == 2
-    assert [(m["version"], m["run_id"]) for m in registry.list_versions(store, "fm")] == [(2, "r2")]
+    assert registry.publish(store, "fm", model_dir(tmp_path), manifest(run_id="r2")) == 2
+    assert [(m.version, m.run_id) for m in registry.list_versions(store, "fm")] == [(2, "r2")]
 
 
 def test_bad_model_names_are_refused(store: Store, tmp_path: Path) -> None:

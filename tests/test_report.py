@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html.parser
 import io
 import json
@@ -20,9 +21,12 @@ from components.data.fashion_mnist import Split, read_idx_dir
 from components.errors import BakeoffError
 from components.reporting import figures
 from components.reporting.report import markdown, render, write_report
+from components.selection.settings import SelectionSettings
 from components.selection.winner import select_run
-from components.storage import open_store
+from components.storage import open_store, runs
+from components.storage.records import SelectionRecord, Summary
 from pipelines.cli.main import main
+from tests import samples
 
 RUN_ID = "report-run"
 # Two small real models on real data, trained here so their metrics.json holds a real tf-keras history:
@@ -39,7 +43,6 @@ def run_store(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
 
     from components.data.fashion_mnist import class_names
     from components.modeling.savedmodel import export
-    from components.storage import runs
 
     root = tmp_path_factory.mktemp("report")
     original = read_idx_dir(fashion_dir)
@@ -62,23 +65,23 @@ def run_store(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
         prefix = runs.variant_prefix(RUN_ID, variant)
         export(model, root / "export" / variant, names)
         store.put_dir(root / "export" / variant, f"{prefix}/{runs.MODEL}")
-        metrics = {"workers": 1, "num_replicas_in_sync": 1, "epochs": settings["epochs"], "train_seconds": 1.0,
-                   "examples_per_second": 3000.0, "history": history}
-        store.put_bytes(f"{prefix}/{runs.METRICS}", json.dumps(metrics).encode())
+        metrics = samples.metrics(variant=variant, workers=1, num_replicas_in_sync=1, epochs=settings["epochs"], train_seconds=1.0,
+                                  examples_per_second=3000.0, history=history)
+        store.put_bytes(f"{prefix}/{runs.METRICS}", metrics.to_json().encode())
         store.put_bytes(f"{prefix}/{runs.SPEC}", json.dumps({"name": variant}).encode())
-    select_run(list(TRAINED), str(root / "data"), store_uri, "fashion-mnist", RUN_ID, "val_accuracy")
+    select_run(list(TRAINED), str(root / "data"), store_uri, RUN_ID, SelectionSettings("fashion-mnist", "val_accuracy"))
     return store_uri, root / "data"
 
 
 @pytest.fixture(scope="module")
-def record(run_store: tuple[str, Path]) -> dict:
-    return json.loads(open_store(run_store[0]).get_bytes(f"runs/{RUN_ID}/selection.json"))
+def record(run_store: tuple[str, Path]) -> SelectionRecord:
+    return runs.selection(open_store(run_store[0]), RUN_ID)
 
 
 @pytest.fixture(scope="module")
 def histories(run_store: tuple[str, Path]) -> dict[str, dict]:
     store = open_store(run_store[0])
-    return {variant: json.loads(store.get_bytes(f"runs/{RUN_ID}/{variant}/metrics.json"))["history"] for variant in TRAINED}
+    return {variant: runs.metrics(store, RUN_ID, variant).history for variant in TRAINED}
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +126,7 @@ class Page(html.parser.HTMLParser):
         return value
 
 
-def test_the_page_is_self_contained_and_every_image_is_a_png(page: Path, record: dict) -> None:
+def test_the_page_is_self_contained_and_every_image_is_a_png(page: Path, record: SelectionRecord) -> None:
     """Nothing outside the page is fetched: no URL anywhere, images are data: URIs that decode as PNGs."""
     text = page.read_text()
     assert not re.search(r"https?:|<link|<script|<iframe|url\(|@import", text, re.IGNORECASE)
@@ -133,7 +136,7 @@ def test_the_page_is_self_contained_and_every_image_is_a_png(page: Path, record:
     assert references and all(value.startswith("data:") for value in references)
     sources = [attributes.get("src") for tag, attributes in parsed.tags if tag == "img"]
     # The curves, the confusion matrix, and one image per kept mistake.
-    assert len(sources) == 2 + len(record["misclassified"]) and len(record["misclassified"]) == 24
+    assert len(sources) == 2 + len(record.misclassified) and len(record.misclassified) == 24
     for source in sources:
         assert source.startswith("data:image/png;base64,")
         with Image.open(io.BytesIO(base64.b64decode(source.split(",", 1)[1], validate=True))) as image:
@@ -141,20 +144,20 @@ def test_the_page_is_self_contained_and_every_image_is_a_png(page: Path, record:
             assert image.format == "PNG"
 
 
-def test_the_leaderboard_has_every_candidate_best_first_the_winner_marked_and_the_decision(page: Path, record: dict) -> None:
+def test_the_leaderboard_has_every_candidate_best_first_the_winner_marked_and_the_decision(page: Path, record: SelectionRecord) -> None:
     parsed = Page(page.read_text())
-    assert [attributes["data-variant"] for attributes, _ in parsed.rows[1:]] == [c["variant"] for c in record["candidates"]]
-    assert sorted(c["variant"] for c in record["candidates"]) == sorted(TRAINED)
+    assert [attributes["data-variant"] for attributes, _ in parsed.rows[1:]] == [c.variant for c in record.candidates]
+    assert sorted(c.variant for c in record.candidates) == sorted(TRAINED)
     winners = [cells for attributes, cells in parsed.rows if attributes.get("class") == "winner"]
     assert winners == [parsed.rows[1][1]], "exactly one row, the first, is the winner's"
-    assert winners[0][1] == f"{record['winner']['variant']} ★ winner"
-    for (_, cells), candidate in zip(parsed.rows[1:], record["candidates"]):
-        assert cells[2] == f"{candidate['val_accuracy']:.4f}"
+    assert winners[0][1] == f"{record.winner.variant} ★ winner"
+    for (_, cells), candidate in zip(parsed.rows[1:], record.candidates):
+        assert cells[2] == f"{candidate.val_accuracy:.4f}"
     decision = parsed.attribute("decision", "class")
     assert decision == "decision"
     text = "".join(parsed.text)
-    assert f"{record['promotion']['message']} at {record['winner']['uri']}" in text
-    assert record["promotion"]["message"].startswith("published version 1: ")
+    assert f"{record.promotion.message} at {record.winner.uri}" in text
+    assert record.promotion.message.startswith("published version 1: ")
 
 
 def test_the_curves_have_one_point_per_recorded_epoch(page: Path, histories: dict[str, dict]) -> None:
@@ -181,38 +184,38 @@ def test_a_history_without_validation_draws_its_training_curves_only() -> None:
 
 
 def test_the_confusion_matrix_is_the_winners_on_the_whole_test_split_labelled_with_class_names(
-        page: Path, record: dict, run_store: tuple[str, Path]) -> None:
+        page: Path, record: SelectionRecord, run_store: tuple[str, Path]) -> None:
     test = artifact.read_shards(open_store(str(run_store[1])), "test")
-    matrix = np.array(record["confusion_matrix"])
+    matrix = np.array(record.confusion_matrix)
     assert matrix.shape == (10, 10) and matrix.sum() == TEST_SIZE
     assert matrix.sum(axis=1).tolist() == np.bincount(test.labels, minlength=10).tolist(), "rows are the true labels"
-    assert np.trace(matrix) / TEST_SIZE == pytest.approx(record["winner"]["test_accuracy"])
-    assert json.loads(Page(page.read_text()).attribute("confusion", "data-confusion")) == record["confusion_matrix"]
-    figure = figures.confusion(record["confusion_matrix"], record["class_names"])
+    assert np.trace(matrix) / TEST_SIZE == pytest.approx(record.winner.test_accuracy)
+    assert json.loads(Page(page.read_text()).attribute("confusion", "data-confusion")) == record.confusion_matrix
+    figure = figures.confusion(record.confusion_matrix, record.class_names)
     (ax,) = [ax for ax in figure.axes if ax.get_ylabel()]
-    assert [t.get_text() for t in ax.get_xticklabels()] == [t.get_text() for t in ax.get_yticklabels()] == record["class_names"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [t.get_text() for t in ax.get_yticklabels()] == record.class_names
     assert (ax.get_ylabel(), ax.get_xlabel()) == ("true", "predicted")
     assert np.array_equal(ax.images[0].get_array(), matrix), "the heat map's rows are the matrix's rows (true labels)"
 
 
-def test_the_mistakes_grid_shows_each_kept_mistake_with_its_true_and_predicted_names(page: Path, record: dict) -> None:
-    names = record["class_names"]
+def test_the_mistakes_grid_shows_each_kept_mistake_with_its_true_and_predicted_names(page: Path, record: SelectionRecord) -> None:
+    names = record.class_names
     text = " ".join(Page(page.read_text()).text)
-    for mistake in record["misclassified"]:
-        assert f"true: {names[mistake['true']]}" in text and f"predicted: {names[mistake['predicted']]}" in text
-        assert f"test #{mistake['index']}" in text
+    for mistake in record.misclassified:
+        assert f"true: {names[mistake.true]}" in text and f"predicted: {names[mistake.predicted]}" in text
+        assert f"test #{mistake.index}" in text
     shown = [int(n) for n in re.findall(r"test #(\d+)", text)]
-    assert shown == [m["index"] for m in record["misclassified"]], "in the record's order: most confident first"
+    assert shown == [m.index for m in record.misclassified], "in the record's order: most confident first"
 
 
-def test_the_markdown_leaderboard_lists_every_candidate_and_marks_the_winner(record: dict) -> None:
+def test_the_markdown_leaderboard_lists_every_candidate_and_marks_the_winner(record: SelectionRecord) -> None:
     rows = [line for line in markdown(record).splitlines() if line.startswith("| ") and "variant" not in line]
-    assert [row.split(" | ")[1] for row in rows] == [c["variant"] for c in record["candidates"]]
+    assert [row.split(" | ")[1] for row in rows] == [c.variant for c in record.candidates]
     assert rows[0].startswith("| 1 ★ winner | ") and "★" not in "".join(rows[1:])
-    assert record["promotion"]["message"] in markdown(record)
+    assert record.promotion.message in markdown(record)
 
 
-def test_the_page_renders_in_headless_chromium(page: Path, record: dict, tmp_path: Path) -> None:
+def test_the_page_renders_in_headless_chromium(page: Path, record: SelectionRecord, tmp_path: Path) -> None:
     """A real browser draws the page (not blank) and its DOM holds the leaderboard."""
     assert CHROMIUM, "chromium is not installed: `make test` installs it (Debian's chromium)"
     flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}"]
@@ -224,8 +227,8 @@ def test_the_page_renders_in_headless_chromium(page: Path, record: dict, tmp_pat
     assert pixels.shape == (1600, 1200) and pixels.std() > 20, "the screenshot is blank"
     dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], check=True, capture_output=True, text=True, timeout=120).stdout
     rows = Page(dom).rows
-    assert [cells[1].replace(" ★ winner", "") for _, cells in rows[1:]] == [c["variant"] for c in record["candidates"]]
-    assert record["promotion"]["message"] in dom
+    assert [cells[1].replace(" ★ winner", "") for _, cells in rows[1:]] == [c.variant for c in record.candidates]
+    assert record.promotion.message in dom
 
 
 def test_bakeoff_report_writes_the_latest_run_or_a_named_one(run_store: tuple[str, Path], tmp_path: Path,
@@ -234,10 +237,10 @@ def test_bakeoff_report_writes_the_latest_run_or_a_named_one(run_store: tuple[st
     store_uri, _ = run_store
     store_root = tmp_path / "store"
     shutil.copytree(store_uri[len("file://"):], store_root)
-    newer = json.loads((store_root / "runs" / RUN_ID / "selection.json").read_text())
-    newer |= {"run_id": "a-newer-run", "created": "2999-01-01T00:00:00+00:00"}  # sorts before RUN_ID by name
+    newer = runs.selection(open_store(str(store_root)), RUN_ID)
+    newer = dataclasses.replace(newer, run_id="a-newer-run", created="2999-01-01T00:00:00+00:00")  # sorts before RUN_ID by name
     shutil.copytree(store_root / "runs" / RUN_ID, store_root / "runs" / "a-newer-run")
-    (store_root / "runs" / "a-newer-run" / "selection.json").write_text(json.dumps(newer))
+    (store_root / "runs" / "a-newer-run" / "selection.json").write_text(newer.to_json())
 
     assert main(["report", "--store", str(store_root), "-o", str(tmp_path / "latest.html")]) == 0
     assert "bakeoff run a-newer-run" in (tmp_path / "latest.html").read_text()
@@ -275,26 +278,26 @@ def test_a_report_that_cannot_be_written_is_one_line(run_store: tuple[str, Path]
     assert write_report(open_store(run_store[0]), RUN_ID, tmp_path / "new" / "report.html").is_file()  # missing folders are made
 
 
-def test_the_winner_mark_follows_the_records_winner_not_the_first_row(record: dict, histories: dict[str, dict]) -> None:
-    swapped = record | {"winner": record["winner"] | {"variant": record["candidates"][1]["variant"]}}
+def test_the_winner_mark_follows_the_records_winner_not_the_first_row(record: SelectionRecord, histories: dict[str, dict]) -> None:
+    swapped = dataclasses.replace(record, winner=dataclasses.replace(record.winner, variant=record.candidates[1].variant))
     rows = Page(render(swapped, histories)).rows
     assert [attributes.get("class") for attributes, _ in rows[1:]] == [None, "winner"]
 
 
-def assert_select_artifacts(work_dir: Path, store_uri: str, summary: dict) -> None:
+def assert_select_artifacts(work_dir: Path, store_uri: str, summary: Summary) -> None:
     """The select step's KFP outputs of a real kfp.local run (tests/test_cli.py): the confusion matrix, the page, the leaderboard."""
     (select_dir,) = (work_dir / "pipeline-root").glob("*/select")
-    record = json.loads(open_store(store_uri).get_bytes(f"runs/{summary['run_id']}/selection.json"))
+    record = runs.selection(open_store(store_uri), summary.run_id)
     (confusion,) = json.loads((select_dir / "executor_output.json").read_text())["artifacts"]["confusion"]["artifacts"]
     matrix = confusion["metadata"]["confusionMatrix"]
-    assert [spec["displayName"] for spec in matrix["annotationSpecs"]] == record["class_names"]
+    assert [spec["displayName"] for spec in matrix["annotationSpecs"]] == record.class_names
     rows = np.array([row["row"] for row in matrix["rows"]])
-    assert rows.tolist() == record["confusion_matrix"] and rows.sum() == 10_000, "the winner on the whole test split"
-    assert np.trace(rows) / rows.sum() == summary["winner"]["test_accuracy"]
+    assert rows.tolist() == record.confusion_matrix and rows.sum() == 10_000, "the winner on the whole test split"
+    assert np.trace(rows) / rows.sum() == summary.winner.test_accuracy
     page = Page((select_dir / "report").read_text())
-    assert [attributes["data-variant"] for attributes, _ in page.rows[1:]] == [c["variant"] for c in summary["candidates"]]
-    assert [attributes.get("class") for attributes, _ in page.rows[1:]] == ["winner"] + [None] * (len(summary["candidates"]) - 1)
-    assert summary["promotion"]["message"] in "".join(page.text)
+    assert [attributes["data-variant"] for attributes, _ in page.rows[1:]] == [c.variant for c in summary.candidates]
+    assert [attributes.get("class") for attributes, _ in page.rows[1:]] == ["winner"] + [None] * (len(summary.candidates) - 1)
+    assert summary.promotion.message in "".join(page.text)
     leaderboard = (select_dir / "leaderboard").read_text()
-    assert f"| 1 ★ winner | {summary['winner']['variant']} |" in leaderboard
-    assert all(f"| {c['variant']} |" in leaderboard for c in summary["candidates"])
+    assert f"| 1 ★ winner | {summary.winner.variant} |" in leaderboard
+    assert all(f"| {c.variant} |" in leaderboard for c in summary.candidates)

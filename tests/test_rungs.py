@@ -14,8 +14,9 @@ from components.errors import BakeoffError
 from components.modeling import evaluation
 from components.spec import from_dict
 from components.storage import open_store, runs
+from components.storage.records import Candidate, WorkerMetrics
 from components.training import backup
-from components.training.launch import final_metrics, train_variant
+from components.training.launch import JobSettings, final_metrics, train_variant
 from tests.test_fault_tolerance import TINY_CNN
 
 EPOCHS = 3
@@ -23,6 +24,7 @@ EXAMPLES = 1024  # 16 steps of the global batch 64 per epoch
 STEPS = EXAMPLES // 64
 TINY = {**TINY_CNN, "training": {**TINY_CNN["training"], "epochs": EPOCHS}}  # 2 workers, a cosine schedule
 RUN = "r1"
+JOB = JobSettings(image="unused", max_train_examples=EXAMPLES, timeout_seconds=600, backend="local")
 PREFIX = runs.variant_prefix(RUN, "tiny")
 STALE = f"{PREFIX}/{runs.MODEL}/variables/variables.data-00000-of-00002"  # as a model saved in two shards would leave
 EPOCH_LINE = re.compile(rf"^\[[^]]*-worker-(\d)\] {STEPS}/{STEPS} - .* - (val_loss: \S+ - val_accuracy: \S+) - ")
@@ -31,8 +33,8 @@ EPOCH_LINE = re.compile(rf"^\[[^]]*-worker-(\d)\] {STEPS}/{STEPS} - .* - (val_lo
 @dataclasses.dataclass(frozen=True)
 class Rungs:
     store_root: Path
-    rung: list[dict]  # each job's rung-<k>.json
-    final: dict  # the candidate train_variant returned after the last rung
+    rung: list[WorkerMetrics]  # each job's rung-<k>.json
+    final: Candidate  # the candidate train_variant returned after the last rung
     backup_after_first: list[str]  # backup keys left by the first job
     events: list[dict]  # the progress events of the variant
     log: list[str]  # both jobs' replica log lines
@@ -47,11 +49,11 @@ def rungs(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Rung
     store = open_store(str(root / "store"))
     with pytest.MonkeyPatch.context() as env:  # the replicas inherit it
         env.setenv(progress.PROGRESS_DIR_ENV, str(watched))
-        train_variant(TINY, str(small_dataset), store.uri, RUN, "unused", EXAMPLES, 1, 600, "local", stop_epoch=1, rung=0)
+        train_variant(TINY, str(small_dataset), store.uri, RUN, JOB, stop_epoch=1, rung=0)
         backup_after_first = store.list(backup.backup_prefix(PREFIX))
         store.put_bytes(STALE, b"an earlier rung's file the next model does not have")
-        final = train_variant(TINY, str(small_dataset), store.uri, RUN, "unused", EXAMPLES, 1, 600, "local", stop_epoch=EPOCHS, rung=1)
-    rung = [json.loads(store.get_bytes(f"{PREFIX}/rung-{index}.json")) for index in (0, 1)]
+        final = train_variant(TINY, str(small_dataset), store.uri, RUN, JOB, stop_epoch=EPOCHS, rung=1)
+    rung = [runs.rung_metrics(store, RUN, "tiny", index) for index in (0, 1)]
     events = [json.loads(line) for line in (watched / "tiny.jsonl").read_text().splitlines()]
     return Rungs(root / "store", rung, final, backup_after_first, events, (watched / "tiny.log").read_text().splitlines())
 
@@ -60,23 +62,23 @@ def test_a_later_rung_resumes_the_earlier_one_on_the_same_schedule(rungs: Rungs)
     import tf_keras as keras
 
     first, second = rungs.rung
-    assert (first["epochs"], first["resumed_from_epoch"], first["epochs_trained"]) == (1, 0, 1)
-    assert (second["epochs"], second["resumed_from_epoch"], second["epochs_trained"]) == (EPOCHS, 1, 2)
-    assert first["schedule_epochs"] == second["schedule_epochs"] == EPOCHS
-    assert (first["rung"], second["rung"]) == (0, 1)
-    assert sum(record["epochs_trained"] for record in rungs.rung) == EPOCHS
-    assert first["attempt"] == second["attempt"] == 1  # each rung counts its own starts: neither was restarted
+    assert (first.epochs, first.resumed_from_epoch, first.epochs_trained) == (1, 0, 1)
+    assert (second.epochs, second.resumed_from_epoch, second.epochs_trained) == (EPOCHS, 1, 2)
+    assert first.schedule_epochs == second.schedule_epochs == EPOCHS
+    assert (first.rung, second.rung) == (0, 1)
+    assert sum(record.epochs_trained for record in rungs.rung) == EPOCHS
+    assert first.attempt == second.attempt == 1  # each rung counts its own starts: neither was restarted
     # The optimizer's steps came back with the backup: the cosine schedule ran over all 3 epochs, as one uninterrupted job.
-    assert first["optimizer_iterations"] == STEPS and second["optimizer_iterations"] == EPOCHS * STEPS
+    assert first.optimizer_iterations == STEPS and second.optimizer_iterations == EPOCHS * STEPS
     # The first rung stopped a third of the way down the 3-epoch cosine, not at the end of a 1-epoch one.
     cosine = keras.optimizers.schedules.CosineDecay(0.001, decay_steps=EPOCHS * STEPS)
-    assert first["learning_rate"] == pytest.approx(float(cosine(STEPS - 1)), rel=1e-5)
-    assert second["learning_rate"] == pytest.approx(float(cosine(EPOCHS * STEPS - 1)), rel=1e-5)
-    history = second["history"]
+    assert first.learning_rate == pytest.approx(float(cosine(STEPS - 1)), rel=1e-5)
+    assert second.learning_rate == pytest.approx(float(cosine(EPOCHS * STEPS - 1)), rel=1e-5)
+    history = second.history
     assert len(history["loss"]) == len(history["accuracy"]) == EPOCHS
     assert len(history["val_loss"]) == len(history["val_accuracy"]) == EPOCHS and history["val_epochs"] == [1, 2, 3]
-    assert history["loss"][0] == first["history"]["loss"][0]  # the first rung's epoch, carried over
-    assert rungs.final["metrics"] == second  # metrics.json is the last rung's
+    assert history["loss"][0] == first.history["loss"][0]  # the first rung's epoch, carried over
+    assert rungs.final.metrics == second  # metrics.json is the last rung's
 
 
 def test_the_backup_outlives_an_early_stop_and_goes_with_the_last_rung(rungs: Rungs) -> None:
@@ -100,10 +102,10 @@ def test_validation_numbers_are_the_whole_split_scored_once(rungs: Rungs, small_
     model = store.get_dir(f"{PREFIX}/{runs.MODEL}", tmp_path / "model")
     validation = dataset.read_shards(open_store(str(small_dataset)), "validation")
     scored = evaluation.evaluate(model, validation.images, validation.labels)
-    history = rungs.rung[1]["history"]
+    history = rungs.rung[1].history
     assert history["val_accuracy"][-1] == pytest.approx(scored["accuracy"], abs=1e-4)
     assert history["val_loss"][-1] == pytest.approx(scored["loss"], abs=1e-4)
-    assert rungs.rung[1]["validation_examples"] == len(validation.labels)
+    assert rungs.rung[1].validation_examples == len(validation.labels)
 
 
 def test_every_replica_gets_the_same_validation_numbers(rungs: Rungs) -> None:
@@ -113,7 +115,7 @@ def test_every_replica_gets_the_same_validation_numbers(rungs: Rungs) -> None:
         match = EPOCH_LINE.match(line)
         if match:
             lines[match[1]].append(match[2])
-    history = rungs.rung[1]["history"]
+    history = rungs.rung[1].history
     assert lines["0"] == lines["1"] == [f"val_loss: {loss:.4f} - val_accuracy: {accuracy:.4f}"
                                         for loss, accuracy in zip(history["val_loss"], history["val_accuracy"])]
 
@@ -123,7 +125,7 @@ def test_the_chief_reports_each_epoch_and_the_stored_model_to_a_live_display(run
     # Rung 0 ends before the schedule does: the variant is paused until halving decides, not done.
     assert [(event["state"], event.get("epoch"), event.get("epochs")) for event in chief] == [
         ("training", 1, 1), ("paused", None, None), ("training", 2, EPOCHS), ("training", 3, EPOCHS), ("done", None, None)]
-    history = rungs.rung[1]["history"]
+    history = rungs.rung[1].history
     for event, index in zip([event for event in chief if event["state"] == "training"], range(EPOCHS)):
         assert event["variant"] == "tiny" and event["examples_per_second"] > 0
         assert (event["loss"], event["val_loss"], event["val_accuracy"]) == (
@@ -133,8 +135,8 @@ def test_the_chief_reports_each_epoch_and_the_stored_model_to_a_live_display(run
 def test_the_train_step_shows_the_final_numbers(rungs: Rungs) -> None:
     record = rungs.rung[1]
     assert final_metrics(record) == {
-        "val_accuracy": record["history"]["val_accuracy"][-1], "val_loss": record["history"]["val_loss"][-1],
-        "train_seconds": record["train_seconds"], "examples_per_second": record["examples_per_second"],
+        "val_accuracy": record.history["val_accuracy"][-1], "val_loss": record.history["val_loss"][-1],
+        "train_seconds": record.train_seconds, "examples_per_second": record.examples_per_second,
         "replicas": 2, "epochs": EPOCHS}
 
 
@@ -145,7 +147,7 @@ def test_the_train_step_shows_the_final_numbers(rungs: Rungs) -> None:
 ])
 def test_a_stop_epoch_off_the_schedule_fails_before_anything_runs(tmp_path: Path, stop_epoch: int, rung: int, message: str) -> None:
     with pytest.raises(BakeoffError) as error:
-        train_variant(TINY, str(tmp_path / "no-data"), str(tmp_path / "store"), RUN, "unused", EXAMPLES, 1, 600, "local", stop_epoch, rung)
+        train_variant(TINY, str(tmp_path / "no-data"), str(tmp_path / "store"), RUN, JOB, stop_epoch, rung)
     assert str(error.value) == message
     assert not (tmp_path / "store").exists()
 

@@ -14,6 +14,7 @@ from components.defaults import JOB_START_SECONDS
 from components.search.budget import epoch_seconds, estimate, fit
 from components.search.halving import Halving, schedule, survivors
 from components.spec import load_config, load_variants
+from components.storage.records import Score
 from pipelines.cli.main import main
 
 SEARCH = """
@@ -211,13 +212,13 @@ def test_a_rungs_score_averages_only_the_validated_epochs_of_its_last_third() ->
 
 
 def test_survivors_follow_the_metric_s_direction_and_ties_go_by_name() -> None:
-    candidates = [{"variant": "b", "val_loss": 0.30, "val_accuracy": 0.90}, {"variant": "a", "val_loss": 0.30, "val_accuracy": 0.88},
-                  {"variant": "c", "val_loss": 0.25, "val_accuracy": 0.91}, {"variant": "d", "val_loss": math.nan, "val_accuracy": 0.95},
-                  {"variant": "e", "val_loss": 0.50, "val_accuracy": 0.80}]
-    assert survivors(candidates, 2, "val_loss") == (["c", "a"], ["b", "e", "d"])  # lowest first; NaN (diverged) last
-    assert survivors(candidates, 2, "val_accuracy") == (["d", "c"], ["b", "a", "e"])
+    scores = {"b": (0.30, 0.90), "a": (0.30, 0.88), "c": (0.25, 0.91), "d": (math.nan, 0.95), "e": (0.50, 0.80)}
+    losses = [Score(name, "val_loss", loss) for name, (loss, _) in scores.items()]
+    accuracies = [Score(name, "val_accuracy", accuracy) for name, (_, accuracy) in scores.items()]
+    assert survivors(losses, 2, "val_loss") == (["c", "a"], ["b", "e", "d"])  # lowest first; NaN (diverged) last
+    assert survivors(accuracies, 2, "val_accuracy") == (["d", "c"], ["b", "a", "e"])
     with pytest.raises(BakeoffError, match="unknown selection metric 'accuracy'"):
-        survivors(candidates, 1, "accuracy")
+        survivors([Score("a", "accuracy", 1.0)], 1, "accuracy")
 
 
 def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tmp_path: Path) -> None:

@@ -13,8 +13,10 @@ import yaml
 from components import progress
 from components.steps.halve import halve
 from components.storage import open_store, registry, runs
+from components.storage.records import Score, Summary, WorkerMetrics
 from pipelines import conformance
 from pipelines.cli.main import main
+from tests import samples
 
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
 # Four variants, each trained to epoch 1; the best two go on to epoch 2 (eta 2), where the best one wins.
@@ -112,8 +114,8 @@ def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(tmp
 def write_rung(store, run_id: str, variant: str, rung: int, accuracy: float, loss: float) -> None:
     """A rung's record as the worker leaves it (contract 3): per-epoch history, validation included."""
     history = {"loss": [1.0, loss], "accuracy": [0.5, accuracy], "val_loss": [1.1, loss], "val_accuracy": [0.4, accuracy], "val_epochs": [1, 2]}
-    record = {"variant": variant, "history": history, "epochs": 2, "schedule_epochs": 4, "epochs_trained": 2, "resumed_from_epoch": 0}
-    store.put_bytes(f"runs/{run_id}/{variant}/rung-{rung}.json", json.dumps(record).encode())
+    record = samples.metrics(variant=variant, history=history, epochs=2, schedule_epochs=4, epochs_trained=2, resumed_from_epoch=0)
+    store.put_bytes(f"runs/{run_id}/{variant}/rung-{rung}.json", record.to_json().encode())
     store.put_bytes(f"runs/{run_id}/{variant}/backup/abc/epoch-0002/backup.json", b"{}")
 
 
@@ -135,11 +137,11 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
     order = sorted(value, key=value.get, reverse=BETTER[metric] is max)
     assert kept == [next(v for v in variants if v["name"] == name) for name in order[:2]]  # the specs as given, best first
     (record,) = runs.search_records(store, "run1")
-    assert record["rung"] == 1 and record["epochs"] == 2 and record["metric"] == metric
-    assert record["entered"] == list(scores)
-    assert record["kept"] == [{"variant": name, metric: value[name]} for name in order[:2]]
-    assert [(s["variant"], s[metric]) for s in record["stopped"]] == [(name, value[name]) for name in order[2:]]
-    assert record["stopped"][0]["reason"].startswith(f"{metric} {value[order[2]]:.4f} placed 3 of 4 after epoch 2")
+    assert record.rung == 1 and record.epochs == 2 and record.metric == metric
+    assert record.entered == list(scores)
+    assert record.kept == [Score(name, metric, value[name]) for name in order[:2]]
+    assert [(s.variant, s.score(metric)) for s in record.stopped] == [(name, value[name]) for name in order[2:]]
+    assert record.stopped[0].reason.startswith(f"{metric} {value[order[2]]:.4f} placed 3 of 4 after epoch 2")
     # A live display shows the stopped as stopped (the kept were left paused by their jobs).
     assert {name: event["state"] for name, event in progress.read_events(tmp_path / "progress").items()} == {
         name: "stopped" for name in order[2:]}
@@ -158,17 +160,17 @@ def test_halve_ranks_by_the_last_third_of_the_epochs_so_one_dip_does_not_decide(
               "small": [0.845, 0.874, 0.89, 0.885, 0.9, 0.904, 0.896, 0.909, 0.911]}
     for name, accuracy in curves.items():
         history = {"val_accuracy": accuracy, "val_loss": [1 - a for a in accuracy], "val_epochs": list(range(1, 10))}
-        store.put_bytes(f"runs/run1/{name}/rung-1.json", json.dumps({"variant": name, "history": history, "epochs": 9}).encode())
+        store.put_bytes(f"runs/run1/{name}/rung-1.json", samples.metrics(variant=name, history=history, epochs=9).to_json().encode())
     variants = [{"name": name, "model": {"type": "mlp"}} for name in curves]
     assert [v["name"] for v in halve(variants, store.uri, "", "run1", 1, 1, "val_accuracy")] == ["wide"]
     (record,) = runs.search_records(store, "run1")
-    assert record["kept"] == [{"variant": "wide", "val_accuracy": pytest.approx((0.915 + 0.92 + 0.903) / 3)}]
-    assert record["stopped"][0]["reason"] == "val_accuracy 0.9053 (mean of epochs 7-9) placed 2 of 2 after epoch 9; rung 1 keeps 1"
+    assert record.kept == [Score("wide", "val_accuracy", pytest.approx((0.915 + 0.92 + 0.903) / 3))]
+    assert record.stopped[0].reason == "val_accuracy 0.9053 (mean of epochs 7-9) placed 2 of 2 after epoch 9; rung 1 keeps 1"
 
 
 def test_halve_refuses_a_record_without_validation(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     store = open_store(str(tmp_path / "store"))
-    store.put_bytes("runs/r/a/rung-0.json", json.dumps({"history": {"loss": [1.0]}, "epochs": 1}).encode())
+    store.put_bytes("runs/r/a/rung-0.json", samples.metrics(variant="a", history={"loss": [1.0]}, epochs=1).to_json().encode())
     with pytest.raises(SystemExit):
         halve([{"name": "a"}], store.uri, "", "r", 0, 1, "val_accuracy")
     assert capsys.readouterr().err.strip().endswith(
@@ -212,42 +214,42 @@ def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_
     run = subprocess.run([BAKEOFF, "run", "--config", str(config), "--store", store_uri, "--max-train-examples", "512", "--json"],
                          cwd=tmp_path, env=os.environ, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    summary = json.loads(run.stdout)
+    summary = Summary.from_json(run.stdout, "run --json")
     store = open_store(store_uri)
-    run_id = summary["run_id"]
+    run_id = summary.run_id
 
-    def rung(variant: str, k: int) -> dict:
+    def rung(variant: str, k: int) -> WorkerMetrics:
         return runs.rung_metrics(store, run_id, variant, k)
 
     everyone = ["mlp", "cnn", "slow", "sgd"]
-    at_epoch_1 = {name: rung(name, 0)["history"]["val_accuracy"][-1] for name in everyone}
+    at_epoch_1 = {name: rung(name, 0).history["val_accuracy"][-1] for name in everyone}
     best_two = sorted(everyone, key=lambda name: (-at_epoch_1[name], name))[:2]
     (record,) = runs.search_records(store, run_id)
-    assert record["entered"] == everyone and record["epochs"] == 1
-    assert [k["variant"] for k in record["kept"]] == best_two
-    assert sorted(s["variant"] for s in record["stopped"]) == sorted(set(everyone) - set(best_two))
-    assert all(s["reason"] for s in record["stopped"])
+    assert record.entered == everyone and record.epochs == 1
+    assert [k.variant for k in record.kept] == best_two
+    assert sorted(s.variant for s in record.stopped) == sorted(set(everyone) - set(best_two))
+    assert all(s.reason for s in record.stopped)
     # Only the survivors reached rung 1, and select ran over them alone.
     for name in everyone:
         assert store.exists(f"runs/{run_id}/{name}/rung-1.json") == (name in best_two), name
         assert store.list(f"runs/{run_id}/{name}/backup") == [], f"{name} left a backup"
-    assert sorted(c["variant"] for c in summary["candidates"]) == sorted(best_two)
-    winner = sorted(summary["candidates"], key=lambda c: (-c["val_accuracy"], c["variant"]))[0]
-    assert summary["winner"]["variant"] == winner["variant"] and summary["promotion"]["published"]
+    assert sorted(c.variant for c in summary.candidates) == sorted(best_two)
+    winner = sorted(summary.candidates, key=lambda c: (-c.val_accuracy, c.variant))[0]
+    assert summary.winner.variant == winner.variant and summary.promotion.published
     (manifest,) = registry.list_versions(store, "fashion-mnist")
-    assert manifest["variant"] == winner["variant"] and manifest["run_id"] == run_id
+    assert manifest.variant == winner.variant and manifest.run_id == run_id
     # Each survivor trained epoch 1 in rung 0 and resumed there for epoch 2: no epoch was trained twice.
     for name in best_two:
         first, second = rung(name, 0), rung(name, 1)
-        assert (first["epochs"], first["epochs_trained"], first["resumed_from_epoch"]) == (1, 1, 0)
-        assert (second["epochs"], second["epochs_trained"], second["resumed_from_epoch"]) == (2, 1, 1)
-        assert first["epochs_trained"] + second["epochs_trained"] == second["epochs"] == second["schedule_epochs"]
-        assert len(second["history"]["val_accuracy"]) == 2  # the history runs from epoch 1 after the resume
+        assert (first.epochs, first.epochs_trained, first.resumed_from_epoch) == (1, 1, 0)
+        assert (second.epochs, second.epochs_trained, second.resumed_from_epoch) == (2, 1, 1)
+        assert first.epochs_trained + second.epochs_trained == second.epochs == second.schedule_epochs
+        assert len(second.history["val_accuracy"]) == 2  # the history runs from epoch 1 after the resume
     for name in set(everyone) - set(best_two):
-        assert rung(name, 0)["epochs"] == 1
+        assert rung(name, 0).epochs == 1
     # The leaderboard and the report show who stopped where, and why.
-    assert {(s["variant"], s["rung"], s["epochs"]) for s in summary["stopped"]} == {(name, 0, 1) for name in set(everyone) - set(best_two)}
-    for entry in summary["stopped"]:
-        assert f"{entry['variant']}" in run.stderr.split("stopped by successive halving")[1]
+    assert {(s.variant, s.rung, s.epochs) for s in summary.stopped} == {(name, 0, 1) for name in set(everyone) - set(best_two)}
+    for entry in summary.stopped:
+        assert entry.variant in run.stderr.split("stopped by successive halving")[1]
     page = Path(run.stderr.rsplit("\nreport: ", 1)[1].split()[0]).read_text()
     assert all(f'class="stopped" data-variant="{name}"' in page for name in set(everyone) - set(best_two))

@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 import pytest
 
 from components.errors import BakeoffError
+from components.storage.records import Summary
 from pipelines.cli.main import main
 from pipelines.kfp_client import endpoint
 from tests import conftest
@@ -157,7 +158,7 @@ def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(canary_s3:
                           "--max-train-examples", "1024", "--epochs", "1", "--json"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert json.loads(run.stdout)["winner"]["version"] == 1
+    assert Summary.from_json(run.stdout, "run --json").winner.version == 1
     outputs = {"`bakeoff run` stdout": run.stdout, "`bakeoff run` stderr": run.stderr}
 
     for name, value in settings.items():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import io
 import json
@@ -16,7 +17,12 @@ from components.data.fashion_mnist import Split
 from components.errors import BakeoffError
 from components.selection.promotion import Gate
 from components.selection.ranking import METRICS, direction, rank
+from components.selection.settings import SelectionSettings
 from components.selection.winner import select_winner
+from components.storage import open_store, registry, runs
+from components.storage.records import (Candidate, Champion, DatasetInfo, Manifest, Score, SelectionBasis, SelectionRecord,
+                                        Summary)
+from tests import samples
 
 NAMES = [f"class{i}" for i in range(10)]
 RUN_ID = "r1"
@@ -77,29 +83,25 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def candidates(exported: Path, store_root: Path) -> list[dict]:
+def candidates(exported: Path, store_root: Path) -> list[Candidate]:
     """The records train_variant returns, each model under ``<prefix>/model`` of a folder store."""
     records = []
     for variant, _, _ in MODELS:
         prefix = f"runs/{RUN_ID}/{variant}"
         shutil.copytree(exported / variant, store_root / prefix / "model")
-        records.append({
-            "variant": variant,
-            "spec": {"name": variant},
-            "uri": f"file://{store_root / prefix / 'model'}",
-            "prefix": prefix,
-            "metrics": {"workers": 1, "num_replicas_in_sync": 1, "epochs": 1, "train_seconds": 1.5, "examples_per_second": 100.0},
-        })
+        records.append(samples.candidate(variant, prefix, f"file://{store_root / prefix / 'model'}", workers=1, num_replicas_in_sync=1,
+                                         epochs=1, train_seconds=1.5, examples_per_second=100.0))
     return records
 
 
-def select(exported: Path, data_dir: Path, tmp_path: Path, metric: str) -> dict:
+def select(exported: Path, data_dir: Path, tmp_path: Path, metric: str) -> Summary:
     store_root = tmp_path / "store"
-    return select_winner(candidates(exported, store_root), str(data_dir), f"file://{store_root}", MODEL, RUN_ID, metric)
+    return select_winner(candidates(exported, store_root), str(data_dir), f"file://{store_root}", RUN_ID, SelectionSettings(MODEL, metric))
 
 
-def published_manifest(tmp_path: Path, version: int = 1) -> dict:
-    return json.loads((tmp_path / "store" / "models" / MODEL / str(version) / "manifest.json").read_text())
+def published_manifest(tmp_path: Path, version: int = 1) -> Manifest:
+    path = tmp_path / "store" / "models" / MODEL / str(version) / "manifest.json"
+    return Manifest.from_json(path.read_text(), str(path))
 
 
 def by_metric(metric: str, data: Split) -> str:
@@ -121,33 +123,33 @@ def test_selection_scores_on_validation_and_only_the_winner_on_test(exported: Pa
     """Selection never touches the test split: the validation favourite wins though test favours the other."""
     summary = select(exported, data_dir, tmp_path, "val_accuracy")
 
-    assert summary["winner"]["variant"] == "sure_zero"
-    assert [c["variant"] for c in summary["candidates"]] == ["sure_zero", "unsure_one"]
-    for candidate in summary["candidates"]:
-        on_validation = expected(*BEHAVIOUR[candidate["variant"]], SPLITS["validation"])
-        assert candidate["val_accuracy"] == on_validation["accuracy"]
-        assert candidate["val_loss"] == pytest.approx(on_validation["loss"], rel=1e-3)
+    assert summary.winner.variant == "sure_zero"
+    assert [c.variant for c in summary.candidates] == ["sure_zero", "unsure_one"]
+    for candidate in summary.candidates:
+        on_validation = expected(*BEHAVIOUR[candidate.variant], SPLITS["validation"])
+        assert candidate.val_accuracy == on_validation["accuracy"]
+        assert candidate.val_loss == pytest.approx(on_validation["loss"], rel=1e-3)
     on_test = expected(*BEHAVIOUR["sure_zero"], SPLITS["test"])
-    assert summary["winner"]["test_accuracy"] == on_test["accuracy"] == 0.25
-    assert summary["winner"]["val_accuracy"] == 0.75
+    assert summary.winner.test_accuracy == on_test["accuracy"] == 0.25
+    assert summary.winner.val_accuracy == 0.75
     manifest = published_manifest(tmp_path)
-    assert manifest["variant"] == "sure_zero" and manifest["metrics"]["test_accuracy"] == on_test["accuracy"]
-    assert manifest["selection"] == {"metric": "val_accuracy", "direction": "max", "candidates": ["sure_zero", "unsure_one"]}
+    assert manifest.variant == "sure_zero" and manifest.metrics.test_accuracy == on_test["accuracy"]
+    assert manifest.selection == SelectionBasis("val_accuracy", "max", ["sure_zero", "unsure_one"])
 
 
 def test_val_loss_picks_the_lowest_loss_not_the_highest_accuracy(exported: Path, data_dir: Path, tmp_path: Path) -> None:
     """metric=val_loss publishes the candidate with the lowest validation loss, here the less accurate one."""
     summary = select(exported, data_dir, tmp_path, "val_loss")
 
-    assert summary["winner"]["variant"] == "unsure_one"
-    losses = [c["val_loss"] for c in summary["candidates"]]
+    assert summary.winner.variant == "unsure_one"
+    losses = [c.val_loss for c in summary.candidates]
     assert losses == sorted(losses)
-    assert summary["candidates"][0]["val_accuracy"] < summary["candidates"][1]["val_accuracy"]
+    assert summary.candidates[0].val_accuracy < summary.candidates[1].val_accuracy
     on_test = expected(*BEHAVIOUR["unsure_one"], SPLITS["test"])
-    assert summary["winner"]["test_accuracy"] == on_test["accuracy"] == 0.75
+    assert summary.winner.test_accuracy == on_test["accuracy"] == 0.75
     manifest = published_manifest(tmp_path)
-    assert manifest["variant"] == "unsure_one"
-    assert manifest["selection"] == {"metric": "val_loss", "direction": "min", "candidates": ["unsure_one", "sure_zero"]}
+    assert manifest.variant == "unsure_one"
+    assert manifest.selection == SelectionBasis("val_loss", "min", ["unsure_one", "sure_zero"])
 
 
 @pytest.mark.parametrize("metric, best_first", [
@@ -156,13 +158,9 @@ def test_val_loss_picks_the_lowest_loss_not_the_highest_accuracy(exported: Path,
 ])
 def test_rank_orders_best_first_in_the_metric_direction(metric: str, best_first: list[str]) -> None:
     """rank: highest val_accuracy first, lowest val_loss first; ties go to the name that sorts first."""
-    scored = [
-        {"variant": "c", "val_accuracy": 0.5, "val_loss": 0.2},
-        {"variant": "b", "val_accuracy": 0.9, "val_loss": 0.9},
-        {"variant": "a", "val_accuracy": 0.7, "val_loss": 0.4},
-        {"variant": "a2", "val_accuracy": 0.7, "val_loss": 0.4},
-    ]
-    assert [c["variant"] for c in rank(scored, metric)] == best_first
+    scored = [Champion(1, name, accuracy, loss, "") for name, accuracy, loss in (("c", 0.5, 0.2), ("b", 0.9, 0.9), ("a", 0.7, 0.4),
+                                                                                ("a2", 0.7, 0.4))]
+    assert [c.variant for c in rank(scored, metric)] == best_first
 
 
 def test_each_metric_carries_its_direction() -> None:
@@ -171,56 +169,51 @@ def test_each_metric_carries_its_direction() -> None:
     assert direction("val_accuracy") == "max" and direction("val_loss") == "min"
 
 
-def test_an_unknown_metric_is_refused_in_one_line_before_any_evaluation(tmp_path: Path) -> None:
+def test_an_unknown_metric_is_refused_in_one_line_before_any_evaluation() -> None:
     """An unknown metric fails with one line naming the known ones, before data or models are read."""
-    for call in (lambda: direction("accuracy"), lambda: rank([{"variant": "a", "accuracy": 1.0}], "accuracy")):
+    for call in (lambda: direction("accuracy"), lambda: rank([Score("a", "accuracy", 1.0)], "accuracy")):
         with pytest.raises(BakeoffError) as refused:
             call()
         assert str(refused.value) == "unknown selection metric 'accuracy': use one of val_accuracy, val_loss"
-    # Neither the data nor the models exist: reading either would fail with another message.
-    ghost = {"variant": "a", "spec": {}, "uri": "file:///nowhere/model", "prefix": "runs/x/a",
-             "metrics": {"workers": 1, "num_replicas_in_sync": 1, "epochs": 1, "train_seconds": 1.0, "examples_per_second": 1.0}}
-    with pytest.raises(BakeoffError) as refused:
-        select_winner([ghost], str(tmp_path / "no-data"), f"file://{tmp_path / 'store'}", MODEL, RUN_ID, "accuracy")
-    assert "\n" not in str(refused.value)
-    assert str(refused.value).startswith("unknown selection metric 'accuracy'")
-    assert not (tmp_path / "store").exists()
+    # A selection's settings refuse it (and a model name no path can hold) when made: no selection starts with them.
+    for settings, message in ((lambda: SelectionSettings(MODEL, "accuracy"), "unknown selection metric 'accuracy'"),
+                              (lambda: SelectionSettings("../m"), "model name '../m' is not usable in a path")):
+        with pytest.raises(BakeoffError) as refused:
+            settings()
+        assert "\n" not in str(refused.value) and str(refused.value).startswith(message)
 
 
 # ---------------------------------------------------------------- the promotion gate
 
 
-def publish_champion(exported: Path, store_root: Path, variant: str, manifest_extra: dict | None = None) -> None:
+def publish_champion(exported: Path, store_root: Path, variant: str) -> None:
     """Publishes a MODELS entry as version 1, as an earlier run would have."""
-    from components.storage import open_store, registry
-
-    manifest = {"model": MODEL, "run_id": "earlier", "variant": variant, "dataset": {"fingerprint": "earlier-data"},
-                "metrics": {"val_accuracy": 0.99, "val_loss": 0.01}} | (manifest_extra or {})  # stale numbers on purpose
+    earlier = samples.manifest()
+    manifest = dataclasses.replace(earlier, model=MODEL, run_id="earlier", variant=variant, dataset=DatasetInfo("earlier-data", {}),
+                                   metrics=dataclasses.replace(earlier.metrics, val_accuracy=0.99, val_loss=0.01))  # stale numbers on purpose
     registry.publish(open_store(f"file://{store_root}"), MODEL, exported / variant, manifest)
 
 
-def gated(exported: Path, data_dir: Path, tmp_path: Path, variants: tuple[str, ...], gate: Gate, metric: str = "val_accuracy") -> dict:
+def gated(exported: Path, data_dir: Path, tmp_path: Path, variants: tuple[str, ...], gate: Gate, metric: str = "val_accuracy") -> Summary:
     store_root = tmp_path / "store"
-    records = [c for c in candidates(exported, store_root) if c["variant"] in variants]
-    return select_winner(records, str(data_dir), f"file://{store_root}", MODEL, RUN_ID, metric, gate)
+    records = [c for c in candidates(exported, store_root) if c.variant in variants]
+    return select_winner(records, str(data_dir), f"file://{store_root}", RUN_ID, SelectionSettings(MODEL, metric, gate))
 
 
 def versions(tmp_path: Path) -> list[int]:
-    from components.storage import open_store, registry
-
-    return [m["version"] for m in registry.list_versions(open_store(f"file://{tmp_path / 'store'}"), MODEL)]
+    return [m.version for m in registry.list_versions(open_store(f"file://{tmp_path / 'store'}"), MODEL)]
 
 
 def test_a_better_challenger_is_published_over_the_champion(exported: Path, data_dir: Path, tmp_path: Path) -> None:
     """The champion is scored now on this validation split, not by its manifest's stale numbers (0.99)."""
     publish_champion(exported, tmp_path / "store", "unsure_one")
     summary = gated(exported, data_dir, tmp_path, ("sure_zero",), Gate())
-    assert summary["promotion"]["published"] and summary["winner"]["version"] == 2 and versions(tmp_path) == [1, 2]
-    champion = summary["promotion"]["champion"]
-    assert champion["val_accuracy"] == expected(*BEHAVIOUR["unsure_one"], SPLITS["validation"])["accuracy"] == 0.25
-    assert champion["dataset_fingerprint"] == "earlier-data"
-    assert published_manifest(tmp_path, 2)["promotion"]["champion"]["version"] == 1
-    assert summary["promotion"]["message"] == "published version 2: sure_zero (val_accuracy 0.7500) over version 1 (0.2500)"
+    assert summary.promotion.published and summary.winner.version == 2 and versions(tmp_path) == [1, 2]
+    champion = summary.promotion.champion
+    assert champion.val_accuracy == expected(*BEHAVIOUR["unsure_one"], SPLITS["validation"])["accuracy"] == 0.25
+    assert champion.dataset_fingerprint == "earlier-data"
+    assert published_manifest(tmp_path, 2).promotion.champion.version == 1
+    assert summary.promotion.message == "published version 2: sure_zero (val_accuracy 0.7500) over version 1 (0.2500)"
 
 
 @pytest.mark.parametrize("champion, challenger, margin", [
@@ -233,24 +226,24 @@ def test_a_challenger_that_does_not_beat_the_champion_by_the_margin_is_not_publi
     """The champion stays: nothing is published, the store is unchanged, and the summary says which version was kept."""
     publish_champion(exported, tmp_path / "store", champion)
     summary = gated(exported, data_dir, tmp_path, (challenger,), Gate(min_improvement=margin))
-    assert not summary["promotion"]["published"]
-    assert summary["winner"]["version"] is None and summary["winner"]["uri"] is None
+    assert not summary.promotion.published
+    assert summary.winner.version is None and summary.winner.uri is None
     assert versions(tmp_path) == [1], "the store is unchanged"
-    kept = summary["promotion"]["champion"]["val_accuracy"]
-    assert summary["promotion"]["message"] == f"kept version 1 (val_accuracy {kept:.4f}) over {challenger} ({summary['winner']['val_accuracy']:.4f})"
+    kept = summary.promotion.champion.val_accuracy
+    assert summary.promotion.message == f"kept version 1 (val_accuracy {kept:.4f}) over {challenger} ({summary.winner.val_accuracy:.4f})"
 
 
 def test_the_gate_follows_the_metrics_direction(exported: Path, data_dir: Path, tmp_path: Path) -> None:
     """Under val_loss a lower loss is the better one: the less accurate but lower-loss challenger wins."""
     publish_champion(exported, tmp_path / "store", "sure_zero")
     summary = gated(exported, data_dir, tmp_path, ("unsure_one",), Gate(), metric="val_loss")
-    assert summary["promotion"]["published"] and versions(tmp_path) == [1, 2]
+    assert summary.promotion.published and versions(tmp_path) == [1, 2]
 
 
 def test_force_publish_publishes_a_worse_challenger(exported: Path, data_dir: Path, tmp_path: Path) -> None:
     publish_champion(exported, tmp_path / "store", "sure_zero")
     summary = gated(exported, data_dir, tmp_path, ("unsure_one",), Gate(force=True))
-    assert summary["promotion"]["published"] and summary["promotion"]["forced"] and versions(tmp_path) == [1, 2]
+    assert summary.promotion.published and summary.promotion.forced and versions(tmp_path) == [1, 2]
 
 
 def test_a_margin_outside_0_to_1_is_refused_in_one_line() -> None:
@@ -261,8 +254,8 @@ def test_a_margin_outside_0_to_1_is_refused_in_one_line() -> None:
 # ---------------------------------------------------------------- the selection record (runs/<run>/selection.json)
 
 
-def selection_record(tmp_path: Path) -> dict:
-    return json.loads((tmp_path / "store" / "runs" / RUN_ID / "selection.json").read_text())
+def selection_record(tmp_path: Path) -> SelectionRecord:
+    return runs.selection(open_store(str(tmp_path / "store")), RUN_ID)
 
 
 def decoded(png: str) -> np.ndarray:
@@ -279,25 +272,24 @@ def test_the_selection_record_is_the_summary_with_the_winners_test_confusion_mat
     summary = select(exported, data_dir, tmp_path, "val_accuracy")
     record = selection_record(tmp_path)
 
-    assert set(record) - set(summary) == {"metric", "class_names", "confusion_matrix", "misclassified", "created"}
-    assert {key: record[key] for key in summary} == summary
-    assert record["metric"] == "val_accuracy" and record["class_names"] == NAMES
-    assert datetime.datetime.fromisoformat(record["created"]).tzinfo is not None
+    assert record.summary() == summary
+    assert record.metric == "val_accuracy" and record.class_names == NAMES
+    assert datetime.datetime.fromisoformat(record.created).tzinfo is not None
     test = SPLITS["test"]
-    matrix = np.array(record["confusion_matrix"])
+    matrix = np.array(record.confusion_matrix)
     assert matrix.sum() == len(test.labels) == 64
     expected_matrix = np.zeros((10, 10), int)
     expected_matrix[0, 0], expected_matrix[1, 0] = (test.labels == 0).sum(), (test.labels == 1).sum()  # 16 and 48
     assert matrix.tolist() == expected_matrix.tolist(), "rows are the true labels, columns the predictions"
-    assert np.trace(matrix) / matrix.sum() == summary["winner"]["test_accuracy"]
+    assert np.trace(matrix) / matrix.sum() == summary.winner.test_accuracy
 
     # 48 mistakes, all equally sure: the 24 kept are the first by index, each with its own image.
-    mistakes = record["misclassified"]
-    assert [m["index"] for m in mistakes] == np.flatnonzero(test.labels == 1)[:24].tolist()
+    mistakes = record.misclassified
+    assert [m.index for m in mistakes] == np.flatnonzero(test.labels == 1)[:24].tolist()
     for mistake in mistakes:
-        assert (mistake["true"], mistake["predicted"]) == (1, 0)
-        assert mistake["confidence"] == pytest.approx(probabilities(0, 12.0)[0], rel=1e-5)
-        assert np.array_equal(decoded(mistake["png"]), test.images[mistake["index"]])
+        assert (mistake.true, mistake.predicted) == (1, 0)
+        assert mistake.confidence == pytest.approx(probabilities(0, 12.0)[0], rel=1e-5)
+        assert np.array_equal(decoded(mistake.png), test.images[mistake.index])
 
 
 def test_the_kept_mistakes_are_the_most_confident_first(tmp_path: Path) -> None:
@@ -317,17 +309,16 @@ def test_the_kept_mistakes_are_the_most_confident_first(tmp_path: Path) -> None:
     model.layers[-1].set_weights([kernel, np.full(10, -0.5, np.float32) * (np.arange(10) != 0)])
     store_root = tmp_path / "store"
     export(model, store_root / "runs" / RUN_ID / "bright" / "model", NAMES)
-    record = {"variant": "bright", "spec": {}, "uri": "", "prefix": f"runs/{RUN_ID}/bright",
-              "metrics": {"workers": 1, "num_replicas_in_sync": 1, "epochs": 1, "train_seconds": 1.0, "examples_per_second": 1.0}}
-    select_winner([record], str(tmp_path / "data"), f"file://{store_root}", MODEL, RUN_ID, "val_accuracy")
+    record = samples.candidate("bright", f"runs/{RUN_ID}/bright")
+    select_winner([record], str(tmp_path / "data"), f"file://{store_root}", RUN_ID, SelectionSettings(MODEL))
 
-    mistakes = selection_record(tmp_path)["misclassified"]
+    mistakes = selection_record(tmp_path).misclassified
     wrong = np.flatnonzero(labels == 2)
     assert len(wrong) > 24
-    assert [m["index"] for m in mistakes] == wrong[np.argsort(-values[wrong])][:24].tolist()
-    confidences = [m["confidence"] for m in mistakes]
+    assert [m.index for m in mistakes] == wrong[np.argsort(-values[wrong])][:24].tolist()
+    confidences = [m.confidence for m in mistakes]
     assert confidences == sorted(confidences, reverse=True) and len(set(confidences)) == 24
-    assert all((m["true"], m["predicted"]) == (2, 0) for m in mistakes)
+    assert all((m.true, m.predicted) == (2, 0) for m in mistakes)
 
 
 def test_select_reports_each_candidate_as_evaluating(exported: Path, data_dir: Path, tmp_path: Path,

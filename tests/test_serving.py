@@ -22,6 +22,7 @@ from components.data.fashion_mnist import read_idx_dir
 from components.modeling.savedmodel import ARRAYS_SIGNATURE, export
 from components.storage import open_store, registry
 from tests.conftest import free_port
+from tests.samples import manifest
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
@@ -104,8 +105,8 @@ def setup(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     tmp = tmp_path_factory.mktemp("serving")
     store = open_store(f"file://{tmp / 'store'}")
     trained = _trained(fashion_dir, tmp)
-    registry.publish(store, NAME, trained, {"variant": "trained"})
-    registry.publish(store, WATCHED, _constant(tmp, 3), {"variant": "always-3"})
+    registry.publish(store, NAME, trained, manifest(variant="trained"))
+    registry.publish(store, WATCHED, _constant(tmp, 3), manifest(variant="always-3"))
     http_port, grpc_port, watched_port = free_port(), free_port(), free_port()
     folder = Server([sys.executable, "-m", "components.serving.server", "--model-dir", str(tmp / "store" / "models" / NAME),
                      "--model-name", NAME, "--http-port", str(http_port), "--grpc-port", str(grpc_port),
@@ -287,7 +288,7 @@ def _wait_for(condition, what: str, timeout: float = 120) -> None:
 def test_a_newer_version_is_swapped_in_under_load_never_a_partial_one_and_no_request_fails(
         setup: dict, test_images: np.ndarray) -> None:
     store, tmp = setup["store"], setup["tmp"]
-    (first,) = [m["version"] for m in registry.list_versions(store, WATCHED)]
+    (first,) = [m.version for m in registry.list_versions(store, WATCHED)]
     # A publisher caught mid-copy: a higher version folder whose manifest (the completeness mark) is not there yet.
     partial = tmp / "store" / "models" / WATCHED / str(first + 5)
     subprocess.run(["cp", "-r", str(_constant(tmp, 9)), str(partial)], check=True)
@@ -299,7 +300,7 @@ def test_a_newer_version_is_swapped_in_under_load_never_a_partial_one_and_no_req
         client.start()
     try:
         _wait_for(lambda: len(answers) >= 20, "answers from the first version")
-        newer = registry.publish(store, WATCHED, _constant(tmp, 7), {"variant": "always-7"})
+        newer = registry.publish(store, WATCHED, _constant(tmp, 7), manifest(variant="always-7"))
         assert newer > first + 5
         _wait_for(lambda: any(answer[1:] == (200, 7) for answer in answers[-5:]), "the newer version's answers")
         seen = len(answers)
@@ -331,8 +332,10 @@ def test_a_model_folder_offers_its_complete_versions_or_is_one_savedmodel(tmp_pa
     assert FolderSource(tmp_path / "layout").versions() == [1, 10], "numbered folders with a manifest, numerically"
     single = tmp_path / "layout" / "10"
     assert FolderSource(single).versions() == [0] and FolderSource(single).fetch(0) == single
-    (single / registry.MANIFEST).write_text('{"version": 10}')
+    (single / registry.MANIFEST).write_text(manifest(version=10).to_json())
     assert FolderSource(single).versions() == [10]
+    (single / registry.MANIFEST).write_text('{"version": 10}')  # no manifest of this bakeoff's: a bare SavedModel's number
+    assert FolderSource(single).versions() == [0]
 
 
 def test_the_heap_settled_again_frees_what_was_frozen_then_dropped() -> None:
@@ -365,7 +368,7 @@ def test_serve_fails_in_one_line_before_loading_anything(problem: str, tmp_path:
     if problem == "port in use":
         (tmp_path / "model").mkdir()
         (tmp_path / "model" / "saved_model.pb").write_bytes(b"never loaded")
-        registry.publish(open_store(str(store)), "fashion-mnist", tmp_path / "model", {})
+        registry.publish(open_store(str(store)), "fashion-mnist", tmp_path / "model", manifest())
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()

@@ -12,6 +12,7 @@ import pytest
 from components.errors import BakeoffError
 from components.storage import S3Store, registry, s3
 from tests.conftest import BUCKET, WeedServer, free_port
+from tests.samples import manifest
 
 BOUND = 60.0  # seconds of retries: far more than a restart here takes (about 3 s)
 SHORT_BOUND = 2.0  # seconds of retries for the test that outlasts them
@@ -114,12 +115,12 @@ def test_a_publish_completes_across_a_restart_of_the_server(running: WeedServer,
     retries = Retries(store)
     model = model_dir(tmp_path)
     kill_after_puts(store, running, puts=2)
-    thread, outcome = in_thread(lambda: registry.publish(store, "fm", model, {"run_id": "r1"}))
+    thread, outcome = in_thread(lambda: registry.publish(store, "fm", model, manifest(run_id="r1")))
     assert retries.first.wait(BOUND), "the publish never retried"
     running.start()
     thread.join(BOUND)
     assert not thread.is_alive() and outcome.get("value") == 1, outcome.get("error")
-    assert [(m["version"], m["run_id"]) for m in registry.list_versions(store, "fm")] == [(1, "r1")]
+    assert [(m.version, m.run_id) for m in registry.list_versions(store, "fm")] == [(1, "r1")]
     assert len(store.list("models/fm/1")) == 1 + 1 + 8  # the manifest, saved_model.pb, the variables
     assert store.get_bytes("models/fm/1/variables/variables.data-00007-of-00008") == bytes([7]) * 10_000
 
@@ -130,7 +131,7 @@ def test_a_server_gone_past_the_bound_fails_in_one_line_and_leaves_no_version(ru
     retries = Retries(store)
     kill_after_puts(store, running, puts=2)
     with pytest.raises(BakeoffError) as failure:
-        registry.publish(store, "fm", model_dir(tmp_path), {"run_id": "r1"})
+        registry.publish(store, "fm", model_dir(tmp_path), manifest(run_id="r1"))
     message = str(failure.value)
     assert "\n" not in message
     assert message.startswith(f"S3 put of 's3://{BUCKET}/{tmp_path.name}/models/fm/1/")
@@ -142,8 +143,8 @@ def test_a_server_gone_past_the_bound_fails_in_one_line_and_leaves_no_version(ru
     later = S3Store(BUCKET, tmp_path.name, running.endpoint, secure=False)
     assert registry.list_versions(later, "fm") == []
     assert "models/fm/1/manifest.json" not in later.list("models/fm")
-    assert registry.publish(later, "fm", model_dir(tmp_path / "next"), {"run_id": "next"}) == 2
-    assert [(m["version"], m["run_id"]) for m in registry.list_versions(later, "fm")] == [(2, "next")]
+    assert registry.publish(later, "fm", model_dir(tmp_path / "next"), manifest(run_id="next")) == 2
+    assert [(m.version, m.run_id) for m in registry.list_versions(later, "fm")] == [(2, "next")]
 
 
 class FaultyProxy:

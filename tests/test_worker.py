@@ -15,6 +15,7 @@ from components.data import fashion_mnist
 from components.modeling import evaluation, savedmodel
 from components.backends.local import LocalBackend
 from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
+from components.storage.records import WorkerMetrics
 from components.training.tfjob import build_tfjob, worker_args
 from components.spec import from_dict
 
@@ -75,11 +76,15 @@ def trained(fashion_dir: Path, s3_server: tuple[str, dict[str, str]],
     return Trained(out, lines, dict(versions))
 
 
+def written_metrics(trained: Trained) -> WorkerMetrics:
+    return WorkerMetrics.from_json((trained.out / "metrics.json").read_text(), "metrics.json")
+
+
 def test_both_replicas_train_in_sync(trained: Trained) -> None:
-    metrics = json.loads((trained.out / "metrics.json").read_text())
-    assert metrics["num_replicas_in_sync"] == 2 and metrics["workers"] == 2
-    assert metrics["global_batch_size"] == 64 and metrics["steps_per_epoch"] == 4096 // 64
-    assert len(metrics["history"]["loss"]) == 2
+    metrics = written_metrics(trained)
+    assert metrics.num_replicas_in_sync == 2 and metrics.workers == 2
+    assert metrics.global_batch_size == 64 and metrics.steps_per_epoch == 4096 // 64
+    assert len(metrics.history["loss"]) == 2
     for index in (0, 1):
         assert any(line.startswith(f"[small-test-worker-{index}] 64/64") for line in trained.lines), f"worker {index} did not train"
 
@@ -98,20 +103,20 @@ def test_every_replica_reports_the_global_epoch_metrics(trained: Trained) -> Non
     epochs = {index: [re.search(r"loss: (\S+) - accuracy: (\S+)", line).groups()
                       for line in trained.lines if line.startswith(f"[small-test-worker-{index}] 64/64")]
               for index in (0, 1)}
-    history = json.loads((trained.out / "metrics.json").read_text())["history"]
+    history = written_metrics(trained).history
     assert epochs[0] == epochs[1] == [(f"{loss:.4f}", f"{accuracy:.4f}")
                                       for loss, accuracy in zip(history["loss"], history["accuracy"])]
 
 
 def test_replicas_train_on_tcmalloc(trained: Trained) -> None:
     """The default malloc halves a 2-worker job's speed; `make test` installs tcmalloc, so it must be in use."""
-    assert json.loads((trained.out / "metrics.json").read_text())["allocator"] == "tcmalloc"
+    assert written_metrics(trained).allocator == "tcmalloc"
     assert not any("tcmalloc not found" in line for line in trained.lines)
 
 
 def test_replicas_run_onednn_kernels(trained: Trained) -> None:
     """TensorFlow leaves oneDNN off on AVX2-only CPUs, where it trains ~25 % faster; the worker turns it on."""
-    assert json.loads((trained.out / "metrics.json").read_text())["onednn"] is True
+    assert written_metrics(trained).onednn is True
 
 
 def test_only_the_chief_keeps_a_model(trained: Trained) -> None:

@@ -8,6 +8,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from components.storage.records import VAL_EPOCHS
+
 # Per-epoch series of a metrics.json history: (panel, its training key, its validation key).
 PANELS = (("loss", "loss", "val_loss"), ("accuracy", "accuracy", "val_accuracy"))
 
@@ -26,7 +28,7 @@ def curves(histories: dict[str, dict]) -> Figure:
             ax.plot(range(1, len(train) + 1), train, color=colour, marker=".", label=f"{variant} train", gid=f"{variant}/{train_key}")
             validation = history.get(val_key, [])
             if validation:
-                epochs = history.get("val_epochs") or list(range(1, len(validation) + 1))
+                epochs = history.get(VAL_EPOCHS) or list(range(1, len(validation) + 1))
                 ax.plot(epochs, validation, color=colour, linestyle="--", marker="o", label=f"{variant} validation",
                         gid=f"{variant}/{val_key}")
         ax.set(title=panel, xlabel="epoch")

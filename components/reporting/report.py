@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from components.errors import BakeoffError
 from components.reporting import figures
 from components.storage import Store, runs
+from components.storage.records import Mistake, SelectionRecord
 
 # Inline, so the page needs nothing but itself: it is opened from disk, a KFP UI or an email.
 STYLE = """
@@ -30,48 +31,48 @@ img.figure { max-width: 100%; }
 WINNER_MARK = "★ winner"
 
 
-def render(record: dict, histories: dict[str, dict]) -> str:
+def render(record: SelectionRecord, histories: dict[str, dict]) -> str:
     """The page for a selection record (``runs/<run>/selection.json``) and each candidate's metrics.json ``history``."""
-    names = record["class_names"]
-    ordered = {c["variant"]: histories.get(c["variant"], {}) for c in _contestants(record)}
+    names = record.class_names
+    ordered = {c.variant: histories.get(c.variant, {}) for c in record.contestants()}
     curves = figures.curves(ordered)
-    confusion = figures.confusion(record["confusion_matrix"], names)
-    winner = record["winner"]
-    title = f"bakeoff run {record['run_id']}"
+    confusion = figures.confusion(record.confusion_matrix, names)
+    winner = record.winner
+    title = f"bakeoff run {record.run_id}"
     body = [
         f"<h1>{_text(title)}</h1>",
-        f"<p>selected by {_text(record['metric'])} on validation · {_text(record['created'])}</p>",
+        f"<p>selected by {_text(record.metric)} on validation · {_text(record.created)}</p>",
         f'<p class="decision" id="decision">{_text(_decision(record))}</p>',
         "<h2>Leaderboard</h2>",
         _leaderboard(record),
-        f"<p>winner: <b>{_text(winner['variant'])}</b>, test accuracy {winner['test_accuracy']:.4f}</p>",
+        f"<p>winner: <b>{_text(winner.variant)}</b>, test accuracy {winner.test_accuracy:.4f}</p>",
         "<h2>Training and validation, per epoch</h2>",
         _figure(curves, "training and validation curves", "curves", json.dumps(figures.series(curves))),
-        f"<h2>Confusion matrix of {_text(winner['variant'])} on test</h2>",
-        _figure(confusion, "confusion matrix", "confusion", json.dumps(record["confusion_matrix"])),
-        f"<h2>Its most confident mistakes on test ({len(record['misclassified'])})</h2>",
-        _mistakes(record["misclassified"], names),
+        f"<h2>Confusion matrix of {_text(winner.variant)} on test</h2>",
+        _figure(confusion, "confusion matrix", "confusion", json.dumps(record.confusion_matrix)),
+        f"<h2>Its most confident mistakes on test ({len(record.misclassified)})</h2>",
+        _mistakes(record.misclassified, names),
     ]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{_text(title)}</title><style>\n{STYLE}\n</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
-def markdown(record: dict) -> str:
+def markdown(record: SelectionRecord) -> str:
     """The leaderboard and the promotion decision in Markdown (the KFP UI's Markdown artifact)."""
-    metric = record["metric"]
+    metric = record.metric
     rows = [f"| | variant | {_marked('val_accuracy', metric)} | {_marked('val_loss', metric)} | epochs | workers | train s |",
             "|---|---|---:|---:|---:|---:|---:|"]
-    for place, c in enumerate(record["candidates"], 1):
-        mark = f"{place} {WINNER_MARK}" if c["variant"] == record["winner"]["variant"] else str(place)
-        rows.append(f"| {mark} | {c['variant']} | {c['val_accuracy']:.4f} | {c['val_loss']:.4f} | {c['epochs']}"
-                    f" | {c['workers']} | {c['train_seconds']:.1f} |")
-    rows += [f"| stopped | {s['variant']} | {s['reason']} | | {s['epochs']} | | |" for s in record.get("stopped", [])]
-    winner = record["winner"]
-    return (f"### bakeoff run {record['run_id']}\n\n" + "\n".join(rows)
-            + f"\n\nwinner: **{winner['variant']}**, test accuracy {winner['test_accuracy']:.4f}\n\n{_decision(record)}\n")
+    for place, c in enumerate(record.candidates, 1):
+        mark = f"{place} {WINNER_MARK}" if c.variant == record.winner.variant else str(place)
+        rows.append(f"| {mark} | {c.variant} | {c.val_accuracy:.4f} | {c.val_loss:.4f} | {c.epochs}"
+                    f" | {c.workers} | {c.train_seconds:.1f} |")
+    rows += [f"| stopped | {s.variant} | {s.reason} | | {s.epochs} | | |" for s in record.stopped]
+    winner = record.winner
+    return (f"### bakeoff run {record.run_id}\n\n" + "\n".join(rows)
+            + f"\n\nwinner: **{winner.variant}**, test accuracy {winner.test_accuracy:.4f}\n\n{_decision(record)}\n")
 
 
-def read_record(store: Store, run_id: str) -> dict:
+def read_record(store: Store, run_id: str) -> SelectionRecord:
     """The run's selection record; one line when the run is unknown or never reached select."""
     if not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9_.]*", run_id):  # a KFP job id or kfp.local's run name; never a path
         raise BakeoffError(f"run id {run_id!r} is not one bakeoff writes: pass the run id `bakeoff run` printed, or latest")
@@ -80,22 +81,22 @@ def read_record(store: Store, run_id: str) -> dict:
         reached = bool(store.list(f"runs/{run_id}/"))
         why = "it has no selection record (it did not reach select)" if reached else "no such run"
         raise BakeoffError(f"cannot report run {run_id!r} in {store.uri}: {why}; `bakeoff report latest` reports the newest run that has one")
-    return json.loads(store.get_bytes(key))
+    return runs.selection(store, run_id)
 
 
 def latest_run(store: Store) -> str:
     """The run id of the newest selection record in the store."""
-    records = [json.loads(store.get_bytes(key)) for key in store.list("runs/") if key.count("/") == 2 and key.endswith(f"/{runs.SELECTION}")]
+    records = [runs.selection(store, key.split("/")[1]) for key in store.list("runs/")
+               if key.count("/") == 2 and key.endswith(f"/{runs.SELECTION}")]
     if not records:
         raise BakeoffError(f"no run in {store.uri} has a selection record: run a bake-off (`bakeoff run`) or check --store")
-    return max(records, key=lambda record: (record["created"], record["run_id"]))["run_id"]
+    return max(records, key=lambda record: (record.created, record.run_id)).run_id
 
 
 def write_report(store: Store, run_id: str, path: Path) -> Path:
     """Writes the run's page to ``path`` all at once, from selection.json and every candidate's metrics.json."""
     record = read_record(store, run_id)
-    histories = {c["variant"]: json.loads(store.get_bytes(f"{runs.variant_prefix(run_id, c['variant'])}/{runs.METRICS}")).get("history", {})
-                 for c in _contestants(record)}
+    histories = {c.variant: runs.metrics(store, run_id, c.variant).history for c in record.contestants()}
     page = render(record, histories)
     path = Path(path)
     staged = path.with_name(f".{path.name}.{os.getpid()}.partial")  # beside it, so the rename stays on one file system
@@ -118,33 +119,28 @@ def _marked(column: str, metric: str) -> str:
     return f"{column} (selection)" if column == metric else column
 
 
-def _decision(record: dict) -> str:
+def _decision(record: SelectionRecord) -> str:
     """The promotion decision as the run stated it, and where the winner went."""
-    winner = record["winner"]
-    where = f" at {winner['uri']}" if record["promotion"]["published"] and winner["uri"] else " (not published)"
-    return record["promotion"]["message"] + where
+    winner = record.winner
+    where = f" at {winner.uri}" if record.promotion.published and winner.uri else " (not published)"
+    return record.promotion.message + where
 
 
-def _leaderboard(record: dict) -> str:
-    metric = record["metric"]
+def _leaderboard(record: SelectionRecord) -> str:
+    metric = record.metric
     columns = ("val_accuracy", "val_loss")
     head = "".join(f'<th class="metric">{c} (selection)</th>' if c == metric else f"<th>{c}</th>" for c in columns)
     rows = [f'<table id="leaderboard"><tr><th>#</th><th>variant</th>{head}<th>epochs</th><th>workers</th>'
             "<th>train s</th><th>examples/s</th></tr>"]
-    for place, c in enumerate(record["candidates"], 1):
-        won = c["variant"] == record["winner"]["variant"]
-        cells = "".join(f'<td class="metric">{c[k]:.4f}</td>' if k == metric else f"<td>{c[k]:.4f}</td>" for k in columns)
-        rows.append(f'<tr{" class=winner" if won else ""} data-variant="{_text(c["variant"])}"><td>{place}</td>'
-                    f'<td>{_text(c["variant"])}{" " + WINNER_MARK if won else ""}</td>{cells}<td>{c["epochs"]}</td>'
-                    f'<td>{c["workers"]}</td><td>{c["train_seconds"]:.1f}</td><td>{c["examples_per_second"]:.0f}</td></tr>')
-    rows += [f'<tr class="stopped" data-variant="{_text(s["variant"])}"><td>rung {s["rung"]}</td><td>{_text(s["variant"])}</td>'
-             f'<td colspan="6">stopped: {_text(s["reason"])}</td></tr>' for s in record.get("stopped", [])]
+    for place, c in enumerate(record.candidates, 1):
+        won = c.variant == record.winner.variant
+        cells = "".join(f'<td class="metric">{c.score(k):.4f}</td>' if k == metric else f"<td>{c.score(k):.4f}</td>" for k in columns)
+        rows.append(f'<tr{" class=winner" if won else ""} data-variant="{_text(c.variant)}"><td>{place}</td>'
+                    f'<td>{_text(c.variant)}{" " + WINNER_MARK if won else ""}</td>{cells}<td>{c.epochs}</td>'
+                    f'<td>{c.workers}</td><td>{c.train_seconds:.1f}</td><td>{c.examples_per_second:.0f}</td></tr>')
+    rows += [f'<tr class="stopped" data-variant="{_text(s.variant)}"><td>rung {s.rung}</td><td>{_text(s.variant)}</td>'
+             f'<td colspan="6">stopped: {_text(s.reason)}</td></tr>' for s in record.stopped]
     return "\n".join(rows) + "\n</table>"
-
-
-def _contestants(record: dict) -> list[dict]:
-    """Every variant the run trained: the last rung's candidates, then those successive halving stopped earlier."""
-    return record["candidates"] + record.get("stopped", [])
 
 
 def _figure(figure: Figure, alt: str, name: str, data: str) -> str:
@@ -153,10 +149,10 @@ def _figure(figure: Figure, alt: str, name: str, data: str) -> str:
             f' src="data:image/png;base64,{figures.png_base64(figure)}">')
 
 
-def _mistakes(misclassified: list[dict], names: list[str]) -> str:
+def _mistakes(misclassified: list[Mistake], names: list[str]) -> str:
     if not misclassified:
         return "<p>none: every test image was classified right</p>"
-    cells = [f'<figure><img alt="test image {m["index"]}" src="data:image/png;base64,{m["png"]}">'
-             f'<figcaption>true: {_text(names[m["true"]])}<br>predicted: {_text(names[m["predicted"]])}'
-             f' ({m["confidence"]:.0%})<br>test #{m["index"]}</figcaption></figure>' for m in misclassified]
+    cells = [f'<figure><img alt="test image {m.index}" src="data:image/png;base64,{m.png}">'
+             f'<figcaption>true: {_text(names[m.true])}<br>predicted: {_text(names[m.predicted])}'
+             f' ({m.confidence:.0%})<br>test #{m.index}</figcaption></figure>' for m in misclassified]
     return '<div class="mistakes">\n' + "\n".join(cells) + "\n</div>"

@@ -5,8 +5,9 @@ import dataclasses
 import math
 
 from components.defaults import HALVING_WINDOW
-from components.selection.ranking import direction, rank
+from components.selection.ranking import check_metric, rank
 from components.spec import Halving
+from components.storage.records import VAL_EPOCHS, Score
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,20 +48,20 @@ def rung_score(history: dict, metric: str, epochs: int) -> tuple[float, int]:
     swings widely: a single dip must not decide who goes on (README, "Search").
     """
     values = history.get(metric) or []
-    validated = history.get("val_epochs") or list(range(epochs - len(values) + 1, epochs + 1))
+    validated = history.get(VAL_EPOCHS) or list(range(epochs - len(values) + 1, epochs + 1))
     first = epochs - max(1, epochs // HALVING_WINDOW) + 1
     recent = [value for value, epoch in zip(values, validated) if epoch >= first] or values[-1:]
     return (math.fsum(recent) / len(recent) if recent else math.nan), first
 
 
-def survivors(candidates: list[dict], keep: int, metric: str) -> tuple[list[str], list[str]]:
+def survivors(candidates: list[Score], keep: int, metric: str) -> tuple[list[str], list[str]]:
     """The names of the ``keep`` best candidates and of the rest, each best first by ``metric`` in its direction.
 
     Ties go to the name that sorts first (``rank``); a candidate whose metric is not a number (a diverged run's NaN)
     ranks below every other.
     """
-    direction(metric)  # an unknown metric is one line, before any candidate is read
-    scored = [c for c in candidates if math.isfinite(c[metric])]
-    ranked = rank(scored, metric) + sorted((c for c in candidates if not math.isfinite(c[metric])), key=lambda c: c["variant"])
-    names = [c["variant"] for c in ranked]
+    check_metric(metric)  # an unknown metric is one line, before any candidate is read
+    scored = [c for c in candidates if math.isfinite(c.score(metric))]
+    ranked = rank(scored, metric) + sorted((c for c in candidates if not math.isfinite(c.score(metric))), key=lambda c: c.variant)
+    names = [c.variant for c in ranked]
     return names[:keep], names[keep:]

@@ -1,7 +1,6 @@
 """The winner: every candidate scored alike on validation, the best tested on test, published if it beats the champion."""
 import base64
 import datetime
-import json
 import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
@@ -13,21 +12,22 @@ from components.data import artifact
 from components.data.fashion_mnist import Split
 from components.errors import BakeoffError
 from components.modeling.evaluation import confident_mistakes, confusion_matrix, evaluate, predict, score
-from components.selection.promotion import Gate, promote
+from components.selection.promotion import promote
 from components.selection.ranking import direction, rank
+from components.selection.settings import SelectionSettings
 from components.storage import Store, open_store, registry, runs
+from components.storage.records import (Candidate, Champion, DatasetInfo, Decision, Manifest, Mistake, Promotion, PublishedMetrics,
+                                        Score, ScoredCandidate, SelectionBasis, SelectionRecord, Stopped, Summary, Winner)
 
 
 def select_winner(
-    candidates: list[dict],
+    candidates: list[Candidate],
     data_dir: str,
     store_uri: str,
-    model_name: str,
     run_id: str,
-    metric: str,
-    gate: Gate = Gate(),
-    stopped: Sequence[dict] = (),
-) -> dict:
+    settings: SelectionSettings,
+    stopped: Sequence[Stopped] = (),
+) -> Summary:
     """Scores, ranks, tests, and publishes unless the champion stays; returns the run's summary (the CLI's --json).
 
     ``stopped`` are the variants successive halving stopped before the last
@@ -39,8 +39,7 @@ def select_winner(
     """
     if not candidates:
         raise BakeoffError("no candidates to select from: the config must list at least one variant")
-    better = direction(metric)  # before minutes of evaluation
-    registry.model_prefix(model_name)
+    model_name, metric, gate = settings.model_name, settings.metric, settings.gate
     store = open_store(store_uri)
     data = open_store(data_dir)
     metadata = artifact.read_metadata(data)
@@ -48,78 +47,71 @@ def select_winner(
     scored = []
     with tempfile.TemporaryDirectory(prefix="bakeoff-select-") as scratch:
         for candidate in candidates:
-            progress.emit(candidate["variant"], state="evaluating")
-            model_dir = store.get_dir(f"{candidate['prefix']}/{runs.MODEL}", Path(scratch) / candidate["variant"])
+            progress.emit(candidate.variant, state="evaluating")
+            model_dir = store.get_dir(f"{candidate.prefix}/{runs.MODEL}", Path(scratch) / candidate.variant)
             result = evaluate(model_dir, validation.images, validation.labels)
-            training = candidate["metrics"]
-            scored.append({
-                "variant": candidate["variant"],
-                "workers": training["workers"],
-                "num_replicas_in_sync": training["num_replicas_in_sync"],
-                "val_accuracy": result["accuracy"],
-                "val_loss": result["loss"],
-                "epochs": training["epochs"],
-                "train_seconds": training["train_seconds"],
-                "examples_per_second": training["examples_per_second"],
-                "uri": candidate["uri"],
-            })
+            training = candidate.metrics
+            scored.append(ScoredCandidate(
+                variant=candidate.variant,
+                workers=training.workers,
+                num_replicas_in_sync=training.num_replicas_in_sync,
+                val_accuracy=result["accuracy"],
+                val_loss=result["loss"],
+                epochs=training.epochs,
+                train_seconds=training.train_seconds,
+                examples_per_second=training.examples_per_second,
+                uri=candidate.uri,
+            ))
         ranking = rank(scored, metric)
         best = ranking[0]
-        winner = next(c for c in candidates if c["variant"] == best["variant"])
-        winner_dir = Path(scratch) / winner["variant"]
+        winner = next(c for c in candidates if c.variant == best.variant)
+        winner_dir = Path(scratch) / winner.variant
         test = artifact.read_shards(data, "test")
         test_probabilities = predict(winner_dir, test.images)  # once: the test scores and the record come from it
         test_result = score(test_probabilities, test.labels)
         champion = _champion(store, model_name, validation, Path(scratch) / "champion")
-        published = promote(gate, metric, best[metric], champion[metric] if champion else None)
-        promotion = {
-            "published": published,
-            "forced": gate.force,
-            "min_improvement": gate.min_improvement,
-            "champion": champion,
-            "challenger": {"variant": best["variant"], metric: best[metric]},
-        }
-        manifest = {
-            "model": model_name,
-            "run_id": run_id,
-            "variant": winner["variant"],
-            "spec": winner["spec"],
-            "metrics": {
-                "val_accuracy": best["val_accuracy"],
-                "val_loss": best["val_loss"],
-                "test_accuracy": test_result["accuracy"],
-                "test_loss": test_result["loss"],
-                "training": winner["metrics"],
-            },
-            "selection": {"metric": metric, "direction": better, "candidates": [c["variant"] for c in ranking]},
-            "dataset": {"fingerprint": metadata["fingerprint"], "counts": metadata["counts"]},
-            "promotion": promotion,
-            "source_uri": winner["uri"],
-            "created": _now(),
-        }
-        version = registry.publish(store, model_name, winner_dir, manifest) if published else None
-    promotion["message"] = _decision(metric, best, champion, version)
-    summary = {
-        "run_id": run_id,
-        "winner": {
-            "variant": best["variant"],
-            "version": version,
-            "uri": store.uri_for(f"{registry.model_prefix(model_name)}/{version}") if version else None,
-            "val_accuracy": best["val_accuracy"],
-            "test_accuracy": test_result["accuracy"],
-        },
-        "promotion": promotion,
-        "candidates": ranking,
-        "stopped": list(stopped),
-    }
-    record = summary | {
-        "metric": metric,
-        "class_names": metadata["class_names"],
-        "confusion_matrix": confusion_matrix(test.labels, test_probabilities.argmax(axis=1), len(metadata["class_names"])),
-        "misclassified": _misclassified(test, test_probabilities),
-        "created": _now(),
-    }
-    store.put_bytes(runs.selection_key(run_id), json.dumps(record, indent=2).encode())
+        decision = Decision(
+            published=promote(gate, metric, best.score(metric), champion.score(metric) if champion else None),
+            forced=gate.force,
+            min_improvement=gate.min_improvement,
+            champion=champion,
+            challenger=Score(best.variant, metric, best.score(metric)),
+        )
+        manifest = Manifest(
+            model=model_name,
+            run_id=run_id,
+            variant=winner.variant,
+            spec=winner.spec,
+            metrics=PublishedMetrics(best.val_accuracy, best.val_loss, test_result["accuracy"], test_result["loss"], winner.metrics),
+            selection=SelectionBasis(metric, direction(metric), [c.variant for c in ranking]),
+            dataset=DatasetInfo(metadata["fingerprint"], metadata["counts"]),
+            promotion=decision,
+            source_uri=winner.uri,
+            created=_now(),
+        )
+        version = registry.publish(store, model_name, winner_dir, manifest) if decision.published else None
+    summary = Summary(
+        run_id=run_id,
+        winner=Winner(
+            variant=best.variant,
+            version=version,
+            uri=store.uri_for(f"{registry.model_prefix(model_name)}/{version}") if version else None,
+            val_accuracy=best.val_accuracy,
+            test_accuracy=test_result["accuracy"],
+        ),
+        promotion=Promotion(**vars(decision), message=_decision(metric, best, champion, version)),
+        candidates=ranking,
+        stopped=list(stopped),
+    )
+    record = SelectionRecord(
+        **vars(summary),
+        metric=metric,
+        class_names=metadata["class_names"],
+        confusion_matrix=confusion_matrix(test.labels, test_probabilities.argmax(axis=1), len(metadata["class_names"])),
+        misclassified=_misclassified(test, test_probabilities),
+        created=_now(),
+    )
+    store.put_bytes(runs.selection_key(run_id), record.to_json().encode())
     return summary
 
 
@@ -127,7 +119,7 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _misclassified(test: Split, probabilities: np.ndarray) -> list[dict]:
+def _misclassified(test: Split, probabilities: np.ndarray) -> list[Mistake]:
     """The winner's most confident mistakes on test, each with its image as a base64 PNG."""
     import tensorflow as tf
 
@@ -135,17 +127,17 @@ def _misclassified(test: Split, probabilities: np.ndarray) -> list[dict]:
     for index in confident_mistakes(probabilities, test.labels, defaults.MISCLASSIFIED):
         predicted = int(probabilities[index].argmax())
         png = tf.io.encode_png(test.images[index].astype(np.uint8)[..., np.newaxis]).numpy()
-        mistakes.append({
-            "index": index,
-            "true": int(test.labels[index]),
-            "predicted": predicted,
-            "confidence": float(probabilities[index, predicted]),
-            "png": base64.b64encode(png).decode("ascii"),
-        })
+        mistakes.append(Mistake(
+            index=index,
+            true=int(test.labels[index]),
+            predicted=predicted,
+            confidence=float(probabilities[index, predicted]),
+            png=base64.b64encode(png).decode("ascii"),
+        ))
     return mistakes
 
 
-def _champion(store: Store, model_name: str, validation: Split, scratch: Path) -> Optional[dict]:
+def _champion(store: Store, model_name: str, validation: Split, scratch: Path) -> Optional[Champion]:
     """The latest published version scored now, on this run's validation split with the candidates' code.
 
     Never the numbers in its manifest: they may come from another dataset (its
@@ -155,35 +147,27 @@ def _champion(store: Store, model_name: str, validation: Split, scratch: Path) -
     if not versions:
         return None
     latest = versions[-1]
-    model_dir = store.get_dir(f"{registry.model_prefix(model_name)}/{latest['version']}", scratch)
+    model_dir = store.get_dir(f"{registry.model_prefix(model_name)}/{latest.version}", scratch)
     result = evaluate(model_dir, validation.images, validation.labels)
-    return {
-        "version": latest["version"],
-        "variant": latest["variant"],
-        "val_accuracy": result["accuracy"],
-        "val_loss": result["loss"],
-        "dataset_fingerprint": latest["dataset"]["fingerprint"],
-    }
+    return Champion(latest.version, latest.variant, result["accuracy"], result["loss"], latest.dataset.fingerprint)
 
 
-def _decision(metric: str, best: dict, champion: Optional[dict], version: Optional[int]) -> str:
+def _decision(metric: str, best: ScoredCandidate, champion: Optional[Champion], version: Optional[int]) -> str:
     """One line for people: what was published, or which version was kept over what."""
     if version is None:
-        return (f"kept version {champion['version']} ({metric} {champion[metric]:.4f}) over {best['variant']}"
-                f" ({best[metric]:.4f})")
+        assert champion is not None  # only a champion keeps its place
+        return (f"kept version {champion.version} ({metric} {champion.score(metric):.4f}) over {best.variant}"
+                f" ({best.score(metric):.4f})")
     if champion is None:
-        return f"published version {version}: {best['variant']} ({metric} {best[metric]:.4f}), the first"
-    return (f"published version {version}: {best['variant']} ({metric} {best[metric]:.4f}) over version"
-            f" {champion['version']} ({champion[metric]:.4f})")
+        return f"published version {version}: {best.variant} ({metric} {best.score(metric):.4f}), the first"
+    return (f"published version {version}: {best.variant} ({metric} {best.score(metric):.4f}) over version"
+            f" {champion.version} ({champion.score(metric):.4f})")
 
 
-def select_run(variants: list[str], data_dir: str, store_uri: str, model_name: str, run_id: str, metric: str,
-               gate: Gate = Gate()) -> dict:
+def select_run(variants: list[str], data_dir: str, store_uri: str, run_id: str, settings: SelectionSettings) -> Summary:
     """``select_winner`` over the variants that run ``run_id`` trained, read back from the store."""
-    direction(metric)
-    registry.model_prefix(model_name)  # both before reading anything
     store = open_store(store_uri)
     candidates = [runs.candidate(store, run_id, variant) for variant in variants]
-    stopped = [{"variant": entry["variant"], "rung": record["rung"], "epochs": record["epochs"], metric: entry[metric], "reason": entry["reason"]}
-               for record in runs.search_records(store, run_id) for entry in record["stopped"]]
-    return select_winner(candidates, data_dir, store_uri, model_name, run_id, metric, gate, stopped)
+    stopped = [Stopped(entry.variant, record.rung, record.epochs, settings.metric, entry.score(settings.metric), entry.reason)
+               for record in runs.search_records(store, run_id) for entry in record.stopped]
+    return select_winner(candidates, data_dir, store_uri, run_id, settings, stopped)

@@ -269,7 +269,7 @@ def latest_version(store: str, namespace: str, model_name: str, s3_endpoint: Opt
         raise BakeoffError(f"cannot read the published versions ({error}); or pass --version N (see `bakeoff models list`)") from None
     if not versions:
         raise BakeoffError(f"no published version of {model_name!r} in {uri}: run the pipeline first, or check --store and --model-name")
-    return int(versions[-1]["version"])
+    return versions[-1].version
 
 
 # ---------------------------------------------------------------- deploying

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from components import defaults
 from components.errors import BakeoffError, reported
 from components.storage import Store, open_store, registry
+from components.storage.records import Manifest
 
 if TYPE_CHECKING:
     from components.serving.model import ServedModel, Version
@@ -76,9 +77,10 @@ class FolderSource(Source):
     def versions(self) -> list[int]:
         if self._single():
             try:
-                return [int(json.loads((self.root / registry.MANIFEST).read_text())["version"])]
-            except (OSError, ValueError, KeyError, TypeError):
-                return [0]  # a bare SavedModel: one version, whatever its number
+                manifest = self.root / registry.MANIFEST
+                return [Manifest.from_json(manifest.read_text(), str(manifest)).version]
+            except (OSError, ValueError, BakeoffError):  # ValueError: not text
+                return [0]  # a bare SavedModel (or one beside a manifest this bakeoff cannot read): one version, whatever its number
         return sorted(int(entry.name) for entry in self.root.iterdir()
                       if entry.name.isdigit() and (entry / registry.MANIFEST).is_file())
 
@@ -266,7 +268,7 @@ class Settings:
 def serve(source: Source, settings: Settings) -> int:
     """Loads the first version, then serves until SIGTERM/SIGINT; must run on the main thread (KServe's own event loop)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    registry.model_prefix(settings.model_name)  # the name is a URL path segment too
+    registry.check_model_name(settings.model_name)  # the name is a URL path segment too
     first = choose(source, settings.version)
     for port, flag in ((settings.http_port, "--http-port"), (settings.grpc_port, "--grpc-port")):
         if port:

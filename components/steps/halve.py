@@ -20,12 +20,12 @@ def halve(
     variants' specs unchanged, best first: the next rung's loop runs over them.
     """
     import datetime
-    import json
 
     from components import progress
     from components.errors import BakeoffError, reported
     from components.search.halving import rung_score, survivors
     from components.storage import open_store, runs, use_s3_endpoint
+    from components.storage.records import RungRecord, RungStop, Score
     from components.training import backup
 
     with reported():
@@ -35,33 +35,32 @@ def halve(
         scores, epochs, since = [], [], {}
         for name in by_name:
             record = runs.rung_metrics(target, run_id, name, rung)
-            if not record["history"].get(metric):
+            if not record.history.get(metric):
                 raise BakeoffError(f"variant {name!r} has no {metric} in its record of rung {rung}: halving ranks on validation,"
                                    " which the worker scores at every job's last epoch: run an image built from this bakeoff")
-            score, since[name] = rung_score(record["history"], metric, record["epochs"])
-            scores.append({"variant": name, metric: score})
-            epochs.append(record["epochs"])
+            score, since[name] = rung_score(record.history, metric, record.epochs)
+            scores.append(Score(name, metric, score))
+            epochs.append(record.epochs)
         kept, stopped = survivors(scores, keep, metric)
-        score = {entry["variant"]: entry[metric] for entry in scores}
+        value = {entry.variant: entry.value for entry in scores}
         # Which epochs a score averages, when more than one (nothing outside this function ships to the step's container).
         averaged = {name: f" (mean of epochs {first}-{max(epochs)})" if first < max(epochs) else "" for name, first in since.items()}
         places = {name: place for place, name in enumerate(kept + stopped, start=1)}
-        target.put_bytes(runs.search_key(run_id, rung), json.dumps({
-            "rung": rung,
-            "epochs": max(epochs),
-            "metric": metric,
-            "entered": list(by_name),
-            "kept": [{"variant": name, metric: score[name]} for name in kept],
-            "stopped": [
-                {"variant": name, metric: score[name],
-                 "reason": f"{metric} {score[name]:.4f}{averaged[name]} placed {places[name]} of {len(by_name)}"
-                           f" after epoch {max(epochs)}; rung {rung} keeps {len(kept)}"}
+        target.put_bytes(runs.search_key(run_id, rung), RungRecord(
+            rung=rung,
+            epochs=max(epochs),
+            metric=metric,
+            entered=list(by_name),
+            kept=[Score(name, metric, value[name]) for name in kept],
+            stopped=[
+                RungStop(name, metric, value[name],
+                         reason=f"{metric} {value[name]:.4f}{averaged[name]} placed {places[name]} of {len(by_name)}"
+                                f" after epoch {max(epochs)}; rung {rung} keeps {len(kept)}")
                 for name in stopped
             ],
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        }, indent=2).encode())
+            created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        ).to_json().encode())
         for name in stopped:
             backup.remove(target, runs.variant_prefix(run_id, name))
             progress.emit(name, state="stopped")
         return [by_name[name] for name in kept]
-

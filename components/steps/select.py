@@ -22,22 +22,22 @@ def select(
     KFP UI shows the winner's confusion matrix on test, the run's report page
     (the same as `bakeoff report`) and the leaderboard.
     """
-    import json
     from pathlib import Path
 
     from components.errors import reported
     from components.reporting.report import markdown, read_record, write_report
     from components.selection.promotion import Gate
+    from components.selection.settings import SelectionSettings
     from components.selection.winner import select_run
     from components.storage import open_store, use_s3_endpoint
 
     with reported():
         use_s3_endpoint(s3_endpoint)
-        gate = Gate(min_improvement, force_publish)
-        summary = select_run([variant["name"] for variant in variants], data.path, store, model_name, run_id, metric, gate)
+        settings = SelectionSettings(model_name, metric, Gate(min_improvement, force_publish))
+        summary = select_run([variant["name"] for variant in variants], data.path, store, run_id, settings)
         opened = open_store(store)
         record = read_record(opened, run_id)
-        confusion.log_confusion_matrix(record["class_names"], record["confusion_matrix"])
+        confusion.log_confusion_matrix(record.class_names, record.confusion_matrix)
         write_report(opened, run_id, Path(report.path))
         Path(leaderboard.path).write_text(markdown(record), encoding="utf-8")
-        return json.dumps(summary)
+        return summary.to_json(indent=None)

@@ -22,16 +22,14 @@ def train(
     JSON rather than a dict: KFP would turn every integer of a dict into a float.
     ``metrics`` shows the job's final numbers in the KFP UI.
     """
-    import json
-
     from components.errors import reported
     from components.storage import use_s3_endpoint
-    from components.training.launch import final_metrics, train_variant
+    from components.training.launch import JobSettings, final_metrics, train_variant
 
     with reported():
         use_s3_endpoint(s3_endpoint)
-        candidate = train_variant(variant, data.uri, store, run_id, image, max_train_examples, concurrent_jobs, timeout_seconds, backend,
-                                  stop_epoch, rung)
-        for name, value in final_metrics(candidate["metrics"]).items():
+        settings = JobSettings(image, max_train_examples, concurrent_jobs, timeout_seconds, backend)
+        candidate = train_variant(variant, data.uri, store, run_id, settings, stop_epoch, rung)
+        for name, value in final_metrics(candidate.metrics).items():
             metrics.log_metric(name, value)
-        return json.dumps(candidate)
+        return candidate.to_json(indent=None)

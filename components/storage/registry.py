@@ -1,13 +1,14 @@
 """Published models: ``models/<name>/<version>/`` in TF-Serving layout, a manifest marking each complete."""
 from __future__ import annotations
 
-import json
+import dataclasses
 import re
 import shutil
 import tempfile
 from pathlib import Path
 
 from components.errors import BakeoffError
+from components.storage.records import Manifest
 from components.storage.store import Store
 
 MANIFEST = "manifest.json"
@@ -15,10 +16,15 @@ _VERSION_KEY = re.compile(r"^models/[^/]+/(\d+)/(.+)$")
 PUBLISH_ATTEMPTS = 100  # version numbers one publish tries before it gives up (each lost to another publisher)
 
 
-def model_prefix(name: str) -> str:
+def check_model_name(name: str) -> str:
+    """``name`` if it can name a model in a path and a URL; one clear line if not."""
     if not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9_.]*", name):
         raise BakeoffError(f"model name {name!r} is not usable in a path: use letters, digits, '-', '_' and '.'")
-    return f"models/{name}"
+    return name
+
+
+def model_prefix(name: str) -> str:
+    return f"models/{check_model_name(name)}"
 
 
 def _versions(store: Store, name: str) -> dict[int, bool]:
@@ -32,7 +38,7 @@ def _versions(store: Store, name: str) -> dict[int, bool]:
     return found
 
 
-def publish(store: Store, name: str, model_dir: Path, manifest: dict) -> int:
+def publish(store: Store, name: str, model_dir: Path, manifest: Manifest) -> int:
     """Publishes ``model_dir`` as the next integer version, all or nothing; returns the version.
 
     Concurrent publishers never share a number: the store's publish refuses
@@ -46,8 +52,7 @@ def publish(store: Store, name: str, model_dir: Path, manifest: dict) -> int:
             # Numbers of incomplete versions are skipped too: they may be another publisher at work.
             # Past the last number tried, too: a claim holds a number before any of its files is listed.
             version = max(max(_versions(store, name), default=0), tried) + 1
-            record = manifest | {"version": version}
-            (staged / MANIFEST).write_text(json.dumps(record, indent=2))
+            (staged / MANIFEST).write_text(dataclasses.replace(manifest, version=version).to_json())
             try:
                 store.publish(staged, f"{model_prefix(name)}/{version}", MANIFEST)
             except FileExistsError:
@@ -58,7 +63,8 @@ def publish(store: Store, name: str, model_dir: Path, manifest: dict) -> int:
                        " check the store, then publish again")
 
 
-def list_versions(store: Store, name: str) -> list[dict]:
+def list_versions(store: Store, name: str) -> list[Manifest]:
     """The manifests of the complete versions of ``name``, oldest first."""
     complete = sorted(version for version, done in _versions(store, name).items() if done)
-    return [json.loads(store.get_bytes(f"{model_prefix(name)}/{version}/{MANIFEST}")) for version in complete]
+    keys = [f"{model_prefix(name)}/{version}/{MANIFEST}" for version in complete]
+    return [Manifest.from_json(store.get_bytes(key), store.uri_for(key)) for key in keys]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from components.errors import BakeoffError
+from components.storage.records import Candidate, RungRecord, SelectionRecord, WorkerMetrics
 from components.storage.store import Store
 
 MODEL = "model"  # the SavedModel, as served
@@ -24,20 +25,31 @@ def selection_key(run_id: str) -> str:
     return f"runs/{run_id}/{SELECTION}"
 
 
-def candidate(store: Store, run_id: str, variant: str) -> dict:
+def metrics_at(store: Store, prefix: str) -> WorkerMetrics:
+    """The ``metrics.json`` a job left below ``prefix``."""
+    key = f"{prefix}/{METRICS}"
+    return WorkerMetrics.from_json(store.get_bytes(key), store.uri_for(key))
+
+
+def metrics(store: Store, run_id: str, variant: str) -> WorkerMetrics:
+    """A variant's ``metrics.json``: its last job's."""
+    return metrics_at(store, variant_prefix(run_id, variant))
+
+
+def candidate(store: Store, run_id: str, variant: str) -> Candidate:
     """What selection needs of one trained variant, read back from the store.
 
     Selection reads candidates here rather than from the train tasks' outputs,
     so the pipeline fans in without ``dsl.Collected`` (which KFP resolves only from 2.14).
     """
     prefix = variant_prefix(run_id, variant)
-    return {
-        "variant": variant,
-        "spec": json.loads(store.get_bytes(f"{prefix}/{SPEC}")),
-        "uri": store.uri_for(f"{prefix}/{MODEL}"),
-        "prefix": prefix,
-        "metrics": json.loads(store.get_bytes(f"{prefix}/{METRICS}")),
-    }
+    spec = json.loads(store.get_bytes(f"{prefix}/{SPEC}"))
+    return Candidate(variant, spec, store.uri_for(f"{prefix}/{MODEL}"), prefix, metrics(store, run_id, variant))
+
+
+def selection(store: Store, run_id: str) -> SelectionRecord:
+    key = selection_key(run_id)
+    return SelectionRecord.from_json(store.get_bytes(key), store.uri_for(key))
 
 
 SEARCH = "search"  # runs/<run>/search/rung-<k>.json: whom each halving rung kept and stopped, and why
@@ -48,17 +60,18 @@ def rung_name(rung: int) -> str:
     return f"rung-{rung}.json"
 
 
-def rung_metrics(store: Store, run_id: str, variant: str, rung: int) -> dict:
+def rung_metrics(store: Store, run_id: str, variant: str, rung: int) -> WorkerMetrics:
     """A variant's ``metrics.json`` as the job of rung ``rung`` wrote it (``runs/<run>/<variant>/rung-<k>.json``)."""
-    return json.loads(store.get_bytes(f"{variant_prefix(run_id, variant)}/{rung_name(rung)}"))
+    key = f"{variant_prefix(run_id, variant)}/{rung_name(rung)}"
+    return WorkerMetrics.from_json(store.get_bytes(key), store.uri_for(key))
 
 
 def search_key(run_id: str, rung: int) -> str:
     return f"runs/{run_id}/{SEARCH}/{rung_name(rung)}"
 
 
-def search_records(store: Store, run_id: str) -> list[dict]:
+def search_records(store: Store, run_id: str) -> list[RungRecord]:
     """The run's halving records, rung 0 first; none for a run without successive halving."""
     prefix = f"runs/{run_id}/{SEARCH}/"
-    records = [json.loads(store.get_bytes(key)) for key in store.list(prefix) if key.endswith(".json")]
-    return sorted(records, key=lambda record: record["rung"])
+    records = [RungRecord.from_json(store.get_bytes(key), store.uri_for(key)) for key in store.list(prefix) if key.endswith(".json")]
+    return sorted(records, key=lambda record: record.rung)

@@ -17,7 +17,6 @@ BACKUP = "backup"
 MANIFEST = "backup.json"  # written last into an epoch's folder: the folder is complete
 ATTEMPTS = "attempts"
 READ_DIR = "chief"  # below its backup_dir, tf-keras' BackupAndRestore restores from here
-VAL_EPOCHS = "val_epochs"  # in a History: the 1-based epochs whose val_* numbers it holds
 _EPOCH = re.compile(r"epoch-(\d+)/" + re.escape(MANIFEST) + "$")
 
 

@@ -1,11 +1,14 @@
 """Launching one variant: its TFJob built, executed by a backend, its results read back from the store."""
+import dataclasses
 import os
 
+from components import defaults
 from components.backends.backend import Backend
 from components.data import artifact
 from components.errors import BakeoffError
 from components.spec import from_dict
 from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, open_store, runs
+from components.storage.records import Candidate, WorkerMetrics
 from components.training import rungs
 from components.training.tfjob import build_tfjob, job_name, worker_args
 
@@ -33,19 +36,26 @@ def make_backend(name: str, concurrent_jobs: int) -> Backend:
     return LocalBackend(concurrent_jobs=concurrent_jobs)
 
 
+@dataclasses.dataclass(frozen=True)
+class JobSettings:
+    """How each of a run's TFJobs runs, whichever variant it trains."""
+
+    image: str  # the replicas' container image (a cluster's; the local backend runs this venv)
+    max_train_examples: int = 0  # 0: the whole training split
+    concurrent_jobs: int = defaults.LOCAL_PARALLELISM  # jobs the local backend runs at once: its replicas share the cores
+    timeout_seconds: int = defaults.TIMEOUT_SECONDS  # the TFJob's activeDeadlineSeconds
+    backend: str = "auto"  # one of BACKENDS
+
+
 def train_variant(
     variant_spec: dict,
     data_uri: str,
     store_uri: str,
     run_id: str,
-    image: str,
-    max_train_examples: int,
-    concurrent_jobs: int,
-    timeout_seconds: int,
-    backend: str = "auto",
+    settings: JobSettings,
     stop_epoch: int = 0,
     rung: int = 0,
-) -> dict:
+) -> Candidate:
     """Trains one variant as a TFJob until epoch ``stop_epoch`` (0: all) and returns its candidate record for selection.
 
     A job that stops before ``training.epochs`` keeps the variant's backup, so
@@ -66,19 +76,19 @@ def train_variant(
     job = build_tfjob(
         variant,
         name=job_name(run_id, variant.name, rung),
-        image=image,
-        args=worker_args(variant, data_uri, store.uri, prefix, max_train_examples, stop_epoch, rung),
+        image=settings.image,
+        args=worker_args(variant, data_uri, store.uri, prefix, settings.max_train_examples, stop_epoch, rung),
         env={key: os.environ[key] for key in PASSED_ENV if key in os.environ},
-        active_deadline_seconds=timeout_seconds,
+        active_deadline_seconds=settings.timeout_seconds,
     )
-    make_backend(backend, concurrent_jobs).run(job)
+    make_backend(settings.backend, settings.concurrent_jobs).run(job)
     store.put_bytes(f"{prefix}/{runs.rung_name(rung)}", store.get_bytes(f"{prefix}/{runs.METRICS}"))  # this rung's record, kept past the next
     return runs.candidate(store, run_id, variant.name)
 
 
-def final_metrics(metrics: dict) -> dict[str, float]:
-    """The numbers of a job's ``metrics.json`` that the train step shows in the KFP UI."""
-    history = metrics["history"]
+def final_metrics(metrics: WorkerMetrics) -> dict[str, float]:
+    """The numbers of a job's ``metrics.json`` that the train step shows in the KFP UI, by the names it shows them."""
+    history = metrics.history
     final = {key: history[key][-1] for key in ("val_accuracy", "val_loss") if history.get(key)}
-    return final | {"train_seconds": metrics["train_seconds"], "examples_per_second": metrics["examples_per_second"],
-                    "replicas": metrics["num_replicas_in_sync"], "epochs": metrics["epochs"]}
+    return final | {"train_seconds": metrics.train_seconds, "examples_per_second": metrics.examples_per_second,
+                    "replicas": metrics.num_replicas_in_sync, "epochs": metrics.epochs}

@@ -41,7 +41,8 @@ from components.modeling.architectures import ARCHITECTURES  # noqa: E402
 from components.modeling.optimizers import make_optimizer  # noqa: E402
 from components.modeling.savedmodel import export  # noqa: E402
 from components.spec import Variant, from_dict  # noqa: E402
-from components.storage import open_store, runs  # noqa: E402
+from components.storage import Store, open_store, runs  # noqa: E402
+from components.storage.records import VAL_EPOCHS, WorkerMetrics  # noqa: E402
 from components.storage.store import files_below  # noqa: E402
 from components.training import backup, rungs  # noqa: E402
 
@@ -244,7 +245,7 @@ class StoreBackup(keras.callbacks.BackupAndRestore):
         for key, value in (logs or {}).items():
             self.history.setdefault(key, []).append(float(value))
         if logs and "val_loss" in logs:  # validated this epoch: the val_* lists are as long as val_epochs
-            self.history.setdefault(backup.VAL_EPOCHS, []).append(epoch + 1)
+            self.history.setdefault(VAL_EPOCHS, []).append(epoch + 1)
         if self.chief:
             backup.upload(self.store, self.prefix, self.digest, self.local / backup.READ_DIR, epoch + 1, self.history)
         self.seconds += time.perf_counter() - started
@@ -274,7 +275,7 @@ def _is_chief(resolver) -> bool:
 
 
 def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_train_examples: int,
-          stop_epoch: int = 0, rung: int = 0) -> dict:
+          stop_epoch: int = 0, rung: int = 0) -> WorkerMetrics:
     """Trains ``variant`` on this replica's shards until epoch ``stop_epoch``; the chief stores model and metrics.
 
     ``training.epochs`` is the length of the learning-rate schedule; a job that
@@ -376,32 +377,32 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         train_seconds = time.perf_counter() - started
     finally:
         shutil.rmtree(backup_dir, ignore_errors=True)
-    metrics = {
-        "variant": variant.name,
-        "history": backing_up.history,  # every epoch's from epoch 1, the ones of earlier rungs and attempts included
-        "epochs": resume.epochs_done + throughput.epochs,  # done in total: the stop epoch
-        "schedule_epochs": schedule_epochs,  # the learning-rate schedule's length (training.epochs)
-        "rung": rung,
-        "attempt": attempt,  # 1: this rung trained without a restart
-        "resumed_from_epoch": resume.epochs_done,  # epochs restored from the backup (0: none)
-        "epochs_trained": throughput.epochs,  # by this attempt
-        "optimizer_iterations": int(model.optimizer.iterations.numpy()),  # steps the schedule has seen, restarts included
-        "learning_rate": float(model.optimizer.learning_rate.numpy()),  # the rate of the last step: where this job left the schedule
-        "workers": workers,
-        "num_replicas_in_sync": replicas,
-        "global_batch_size": global_batch,
-        "steps_per_epoch": steps_per_epoch,
-        "train_examples": train_count,
-        "train_seconds": train_seconds,
-        "backup_seconds": backing_up.seconds,  # of train_seconds, spent saving and uploading the epochs' backups
-        "validation_seconds": validation.seconds if validation else 0.0,  # of train_seconds, spent scoring validation
-        "validation_examples": metadata["counts"].get("validation", 0),
-        "examples_per_second": throughput.examples_per_second,
-        "examples_per_second_steady": throughput.steady,  # False: a single execution, rated over the whole fit
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "allocator": allocator.in_use(),
-        "onednn": _onednn_enabled(),
-    }
+    metrics = WorkerMetrics(
+        variant=variant.name,
+        history=backing_up.history,
+        epochs=resume.epochs_done + throughput.epochs,
+        schedule_epochs=schedule_epochs,
+        rung=rung,
+        attempt=attempt,
+        resumed_from_epoch=resume.epochs_done,
+        epochs_trained=throughput.epochs,
+        optimizer_iterations=int(model.optimizer.iterations.numpy()),
+        learning_rate=float(model.optimizer.learning_rate.numpy()),
+        workers=workers,
+        num_replicas_in_sync=replicas,
+        global_batch_size=global_batch,
+        steps_per_epoch=steps_per_epoch,
+        train_examples=train_count,
+        train_seconds=train_seconds,
+        backup_seconds=backing_up.seconds,
+        validation_seconds=validation.seconds if validation else 0.0,
+        validation_examples=metadata["counts"].get("validation", 0),
+        examples_per_second=throughput.examples_per_second,
+        examples_per_second_steady=throughput.steady,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        allocator=allocator.in_use(),
+        onednn=_onednn_enabled(),
+    )
     finished = stop_epoch == schedule_epochs  # else a rung ended before the schedule did: halving decides whether it goes on
     _save(model, chief, metadata["class_names"], store, prefix, metrics, variant, finished)
     if chief:
@@ -409,7 +410,8 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
     return metrics
 
 
-def _save(model, chief: bool, class_names: list[str], store, prefix: str, metrics: dict, variant: Variant, finished: bool) -> None:
+def _save(model, chief: bool, class_names: list[str], store: Store, prefix: str, metrics: WorkerMetrics, variant: Variant,
+          finished: bool) -> None:
     """Every replica saves (MWMS aggregates variables while saving); only the chief keeps it.
 
     A later rung replaces an earlier one's model: its metrics go first (the
@@ -429,7 +431,7 @@ def _save(model, chief: bool, class_names: list[str], store, prefix: str, metric
             for key in sorted(earlier - written):
                 store.delete(key)
             store.put_bytes(f"{prefix}/{runs.SPEC}", json.dumps(variant.to_dict(), indent=2).encode())
-            store.put_bytes(f"{prefix}/{runs.METRICS}", json.dumps(metrics, indent=2).encode())  # last: the variant is complete
+            store.put_bytes(f"{prefix}/{runs.METRICS}", metrics.to_json().encode())  # last: the variant is complete
             if finished:
                 backup.remove(store, prefix)  # nothing left to resume; an earlier stop keeps it for the next rung
     finally:
@@ -449,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     with reported():
         metrics = train(from_dict(json.loads(args.variant)), args.data, args.store, args.prefix, args.max_train_examples,
                         args.stop_epoch, args.rung)
-        print(f"trained {metrics['variant']}: {metrics['examples_per_second']:.0f} examples/s", file=sys.stderr)
+        print(f"trained {metrics.variant}: {metrics.examples_per_second:.0f} examples/s", file=sys.stderr)
     mark(EXITING)
     return 0
 

@@ -16,6 +16,7 @@ from rich.text import Text
 from components import defaults
 from components.errors import BakeoffError
 from components.progress import log_file, read_events
+from components.storage.records import Summary
 from pipelines.local_run import PIPELINE_LOG, LocalRun, run_local
 
 STYLES = {"waiting": "dim", "training": "cyan", "paused": "yellow", "stopped": "dim yellow", "evaluating": "magenta", "done": "green",
@@ -157,7 +158,7 @@ def print_failure_logs(variants: list[str], folder: Path, out: TextIO) -> None:
         print(f"---- end of {title}: {path} ----", file=out, flush=True)
 
 
-def run_watched(run: LocalRun) -> dict:
+def run_watched(run: LocalRun) -> Summary:
     """run_local under the live display, the run's ``progress_dir`` its source; on failure, the logs that tell why."""
     assert run.progress_dir is not None, "a watched run needs its progress folder"
     names = [variant.name for variant in run.variants]

@@ -12,14 +12,14 @@ from pathlib import Path
 from components import defaults
 from components.errors import BakeoffError
 from components.spec import MAX_EPOCHS
+from components.storage.records import PublishedVersion, Summary
 from pipelines.cli.flags import MAX_PARALLELISM, MAX_TIMEOUT_SECONDS, compile_settings, open_cli_store, pipeline_args, positive, store_args
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from components.data.fashion_mnist import digest
     from components.selection.promotion import Gate
-    from components.selection.ranking import direction
-    from components.storage.registry import model_prefix
+    from components.selection.settings import SelectionSettings
     from components.reporting.report import write_report
     from pipelines.cli.display import new_progress_folder, run_watched
     from pipelines.compiling import planned
@@ -45,9 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if variant.workers > defaults.SHARDS:
             raise BakeoffError(f"variant {variant.name!r}: workers={variant.workers} exceeds the {defaults.SHARDS} shards a local run ingests:"
                                f" use at most {defaults.SHARDS} workers")
-    model_prefix(args.model_name)
-    direction(args.metric)
-    Gate(args.min_improvement, args.force_publish)
+    selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
     source_digest = digest(args.source)
     store = open_cli_store(args)
     store.check_writable()
@@ -58,12 +56,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     run = LocalRun(
         variants=variants,
         store_uri=store.uri,
-        model_name=args.model_name,
+        selection=selection,
         source=args.source,
         source_digest=source_digest,
-        metric=args.metric,
-        min_improvement=args.min_improvement,
-        force_publish=args.force_publish,
         max_train_examples=args.max_train_examples or 0,
         parallelism=args.parallelism,
         work_dir=args.work_dir,
@@ -73,14 +68,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     summary = run_watched(run) if watched else run_local(run)
     print(leaderboard(summary), file=out)
-    report = write_report(store, summary["run_id"], args.work_dir / defaults.REPORTS / f"{summary['run_id']}.html")
+    report = write_report(store, summary.run_id, args.work_dir / defaults.REPORTS / f"{summary.run_id}.html")
     print(f"report: {report.resolve()}", file=out)
     serve = ["bakeoff", "serve", "--store", args.store, "--model-name", args.model_name]
     if args.s3_endpoint:
         serve += ["--s3-endpoint", args.s3_endpoint] + (["--s3-insecure"] if args.s3_insecure else [])
     print(f"serve it: {shlex.join(serve)}", file=out)
     if args.json:
-        print(json.dumps(summary, indent=2), flush=True)
+        print(summary.to_json(), flush=True)
     if args.serve:
         from components.serving.server import POLL_SECONDS
         from pipelines.cli.serving import cmd_serve
@@ -93,23 +88,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def leaderboard(summary: dict) -> str:
+def leaderboard(summary: Summary) -> str:
     """The candidates best first (the winner starred), the variants halving stopped and where, the decision."""
-    stopped = summary.get("stopped", [])
-    width = max(16, *(len(entry["variant"]) + 2 for entry in summary["candidates"] + stopped))
+    width = max(16, *(len(entry.variant) + 2 for entry in summary.contestants()))
     rows = [f"{'':2}{'variant':<{width}}{'workers':>8}{'val_acc':>9}{'val_loss':>9}{'epochs':>7}{'train_s':>9}{'ex/s':>8}"]
-    for place, c in enumerate(summary["candidates"]):
+    for place, c in enumerate(summary.candidates):
         mark = "* " if place == 0 else "  "
         rows.append(
-            f"{mark}{c['variant']:<{width}}{c['workers']:>8}{c['val_accuracy']:>9.4f}{c['val_loss']:>9.4f}"
-            f"{c['epochs']:>7}{c['train_seconds']:>9.1f}{c['examples_per_second']:>8.0f}"
+            f"{mark}{c.variant:<{width}}{c.workers:>8}{c.val_accuracy:>9.4f}{c.val_loss:>9.4f}"
+            f"{c.epochs:>7}{c.train_seconds:>9.1f}{c.examples_per_second:>8.0f}"
         )
-    if stopped:
+    if summary.stopped:
         rows.append("stopped by successive halving (validation as trained, one view):")
-        rows += [f"  {entry['variant']:<{width}}{entry['reason']}" for entry in stopped]
-    winner = summary["winner"]
-    rows.append(f"winner: {winner['variant']} (test accuracy {winner['test_accuracy']:.4f})  [run {summary['run_id']}]")
-    rows.append(summary["promotion"]["message"] + (f" at {winner['uri']}" if winner["uri"] else ""))
+        rows += [f"  {entry.variant:<{width}}{entry.reason}" for entry in summary.stopped]
+    winner = summary.winner
+    rows.append(f"winner: {winner.variant} (test accuracy {winner.test_accuracy:.4f})  [run {summary.run_id}]")
+    rows.append(summary.promotion.message + (f" at {winner.uri}" if winner.uri else ""))
     return "\n".join(rows)
 
 
@@ -132,27 +126,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_models_list(args: argparse.Namespace) -> int:
     from components.storage.registry import list_versions
 
-    versions = [
-        {
-            "version": m["version"],
-            "variant": m["variant"],
-            "val_accuracy": m["metrics"]["val_accuracy"],
-            "test_accuracy": m["metrics"]["test_accuracy"],
-            "run_id": m["run_id"],
-            "created": m["created"],
-            "dataset_fingerprint": m["dataset"]["fingerprint"],
-        }
-        for m in list_versions(open_cli_store(args), args.model_name)
-    ]
+    versions = [PublishedVersion.of(manifest) for manifest in list_versions(open_cli_store(args), args.model_name)]
     if args.json:
-        print(json.dumps(versions, indent=2))
+        print(json.dumps([version.to_dict() for version in versions], indent=2))
     if not versions:
         # stderr, so that --json's stdout stays the (empty) document
         print(f"no published versions of {args.model_name!r} in {args.store}", file=sys.stderr)
     elif not args.json:
         print(f"{'version':>7}  {'variant':<16}{'val_acc':>9}{'test_acc':>9}  {'run':<12}created")
         for v in versions:
-            print(f"{v['version']:>7}  {v['variant']:<16}{v['val_accuracy']:>9.4f}{v['test_accuracy']:>9.4f}  {v['run_id']:<12}{v['created']}")
+            print(f"{v.version:>7}  {v.variant:<16}{v.val_accuracy:>9.4f}{v.test_accuracy:>9.4f}  {v.run_id:<12}{v.created}")
     return 0
 
 

@@ -1,0 +1,446 @@
+"""The records bakeoff's steps hand each other and keep in the store: typed, versioned, read back strictly.
+
+Each record is a frozen dataclass whose fields are the keys of its JSON, in order: ``to_json`` writes
+what the store holds, ``from_json`` reads it back and refuses, in one line, a missing field, an unknown
+one or a value of the wrong type. The comments on the fields are the schema.
+
+Versions: a record that stands alone (a file in the store, a step's output) ends with ``schema_version``.
+One without it was written before records carried a version (version 0) and had exactly version 1's
+fields, so it is read as version 1 (the only migration: the number); any other version is refused.
+Records live here, at the bottom of the layers, because the store's own modules (runs, registry) read
+and write them and every layer above reads them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any, ClassVar, Optional, Union
+
+from components.errors import BakeoffError
+
+SCHEMA_VERSION = 1
+VERSION_FIELD = "schema_version"
+UNVERSIONED = 0  # a record without VERSION_FIELD: written before records carried one, with version 1's fields
+VAL_EPOCHS = "val_epochs"  # in a WorkerMetrics history: the 1-based epochs whose val_* numbers it holds
+REWRITE = "written by another version of bakeoff or by hand: rerun what wrote it with this version"
+
+
+class RecordError(BakeoffError):
+    """A record this bakeoff cannot read: its one line names where, which field, and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """The base of every record: its JSON and the strict way back."""
+
+    VERSIONED: ClassVar[bool] = False  # stands alone: its JSON ends with schema_version
+    # (name field, value field): the value is written under the key the name field holds ({"variant": "a", "val_loss": 0.3})
+    KEYED: ClassVar[tuple[str, str] | tuple[()]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self._fields()
+        if self.VERSIONED:
+            data[VERSION_FIELD] = SCHEMA_VERSION
+        return data
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        """Indented for a file in the store; ``indent=None``: one line, for a step's output."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str) -> typing.Self:
+        """The record ``data`` holds; ``source`` (a store key, a step's name) starts any error line."""
+        return _record(cls, data, source, "", top=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, source: str) -> typing.Self:
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            raise RecordError(f"{source}: not JSON ({error}): {REWRITE}") from None
+        return cls.from_dict(data, source)
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        """The keys of this record's JSON (a KEYED record's value key is named by its data, shown as its field's name)."""
+        names = [field.name for field in dataclasses.fields(cls) if not cls.KEYED or field.name != cls.KEYED[0]]
+        return names + ([VERSION_FIELD] if cls.VERSIONED else [])
+
+    def _fields(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            if self.KEYED and field.name == self.KEYED[0]:
+                continue
+            key = getattr(self, self.KEYED[0]) if self.KEYED and field.name == self.KEYED[1] else field.name
+            data[key] = _dump(getattr(self, field.name))
+        return data
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, Record):
+        return value._fields()  # nested: the record it sits in carries the version
+    if isinstance(value, (list, tuple)):
+        return [_dump(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _dump(item) for key, item in value.items()}
+    return value
+
+
+def _fail(source: str, path: str, problem: str) -> typing.NoReturn:
+    raise RecordError(f"{source}: {path + ' ' if path else ''}{problem}: {REWRITE}")
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
+
+
+def _named(names: list[str]) -> str:
+    return ", ".join(repr(name) for name in names)
+
+
+def _record(cls: type[Record], data: Any, source: str, path: str, top: bool) -> Any:
+    kind = f"a {cls.__name__} record"
+    if not isinstance(data, dict):
+        _fail(source, path, f"is {_json_type(data)}, not {kind}")
+    data = dict(data)
+    if top and cls.VERSIONED:
+        version = data.pop(VERSION_FIELD, UNVERSIONED)
+        if type(version) is not int or version not in (UNVERSIONED, SCHEMA_VERSION):
+            raise RecordError(f"{source}: {kind} of {VERSION_FIELD} {version!r}, and this bakeoff reads version {SCHEMA_VERSION}:"
+                              " read it with the bakeoff that wrote it, or rerun what wrote it with this version")
+    names = [field.name for field in dataclasses.fields(cls)]
+    fixed = [name for name in names if name not in cls.KEYED]
+    extra = [key for key in data if key not in fixed]
+    missing = [name for name in fixed if name not in data]
+    if cls.KEYED:
+        if not extra:
+            missing.append(f"<{cls.KEYED[0]}>")  # the key that names the metric, whatever it is
+        unknown = extra if len(extra) > 1 else []
+    else:
+        unknown = extra
+    if missing or unknown:
+        problems = ([f"lacks {_named(missing)}"] if missing else []) + ([f"has unknown {_named(unknown)}"] if unknown else [])
+        _fail(source, path, f"is {kind} that {' and '.join(problems)}")
+    hints = _hints(cls)
+    values = {name: _value(data[name], hints[name], source, f"{path}.{name}" if path else name) for name in fixed}
+    if cls.KEYED:
+        name_field, value_field = cls.KEYED
+        (key,) = extra
+        values[name_field] = key
+        values[value_field] = _value(data[key], hints[value_field], source, f"{path}.{key}" if path else key)
+    return cls(**values)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+_SCALARS = {float: "a number", int: "an integer", bool: "a boolean", str: "a string"}
+
+
+def _value(value: Any, hint: Any, source: str, path: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (Union, types.UnionType):  # Optional[X]: the only union records use
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        return _value(value, inner, source, path)
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return _record(hint, value, source, path, top=False)
+    if origin is list:
+        if not isinstance(value, list):
+            _fail(source, path, f"is {_json_type(value)}, not a list")
+        return [_value(item, args[0], source, f"{path}[{index}]") for index, item in enumerate(value)]
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            _fail(source, path, f"is {_json_type(value)}, not an object")
+        inner = args[1] if args else Any
+        return {key: _value(item, inner, source, f"{path}.{key}") for key, item in value.items()}
+    accepted = (int, float) if hint is float else hint  # JSON has one kind of number; an integral float may read back as int
+    if not isinstance(value, accepted) or (hint is not bool and isinstance(value, bool)):
+        _fail(source, path, f"is {_json_type(value)}, not {_SCALARS[hint]}")
+    return value
+
+
+class _Scored:
+    """A record with both validation metrics: its value of a selection metric, for ranking."""
+
+    val_accuracy: float
+    val_loss: float
+
+    def score(self, metric: str) -> float:
+        return {"val_accuracy": self.val_accuracy, "val_loss": self.val_loss}[metric]
+
+
+# ---------------------------------------------------------------- training
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerMetrics(Record):
+    """What a job trained: the chief writes it as ``runs/<run>/<variant>/metrics.json``, launch keeps each rung's as ``rung-<k>.json``."""
+
+    VERSIONED: ClassVar[bool] = True
+
+    variant: str
+    history: dict[str, list[float]]  # tf-keras' History from epoch 1, earlier rungs' and attempts' included, and VAL_EPOCHS
+    epochs: int  # done in total: the stop epoch
+    schedule_epochs: int  # the learning-rate schedule's length (training.epochs)
+    rung: int
+    attempt: int  # 1: this rung trained without a restart
+    resumed_from_epoch: int  # epochs restored from the backup (0: none)
+    epochs_trained: int  # by this attempt
+    optimizer_iterations: int  # steps the schedule has seen, restarts included
+    learning_rate: float  # the rate of the last step: where this job left the schedule
+    workers: int
+    num_replicas_in_sync: int
+    global_batch_size: int
+    steps_per_epoch: int
+    train_examples: int
+    train_seconds: float
+    backup_seconds: float  # of train_seconds, spent saving and uploading the epochs' backups
+    validation_seconds: float  # of train_seconds, spent scoring validation
+    validation_examples: int
+    examples_per_second: float
+    examples_per_second_steady: bool  # False: a single execution, rated over the whole fit
+    peak_rss_mb: float
+    allocator: str  # the replica's malloc: tcmalloc or default
+    onednn: bool  # whether TensorFlow ran its oneDNN kernels
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate(Record):
+    """One trained variant as selection needs it, read back from the store; the train step's output."""
+
+    VERSIONED: ClassVar[bool] = True
+
+    variant: str
+    spec: dict[str, Any]  # the resolved variant spec it was trained from (components.spec.from_dict reads it)
+    uri: str  # of its SavedModel
+    prefix: str  # its folder below the store: runs/<run>/<variant>
+    metrics: WorkerMetrics
+
+
+# ---------------------------------------------------------------- successive halving
+
+
+@dataclasses.dataclass(frozen=True)
+class Score(Record):
+    """A variant's value of the selection metric, written ``{"variant": ..., <metric>: value}``."""
+
+    KEYED: ClassVar[tuple[str, str]] = ("metric", "value")
+
+    variant: str
+    metric: str
+    value: float
+
+    def score(self, metric: str) -> float:
+        if metric != self.metric:
+            raise ValueError(f"{self.variant!r} is scored by {self.metric}, not {metric}")
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class RungStop(Score):
+    """A variant a rung stopped: its score and why, ``{"variant", <metric>: value, "reason"}``."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RungRecord(Record):
+    """Whom a halving rung kept and stopped, and why: ``runs/<run>/search/rung-<k>.json``, written by the halve step."""
+
+    VERSIONED: ClassVar[bool] = True
+
+    rung: int
+    epochs: int  # the rung's stop epoch
+    metric: str
+    entered: list[str]  # the variants, in the order the rung trained them
+    kept: list[Score]  # best first
+    stopped: list[RungStop]  # best first
+    created: str  # ISO 8601, UTC
+
+
+# ---------------------------------------------------------------- selection
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoredCandidate(_Scored, Record):
+    """A candidate as selection scored it on validation: one row of the summary's leaderboard."""
+
+    variant: str
+    workers: int
+    num_replicas_in_sync: int
+    val_accuracy: float
+    val_loss: float
+    epochs: int
+    train_seconds: float
+    examples_per_second: float
+    uri: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Stopped(Record):
+    """A variant successive halving stopped before the last rung, ``{"variant", "rung", "epochs", <metric>: value, "reason"}``."""
+
+    KEYED: ClassVar[tuple[str, str]] = ("metric", "value")
+
+    variant: str
+    rung: int
+    epochs: int
+    metric: str
+    value: float
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Champion(_Scored, Record):
+    """The latest published version, scored during this run on its validation split."""
+
+    version: int
+    variant: str
+    val_accuracy: float
+    val_loss: float
+    dataset_fingerprint: str  # of the data it was published from, which may not be this run's
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision(Record):
+    """The promotion gate's decision, as the published manifest keeps it."""
+
+    published: bool
+    forced: bool
+    min_improvement: float
+    champion: Optional[Champion]  # None: nothing was published before
+    challenger: Score
+
+
+@dataclasses.dataclass(frozen=True)
+class Promotion(Decision):
+    """The decision with its one line for people, as the summary shows it."""
+
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Winner(Record):
+    variant: str
+    version: Optional[int]  # None: the champion stayed, nothing was published
+    uri: Optional[str]  # of the published version
+    val_accuracy: float
+    test_accuracy: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary(Record):
+    """A run's outcome: the select step's output and `bakeoff run --json`."""
+
+    VERSIONED: ClassVar[bool] = True
+
+    run_id: str
+    winner: Winner
+    promotion: Promotion
+    candidates: list[ScoredCandidate]  # best first by the selection metric
+    stopped: list[Stopped]  # by successive halving, rung by rung; empty without it
+
+    def contestants(self) -> list[ScoredCandidate | Stopped]:
+        """Every variant the run trained: the last rung's candidates, then those successive halving stopped earlier."""
+        return [*self.candidates, *self.stopped]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mistake(Record):
+    """One of the winner's most confident mistakes on test."""
+
+    index: int  # in the test split
+    true: int  # class id
+    predicted: int
+    confidence: float
+    png: str  # the image, base64 PNG
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionRecord(Summary):
+    """The summary with what the report shows: ``runs/<run>/selection.json``."""
+
+    metric: str
+    class_names: list[str]
+    confusion_matrix: list[list[int]]  # the winner on test: rows the true classes, columns the predicted ones
+    misclassified: list[Mistake]  # most confident first, ties to the lower index
+    created: str  # ISO 8601, UTC
+
+    def summary(self) -> Summary:
+        return Summary(**{field.name: getattr(self, field.name) for field in dataclasses.fields(Summary)})
+
+
+# ---------------------------------------------------------------- the registry
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedMetrics(Record):
+    val_accuracy: float
+    val_loss: float
+    test_accuracy: float
+    test_loss: float
+    training: WorkerMetrics
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionBasis(Record):
+    """How the published version was chosen."""
+
+    metric: str
+    direction: str  # max or min
+    candidates: list[str]  # best first
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo(Record):
+    fingerprint: str
+    counts: dict[str, int]  # examples per split
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest(Record):
+    """A published version's lineage: ``models/<name>/<version>/manifest.json``, written last (the version is complete)."""
+
+    VERSIONED: ClassVar[bool] = True
+
+    model: str
+    run_id: str
+    variant: str
+    spec: dict[str, Any]  # the resolved variant spec
+    metrics: PublishedMetrics
+    selection: SelectionBasis
+    dataset: DatasetInfo
+    promotion: Decision
+    source_uri: str  # the run's copy of the SavedModel
+    created: str  # ISO 8601, UTC
+    version: int = 0  # registry.publish numbers it
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedVersion(Record):
+    """One line of `bakeoff models list --json`."""
+
+    version: int
+    variant: str
+    val_accuracy: float
+    test_accuracy: float
+    run_id: str
+    created: str
+    dataset_fingerprint: str
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> PublishedVersion:
+        return cls(manifest.version, manifest.variant, manifest.metrics.val_accuracy, manifest.metrics.test_accuracy,
+                   manifest.run_id, manifest.created, manifest.dataset.fingerprint)

@@ -1,0 +1,27 @@
+"""Records for the tests to write into stores: the ones bakeoff's own writers wrote (tests/data/records), changed where a test says."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from components.storage.records import Candidate, Manifest, WorkerMetrics
+
+RECORDS = Path(__file__).resolve().parent / "data" / "records"
+
+
+def metrics(**changes: Any) -> WorkerMetrics:
+    """A real job's metrics.json (mlp, 2 epochs of a halving run), with ``changes``."""
+    sample = WorkerMetrics.from_json((RECORDS / "metrics.json").read_text(), "metrics.json")
+    return dataclasses.replace(sample, **changes)
+
+
+def candidate(variant: str, prefix: str, uri: str = "", **metric_changes: Any) -> Candidate:
+    """A trained variant as selection reads it: its spec names it; its metrics are a real job's, with ``metric_changes``."""
+    return Candidate(variant, {"name": variant}, uri, prefix, metrics(variant=variant, **metric_changes))
+
+
+def manifest(**changes: Any) -> Manifest:
+    """A real published version's manifest (a run that replaced a champion), with ``changes``; publish numbers it."""
+    sample = Manifest.from_json((RECORDS / "manifest.json").read_text(), "manifest.json")
+    return dataclasses.replace(sample, **({"version": 0} | changes))
