@@ -307,13 +307,20 @@ def test_the_fake_refuses_what_the_api_server_and_kserve_refuse(fake: FakeKubern
 
     no_predictor = dict(body, metadata={"name": "other"}, spec={})
     bad_name = dict(body, metadata={"name": "Fashion_MNIST"})
-    typo = json.loads(json.dumps(body).replace('"storageUri"', '"storageURI"'))
-    typo["metadata"]["name"] = "typo"
-    for wrong, why in ((no_predictor, "'predictor' is a required property"), (bad_name, "a InferenceService name must consist of lower case"),
-                       (typo, "unknown field 'spec.predictor.model.storageURI'")):
+    for wrong, why in ((no_predictor, "'predictor' is a required property"), (bad_name, "a InferenceService name must consist of lower case")):
         with pytest.raises(client.ApiException) as refused:
             objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, wrong)
         assert refused.value.status == 422 and why in json.loads(refused.value.body)["message"]
+
+    # A misspelt field: refused when the request asks for strict field validation, as deploy does; else pruned.
+    typo = json.loads(json.dumps(body).replace('"storageUri"', '"storageURI"'))
+    typo["metadata"]["name"] = "typo"
+    with pytest.raises(client.ApiException) as refused:
+        objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, typo, field_validation="Strict")
+    assert refused.value.status == 400 and json.loads(refused.value.body)["message"].endswith(
+        'strict decoding error: unknown field "spec.predictor.model.storageURI"')
+    stored = objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, typo)
+    assert "storageURI" not in stored["spec"]["predictor"]["model"] and fake.violations[-1].endswith("pruned")
 
 
 def test_the_fakes_controller_reports_ready_after_the_configured_reads(fake: FakeKubernetes) -> None:
