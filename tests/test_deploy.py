@@ -265,6 +265,14 @@ def test_kserve_missing_is_one_line(fake: FakeKubernetes, capsys) -> None:
     assert code == 1 and len(err) == 1 and "install KServe on the cluster first" in err[0], err
 
 
+def test_a_namespace_that_does_not_exist_is_one_line_not_install_kserve(fake: FakeKubernetes, capsys) -> None:
+    fake.namespaces = {NAMESPACE}
+    code, _, err = bakeoff(capsys, "--version", "1", "--namespace", "team-b")
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith(f"bakeoff: error: cannot create servingruntimes.serving.kserve.io 'bakeoff': namespace 'team-b' does not exist on {fake.url}")
+    assert err[0].endswith("pass --namespace with your profile's namespace, or leave it out for the kube-config's")
+
+
 def test_an_unreachable_api_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     server = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "kubeconfig", server)))
