@@ -37,10 +37,16 @@ types), and its pods are in the state last reported.
 KServe (``serving.kserve.io``): InferenceServices (v1beta1) and ServingRuntimes (v1alpha1) are created, read
 and merge-patched, each checked against its CRD's openAPIV3Schema (tests/contracts/, KServe v0.20.0), its
 metadata as above, and an InferenceService's name against KServe's webhook (IsvcNameFmt,
-pkg/apis/serving/v1beta1/inference_service_validation.go). Fields the schema does not know are refused too,
-which is stricter than the API server (by default it prunes them with a warning) and as strict as kubectl's
-default field validation: a misspelt field would otherwise vanish silently. Every refusal is recorded in
-``violations``. The InferenceService controller's status is played by ``isvc_status``:
+pkg/apis/serving/v1beta1/inference_service_validation.go). Fields the schema does not know are pruned, as
+the API server prunes them by default (recorded in ``violations``, where it sends a warning), unless the
+request asks ``fieldValidation=Strict``: then a create answers 400 BadRequest and a merge patch 422 Invalid,
+each ending in the decoder's ``strict decoding error: unknown field "<path>"``
+(k8s.io/apiserver/pkg/endpoints/handlers/create.go and patch.go). A merge patch that changes nothing keeps
+the resourceVersion (no write reaches storage). A create in a namespace not in ``namespaces`` answers 404
+``namespaces "<name>" not found`` (the NamespaceLifecycle admission plugin); a group/version no CRD serves
+answers the mux's plain-text ``404 page not found``. Every refusal is recorded in ``violations``.
+tests/cluster/test_deploy_cluster.py holds these rules against the real API server. The InferenceService
+controller's status is played by ``isvc_status``:
 
 * Ready is the living condition set of PredictorReady and IngressReady (conditionSet,
   pkg/apis/serving/v1beta1/inference_service_status.go); ``status.url`` is the Knative route,
@@ -57,8 +63,9 @@ default field validation: a misspelt field would otherwise vanish silently. Ever
   pkg/controller/v1beta1/inferenceservice/utils/utils.go) and list the model's format
   (ModelSpec.RuntimeSupportsModel, pkg/apis/serving/v1beta1/predictor_model.go); otherwise the predictor is
   not Ready, as the predictor reconciler reports it (pkg/controller/v1beta1/inferenceservice/components/predictor.go).
-* ``granted``, when set, is RBAC: (group, resource, verb) triples; anything else answers 403 Forbidden as
-  the authorization filter words it (k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go).
+* ``granted``, when set, is RBAC: (group, resource, verb) triples, in every namespace (as one Role bound in
+  each); anything else answers 403 Forbidden as the authorization filter words it
+  (k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go).
 """
 from __future__ import annotations
 
@@ -146,6 +153,24 @@ def unknown_fields(schema: dict, value: Any, path: str = "") -> list[str]:
     return found
 
 
+def pruned(schema: dict, value: Any) -> Any:
+    """``value`` without the fields ``unknown_fields`` finds: what the API server stores."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return value
+    if isinstance(value, dict) and "properties" in schema:
+        return {key: pruned(schema["properties"][key], item) for key, item in value.items() if key in schema["properties"]}
+    if isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
+        return {key: pruned(schema["additionalProperties"], item) for key, item in value.items()}
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [pruned(schema["items"], item) for item in value]
+    return value
+
+
+def strict_decoding(unknown: list[str]) -> str:
+    """The decoder's message for unknown fields under fieldValidation=Strict."""
+    return "strict decoding error: " + ", ".join(f'unknown field "{name}"' for name in unknown)
+
+
 def kserve_errors(plural: str, body: dict) -> list[str]:
     """Why the API server (schema, metadata) or KServe's webhook (name) would refuse ``body``; unknown fields included."""
     version, kind = KSERVE_KINDS[plural]
@@ -216,6 +241,12 @@ def knative_port_errors(containers: list[dict]) -> list[str]:
     return errors
 
 
+def kserve_invalid(plural: str, name: str, errors: list[str]) -> dict:
+    """422 Invalid as the API server words a refused object (NewInvalid: the kind, not the resource, in its details)."""
+    kind = KSERVE_KINDS[plural][1]
+    return status(422, "Invalid", f'{kind}.{KSERVE_GROUP} "{name}" is invalid: ' + "; ".join(errors), name=name, group=KSERVE_GROUP, kind=kind)
+
+
 def forbidden_message(call: Call, namespace: str, user: str) -> str:
     """forbiddenMessage of the API server's authorization filter."""
     kind = call.resource.partition("/")[0] + (f".{call.group}" if call.group else "")
@@ -276,6 +307,11 @@ def request_info(method: str, path: str, query: str) -> Optional[Call]:
 def go_bool(query: dict, key: str) -> bool:
     """A boolean query parameter as the API server reads it (Go's strconv.ParseBool: the Python client sends "True")."""
     return query.get(key, ["false"])[0] in ("1", "t", "T", "TRUE", "true", "True")
+
+
+def go_strict(query: dict) -> bool:
+    """fieldValidation=Strict: unknown fields refused, not pruned."""
+    return query.get("fieldValidation", [""])[0] == "Strict"
 
 
 def metadata_errors(metadata: dict) -> list[str]:
@@ -386,6 +422,7 @@ class FakeKubernetes:
     granted: Optional[set[tuple[str, str, str]]] = None  # RBAC (group, resource, verb); None: everything
     user: str = "system:serviceaccount:team-a:default-editor"  # who the 403s name
     crds: frozenset[str] = frozenset({TFJOB_CRD, *KSERVE_CRDS})  # <plural>.<group> of the custom resources installed
+    namespaces: Optional[set[str]] = None  # the namespaces that exist; None: every one
 
     def __post_init__(self) -> None:
         self.validator = jsonschema.Draft7Validator(tfjob_schema())
@@ -554,7 +591,7 @@ class FakeKubernetes:
                 answer["status"] = copy.deepcopy(served.reported)
         return answer
 
-    def _kserve_patch(self, plural: str, namespace: str, name: str, patch: dict) -> tuple[int, dict]:
+    def _kserve_patch(self, plural: str, namespace: str, name: str, patch: dict, strict: bool = False) -> tuple[int, dict]:
         served = self.kserve.get((plural, namespace, name))
         if served is None:
             return 404, status(404, "NotFound", f'{plural}.{KSERVE_GROUP} "{name}" not found', name=name, group=KSERVE_GROUP, kind=plural)
@@ -562,14 +599,23 @@ class FakeKubernetes:
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
         if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
             return 409, status(409, "Conflict", f'Operation cannot be fulfilled on {plural}.{KSERVE_GROUP} "{name}": the object has been'
-                                                " modified; please apply your changes to the latest version and try again")
+                                                " modified; please apply your changes to the latest version and try again",
+                               name=name, group=KSERVE_GROUP, kind=plural)
         patched = merge_patch(current, {key: value for key, value in patch.items() if key != "status"})
         for immutable in ("name", "namespace", "uid", "creationTimestamp", "generation"):
             patched["metadata"][immutable] = current["metadata"][immutable]
+        unknown = unknown_fields(kserve_schema(plural), patched)
+        if unknown and strict:
+            self.violations.extend(f"unknown field {field!r}" for field in unknown)
+            return 422, status(422, "Invalid", f' "" is invalid: patch: Invalid value: "{json.dumps(patched)}": {strict_decoding(unknown)}')
+        self.violations.extend(f"unknown field {field!r} pruned" for field in unknown)
+        patched = pruned(kserve_schema(plural), patched)
         errors = kserve_errors(plural, patched)
         if errors:
             self.violations.extend(errors)
-            return 422, status(422, "Invalid", "; ".join(errors))
+            return 422, kserve_invalid(plural, name, errors)
+        if patched == current:
+            return 200, copy.deepcopy(current)  # nothing to write: the resourceVersion stays
         if patched.get("spec") != current.get("spec"):
             patched["metadata"]["generation"] = current["metadata"]["generation"] + 1
             served.reads = 0
@@ -743,7 +789,7 @@ class FakeKubernetes:
                     if fake.granted is not None and (call.group, call.resource, call.verb) not in fake.granted:
                         namespace = url.path.split("/namespaces/")[1].split("/")[0]
                         return self._send(403, status(403, "Forbidden", forbidden_message(call, namespace, fake.user),
-                                                      name=call.name, group=call.group, kind=call.resource))
+                                                      group=call.group, kind=call.resource, **({"name": call.name} if call.name else {})))
                     if call.group and f"{call.resource.partition('/')[0]}.{call.group}" not in fake.crds:
                         return self._page_not_found()
                     failure = next((f for f in fake.failures if f.times and (f.verb, f.resource) == (call.verb, call.resource)), None)
@@ -850,10 +896,20 @@ class FakeKubernetes:
                 given = (body.get("metadata") or {}).get("namespace")
                 if given and given != namespace:
                     return self._send(400, status(400, "BadRequest", "the namespace of the provided object does not match the namespace sent on the request"))
+                if fake.namespaces is not None and namespace not in fake.namespaces:
+                    return self._send(404, status(404, "NotFound", f'namespaces "{namespace}" not found', name=namespace, kind="namespaces"))
+                version, kind = KSERVE_KINDS[call.resource]
+                unknown = unknown_fields(kserve_schema(call.resource), body)
+                if unknown and go_strict(query):
+                    fake.violations.extend(f"unknown field {field!r}" for field in unknown)
+                    return self._send(400, status(400, "BadRequest", f'{kind} in version "{version}" cannot be handled as a {kind}:'
+                                                                     f" {strict_decoding(unknown)}"))
+                fake.violations.extend(f"unknown field {field!r} pruned" for field in unknown)
+                body = pruned(kserve_schema(call.resource), body)
                 errors = kserve_errors(call.resource, body)
                 if errors:
                     fake.violations.extend(errors)
-                    return self._send(422, status(422, "Invalid", "; ".join(errors)))
+                    return self._send(422, kserve_invalid(call.resource, (body.get("metadata") or {}).get("name", ""), errors))
                 name = body["metadata"]["name"]
                 if (call.resource, namespace, name) in fake.kserve:
                     return self._send(409, status(409, "AlreadyExists", f'{call.resource}.{KSERVE_GROUP} "{name}" already exists',
@@ -874,7 +930,7 @@ class FakeKubernetes:
                     return None
                 if self.headers.get("Content-Type") != "application/merge-patch+json":
                     return self._send(415, status(415, "UnsupportedMediaType", f"the fake takes merge patches, not {self.headers.get('Content-Type')}"))
-                self._send(*fake._kserve_patch(call.resource, self._kserve_namespace(), call.name, body))
+                self._send(*fake._kserve_patch(call.resource, self._kserve_namespace(), call.name, body, go_strict(query)))
 
             _create_inferenceservices = _create_servingruntimes = _create_kserve
             _get_inferenceservices = _get_servingruntimes = _get_kserve

@@ -323,6 +323,14 @@ def test_kserve_missing_is_one_line(fake: FakeKubernetes, capsys) -> None:
                                  f" {fake.url} has no serving.kserve.io resources (HTTP 404: Not Found): install KServe on the cluster first"]
 
 
+def test_a_namespace_that_does_not_exist_is_one_line_not_install_kserve(fake: FakeKubernetes, capsys) -> None:
+    fake.namespaces = {NAMESPACE}
+    code, _, err = bakeoff(capsys, "--version", "1", "--namespace", "team-b")
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith(f"bakeoff: error: cannot create servingruntimes.serving.kserve.io 'bakeoff': namespace 'team-b' does not exist on {fake.url}")
+    assert err[0].endswith("pass --namespace with your profile's namespace, or leave it out for the kube-config's")
+
+
 def test_an_unreachable_api_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     server = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "kubeconfig", server)))
@@ -365,13 +373,20 @@ def test_the_fake_refuses_what_the_api_server_and_kserve_refuse(fake: FakeKubern
 
     no_predictor = dict(body, metadata={"name": "other"}, spec={})
     bad_name = dict(body, metadata={"name": "Fashion_MNIST"})
-    typo = json.loads(json.dumps(body).replace('"storageUri"', '"storageURI"'))
-    typo["metadata"]["name"] = "typo"
-    for wrong, why in ((no_predictor, "'predictor' is a required property"), (bad_name, "a InferenceService name must consist of lower case"),
-                       (typo, "unknown field 'spec.predictor.model.storageURI'")):
+    for wrong, why in ((no_predictor, "'predictor' is a required property"), (bad_name, "a InferenceService name must consist of lower case")):
         with pytest.raises(client.ApiException) as refused:
             objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, wrong)
         assert refused.value.status == 422 and why in json.loads(refused.value.body)["message"]
+
+    # A misspelt field: refused when the request asks for strict field validation, as deploy does; else pruned.
+    typo = json.loads(json.dumps(body).replace('"storageUri"', '"storageURI"'))
+    typo["metadata"]["name"] = "typo"
+    with pytest.raises(client.ApiException) as refused:
+        objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, typo, field_validation="Strict")
+    assert refused.value.status == 400 and json.loads(refused.value.body)["message"].endswith(
+        'strict decoding error: unknown field "spec.predictor.model.storageURI"')
+    stored = objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, typo)
+    assert "storageURI" not in stored["spec"]["predictor"]["model"] and fake.violations[-1].endswith("pruned")
 
 
 def test_the_fakes_controller_reports_ready_after_the_configured_reads(fake: FakeKubernetes) -> None:

@@ -55,6 +55,11 @@ LIMITS = {"cpu": "1", "memory": "2Gi"}
 POLL_SECONDS = 5.0
 REQUEST_SECONDS = 30  # one API call
 WRITE_ATTEMPTS = 3  # get → create/patch rounds against someone else writing the same object
+# Unknown fields refused, not pruned with a warning (the API server's default): a field the cluster's KServe does not know
+# would otherwise vanish from what deploy reports as deployed. kubectl validates the same way by default.
+FIELD_VALIDATION = "Strict"
+_WRITE = {"field_validation": FIELD_VALIDATION, "_request_timeout": REQUEST_SECONDS}  # every create and patch
+STRICT_DECODING = "strict decoding error:"  # what the API server's message says from, after quoting the whole object
 # Knative names each predictor revision, so its DNS label "<name>-predictor-00001" must stay within 63 characters.
 MAX_NAME = 63 - len("-predictor-00001")
 _ISVC_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # KServe's IsvcNameFmt
@@ -170,11 +175,22 @@ def _chain(error: BaseException) -> list[BaseException]:
     return found
 
 
-def _api_message(error: ApiException) -> str:
+def _api_body(error: ApiException) -> dict:
+    """The metav1.Status the API server answered with; {} for a plain-text answer (a path it does not serve)."""
     try:
-        return " ".join(str(json.loads(error.body)["message"]).split())
-    except (TypeError, ValueError, KeyError):
+        body = json.loads(error.body)
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _api_message(error: ApiException) -> str:
+    message = _api_body(error).get("message")
+    if not message:
         return str(error.reason or "no message")
+    message = " ".join(str(message).split())
+    # A refused merge patch quotes the whole patched object before the reason: keep the reason.
+    return message[message.find(STRICT_DECODING):] if STRICT_DECODING in message else message
 
 
 def _failure(error: BaseException, doing: str, cluster: Cluster, namespace: str) -> BakeoffError:
@@ -187,9 +203,15 @@ def _failure(error: BaseException, doing: str, cluster: Cluster, namespace: str)
         if error.status == 403:
             return BakeoffError(f"not allowed to {doing} in namespace {namespace!r} (HTTP 403: {message}): you need get, create and patch"
                                 f" on inferenceservices and servingruntimes ({GROUP}) there, or another --namespace")
+        if error.status == 404 and (_api_body(error).get("details") or {}).get("kind") == "namespaces":
+            return BakeoffError(f"cannot {doing}: namespace {namespace!r} does not exist on {cluster.host} (HTTP 404: {message}):"
+                                " pass --namespace with your profile's namespace, or leave it out for the kube-config's")
         if error.status == 404:
             return BakeoffError(f"cannot {doing}: the API at {cluster.host} has no {GROUP} resources (HTTP 404: {message}):"
                                 " install KServe on the cluster first")
+        if error.status in (400, 422):
+            return BakeoffError(f"the API at {cluster.host} refused to {doing} in namespace {namespace!r} (HTTP {error.status}: {message}):"
+                                f" the cluster's {GROUP} CRDs refuse the field named; an older KServe may lack it: upgrade KServe there")
         return BakeoffError(f"cannot {doing} in namespace {namespace!r} (HTTP {error.status}: {message})")
     root = _chain(error)[-1]
     text = str(root).splitlines()[0] if str(root) else "no answer"
@@ -223,11 +245,7 @@ def _get(cluster: Cluster, namespace: str, plural: str, name: str) -> Optional[d
         try:
             return cluster.api.get_namespaced_custom_object(GROUP, version, namespace, plural, name, _request_timeout=REQUEST_SECONDS)
         except ApiException as error:
-            try:
-                named = (json.loads(error.body).get("details") or {}).get("name") == name
-            except (TypeError, ValueError, AttributeError):
-                named = False
-            if error.status == 404 and named:
+            if error.status == 404 and (_api_body(error).get("details") or {}).get("name") == name:
                 return None
             raise
 
@@ -312,7 +330,7 @@ def _ensure_runtime(cluster: Cluster, namespace: str, image: Optional[str]) -> t
             wanted = image
             body = as_dict(serving_runtime(wanted))
             created = _request(cluster, namespace, f"create servingruntimes.{GROUP} {RUNTIME_NAME!r}", lambda: api.create_namespaced_custom_object(
-                GROUP, RUNTIME_VERSION, namespace, RUNTIME_PLURAL, body, _request_timeout=REQUEST_SECONDS), conflict=True)
+                GROUP, RUNTIME_VERSION, namespace, RUNTIME_PLURAL, body, **_WRITE), conflict=True)
             if created is None:
                 continue  # created meanwhile: read it again
             return "created", wanted
@@ -326,7 +344,7 @@ def _ensure_runtime(cluster: Cluster, namespace: str, image: Optional[str]) -> t
         server["image"] = image
         patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": {"containers": containers}}
         patched = _request(cluster, namespace, f"patch servingruntimes.{GROUP} {RUNTIME_NAME!r}", lambda: api.patch_namespaced_custom_object(
-            GROUP, RUNTIME_VERSION, namespace, RUNTIME_PLURAL, RUNTIME_NAME, patch, _request_timeout=REQUEST_SECONDS), conflict=True)
+            GROUP, RUNTIME_VERSION, namespace, RUNTIME_PLURAL, RUNTIME_NAME, patch, **_WRITE), conflict=True)
         if patched is None:
             continue  # changed meanwhile: read it again
         return "updated", image
@@ -349,7 +367,7 @@ def deploy(cluster: Cluster, namespace: str, model_name: str, uri: str, version:
         current = _get(cluster, namespace, ISVC_PLURAL, name)
         if current is None:
             created = _request(cluster, namespace, doing, lambda: api.create_namespaced_custom_object(
-                GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, wanted, _request_timeout=REQUEST_SECONDS), conflict=True)
+                GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, wanted, **_WRITE), conflict=True)
             if created is None:
                 continue  # created meanwhile: patch it instead
             return Deployed(name, namespace, version, None, "created", runtime, running_image, None)
@@ -363,7 +381,7 @@ def deploy(cluster: Cluster, namespace: str, model_name: str, uri: str, version:
             return Deployed(name, namespace, version, previous, "unchanged", runtime, running_image, None)
         baseline = _rollout_mark(current)
         patched = _request(cluster, namespace, doing, lambda: api.patch_namespaced_custom_object(
-            GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, name, patch, _request_timeout=REQUEST_SECONDS), conflict=True)
+            GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, name, patch, **_WRITE), conflict=True)
         if patched is None:
             continue  # changed meanwhile: read it again
         return Deployed(name, namespace, version, previous, "updated", runtime, running_image, baseline)

@@ -1,0 +1,449 @@
+"""`bakeoff deploy` on the real API server with KServe's CRDs (stored and validated; no KServe controller runs),
+as a service account that holds only deploy's Role; and the fake Kubernetes API held to the real server's answers.
+
+The service account, Role and RoleBinding are manifests/kserve/deploy-rbac.yaml's, put in a fresh namespace;
+tests/test_deploy.py holds that Role to the calls deploy makes (DEPLOY_RULES).
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from components import defaults
+from components.errors import BakeoffError
+from components.serving import deploy
+from components.storage import open_store, registry
+from tests.cluster import controlplane
+from tests.conftest import BUCKET
+from tests.fake_kubernetes import FakeKubernetes
+from tests.test_deploy import DEPLOY_RULES, bakeoff
+
+pytestmark = pytest.mark.cluster
+
+DEPLOYER = "bakeoff-deploy"  # the service account, Role and RoleBinding of manifests/kserve/deploy-rbac.yaml
+DEPLOY_RBAC = controlplane.REPO / "manifests" / "kserve" / "deploy-rbac.yaml"
+MODEL = "fashion-mnist"
+STORE = f"s3://{BUCKET}/{{namespace}}/bakeoff"  # the pipeline's layout: a prefix per namespace
+ISVC, RUNTIME = deploy.ISVC_PLURAL, deploy.RUNTIME_PLURAL
+NEW_IMAGE = "registry.example/bakeoff:2"
+RBAC_WAIT = 30.0  # seconds for the authorizer's cache to see a changed Role; it takes milliseconds
+
+
+@dataclass(frozen=True)
+class Team:
+    """A fresh namespace whose service account may make exactly deploy's calls; its kube-config holds that account's token."""
+
+    namespace: str
+    kubeconfig: Path
+    user: str
+    api: client.CustomObjectsApi  # the service account's
+    admin: client.CustomObjectsApi  # system:masters, for what someone else does meanwhile
+
+
+def _role(namespace: str, rules: set[tuple[str, str, str]]) -> dict:
+    by_resource: dict[tuple[str, str], list[str]] = {}
+    for group, resource, verb in sorted(rules):
+        by_resource.setdefault((group, resource), []).append(verb)
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": DEPLOYER, "namespace": namespace},
+            "rules": [{"apiGroups": [group], "resources": [resource], "verbs": verbs} for (group, resource), verbs in by_resource.items()]}
+
+
+def _deploy_rbac(namespace: str) -> list[dict]:
+    """manifests/kserve/deploy-rbac.yaml as kustomize's `namespace:` line places it."""
+    documents = [doc for doc in yaml.safe_load_all(DEPLOY_RBAC.read_text()) if doc]
+    for doc in documents:
+        doc["metadata"]["namespace"] = namespace
+        for subject in doc.get("subjects", []):
+            subject["namespace"] = namespace
+    assert {doc["metadata"]["name"] for doc in documents} == {DEPLOYER}
+    return documents
+
+
+def _until_authorizer(plane: controlplane.ControlPlane, team_namespace: str, user: str, verb: str, resource: str, allowed: bool) -> None:
+    """Waits until the authorizer answers ``allowed`` for the call: it reads Roles through a watch cache."""
+    deadline = time.monotonic() + RBAC_WAIT
+    while True:
+        answer = plane.kubectl("auth", "can-i", verb, f"{resource}.{deploy.GROUP}", "-n", team_namespace, f"--as={user}", check=False)
+        if (answer.stdout.strip() == "yes") == allowed or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+
+
+def _custom_objects(configuration: client.Configuration) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(client.ApiClient(configuration))
+
+
+@pytest.fixture
+def team(control_plane: controlplane.ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Team]:
+    namespace = f"deploy-{uuid.uuid4().hex[:8]}"
+    user = f"system:serviceaccount:{namespace}:{DEPLOYER}"
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        *_deploy_rbac(namespace),
+    ]))
+    _until_authorizer(control_plane, namespace, user, "get", RUNTIME, allowed=True)
+    token = control_plane.kubectl("create", "token", DEPLOYER, "-n", namespace, "--duration=1h").stdout.strip()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "deployer",
+        "clusters": [{"name": "bakeoff", "cluster": {"server": control_plane.server, "certificate-authority": str(control_plane.ca)}}],
+        "users": [{"name": DEPLOYER, "user": {"token": token}}],
+        "contexts": [{"name": "deployer", "context": {"cluster": "bakeoff", "user": DEPLOYER, "namespace": namespace}}],
+    }))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # the test runner is no pod
+    configuration, admin = client.Configuration(), client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    config.load_kube_config(config_file=str(control_plane.kubeconfig), client_configuration=admin)
+    yield Team(namespace, kubeconfig, user, _custom_objects(configuration), _custom_objects(admin))
+    control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def publish(namespace: str, tmp_path: Path) -> int:
+    """A version of MODEL in the namespace's store, as the pipeline publishes one; returns its number."""
+    saved = tmp_path / f"saved-{uuid.uuid4().hex[:6]}"
+    saved.mkdir()
+    (saved / "saved_model.pb").write_bytes(b"")
+    return registry.publish(open_store(STORE.format(namespace=namespace)), MODEL, saved, {"variant": "cnn"})
+
+
+def read(team: Team, plural: str, name: str) -> Optional[dict]:
+    version = deploy.ISVC_VERSION if plural == ISVC else deploy.RUNTIME_VERSION
+    try:
+        return team.admin.get_namespaced_custom_object(deploy.GROUP, version, team.namespace, plural, name)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def version_of(body: dict) -> str:
+    return body["spec"]["predictor"]["annotations"][deploy.VERSION_ANNOTATION]
+
+
+def one_error(err: list[str]) -> str:
+    assert len(err) == 1 and err[0].startswith("bakeoff: error: "), err
+    return err[0]
+
+
+# ---------------------------------------------------------------- creating and rolling
+
+
+def test_deploy_creates_the_service_then_patches_it_to_each_new_version(team: Team, s3_env: str, tmp_path: Path, capsys) -> None:
+    """The newest version in the store (SeaweedFS), served from the model's folder there; a new one patches the same object."""
+    assert publish(team.namespace, tmp_path) == 1
+    code, out, err = bakeoff(capsys, "--store", STORE)
+    assert code == 0, err
+    uri = f"s3://{BUCKET}/{team.namespace}/bakeoff/models/{MODEL}"
+    assert out[1] == f"created inferenceservice {MODEL} in {team.namespace}: version 1 from {uri}"
+    first, runtime = read(team, ISVC, MODEL), read(team, RUNTIME, deploy.RUNTIME_NAME)
+    assert first["spec"]["predictor"]["model"]["storageUri"] == uri and version_of(first) == "1"
+    assert first["spec"]["predictor"]["model"]["runtime"] == runtime["metadata"]["name"]
+    assert runtime["spec"]["containers"][0]["image"] == defaults.IMAGE
+    # The user resizes the predictor meanwhile; deploy must not undo it.
+    resized = team.admin.patch_namespaced_custom_object(deploy.GROUP, deploy.ISVC_VERSION, team.namespace, ISVC, MODEL,
+                                                        {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "4Gi"}}}}}})
+
+    assert publish(team.namespace, tmp_path) == 2
+    code, out, err = bakeoff(capsys, "--store", STORE)
+    assert code == 0, err
+    assert out[0] == (f"updated inferenceservice {MODEL} in {team.namespace}: version 1 -> version 2;"
+                      " the old revision serves until the new one is Ready")
+    second = read(team, ISVC, MODEL)
+    assert second["metadata"]["uid"] == first["metadata"]["uid"], "the same object, patched"
+    assert second["metadata"]["resourceVersion"] != resized["metadata"]["resourceVersion"]
+    assert second["metadata"]["generation"] == resized["metadata"]["generation"] + 1
+    assert version_of(second) == "2" and second["spec"]["predictor"]["model"]["storageUri"] == uri
+    assert second["spec"]["predictor"]["model"]["resources"]["limits"]["memory"] == "4Gi"
+
+    # The same version again writes nothing: no new generation, so KServe starts no new revision.
+    code, out, err = bakeoff(capsys, "--store", STORE)
+    assert code == 0 and out[0] == f"inferenceservice {MODEL} in {team.namespace} already serves version 2", err
+    assert read(team, ISVC, MODEL)["metadata"]["resourceVersion"] == second["metadata"]["resourceVersion"]
+
+    # A new image: the runtime's container, and the predictor's annotation so that KServe rolls it.
+    code, out, err = bakeoff(capsys, "--store", STORE, "--image", NEW_IMAGE)
+    assert code == 0, err
+    assert out[0] == f"updated servingruntime bakeoff in {team.namespace} (image {NEW_IMAGE})"
+    assert read(team, RUNTIME, deploy.RUNTIME_NAME)["spec"]["containers"][0]["image"] == NEW_IMAGE
+    assert read(team, RUNTIME, deploy.RUNTIME_NAME)["metadata"]["generation"] == runtime["metadata"]["generation"] + 1
+    third = read(team, ISVC, MODEL)
+    assert third["spec"]["predictor"]["annotations"][deploy.IMAGE_ANNOTATION] == NEW_IMAGE
+    assert third["metadata"]["generation"] == second["metadata"]["generation"] + 1
+
+
+@pytest.mark.parametrize("removed", sorted(DEPLOY_RULES), ids=lambda rule: f"{rule[1]}-{rule[2]}")
+def test_a_role_missing_one_of_deploys_verbs_fails_that_call_in_one_line(
+        team: Team, control_plane: controlplane.ControlPlane, capsys, removed: tuple[str, str, str]) -> None:
+    """The real authorizer: every rule of the Role is needed, and a refusal names the verb and the resource."""
+    _, resource, verb = removed
+    if verb == "patch":  # patched only once it exists
+        assert bakeoff(capsys, "--version", "1")[0] == 0
+    control_plane.kubectl("replace", "-f", "-", input=json.dumps(_role(team.namespace, DEPLOY_RULES - {removed})))
+    _until_authorizer(control_plane, team.namespace, team.user, verb, resource, allowed=False)
+
+    code, _, err = bakeoff(capsys, "--version", "2", "--image", NEW_IMAGE)
+    assert code == 1
+    line = one_error(err)
+    assert line.startswith("bakeoff: error: not allowed to ") and f"in namespace '{team.namespace}' (HTTP 403: " in line, line
+    assert f'User "{team.user}" cannot {verb} resource "{resource}" in API group "{deploy.GROUP}"' in line, line
+    if verb != "patch":
+        assert read(team, ISVC, MODEL) is None
+
+
+# ---------------------------------------------------------------- someone else writing meanwhile
+
+
+class Interleaved(client.CustomObjectsApi):
+    """The real client, with ``meanwhile`` run after each of the first ``times`` reads of ``plural``: another writer's turn."""
+
+    def __init__(self, api_client: client.ApiClient, plural: str, meanwhile: Callable[[], Any], times: int = 1) -> None:
+        super().__init__(api_client)
+        self.plural, self.meanwhile, self.times = plural, meanwhile, times
+
+    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str, **kwargs: Any) -> Any:
+        try:
+            return super().get_namespaced_custom_object(group, version, namespace, plural, name, **kwargs)
+        finally:
+            if plural == self.plural and self.times:
+                self.times -= 1
+                self.meanwhile()
+
+
+def interleaved(team: Team, plural: str, meanwhile: Callable[[], Any], times: int = 1) -> deploy.Cluster:
+    """The deployer's connection, with another writer's change between deploy's read of ``plural`` and its write."""
+    return deploy.Cluster(Interleaved(team.api.api_client, plural, meanwhile, times), team.namespace, team.api.api_client.configuration.host)
+
+
+def admin_patch(team: Team, plural: str, name: str, patch: dict) -> Callable[[], Any]:
+    version = deploy.ISVC_VERSION if plural == ISVC else deploy.RUNTIME_VERSION
+    return lambda: team.admin.patch_namespaced_custom_object(deploy.GROUP, version, team.namespace, plural, name, patch)
+
+
+def uri(team: Team) -> str:
+    return deploy.storage_uri(STORE, team.namespace, MODEL)
+
+
+def test_a_runtime_changed_between_read_and_patch_keeps_the_other_change(team: Team, capsys) -> None:
+    """deploy replaces the runtime's container list: its stale copy must not undo another writer's change (409, read again)."""
+    assert bakeoff(capsys, "--version", "1")[0] == 0
+    containers = read(team, RUNTIME, deploy.RUNTIME_NAME)["spec"]["containers"]
+    containers[0]["resources"]["limits"]["memory"] = "4Gi"
+    cluster = interleaved(team, RUNTIME, admin_patch(team, RUNTIME, deploy.RUNTIME_NAME, {"spec": {"containers": containers}}))
+
+    done = deploy.deploy(cluster, team.namespace, MODEL, uri(team), 2, NEW_IMAGE)
+    assert (done.runtime, done.image) == ("updated", NEW_IMAGE)
+    (server,) = read(team, RUNTIME, deploy.RUNTIME_NAME)["spec"]["containers"]
+    assert server["image"] == NEW_IMAGE and server["resources"]["limits"]["memory"] == "4Gi"
+
+
+def test_a_service_changed_between_read_and_patch_is_read_again(team: Team, capsys) -> None:
+    """Someone else rolled it to version 5 meanwhile: deploy's stale patch answers 409, and it reports 5 as the previous version."""
+    assert bakeoff(capsys, "--version", "1")[0] == 0
+    other = admin_patch(team, ISVC, MODEL, {"spec": {"predictor": {"annotations": {deploy.VERSION_ANNOTATION: "5"}}}})
+
+    done = deploy.deploy(interleaved(team, ISVC, other), team.namespace, MODEL, uri(team), 7)
+    assert (done.action, done.previous) == ("updated", 5)
+    assert version_of(read(team, ISVC, MODEL)) == "7"
+
+
+def test_a_service_created_between_read_and_create_is_patched(team: Team) -> None:
+    """The name is taken meanwhile (409 AlreadyExists): deploy patches that object instead of failing."""
+    body = deploy.as_dict(deploy.inference_service(MODEL, uri(team), 3, defaults.IMAGE))
+    other = lambda: team.admin.create_namespaced_custom_object(deploy.GROUP, deploy.ISVC_VERSION, team.namespace, ISVC, body)  # noqa: E731
+
+    done = deploy.deploy(interleaved(team, ISVC, other), team.namespace, MODEL, uri(team), 4)
+    assert (done.action, done.previous) == ("updated", 3)
+    assert version_of(read(team, ISVC, MODEL)) == "4"
+
+
+def test_a_service_that_keeps_changing_fails_in_one_line_and_keeps_the_others_version(team: Team, capsys) -> None:
+    assert bakeoff(capsys, "--version", "1")[0] == 0
+    turns = iter(range(100, 200))
+    other = lambda: admin_patch(team, ISVC, MODEL, {"metadata": {"labels": {"turn": str(next(turns))}}})()  # noqa: E731
+
+    with pytest.raises(BakeoffError) as failed:
+        deploy.deploy(interleaved(team, ISVC, other, times=deploy.WRITE_ATTEMPTS), team.namespace, MODEL, uri(team), 2)
+    assert str(failed.value) == f"inferenceservice '{MODEL}' in '{team.namespace}' kept changing while deploy wrote it: run deploy again"
+    assert version_of(read(team, ISVC, MODEL)) == "1"
+
+
+# ---------------------------------------------------------------- what the API server refuses
+
+
+def test_a_field_the_crd_schema_refuses_fails_in_one_line_naming_it_before_anything_is_written(
+        team: Team, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No flag reaches a field the schema constrains; deploy's own size does (a quantity pattern), so a wrong one stands in."""
+    monkeypatch.setattr(deploy, "LIMITS", {"cpu": "1", "memory": "2 GB"})
+    code, out, err = bakeoff(capsys, "--version", "1")
+    assert code == 1 and out == []
+    line = one_error(err)
+    assert line.startswith(f"bakeoff: error: the API at {team.api.api_client.configuration.host} refused to create servingruntimes"
+                           f".serving.kserve.io 'bakeoff' in namespace '{team.namespace}' (HTTP 422: "), line
+    assert 'spec.containers[0].resources.limits.memory: Invalid value: "2 GB"' in line, line
+    assert read(team, RUNTIME, deploy.RUNTIME_NAME) is None and read(team, ISVC, MODEL) is None
+
+
+def test_an_unknown_field_is_refused_in_one_short_line_not_pruned(team: Team, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A field the cluster's CRD lacks (an older KServe) would be pruned silently; deploy asks for strict validation.
+
+    The API server's message for a refused merge patch quotes the whole object first; the line keeps the reason.
+    """
+    assert bakeoff(capsys, "--version", "1")[0] == 0
+    written = deploy.as_dict
+
+    def with_unknown_field(model: Any) -> dict:
+        body = written(model)
+        if body.get("kind") == "InferenceService":
+            body["spec"]["predictor"]["model"]["storageURI"] = body["spec"]["predictor"]["model"]["storageUri"]
+        return body
+
+    monkeypatch.setattr(deploy, "as_dict", with_unknown_field)
+    code, _, err = bakeoff(capsys, "--version", "2")
+    assert code == 1
+    line = one_error(err)
+    assert line.endswith(f'(HTTP 422: strict decoding error: unknown field "spec.predictor.model.storageURI"): the cluster\'s'
+                         f" {deploy.GROUP} CRDs refuse the field named; an older KServe may lack it: upgrade KServe there"), line
+    assert version_of(read(team, ISVC, MODEL)) == "1", "nothing written"
+
+
+def test_a_namespace_that_does_not_exist_is_named_in_one_line(control_plane: controlplane.ControlPlane, capsys,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """An admin (whom no Role stops first) deploying to a namespace nobody created: not "install KServe"."""
+    monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    missing = f"absent-{uuid.uuid4().hex[:8]}"
+    code, _, err = bakeoff(capsys, "--version", "1", "--namespace", missing)
+    assert code == 1
+    assert one_error(err) == (f"bakeoff: error: cannot create servingruntimes.serving.kserve.io 'bakeoff': namespace '{missing}' does not"
+                              f" exist on {control_plane.server} (HTTP 404: namespaces \"{missing}\" not found): pass --namespace with"
+                              " your profile's namespace, or leave it out for the kube-config's")
+
+
+# ---------------------------------------------------------------- the fake, held to the real server
+
+
+def _answer(call: Callable[[], tuple[Any, int, Any]]) -> tuple[int, Any]:
+    """The HTTP status and the decoded body of one call, failed or not."""
+    try:
+        body, status, _ = call()
+        return status, body
+    except ApiException as error:
+        try:
+            return error.status, json.loads(error.body)
+        except ValueError:
+            return error.status, error.body
+
+
+def _seen(status: int, body: Any, previous: Optional[dict]) -> dict:
+    """What deploy reads of an answer: status; of an object its fields and whether it was written; of an error its Status."""
+    if not isinstance(body, dict):
+        return {"status": status, "text": body}
+    if body.get("kind") == "Status":
+        details = {key: value for key, value in (body.get("details") or {}).items() if key in ("name", "kind")}
+        seen = {"status": status, "reason": body.get("reason"), "details": details}
+        message = body.get("message", "")
+        # Invalid and BadRequest are worded by each validator; deploy shows them, and keeps a strict decoding error's reason.
+        seen["message"] = message[message.find(deploy.STRICT_DECODING):] if deploy.STRICT_DECODING in message else (
+            "" if status in (400, 422) else message)
+        return seen
+    metadata, spec = body["metadata"], body.get("spec") or {}
+    fields = ({"containers": spec["containers"], "formats": spec.get("supportedModelFormats")} if "containers" in spec
+              else {"predictor": spec.get("predictor")})
+    return {"status": status, "generation": metadata.get("generation"), "labels": metadata.get("labels"), **fields,
+            "written": previous is None or metadata["resourceVersion"] != previous["metadata"]["resourceVersion"]}
+
+
+def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str) -> list[tuple[str, dict]]:
+    """deploy's calls in the order it makes them, and the answers it handles: taken names, stale and unchanged patches,
+    refused bodies, unknown fields with and without strict validation, a verb the Role lacks, a version no CRD serves."""
+    runtime = deploy.as_dict(deploy.serving_runtime(defaults.IMAGE))
+    service = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 1, defaults.IMAGE))
+    typo = json.loads(json.dumps(service).replace('"storageUri"', '"storageURI"'))
+    typo["metadata"]["name"] = "typo"
+    seen: list[tuple[str, dict]] = []
+    last: dict[str, dict] = {}
+
+    def step(name: str, verb: str, plural: str, *args: Any, version: Optional[str] = None, **kwargs: Any) -> Any:
+        """One call of ``verb`` on ``plural``; creates and patches validate strictly, as deploy's do, unless told otherwise."""
+        version = version or (deploy.ISVC_VERSION if plural == ISVC else deploy.RUNTIME_VERSION)
+        if verb in ("create", "patch"):
+            kwargs.setdefault("field_validation", deploy.FIELD_VALIDATION)
+        call = getattr(api, f"{verb}_namespaced_custom_object_with_http_info")
+        status, body = _answer(lambda: call(deploy.GROUP, version, namespace, plural, *args, **kwargs))
+        seen.append((name, _seen(status, body, last.get(plural))))
+        if isinstance(body, dict) and body.get("kind") != "Status":
+            last[plural] = body
+        return body
+
+    step("get a missing runtime", "get", RUNTIME, deploy.RUNTIME_NAME)
+    step("create the runtime", "create", RUNTIME, runtime)
+    step("create it again", "create", RUNTIME, runtime)
+    current = step("get the runtime", "get", RUNTIME, deploy.RUNTIME_NAME)
+    containers = json.loads(json.dumps(current["spec"]["containers"]).replace(defaults.IMAGE, NEW_IMAGE))
+    image_patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": {"containers": containers}}
+    step("patch its image", "patch", RUNTIME, deploy.RUNTIME_NAME, image_patch)
+    step("patch it with a stale resourceVersion", "patch", RUNTIME, deploy.RUNTIME_NAME, image_patch)
+
+    step("get a missing service", "get", ISVC, MODEL)
+    created = step("create the service", "create", ISVC, service)
+    step("create it again", "create", ISVC, service)
+    predictor = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 2, NEW_IMAGE))["spec"]["predictor"]
+    roll = {"metadata": {"labels": dict(deploy.PART_OF), "resourceVersion": created["metadata"]["resourceVersion"]},
+            "spec": {"predictor": {**predictor, "model": {k: v for k, v in predictor["model"].items() if k != "resources"}}}}
+    rolled = step("patch it to version 2", "patch", ISVC, MODEL, roll)
+    step("patch it with a stale resourceVersion", "patch", ISVC, MODEL, roll)
+    same = dict(roll, metadata={**roll["metadata"], "resourceVersion": rolled["metadata"]["resourceVersion"]})
+    step("patch it to what it is", "patch", ISVC, MODEL, same)
+    step("patch its labels only", "patch", ISVC, MODEL, {"metadata": {"labels": {"owner": "someone"}}})
+    step("get it", "get", ISVC, MODEL)
+
+    step("create one without a predictor", "create", ISVC, dict(service, metadata={"name": "empty"}, spec={}))
+    step("patch in a value the schema refuses", "patch", ISVC, MODEL,
+         {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "2 GB"}}}}}})
+    step("create one with an unknown field, strict", "create", ISVC, typo)
+    step("patch in an unknown field, strict", "patch", ISVC, MODEL, {"spec": {"predictor": {"model": {"storageURI": model_uri}}}})
+    step("create one with an unknown field, not strict", "create", ISVC, typo, field_validation=None)
+    step("delete it, which the Role does not grant", "delete", ISVC, MODEL)
+    step("list them, which the Role does not grant", "list", ISVC)
+    step("get at a version no CRD serves", "get", ISVC, MODEL, version="v1alpha9")
+    return seen
+
+
+def _missing_namespace_calls(api: client.CustomObjectsApi, missing: str, model_uri: str) -> list[tuple[str, dict]]:
+    """What an admin, whom no Role stops first, gets in a namespace that does not exist."""
+    services = (deploy.GROUP, deploy.ISVC_VERSION, missing, ISVC)
+    body = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 1, defaults.IMAGE))
+    return [(name, _seen(*_answer(call), None)) for name, call in (
+        ("get", lambda: api.get_namespaced_custom_object_with_http_info(*services, MODEL)),
+        ("create", lambda: api.create_namespaced_custom_object_with_http_info(*services, body, field_validation=deploy.FIELD_VALIDATION)))]
+
+
+def test_the_fake_answers_deploys_calls_as_the_real_api_server_does(team: Team, control_plane: controlplane.ControlPlane) -> None:
+    """The same calls against tests/fake_kubernetes.py and the real server: the same statuses, Status reasons, details and
+    messages deploy reads, and the same objects (generation, written or not). The fake's InferenceService status is its own."""
+    model_uri = uri(team)
+    real = _deploys_calls(team.api, team.namespace, model_uri)
+    missing = f"absent-{uuid.uuid4().hex[:8]}"
+    real_admin = _missing_namespace_calls(team.admin, missing, model_uri)
+    with FakeKubernetes(phases=["Created"], namespace=team.namespace, granted=set(DEPLOY_RULES), user=team.user,
+                        namespaces={team.namespace}) as fake:
+        configuration = client.Configuration()
+        configuration.host = fake.url
+        fake_api = _custom_objects(configuration)
+        faked = _deploys_calls(fake_api, team.namespace, model_uri)
+        fake.granted = None
+        faked_admin = _missing_namespace_calls(fake_api, missing, model_uri)
+    assert [name for name, _ in faked] == [name for name, _ in real]
+    for (name, fake_seen), (_, real_seen) in zip(faked, real):
+        assert fake_seen == real_seen, name
+    assert faked_admin == real_admin
