@@ -325,7 +325,7 @@ def test_kserve_missing_is_one_line(fake: FakeKubernetes, capsys) -> None:
 
 def test_a_namespace_that_does_not_exist_is_one_line_not_install_kserve(fake: FakeKubernetes, capsys) -> None:
     fake.namespaces = {NAMESPACE}
-    code, _, err = bakeoff(capsys, "--version", "1", "--namespace", "team-b")
+    code, _, err = bakeoff(capsys, "--version", "1", "--namespace", "team-b", "--image", IMAGE)
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith(f"bakeoff: error: cannot create servingruntimes.serving.kserve.io 'bakeoff': namespace 'team-b' does not exist on {fake.url}")
     assert err[0].endswith("pass --namespace with your profile's namespace, or leave it out for the kube-config's")

@@ -2,7 +2,7 @@
 as a service account that holds only deploy's Role; and the fake Kubernetes API held to the real server's answers.
 
 The service account, Role and RoleBinding are manifests/kserve/deploy-rbac.yaml's, put in a fresh namespace;
-tests/test_deploy.py holds that Role to the calls deploy makes (DEPLOY_RULES).
+tests/test_deploy.py holds that Role to the calls deploy makes.
 """
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ from components.storage import open_store, registry
 from tests.cluster import controlplane
 from tests.conftest import BUCKET
 from tests.fake_kubernetes import FakeKubernetes
-from tests.test_deploy import DEPLOY_RULES, bakeoff
+from tests import test_deploy
+from tests.samples import manifest
+from tests.test_deploy import IMAGE
 
 pytestmark = pytest.mark.cluster
 
@@ -57,6 +59,11 @@ def _role(namespace: str, rules: set[tuple[str, str, str]]) -> dict:
             "rules": [{"apiGroups": [group], "resources": [resource], "verbs": verbs} for (group, resource), verbs in by_resource.items()]}
 
 
+def bakeoff(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, list[str], list[str]]:
+    """`bakeoff deploy ARGS`, with the user's image unless ARGS name one: deploy creates no runtime without it."""
+    return test_deploy.bakeoff(capsys, *args, *(() if "--image" in args else ("--image", IMAGE)))
+
+
 def _deploy_rbac(namespace: str) -> list[dict]:
     """manifests/kserve/deploy-rbac.yaml as kustomize's `namespace:` line places it."""
     documents = [doc for doc in yaml.safe_load_all(DEPLOY_RBAC.read_text()) if doc]
@@ -66,6 +73,16 @@ def _deploy_rbac(namespace: str) -> list[dict]:
             subject["namespace"] = namespace
     assert {doc["metadata"]["name"] for doc in documents} == {DEPLOYER}
     return documents
+
+
+def _granted() -> set[tuple[str, str, str]]:
+    """(group, resource, verb) the manifest's Role grants."""
+    role = next(doc for doc in _deploy_rbac("any") if doc["kind"] == "Role")
+    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+DEPLOY_RULES = _granted()
 
 
 def _until_authorizer(plane: controlplane.ControlPlane, team_namespace: str, user: str, verb: str, resource: str, allowed: bool) -> None:
@@ -113,7 +130,7 @@ def publish(namespace: str, tmp_path: Path) -> int:
     saved = tmp_path / f"saved-{uuid.uuid4().hex[:6]}"
     saved.mkdir()
     (saved / "saved_model.pb").write_bytes(b"")
-    return registry.publish(open_store(STORE.format(namespace=namespace)), MODEL, saved, {"variant": "cnn"})
+    return registry.publish(open_store(STORE.format(namespace=namespace)), MODEL, saved, manifest())
 
 
 def read(team: Team, plural: str, name: str) -> Optional[dict]:
@@ -148,7 +165,7 @@ def test_deploy_creates_the_service_then_patches_it_to_each_new_version(team: Te
     first, runtime = read(team, ISVC, MODEL), read(team, RUNTIME, deploy.RUNTIME_NAME)
     assert first["spec"]["predictor"]["model"]["storageUri"] == uri and version_of(first) == "1"
     assert first["spec"]["predictor"]["model"]["runtime"] == runtime["metadata"]["name"]
-    assert runtime["spec"]["containers"][0]["image"] == defaults.IMAGE
+    assert runtime["spec"]["containers"][0]["image"] == IMAGE
     # The user resizes the predictor meanwhile; deploy must not undo it.
     resized = team.admin.patch_namespaced_custom_object(deploy.GROUP, deploy.ISVC_VERSION, team.namespace, ISVC, MODEL,
                                                         {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "4Gi"}}}}}})
@@ -258,10 +275,10 @@ def test_a_service_changed_between_read_and_patch_is_read_again(team: Team, caps
 
 def test_a_service_created_between_read_and_create_is_patched(team: Team) -> None:
     """The name is taken meanwhile (409 AlreadyExists): deploy patches that object instead of failing."""
-    body = deploy.as_dict(deploy.inference_service(MODEL, uri(team), 3, defaults.IMAGE))
+    body = deploy.as_dict(deploy.inference_service(MODEL, uri(team), 3, IMAGE))
     other = lambda: team.admin.create_namespaced_custom_object(deploy.GROUP, deploy.ISVC_VERSION, team.namespace, ISVC, body)  # noqa: E731
 
-    done = deploy.deploy(interleaved(team, ISVC, other), team.namespace, MODEL, uri(team), 4)
+    done = deploy.deploy(interleaved(team, ISVC, other), team.namespace, MODEL, uri(team), 4, IMAGE)
     assert (done.action, done.previous) == ("updated", 3)
     assert version_of(read(team, ISVC, MODEL)) == "4"
 
@@ -366,8 +383,8 @@ def _seen(status: int, body: Any, previous: Optional[dict]) -> dict:
 def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str) -> list[tuple[str, dict]]:
     """deploy's calls in the order it makes them, and the answers it handles: taken names, stale and unchanged patches,
     refused bodies, unknown fields with and without strict validation, a verb the Role lacks, a version no CRD serves."""
-    runtime = deploy.as_dict(deploy.serving_runtime(defaults.IMAGE))
-    service = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 1, defaults.IMAGE))
+    runtime = deploy.as_dict(deploy.serving_runtime(IMAGE))
+    service = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 1, IMAGE))
     typo = json.loads(json.dumps(service).replace('"storageUri"', '"storageURI"'))
     typo["metadata"]["name"] = "typo"
     seen: list[tuple[str, dict]] = []
@@ -389,7 +406,7 @@ def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str)
     step("create the runtime", "create", RUNTIME, runtime)
     step("create it again", "create", RUNTIME, runtime)
     current = step("get the runtime", "get", RUNTIME, deploy.RUNTIME_NAME)
-    containers = json.loads(json.dumps(current["spec"]["containers"]).replace(defaults.IMAGE, NEW_IMAGE))
+    containers = json.loads(json.dumps(current["spec"]["containers"]).replace(IMAGE, NEW_IMAGE))
     image_patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": {"containers": containers}}
     step("patch its image", "patch", RUNTIME, deploy.RUNTIME_NAME, image_patch)
     step("patch it with a stale resourceVersion", "patch", RUNTIME, deploy.RUNTIME_NAME, image_patch)
@@ -422,7 +439,7 @@ def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str)
 def _missing_namespace_calls(api: client.CustomObjectsApi, missing: str, model_uri: str) -> list[tuple[str, dict]]:
     """What an admin, whom no Role stops first, gets in a namespace that does not exist."""
     services = (deploy.GROUP, deploy.ISVC_VERSION, missing, ISVC)
-    body = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 1, defaults.IMAGE))
+    body = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 1, IMAGE))
     return [(name, _seen(*_answer(call), None)) for name, call in (
         ("get", lambda: api.get_namespaced_custom_object_with_http_info(*services, MODEL)),
         ("create", lambda: api.create_namespaced_custom_object_with_http_info(*services, body, field_validation=deploy.FIELD_VALIDATION)))]
