@@ -17,14 +17,14 @@ from tests.conftest import BUCKET, free_port
 from tests.test_report import assert_select_artifacts
 
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
-README = Path(__file__).resolve().parent.parent / "README.md"
+COMMANDS_DOC = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
 TINY = """
 defaults: {workers: 2, training: {epochs: 1, batch_size: 32}}
 variants:
   - {name: mlp, model: {type: mlp, hidden_units: [64]}}
   - {name: small_cnn, model: {type: cnn, filters: [8, 16], dense_units: 32}}
 """
-# The type of each field that README.md documents for `run --json` and `models list --json`.
+# The type of each field that docs/commands.md documents for `run --json` and `models list --json`.
 FIELD_TYPES = {
     "run_id": str, "variant": str, "version": int, "uri": str, "workers": int, "num_replicas_in_sync": int,
     "val_accuracy": float, "val_loss": float, "test_accuracy": float, "epochs": int, "train_seconds": float,
@@ -58,8 +58,8 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def documented_fields() -> tuple[dict, set[str]]:
-    """README's `run --json` fields as {name: None, or {its fields}}, and its `models list --json` fields."""
-    (paragraph,) = [p for p in README.read_text().split("\n\n") if p.startswith("`run --json` prints")]
+    """docs/commands.md's `run --json` fields as {name: None, or {its fields}}, and its `models list --json` fields."""
+    (paragraph,) = [p for p in COMMANDS_DOC.read_text().split("\n\n") if p.startswith("`run --json` prints")]
     run_part, listing_part = paragraph.split("`models list --json` prints")
     root: dict = {}
     levels = [root]
@@ -77,7 +77,7 @@ def documented_fields() -> tuple[dict, set[str]]:
 
 def assert_documented(record: dict, fields: set[str]) -> None:
     """``record`` has exactly the documented ``fields``, each of its documented type."""
-    assert set(record) == fields, f"README documents {sorted(fields)}, the JSON has {sorted(record)}"
+    assert set(record) == fields, f"docs/commands.md documents {sorted(fields)}, the JSON has {sorted(record)}"
     for field in sorted(fields):
         assert type(record[field]) is FIELD_TYPES[field], f"{field}: {record[field]!r} is not a {FIELD_TYPES[field].__name__}"
 
@@ -85,7 +85,7 @@ def assert_documented(record: dict, fields: set[str]) -> None:
 @pytest.mark.parametrize("store_uri, metric", [("folder", "val_accuracy"), ("s3", "val_loss")], indirect=["store_uri"])
 def test_pipeline_runs_and_publishes_the_best_by_the_metric_with_the_documented_json(
         tiny_config: Path, store_uri: str, metric: str, tmp_path: Path) -> None:
-    """`run --metric M --json` publishes the candidate best by M, and prints exactly README's fields and types."""
+    """`run --metric M --json` publishes the candidate best by M, and prints exactly the documented fields and types."""
     run = bakeoff("run", "--local", "--config", str(tiny_config), "--store", store_uri, "--metric", metric,
                   "--max-train-examples", "2048", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
