@@ -368,7 +368,7 @@ def test_kserve_image_is_the_users_and_the_settings_are_never_applied(rendered_f
 def readme_backend_endpoints() -> set[str]:
     """The in-cluster S3 endpoints of the "Supported KFP backends" table in docs/kubeflow.md."""
     text = KUBEFLOW_DOC.read_text()
-    table = text[text.index("### Supported KFP backends"):]
+    table = text[text.index("\n## Supported KFP backends"):]
     table = table[table.index("\n| backend"):]
     rows = table[: table.index("\n\n")].splitlines()[3:]
     return {endpoint for row in rows for endpoint in re.findall(r"`([a-z0-9-]+\.kubeflow:\d+)`", row.split("|")[2])}
