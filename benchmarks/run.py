@@ -40,11 +40,18 @@ def machine() -> dict:
     }
 
 
-def write_results(figures: list[Figure], context: Context, info: dict, seconds: float) -> None:
+def measured_apart(results_md: Path) -> str:
+    """The sections of results.md from its first `## ` heading on: figures measured apart, which a bench run keeps."""
+    text = results_md.read_text() if results_md.exists() else ""
+    start = text.find("\n## ")
+    return text[start + 1:] if start >= 0 else ""
+
+
+def write_results(figures: list[Figure], context: Context, info: dict, seconds: float, folder: Path = HERE) -> None:
     results = {figure.key: figure.value for figure in figures}
     document = {**results, "figures": [dataclasses.asdict(f) for f in figures], "machine": info,
                 "bench_seconds": seconds, "samples": context.samples}
-    (HERE / "results.json").write_text(json.dumps(document, indent=2) + "\n")
+    (folder / "results.json").write_text(json.dumps(document, indent=2) + "\n")
     rows = ["# bakeoff benchmarks", "", f"Machine: {info['cores']} cores, {info['cpu']}; Python {info['python']}; "
             + ", ".join(f"{k} {v}" for k, v in info["versions"].items()) + f". Run {info['date']}, {seconds / 60:.1f} min.", "",
             "| figure | value | goal | met | how |", "|---|---|---|---|---|"]
@@ -52,7 +59,8 @@ def write_results(figures: list[Figure], context: Context, info: dict, seconds: 
         met = "" if f.met is None else ("yes" if f.met else "**no**")
         rows.append(f"| `{f.key}` | {f.value:.4g} {f.unit} | {f.goal} | {met} | {f.detail} |")
     rows += ["", f"Medians of {context.repetitions} repetitions where a figure says so; raw samples are in results.json.", ""]
-    (HERE / "results.md").write_text("\n".join(rows))
+    kept = measured_apart(folder / "results.md")
+    (folder / "results.md").write_text("\n".join(rows) + ("\n" + kept if kept else ""))
 
 
 def main(argv: Optional[list[str]] = None) -> int:

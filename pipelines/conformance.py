@@ -2,7 +2,7 @@
 
 ``kfp.local`` applies none of these rules, so a pipeline that runs locally can
 still fail on a cluster. Each rule is read from kubeflow/pipelines at the
-release tags of ``SUPPORTED`` (the README's "On Kubeflow" table):
+release tags of ``SUPPORTED`` (the table in docs/kubeflow.md):
 
 - input types: ``resolveInputs`` → ``handleParamTypeValidationAndConversion``
   (``backend/src/v2/driver/resolve.go`` from 2.14; ``driver.go`` in 2.4–2.5). A

@@ -42,7 +42,7 @@ def build_pipeline(
 
     The fan-in is a sub-pipeline that select waits for, and select reads the
     candidates back from the store: it runs on every supported backend, where
-    ``dsl.Collected`` needs KFP 2.14 (README, "On Kubeflow").
+    ``dsl.Collected`` needs KFP 2.14 (docs/kubeflow.md).
 
     With successive halving (``search.halving``) the rungs are unrolled here,
     at compile time, from the variants' count: rung k trains its variants to

@@ -24,7 +24,7 @@ from components.storage.registry import model_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
-README = ROOT / "README.md"
+KUBEFLOW_DOC = ROOT / "docs" / "kubeflow.md"
 DOCKERFILE = ROOT / "images" / "Dockerfile"
 DOCKERIGNORE = ROOT / "images" / "Dockerfile.dockerignore"
 KUBECTL_VERSION = "1.37.1"
@@ -108,7 +108,7 @@ def example_choices(path: Path) -> dict[str, list[str]]:
 
 
 def settings_from_example(image: str, s3_endpoint: str) -> str:
-    """settings.env as README says to write it: the example with its IMAGE line and one S3_ENDPOINT line uncommented."""
+    """settings.env as docs/kubeflow.md says to write it: the example with its IMAGE line and one S3_ENDPOINT line uncommented."""
     assert s3_endpoint in example_choices(SETTINGS.with_name("settings.env.example"))["S3_ENDPOINT"], s3_endpoint
     return SETTINGS.with_name("settings.env.example").read_text() + f"IMAGE={image}\nS3_ENDPOINT={s3_endpoint}\n"
 
@@ -366,16 +366,16 @@ def test_kserve_image_is_the_users_and_the_settings_are_never_applied(rendered_f
 
 
 def readme_backend_endpoints() -> set[str]:
-    """The in-cluster S3 endpoints of README's "Supported KFP backends" table."""
-    text = README.read_text()
-    table = text[text.index("### Supported KFP backends"):]
+    """The in-cluster S3 endpoints of the "Supported KFP backends" table in docs/kubeflow.md."""
+    text = KUBEFLOW_DOC.read_text()
+    table = text[text.index("\n## Supported KFP backends"):]
     table = table[table.index("\n| backend"):]
     rows = table[: table.index("\n\n")].splitlines()[3:]
     return {endpoint for row in rows for endpoint in re.findall(r"`([a-z0-9-]+\.kubeflow:\d+)`", row.split("|")[2])}
 
 
 def test_kserve_endpoint_choices_are_the_backend_tables_and_reach_the_storage_initializer(tmp_path):
-    """Each KFP version's endpoint, as README's table gives it, is one line to uncomment, and lands in the annotation
+    """Each KFP version's endpoint, as the backends table gives it, is one line to uncomment, and lands in the annotation
     KServe's storage initializer reads (serving.kserve.io/s3-endpoint: the only place KServe 0.15 looks)."""
     offered = example_choices(SETTINGS.with_name("settings.env.example"))["S3_ENDPOINT"]
     assert sorted(offered) == sorted(readme_backend_endpoints()) == ["minio-service.kubeflow:9000", "seaweedfs.kubeflow:9000"]

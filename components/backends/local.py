@@ -38,7 +38,7 @@ EXITING = b"exiting"  # done: the interpreter's shutdown ends the heartbeat thre
 # A peer stopped mid-training makes TensorFlow's coordination service fail the others
 # about 10 s later: a replica quiet for SUSPECT_SECONDS when another fails is the cause.
 # STALL_SECONDS of quiet means stalled even when no peer notices (one replica, or before
-# the coordination service runs). How both were chosen: README, "When things fail".
+# the coordination service runs). How both were chosen: docs/faults.md.
 SUSPECT_SECONDS = defaults.SUSPECT_SECONDS
 STALL_SECONDS = defaults.STALL_SECONDS
 STALL_HINT = "check what stopped, froze or starved it (SIGSTOP, a debugger, swapping)"

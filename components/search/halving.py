@@ -45,7 +45,7 @@ def rung_score(history: dict, metric: str, epochs: int) -> tuple[float, int]:
     The mean of ``metric`` over the validated epochs of the last ``1/HALVING_WINDOW`` of
     the training so far (at least the last one). A learning-rate schedule over
     ``max_epochs`` is still high in the early rungs, where one epoch's validation
-    swings widely: a single dip must not decide who goes on (README, "Search").
+    swings widely: a single dip must not decide who goes on (docs/search.md).
     """
     values = history.get(metric) or []
     validated = history.get(VAL_EPOCHS) or list(range(epochs - len(values) + 1, epochs + 1))

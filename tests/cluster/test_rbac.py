@@ -46,7 +46,7 @@ def applied(control_plane: controlplane.ControlPlane, tmp_path_factory: pytest.T
         control_plane.kubectl("apply", "--server-side", "-k", str(MANIFESTS / name))
         names.append(name)
     for name, env_file in WITH_ENV_FILE.items():
-        if name == "kserve":  # its settings.env as README says to fill it in
+        if name == "kserve":  # its settings.env as docs/kubeflow.md says to fill it in
             copy = kserve_copy(tmp_path_factory.mktemp(name), settings_from_example(USER_IMAGE, Cluster().s3_endpoint))
         else:
             copy = tmp_path_factory.mktemp(name) / name
