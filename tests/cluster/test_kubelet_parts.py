@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from kubernetes.client import (V1ConfigMapKeySelector, V1Container, V1EnvFromSource, V1EnvVar, V1EnvVarSource,
-                               V1ObjectFieldSelector, V1SecretEnvSource, V1SecretKeySelector)
+                               V1ObjectFieldSelector, V1SecretEnvSource, V1SecretKeySelector, V1VolumeMount)
 
-from tests.cluster.kubelet import logs, sandbox, shim
+from tests.cluster.kubelet import layout, logs, sandbox, shim
 from tests.cluster.kubelet.config import POD_IP_ENV
-from tests.cluster.kubelet.image import ImageConfig, read_dockerfile
+from tests.cluster.kubelet.image import Image, ImageConfig, read_dockerfile
 from tests.cluster.kubelet.names import HostsTable, PodName, ServiceName
 from tests.cluster.kubelet.podenv import ConfigError, PodFacts, command_line, container_env, expand
 from tests.cluster.kubelet.server import LogError, choose, parse_query
@@ -198,6 +198,19 @@ def test_resolve_executable_looks_through_mounts(tmp_path: Path) -> None:
     sandbox.resolve_executable(["/kfp-launcher/launch"], {}, "/", mounts)
     with pytest.raises(sandbox.StartError, match='exec: "nope": executable file not found in \\$PATH'):
         sandbox.resolve_executable(["nope"], {"PATH": "/usr/bin"}, "/", mounts)
+
+
+def test_a_volume_over_the_images_files_is_refused(tmp_path: Path) -> None:
+    """A real image's files are its own; here they are this machine's, and a volume over them would hide Python."""
+    venv = tmp_path / "work" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    image = Image("img", venv, ImageConfig(env={}))
+    container = V1Container(name="c", volume_mounts=[V1VolumeMount(name="data", mount_path=str(tmp_path / "work"))])
+    with pytest.raises(sandbox.StartError, match=f"volume 'data' mounted at {tmp_path}/work would hide"):
+        layout.container_mounts(container, {"data": tmp_path}, tmp_path / "c", tmp_path / "hosts", image, {})
+    container.volume_mounts[0].mount_path = "/data"
+    mounts, _ = layout.container_mounts(container, {"data": tmp_path}, tmp_path / "c", tmp_path / "hosts", image, {})
+    assert [m.target for m in mounts] == ["/tmp", "/data", "/etc/hosts", "/dev/termination-log"]
 
 
 SERVER = textwrap.dedent("""

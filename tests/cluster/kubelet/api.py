@@ -125,5 +125,5 @@ class Api:
         try:
             self.core.create_namespaced_event(pod.metadata.namespace, event)
         except ApiException as error:  # an event is advice: a refusal is logged, never fatal
-            log.warning("event %s on %s/%s not recorded: %s %s", reason, pod.metadata.namespace,
-                        pod.metadata.name, error.status, error.body)
+            log.info("event %s on %s/%s not recorded: %s %s", reason, pod.metadata.namespace,
+                     pod.metadata.name, error.status, error.reason)

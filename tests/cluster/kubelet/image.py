@@ -39,6 +39,18 @@ class Image:
     def home(self) -> Optional[str]:
         return self.config.env.get("HOME")
 
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Where this "image" lies on this machine: the virtual environment and the Python it was made from."""
+        paths = [self.venv]
+        config = self.venv / "pyvenv.cfg"
+        if config.is_file():
+            for line in config.read_text().splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and value.strip():
+                    paths.append(Path(value.strip()).parent)  # home is the interpreter's bin/ folder
+        return tuple(paths)
+
     def environment(self) -> dict[str, str]:
         """The variables every container of this image starts with, before the pod's own."""
         env = {"PATH": f"{self.venv}/bin:{SYSTEM_PATH}", **self.config.env}

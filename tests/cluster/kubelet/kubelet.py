@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from typing import Any, Callable, Mapping
@@ -24,6 +25,13 @@ log = logging.getLogger("kubelet")
 RELIST_PAUSE_SECONDS = 1.0  # after a failed list or watch
 
 
+def _api_names(config: KubeletConfig) -> dict[str, str]:
+    """The `kubernetes` Service's names, at the API server's own address (no ClusterIP routes here)."""
+    address = socket.gethostbyname(config.api_host)
+    return {f"kubernetes{suffix}": address
+            for suffix in ("", ".default", ".default.svc", f".default.svc.{CLUSTER_DOMAIN}")}
+
+
 class Kubelet:
     def __init__(self, config: KubeletConfig) -> None:
         self.config = config
@@ -36,7 +44,7 @@ class Kubelet:
         self.node = Node(
             config=config, api=self.api, images=image.images(config.images, config.dockerfile),
             tools=sandbox.Tools.find(), mount_points=sandbox.MountPoints(),
-            addresses=AddressPool(config.pod_cidr), hosts=HostsTable(CLUSTER_DOMAIN, config.hosts),
+            addresses=AddressPool(config.pod_cidr), hosts=HostsTable(CLUSTER_DOMAIN, {**_api_names(config), **config.hosts}),
             shim=shim.build(config.cache_dir))
 
     def run(self) -> None:
@@ -84,7 +92,7 @@ class Kubelet:
                                                   timeout_seconds=WATCH_TIMEOUT_SECONDS,
                                                   allow_watch_bookmarks=True, **selector)
                     for change in stream:
-                        version = change["object"].metadata.resource_version
+                        version = change["raw_object"]["metadata"]["resourceVersion"]  # bookmarks stay dicts
                         if change["type"] != "BOOKMARK":
                             event(change["type"], change["object"])
             except ApiException as error:

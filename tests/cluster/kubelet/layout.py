@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Mapping, Optional
 
-from kubernetes.client import V1Container
+from kubernetes.client import V1Container, V1VolumeMount
 
 from tests.cluster.kubelet import sandbox
 from tests.cluster.kubelet.config import POD_IP_ENV
@@ -62,7 +62,19 @@ def container_mounts(container: V1Container, volumes: Mapping[str, Path], folder
             if not source.exists():
                 source.mkdir(parents=True)
         mounts.append(sandbox.Mount(source, mount.mount_path, bool(mount.read_only)))
+        _check_image_visible(mount, image)
     return sandbox.ordered(mounts), message
+
+
+def _check_image_visible(mount: V1VolumeMount, image: Image) -> None:
+    """A volume over the folders the image stands for would hide its programs: in a real container the image's
+    files are its own, here they are this machine's, so such a pod is refused with the reason."""
+    target = PurePosixPath(os.path.normpath(mount.mount_path))
+    for path in image.files:
+        if target == PurePosixPath(path) or target in PurePosixPath(path).parents:
+            raise sandbox.StartError(
+                f"volume {mount.name!r} mounted at {mount.mount_path} would hide the image's files at {path} "
+                "(the process kubelet runs containers on this machine's own files): mount it elsewhere")
 
 
 def make_mount_points(mounts: list[sandbox.Mount], workdir: str, points: sandbox.MountPoints) -> None:

@@ -69,7 +69,7 @@ class PodWorker:
         self._status_lock = threading.Lock()
         self._sent: Optional[dict[str, Any]] = None
         self._thread = threading.Thread(target=self._run, name=f"pod {self.key}", daemon=True)
-        self._killer: Optional[threading.Thread] = None
+        self.killed = threading.Event()  # the deletion's SIGTERM/SIGKILL round is over
 
     def start(self) -> None:
         self._thread.start()
@@ -93,20 +93,22 @@ class PodWorker:
             return
         self.deleting.set()
         self.wake.set()
-        self._killer = threading.Thread(target=self._terminate, args=(grace,), name=f"kill {self.key}", daemon=True)
-        self._killer.start()
+        threading.Thread(target=self._terminate, args=(grace,), name=f"kill {self.key}", daemon=True).start()
 
     def _terminate(self, grace: float) -> None:
-        runners = list(self.runners.values())
-        for runner in runners:
-            runner.terminate()
-        deadline = time.monotonic() + grace
-        for runner in runners:
-            runner.finished.wait(max(0.0, deadline - time.monotonic()))
-        for runner in runners:
-            if not runner.finished.is_set():
-                log.info("%s: container %s outlived its %gs grace period: SIGKILL", self.key, runner.name, grace)
-                runner.kill()
+        try:
+            runners = list(self.runners.values())
+            for runner in runners:
+                runner.terminate()
+            deadline = time.monotonic() + grace
+            for runner in runners:
+                runner.finished.wait(max(0.0, deadline - time.monotonic()))
+            for runner in runners:
+                if not runner.finished.is_set():
+                    log.info("%s: container %s outlived its %gs grace period: SIGKILL", self.key, runner.name, grace)
+                    runner.kill()
+        finally:
+            self.killed.set()
 
     def shutdown(self) -> None:
         """The kubelet is stopping: containers get a short grace, the pod stays in the API."""
@@ -277,8 +279,7 @@ class PodWorker:
 
     def _finish(self) -> None:
         """After the deletion: containers gone, the API object removed with grace 0, the pod's files and address freed."""
-        if self._killer is not None:
-            self._killer.join()
+        self.killed.wait()
         for runner in self.runners.values():
             runner.finished.wait()
         if not self.gone.is_set():

@@ -10,6 +10,9 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable, Mapping, Optional, Sequence
 
 
+FIRST_DESCRIPTOR = 10  # the mount script's descriptors of the mount sources, closed before the container starts
+
+
 class StartError(Exception):
     """The container's process cannot be started (the kubelet's StartError, exit code 128)."""
 
@@ -90,17 +93,17 @@ class Tools:
     unshare: str
     mount: str
     hostname: str
-    shell: str
+    shell: str  # bash: the mount script holds a descriptor per mount, past sh's single digits
 
     @classmethod
     def find(cls) -> "Tools":
         found = {name: shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin") for name in
-                 ("unshare", "mount", "hostname", "sh")}
+                 ("unshare", "mount", "hostname", "bash")}
         missing = [name for name, path in found.items() if path is None]
         if missing:
-            raise SystemExit(f"kubelet: {', '.join(missing)} not found: install util-linux and hostname")
+            raise SystemExit(f"kubelet: {', '.join(missing)} not found: install util-linux, hostname and bash")
         return cls(unshare=found["unshare"], mount=found["mount"], hostname=found["hostname"],  # type: ignore[arg-type]
-                   shell=found["sh"])  # type: ignore[arg-type]
+                   shell=found["bash"])  # type: ignore[arg-type]
 
 
 def resolve_executable(argv: Sequence[str], env: Mapping[str, str], workdir: str, mounts: Sequence[Mount]) -> None:
@@ -122,12 +125,21 @@ def resolve_executable(argv: Sequence[str], env: Mapping[str, str], workdir: str
 
 
 def command(tools: Tools, mounts: Sequence[Mount], hostname: str, workdir: str, argv: Sequence[str]) -> list[str]:
-    """The argv that enters a new mount and UTS namespace, mounts, names the host, and execs the container's argv."""
+    """The argv that enters a new mount and UTS namespace, mounts, names the host, and execs the container's argv.
+
+    Every source is opened before the first mount and mounted through /proc/self/fd: a source below
+    another mount's target (the kubelet's state under /tmp, then the container's private /tmp) stays reachable.
+    """
+    descriptors = [FIRST_DESCRIPTOR + index for index in range(len(mounts))]
     steps = ["set -e"]
-    for mount in mounts:
-        steps.append(f"{tools.mount} --bind {shlex.quote(str(mount.source))} {shlex.quote(mount.target)}")
+    if mounts:
+        steps.append("exec " + " ".join(f"{fd}<{shlex.quote(str(m.source))}" for fd, m in zip(descriptors, mounts)))
+    for fd, mount in zip(descriptors, mounts):
+        steps.append(f"{tools.mount} --bind /proc/self/fd/{fd} {shlex.quote(mount.target)}")
         if mount.read_only:
             steps.append(f"{tools.mount} -o remount,bind,ro {shlex.quote(mount.target)}")
+    if mounts:
+        steps.append("exec " + " ".join(f"{fd}<&-" for fd in descriptors))
     steps.append(f"{tools.hostname} {shlex.quote(hostname)}")
     steps.append(f"cd {shlex.quote(workdir)}")
     steps.append('exec "$@"')

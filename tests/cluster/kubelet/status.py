@@ -143,13 +143,10 @@ class Conditions:
         previous = self._since.get(kind)
         if previous is None or previous[0] != status:
             self._since[kind] = (status, now())
-        body: dict[str, Any] = {"type": kind, "status": status, "lastProbeTime": None,
-                                "lastTransitionTime": rfc3339(self._since[kind][1])}
-        if reason:
-            body["reason"] = reason
-        if message:
-            body["message"] = message
-        return body
+        # None, not absent: a strategic merge keeps a field the patch leaves out, and null deletes it.
+        return {"type": kind, "status": status, "lastProbeTime": None,
+                "lastTransitionTime": rfc3339(self._since[kind][1]), "reason": reason or None,
+                "message": message or None}
 
     def wire(self, pod_phase: str, sandbox: bool, init: Sequence[ContainerStatus],
              main: Sequence[ContainerStatus]) -> list[dict[str, Any]]:
