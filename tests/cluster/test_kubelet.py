@@ -45,6 +45,13 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = WAIT_SECONDS)
         time.sleep(0.2)
 
 
+def assert_host_untouched() -> None:
+    """The kubelet makes a container's mount points inside its namespace, never on this machine: a folder like
+    /var/run/secrets/kubernetes.io here would tell every process it runs in a pod (kubeflow-training's SDK does)."""
+    for path in ("/var/run/secrets/kubernetes.io", "/home/bakeoff", "/dev/termination-log"):
+        assert not os.path.lexists(path), f"{path} was made on this machine"
+
+
 def python_pod(name: str, script: str, *, restart: str = "Never", **spec: Any) -> dict[str, Any]:
     """A pod of the project's image whose one container runs ``script`` with the environment's Python."""
     container = {"name": "main", "image": IMAGE, "command": ["python", "-c", textwrap.dedent(script)]}
@@ -138,6 +145,7 @@ def test_the_service_account_token_gets_its_own_rbac_answer(core: client.CoreV1A
     done = finished(core, namespace, "whoami")
     assert log_of(core, namespace, "whoami").splitlines() == ["pods: ['whoami']", "refused: 403", "refused: 403"]
     assert done.status.phase == "Succeeded"
+    assert_host_untouched()
 
 
 def test_on_failure_restarts_the_container_in_place(core: client.CoreV1Api, namespace: str) -> None:
@@ -264,6 +272,7 @@ def test_deletion_sigterms_then_sigkills_after_the_grace_period(core: client.Cor
     core.create_namespaced_pod(namespace, pod)
     pids = wait_for("both containers to run", lambda: all((tmp_path / f"{c}.pid").exists() for c in ("polite", "stubborn"))
                     and [int((tmp_path / f"{c}.pid").read_text()) for c in ("polite", "stubborn")])
+    assert_host_untouched()  # while its containers run
     core.delete_namespaced_pod("stoppable", namespace, grace_period_seconds=2)
 
     def gone() -> bool:

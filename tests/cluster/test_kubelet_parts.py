@@ -1,6 +1,7 @@
 """The process kubelet's parts that need no API server: expansion, env, hosts files, logs, phase, the bind shim."""
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -211,6 +212,54 @@ def test_a_volume_over_the_images_files_is_refused(tmp_path: Path) -> None:
     container.volume_mounts[0].mount_path = "/data"
     mounts, _ = layout.container_mounts(container, {"data": tmp_path}, tmp_path / "c", tmp_path / "hosts", image, {})
     assert [m.target for m in mounts] == ["/tmp", "/data", "/etc/hosts", "/dev/termination-log"]
+
+
+PROBE = textwrap.dedent("""
+    import os, socket
+    print(socket.gethostname(), os.getcwd())
+    for path in ("/var/run/secrets/kubernetes.io/serviceaccount/token", "/home/bakeoff/h", "/kfp-launcher/x/f",
+                 "/dev/termination-log", "/tmp/private"):
+        print(path, open(path).read() if os.path.isfile(path) else "-")
+    print(" ".join(sorted(os.listdir("/run"))))
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mount namespaces need root")
+def test_a_container_sees_its_mounts_and_the_machine_gets_nothing(tmp_path: Path) -> None:
+    """Mount points that this machine lacks (below /run, /home, /dev and at the root) are made on tmpfs
+    inside the container's namespace; the machine's own tree is left exactly as it was."""
+    watched = ["/var/run/secrets/kubernetes.io", "/home/bakeoff", "/kfp-launcher", "/dev/termination-log"]
+    before = {path: os.path.lexists(path) for path in watched}
+    sources = {}
+    for name, content in (("token", "t0k"), ("home", None), ("launcher", None), ("message", "")):
+        sources[name] = tmp_path / name
+        if content is None:
+            sources[name].mkdir()
+        else:
+            sources[name].write_text(content)
+    (sources["home"] / "h").write_text("home")
+    (sources["launcher"] / "x").mkdir()
+    (sources["launcher"] / "x" / "f").write_text("launch")
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    (private_tmp / "private").write_text("mine")
+    mounts = sandbox.ordered([
+        sandbox.Mount(private_tmp, "/tmp"),
+        sandbox.Mount(tmp_path, "/var/run/secrets/kubernetes.io/serviceaccount", read_only=True),
+        sandbox.Mount(sources["home"], "/home/bakeoff"), sandbox.Mount(sources["launcher"], "/kfp-launcher"),
+        sandbox.Mount(sources["message"], "/dev/termination-log"),
+    ])
+    argv = sandbox.command(sandbox.Tools.find(), tmp_path / "root", mounts, "pod-a", "/kfp-launcher/x",
+                           [sys.executable, "-c", PROBE])
+    (tmp_path / "root").mkdir()
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == [
+        "pod-a /kfp-launcher/x", "/var/run/secrets/kubernetes.io/serviceaccount/token t0k", "/home/bakeoff/h home",
+        "/kfp-launcher/x/f launch", "/dev/termination-log ", "/tmp/private mine",
+        " ".join(sorted({*os.listdir("/run"), "secrets"}))]  # the machine's /run, shown again under the new entry
+    assert {path: os.path.lexists(path) for path in watched} == before
+    assert socket.gethostname() != "pod-a"
 
 
 SERVER = textwrap.dedent("""

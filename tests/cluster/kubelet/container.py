@@ -30,6 +30,7 @@ class Launch:
     env: dict[str, str]
     workdir: str
     mounts: list[sandbox.Mount]
+    root: Path  # an empty folder: the mount point of the container's tmpfs root
     message_file: Optional[Path] = None
 
 
@@ -135,7 +136,9 @@ class ContainerRunner:
             if self.stopping.is_set():
                 log_file.close()
                 return Terminated(137, None, now())
-            argv = sandbox.command(self.tools, launch.mounts, self.hostname, launch.workdir, launch.argv)
+            launch.root.mkdir(parents=True, exist_ok=True)
+            argv = sandbox.command(self.tools, launch.root, launch.mounts, self.hostname, launch.workdir,
+                                   launch.argv)
             self._process = process = subprocess.Popen(
                 argv, env=launch.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, cwd="/")

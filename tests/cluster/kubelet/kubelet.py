@@ -43,7 +43,7 @@ class Kubelet:
         self._lock = threading.Lock()
         self.node = Node(
             config=config, api=self.api, images=image.images(config.images, config.dockerfile),
-            tools=sandbox.Tools.find(), mount_points=sandbox.MountPoints(),
+            tools=sandbox.Tools.find(),
             addresses=AddressPool(config.pod_cidr), hosts=HostsTable(CLUSTER_DOMAIN, {**_api_names(config), **config.hosts}),
             shim=shim.build(config.cache_dir))
 
@@ -72,7 +72,6 @@ class Kubelet:
             worker.join(SHUTDOWN_GRACE_SECONDS + 10)
         agent.stopped.set()
         server.shutdown()
-        self.node.mount_points.remove()
         log.info("stopped")
 
     def stop(self) -> None:

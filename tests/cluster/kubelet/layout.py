@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path, PurePosixPath
-from typing import Mapping, Optional
+from typing import Collection, Mapping, Optional
 
 from kubernetes.client import V1Container, V1VolumeMount
 
@@ -36,7 +36,8 @@ def process_env(image: Image, hostname: str, pod_env: Mapping[str, str], pod_ip:
 
 
 def container_mounts(container: V1Container, volumes: Mapping[str, Path], folder: Path, hosts_file: Path,
-                     image: Image, env: Mapping[str, str]) -> tuple[list[sandbox.Mount], Path]:
+                     image: Image, env: Mapping[str, str],
+                     host_volumes: Collection[str] = ()) -> tuple[list[sandbox.Mount], Path]:
     """The container's bind mounts, outermost first, and the file its termination message lands in.
 
     ``folder`` is the container's own state folder: its private /tmp, $HOME and termination message.
@@ -61,7 +62,7 @@ def container_mounts(container: V1Container, volumes: Mapping[str, Path], folder
             source = source / sub_path
             if not source.exists():
                 source.mkdir(parents=True)
-        mounts.append(sandbox.Mount(source, mount.mount_path, bool(mount.read_only)))
+        mounts.append(sandbox.Mount(source, mount.mount_path, bool(mount.read_only), mount.name in host_volumes))
         _check_image_visible(mount, image)
     return sandbox.ordered(mounts), message
 
@@ -75,12 +76,3 @@ def _check_image_visible(mount: V1VolumeMount, image: Image) -> None:
             raise sandbox.StartError(
                 f"volume {mount.name!r} mounted at {mount.mount_path} would hide the image's files at {path} "
                 "(the process kubelet runs containers on this machine's own files): mount it elsewhere")
-
-
-def make_mount_points(mounts: list[sandbox.Mount], workdir: str, points: sandbox.MountPoints) -> None:
-    """Creates each mount's target where it will lie once the mounts before it are in place, and the workdir."""
-    for index, mount in enumerate(mounts):
-        points.ensure(sandbox.host_path(mount.target, mounts[:index]), is_file=mount.source.is_file())
-    workdir_path = sandbox.host_path(workdir, mounts)
-    if not workdir_path.exists():
-        points.ensure(workdir_path, is_file=False)

@@ -35,7 +35,6 @@ class Node:
     api: Api
     images: dict[str, Image]
     tools: sandbox.Tools
-    mount_points: sandbox.MountPoints
     addresses: AddressPool
     hosts: HostsTable
     shim: Optional[Path]
@@ -208,14 +207,13 @@ class PodWorker:
         image = node.images[container.image]
         env = container_env(container, self.facts(), node.api,
                             layout.service_env(node.config.api_host, node.config.api_port))
-        mounts, message = layout.container_mounts(
-            container, self.volumes.paths, self.folder / "containers" / container.name,
-            self.folder / "etc-hosts", image, env)
-        workdir = container.working_dir or image.config.workdir
-        layout.make_mount_points(mounts, workdir, node.mount_points)
+        folder = self.folder / "containers" / container.name
+        mounts, message = layout.container_mounts(container, self.volumes.paths, folder, self.folder / "etc-hosts",
+                                                  image, env, self.volumes.host)
         return Launch(argv=command_line(container, image.config, env),
                       env=layout.process_env(image, _hostname(self.pod), env, self.pod_ip, node.shim),
-                      workdir=workdir, mounts=mounts, message_file=message)
+                      workdir=container.working_dir or image.config.workdir, mounts=mounts,
+                      root=folder / "root", message_file=message)
 
     def _run_containers(self) -> None:
         spec = self.pod.spec

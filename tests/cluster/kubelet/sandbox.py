@@ -1,16 +1,16 @@
-"""A container as a process: a private mount (and host name) namespace whose bind mounts lay out the paths a pod sees."""
+"""A container as a process: a private mount and UTS namespace whose bind mounts lay out the paths a pod sees."""
 from __future__ import annotations
 
+import json
 import os
-import shlex
 import shutil
-import threading
+import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Mapping, Optional, Sequence
 
 
-FIRST_DESCRIPTOR = 10  # the mount script's descriptors of the mount sources, closed before the container starts
+ENTER = Path(__file__).with_name("enter.py")
 
 
 class StartError(Exception):
@@ -24,6 +24,7 @@ class Mount:
     source: Path
     target: str
     read_only: bool = False
+    host: bool = False  # the source is this machine's own folder (hostPath): no mount point is made in it
 
     @property
     def depth(self) -> int:
@@ -51,59 +52,19 @@ def host_path(target: str, mounts: Sequence[Mount]) -> Path:
     return best.source / path.relative_to(PurePosixPath(os.path.normpath(best.target)))
 
 
-class MountPoints:
-    """Creates the mount points a container needs and this machine lacks, and removes them at the kubelet's exit.
-
-    A bind mount needs an existing target; in a private mount namespace the folder itself is still the
-    host's, so `/var/run/secrets/kubernetes.io/serviceaccount` and the like are made once, left empty.
-    """
-
-    def __init__(self) -> None:
-        self._created: list[Path] = []
-        self._lock = threading.Lock()
-
-    def ensure(self, path: Path, is_file: bool) -> None:
-        with self._lock:
-            missing = [p for p in [path, *path.parents] if not os.path.lexists(p)]
-            for p in reversed(missing):
-                if p == path and is_file:
-                    p.touch()
-                else:
-                    p.mkdir()
-                self._created.append(p)
-
-    def remove(self) -> None:
-        """Removes what it made, innermost first, where still empty (nothing is mounted on it out here)."""
-        with self._lock:
-            for path in reversed(self._created):
-                try:
-                    if path.is_dir() and not path.is_symlink():
-                        path.rmdir()
-                    elif path.is_file() and path.stat().st_size == 0:
-                        path.unlink()
-                except OSError:
-                    pass
-            self._created.clear()
-
-
 @dataclass(frozen=True)
 class Tools:
-    """The programs a container's start goes through, found once on this machine's PATH."""
+    """The programs a container's start goes through: `unshare`, and this Python for enter.py."""
 
     unshare: str
-    mount: str
-    hostname: str
-    shell: str  # bash: the mount script holds a descriptor per mount, past sh's single digits
+    python: str = sys.executable
 
     @classmethod
     def find(cls) -> "Tools":
-        found = {name: shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin") for name in
-                 ("unshare", "mount", "hostname", "bash")}
-        missing = [name for name, path in found.items() if path is None]
-        if missing:
-            raise SystemExit(f"kubelet: {', '.join(missing)} not found: install util-linux, hostname and bash")
-        return cls(unshare=found["unshare"], mount=found["mount"], hostname=found["hostname"],  # type: ignore[arg-type]
-                   shell=found["bash"])  # type: ignore[arg-type]
+        found = shutil.which("unshare", path="/usr/sbin:/usr/bin:/sbin:/bin")
+        if found is None:
+            raise SystemExit("kubelet: unshare not found: apt-get install util-linux")
+        return cls(unshare=found)
 
 
 def resolve_executable(argv: Sequence[str], env: Mapping[str, str], workdir: str, mounts: Sequence[Mount]) -> None:
@@ -124,25 +85,12 @@ def resolve_executable(argv: Sequence[str], env: Mapping[str, str], workdir: str
     raise StartError(f'exec: "{program}": executable file not found in $PATH')
 
 
-def command(tools: Tools, mounts: Sequence[Mount], hostname: str, workdir: str, argv: Sequence[str]) -> list[str]:
-    """The argv that enters a new mount and UTS namespace, mounts, names the host, and execs the container's argv.
-
-    Every source is opened before the first mount and mounted through /proc/self/fd: a source below
-    another mount's target (the kubelet's state under /tmp, then the container's private /tmp) stays reachable.
-    """
-    descriptors = [FIRST_DESCRIPTOR + index for index in range(len(mounts))]
-    steps = ["set -e"]
-    if mounts:
-        steps.append("exec " + " ".join(f"{fd}<{shlex.quote(str(m.source))}" for fd, m in zip(descriptors, mounts)))
-    for fd, mount in zip(descriptors, mounts):
-        steps.append(f"{tools.mount} --bind /proc/self/fd/{fd} {shlex.quote(mount.target)}")
-        if mount.read_only:
-            steps.append(f"{tools.mount} -o remount,bind,ro {shlex.quote(mount.target)}")
-    if mounts:
-        steps.append("exec " + " ".join(f"{fd}<&-" for fd in descriptors))
-    steps.append(f"{tools.hostname} {shlex.quote(hostname)}")
-    steps.append(f"cd {shlex.quote(workdir)}")
-    steps.append('exec "$@"')
-    script = "\n".join(steps)
-    return [tools.unshare, "--mount", "--uts", "--propagation", "private", "--", tools.shell, "-c", script,
-            "container", *argv]
+def command(tools: Tools, root: Path, mounts: Sequence[Mount], hostname: str, workdir: str,
+            argv: Sequence[str]) -> list[str]:
+    """The argv that enters a new mount and UTS namespace, lays out the container's files there (enter.py,
+    on a tmpfs root in the folder ``root``), names the host, and execs the container's argv."""
+    spec = {"root": str(root), "hostname": hostname, "workdir": workdir, "argv": list(argv),
+            "mounts": [{"source": str(m.source), "target": m.target, "read_only": m.read_only, "host": m.host}
+                       for m in mounts]}
+    return [tools.unshare, "--mount", "--uts", "--propagation", "private", "--",
+            tools.python, "-I", "-S", str(ENTER), json.dumps(spec)]

@@ -73,6 +73,7 @@ class PodVolumes:
         self.source = source
         self.facts = facts
         self.paths: dict[str, Path] = {}
+        self.host: set[str] = set()  # the hostPath volumes: this machine's own folders
         self.tokens: list[TokenFile] = []
 
     def prepare(self) -> None:
@@ -85,6 +86,7 @@ class PodVolumes:
     def _volume(self, volume: V1Volume) -> Path:
         folder = self.folder / volume.name
         if volume.host_path is not None:
+            self.host.add(volume.name)
             return self._host_path(volume)
         folder.mkdir(parents=True, exist_ok=True)
         if volume.empty_dir is not None:
