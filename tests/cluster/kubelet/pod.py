@@ -224,7 +224,7 @@ class PodWorker:
                 return  # stopped, or failed for good (restartPolicy Never): the main containers never start
         for status in self.main_statuses:
             status.state = Waiting("ContainerCreating")
-        threads = [threading.Thread(target=self._runner(container, status, init=False).run,
+        threads = [threading.Thread(target=self._run_main, args=(self._runner(container, status, init=False),),
                                     name=f"{self.key}/{container.name}", daemon=True)
                    for container, status in zip(spec.containers, self.main_statuses)]
         for thread in threads:
@@ -236,6 +236,10 @@ class PodWorker:
                 self._refresh_tokens()
             for thread in threads:
                 thread.join(0)
+
+    def _run_main(self, runner: ContainerRunner) -> None:
+        runner.run()
+        self.wake.set()  # the pod's loop notices at once that a container is done for good
 
     def _refresh_tokens(self) -> None:
         try:
