@@ -144,6 +144,7 @@ class ContainerRunner:
                 start_new_session=True, cwd="/")
             self.logs[f"process://{process.pid}"] = log_file
         started = now()
+        self.report("Pulled", f'Container image "{self.status.image}" already present on machine', False)
         self.report("Created", f"Created container: {self.name}", False)
         self.report("Started", f"Started container {self.name}", False)
         self._set(Running(started), container_id=f"process://{process.pid}")

@@ -135,7 +135,8 @@ class PodWorker:
     def _set_up(self) -> bool:
         """Address, hosts file, images, volumes; False when the pod was deleted before it could start."""
         pod, node = self.pod, self.node
-        self.pod_ip = node.addresses.take(self.uid, pod.status.pod_ip)
+        # A hostNetwork pod has the node's address and binds as it asks; every other pod its own loopback address.
+        self.pod_ip = HOST_IP if pod.spec.host_network else node.addresses.take(self.uid, pod.status.pod_ip)
         self.folder.mkdir(parents=True, exist_ok=True)
         hosts_file = self.folder / "etc-hosts"
         aliases = tuple((alias.ip, tuple(alias.hostnames or [])) for alias in pod.spec.host_aliases or [])
@@ -211,7 +212,8 @@ class PodWorker:
         mounts, message = layout.container_mounts(container, self.volumes.paths, folder, self.folder / "etc-hosts",
                                                   image, env, self.volumes.host)
         return Launch(argv=command_line(container, image.config, env),
-                      env=layout.process_env(image, _hostname(self.pod), env, self.pod_ip, node.shim),
+                      env=layout.process_env(image, _hostname(self.pod), env, self.pod_ip,
+                                             None if self.pod.spec.host_network else node.shim),
                       workdir=container.working_dir or image.config.workdir, mounts=mounts,
                       root=folder / "root", message_file=message)
 
