@@ -1,0 +1,124 @@
+"""What an image means here: a virtual environment plus the environment, folder and command images/Dockerfile sets."""
+from __future__ import annotations
+
+import ctypes.util
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional
+
+# Docker's PATH for a Debian-based image (python:3.11-slim); the virtual environment goes first.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """The parts of an image's config a container sees (Docker's `ENV`, `WORKDIR`, `ENTRYPOINT`, `CMD`)."""
+
+    env: Mapping[str, str]
+    workdir: str = "/"
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Image:
+    """One image the kubelet runs: its name, the virtual environment it stands for, and its config."""
+
+    name: str
+    venv: Path
+    config: ImageConfig
+
+    @property
+    def image_id(self) -> str:
+        return f"venv://{self.venv}"
+
+    @property
+    def home(self) -> Optional[str]:
+        return self.config.env.get("HOME")
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Where this "image" lies on this machine: the virtual environment and the Python it was made from."""
+        paths = [self.venv]
+        config = self.venv / "pyvenv.cfg"
+        if config.is_file():
+            for line in config.read_text().splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and value.strip():
+                    paths.append(Path(value.strip()).parent)  # home is the interpreter's bin/ folder
+        return tuple(paths)
+
+    def environment(self) -> dict[str, str]:
+        """The variables every container of this image starts with, before the pod's own."""
+        env = {"PATH": f"{self.venv}/bin:{SYSTEM_PATH}", **self.config.env}
+        preload = [library for library in env.pop("LD_PRELOAD", "").split() if _loadable(library)]
+        if preload:
+            env["LD_PRELOAD"] = " ".join(preload)
+        return env
+
+
+def _loadable(library: str) -> bool:
+    """Whether the dynamic loader finds ``library`` here (the image installs tcmalloc; this machine may not)."""
+    if "/" in library:
+        return Path(library).is_file()
+    stem = re.sub(r"^lib|\.so.*$", "", library)
+    return ctypes.util.find_library(stem) is not None
+
+
+def _instructions(text: str) -> list[tuple[str, str]]:
+    """A Dockerfile's instructions as (KEYWORD, arguments), continuation lines joined, comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):  # Docker drops comments and blank lines, inside continuations too
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        keyword, _, arguments = (pending + line).strip().partition(" ")
+        instructions.append((keyword.upper(), arguments.strip()))
+        pending = ""
+    return instructions
+
+
+def _command(arguments: str) -> tuple[str, ...]:
+    """The exec form (a JSON list) as is; the shell form as Docker runs it."""
+    if arguments.startswith("["):
+        return tuple(json.loads(arguments))
+    return ("/bin/sh", "-c", arguments)
+
+
+def read_dockerfile(path: Path) -> ImageConfig:
+    """The config the final stage of the Dockerfile at ``path`` gives its containers (``${ARG}`` is not expanded)."""
+    env: dict[str, str] = {}
+    workdir = "/"
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    for keyword, arguments in _instructions(path.read_text()):
+        if keyword == "FROM":
+            env, workdir, entrypoint, cmd = {}, "/", (), ()
+        elif keyword == "ENV":
+            words = shlex.split(arguments)
+            if words and "=" not in words[0]:  # the legacy `ENV KEY value` form
+                env[words[0]] = arguments.split(None, 1)[1] if len(words) > 1 else ""
+            else:
+                for word in words:
+                    key, _, value = word.partition("=")
+                    env[key] = value
+        elif keyword == "WORKDIR":
+            workdir = arguments if arguments.startswith("/") else f"{workdir.rstrip('/')}/{arguments}"
+        elif keyword == "ENTRYPOINT":
+            entrypoint = _command(arguments)
+        elif keyword == "CMD":
+            cmd = _command(arguments)
+    return ImageConfig(env=env, workdir=workdir, entrypoint=entrypoint, cmd=cmd)
+
+
+def images(venvs: Mapping[str, Path], dockerfile: Path) -> dict[str, Image]:
+    """Every image the kubelet was told of, each with the config of the project's one Dockerfile."""
+    config = read_dockerfile(dockerfile)
+    return {name: Image(name=name, venv=venv, config=config) for name, venv in venvs.items()}
