@@ -8,6 +8,7 @@ import pytest
 from kubeflow.training import TrainingClient
 from kubernetes.client import ApiClient, Configuration
 
+from components.backends.backend import job_restarts, operator_backoff_limit
 from components.backends.kubernetes import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV, KubernetesBackend
 from components.defaults import CONFIG as DEFAULT_CONFIG
 from components.errors import BakeoffError
@@ -374,3 +375,14 @@ def test_the_role_allows_every_call_the_backend_makes_and_nothing_more(monkeypat
         unused = sorted((group, resource, verb) for (group, resource), verbs in rules.items() for verb in verbs
                         if (group, resource, verb) not in calls)
         assert (denied, unused) == ([], []), overlay
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+@pytest.mark.parametrize("restarts", [0, 1, 2, 3])
+def test_the_operators_backoff_limit_allows_exactly_the_job_restarts_asked(restarts: int, replicas: int) -> None:
+    """The operator fails a job once its replicas' restarts add up to backoffLimit (PastBackoffLimit, pkg/core/job.go),
+    and a lost MWMS replica restarts every replica: ``restarts`` faults pass, one more does not."""
+    limit = operator_backoff_limit(restarts, replicas)
+    counted = [faults * replicas for faults in range(restarts + 2)]  # what the operator sums after each fault
+    assert [count >= limit for count in counted] == [False] * (restarts + 1) + [True]
+    assert job_restarts(limit, replicas) == restarts

@@ -32,3 +32,18 @@ def print_line(line: str) -> None:
     with _print_lock:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
+
+
+def operator_backoff_limit(restarts: int, replicas: int) -> int:
+    """The runPolicy.backoffLimit that lets a job restart ``restarts`` times and fail at the next fault.
+
+    The Training Operator fails a job once the restart counts of its running pods' containers add up to the
+    limit (PastBackoffLimit, pkg/core/job.go, v1.9.3). Under MultiWorkerMirroredStrategy one lost replica
+    aborts every peer's collectives, so each fault restarts all ``replicas``: k faults count k * replicas.
+    """
+    return restarts * replicas + 1
+
+
+def job_restarts(backoff_limit: int, replicas: int) -> int:
+    """How many whole-job restarts ``backoff_limit`` allows (the inverse of operator_backoff_limit)."""
+    return max(0, backoff_limit - 1) // replicas

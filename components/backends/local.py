@@ -20,7 +20,7 @@ from kubeflow.training import KubeflowOrgV1TFJob
 
 from components import defaults, progress
 from components.backends import allocator
-from components.backends.backend import VARIANT_ANNOTATION, Sink, print_line
+from components.backends.backend import VARIANT_ANNOTATION, Sink, job_restarts, print_line
 from components.defaults import LOG_TAIL
 from components.errors import ERROR_PREFIX, BakeoffError
 
@@ -243,7 +243,9 @@ class LocalBackend:
                  f" ({allocator.INSTALL_HINT}; `make run` installs it)")
         policy = job.spec.run_policy
         deadline = time.monotonic() + policy.active_deadline_seconds if policy and policy.active_deadline_seconds else None
-        backoff_limit = policy.backoff_limit if policy and policy.backoff_limit is not None else 0
+        replicas = sum(spec.replicas or 1 for spec in job.spec.tf_replica_specs.values())
+        # The operator's limit counts every restarted replica; each restart here restarts all of them.
+        backoff_limit = job_restarts(policy.backoff_limit, replicas) if policy and policy.backoff_limit is not None else 0
         restartable = all(spec.restart_policy in RESTARTING_POLICIES for spec in job.spec.tf_replica_specs.values())
         restarts = 0
         while True:

@@ -27,7 +27,7 @@ from kubernetes.client import (
 )
 from kubernetes.utils import parse_quantity
 
-from components.backends.backend import CONTAINER, PORT, VARIANT_ANNOTATION, WORKER
+from components.backends.backend import CONTAINER, PORT, VARIANT_ANNOTATION, WORKER, operator_backoff_limit
 from components.defaults import BACKOFF_LIMIT, TIMEOUT_SECONDS
 from components.spec import Variant
 
@@ -125,7 +125,7 @@ def build_tfjob(
     )
     spec = KubeflowOrgV1TFJobSpec(
         run_policy=KubeflowOrgV1RunPolicy(
-            backoff_limit=backoff_limit,
+            backoff_limit=operator_backoff_limit(backoff_limit, variant.workers),
             active_deadline_seconds=active_deadline_seconds,
             clean_pod_policy="Running",
             ttl_seconds_after_finished=86400,

@@ -7,12 +7,14 @@ import json
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from components.storage import open_store, runs
+from components.storage.records import WorkerMetrics
 from components.training.tfjob import job_name
 from tests.cluster import controlplane
 from tests.conftest import KfpStore
@@ -28,15 +30,17 @@ EPOCHS = 4
 TINY = {"name": "tiny", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
         "training": {"epochs": EPOCHS, "batch_size": 32}, "workers": 2,
         "resources": {"cpu": "500m", "memory": "1Gi"}}
+UNIQUE = uuid.uuid4().hex[:6]  # a control plane may be reused (BAKEOFF_CLUSTER): this session's names are its own
 POD_TIMEOUT = 420.0  # seconds for a step pod to finish; a tiny job trains in well under a minute here
 # What a KFP train step does once its inputs are resolved (components/steps/train.py), as a pod's program.
 STEP = """
 import json, sys
 from components.errors import reported
-from components.training.launch import train_variant
+from components.training.launch import JobSettings, train_variant
 with reported():
     variant, data, store, run = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-    print(json.dumps(train_variant(variant, data, store, run, sys.argv[5], int(sys.argv[6]), 1, 600, "kubernetes")))
+    settings = JobSettings(image=sys.argv[5], max_train_examples=int(sys.argv[6]), timeout_seconds=600, backend="kubernetes")
+    print(train_variant(variant, data, store, run, settings).to_json())
 """
 
 
@@ -54,9 +58,13 @@ class Profile:
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}))
         plane.kubectl("apply", "--server-side", "-k", str(controlplane.REPO / "manifests" / "overlays" / "multi-user"))
         plane.kubectl("create", "serviceaccount", ACCOUNT, "-n", NAMESPACE, check=False)
-        plane.kubectl("create", "secret", "generic", "mlpipeline-minio-artifact", "-n", NAMESPACE,
-                      f"--from-literal=accesskey={self.keys['AWS_ACCESS_KEY_ID']}",
-                      f"--from-literal=secretkey={self.keys['AWS_SECRET_ACCESS_KEY']}")
+        # Through stdin, never the command line (which error messages and `ps` show); replaces the example keys
+        # that manifests/store-secret may have put there.
+        secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                  "metadata": {"name": "mlpipeline-minio-artifact", "namespace": NAMESPACE},
+                  "stringData": {"accesskey": self.keys["AWS_ACCESS_KEY_ID"],
+                                 "secretkey": self.keys["AWS_SECRET_ACCESS_KEY"]}}
+        plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(secret))
         with self.as_profile():
             open_store(self.data_uri).put_dir(dataset, "")
 
@@ -141,72 +149,74 @@ def processes_of(pod: str) -> list[int]:
 
 
 def test_a_train_step_pod_trains_a_two_worker_tfjob_through_the_real_operator(profile: Profile) -> None:
-    run = "r-train"
-    profile.step_pod("step-train", run)
-    pod = profile.wait_pod("step-train")
-    log = profile.log("step-train")
+    run = f"r-train-{UNIQUE}"
+    profile.step_pod(f"step-train-{UNIQUE}", run)
+    pod = profile.wait_pod(f"step-train-{UNIQUE}")
+    log = profile.log(f"step-train-{UNIQUE}")
     assert pod["status"]["phase"] == "Succeeded", log[-3000:]
 
     job = profile.get("tfjob", job_name(run, "tiny", 0))
     assert job is not None
     conditions = {c["type"]: c["status"] for c in job["status"]["conditions"]}
     assert conditions.get("Succeeded") == "True", job["status"]
-    # The operator made the replicas: two worker pods whose TF_CONFIG names both by their Service names.
-    workers = [profile.get("pod", f"{job['metadata']['name']}-worker-{i}") for i in range(2)]
-    for index, worker in enumerate(workers):
-        assert worker is not None
-        env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0].get("env", [])}
-        tf_config = json.loads(env["TF_CONFIG"])
-        assert tf_config["task"] == {"type": "worker", "index": index}
-        assert tf_config["cluster"]["worker"] == [f"{job['metadata']['name']}-worker-{i}.{NAMESPACE}.svc:2222"
-                                                  for i in range(2)]
+    # The operator made the replicas and wrote TF_CONFIG naming both by their Services. The chief's pod stays;
+    # worker 1's may be gone: cleanPodPolicy Running deletes a replica still running when the chief succeeds.
+    chief = profile.get("pod", f"{job['metadata']['name']}-worker-0")
+    assert chief is not None
+    env = {e["name"]: e.get("value") for e in chief["spec"]["containers"][0].get("env", [])}
+    tf_config = json.loads(env["TF_CONFIG"])
+    assert tf_config["task"] == {"type": "worker", "index": 0}
+    assert tf_config["cluster"]["worker"] == [f"{job['metadata']['name']}-worker-{i}.{NAMESPACE}.svc:2222" for i in range(2)]
     with profile.as_profile():
         store = open_store(profile.store_uri)
         prefix = runs.variant_prefix(run, "tiny")
         assert store.exists(f"{prefix}/model/saved_model.pb")
-        metrics = json.loads(store.get_bytes(f"{prefix}/{runs.METRICS}"))
-    assert metrics["replicas"] == 2
+        metrics = WorkerMetrics.from_json(store.get_bytes(f"{prefix}/{runs.METRICS}").decode(), runs.METRICS)
+    assert (metrics.workers, metrics.num_replicas_in_sync) == (2, 2)  # both replicas joined the all-reduce
     # The step's log carries the chief's: worker 0's epoch lines, prefixed with its pod's name.
     assert f"[{job['metadata']['name']}-worker-0] Epoch {EPOCHS}/{EPOCHS}" in log
 
     # The step's pod owns the TFJob: deleting the pod lets the real garbage collector delete the job.
-    profile.plane.kubectl("delete", "pod", "step-train", "-n", NAMESPACE, "--wait=false")
+    profile.plane.kubectl("delete", "pod", f"step-train-{UNIQUE}", "-n", NAMESPACE, "--wait=false")
     assert profile.wait_gone("tfjob", job["metadata"]["name"]), "the TFJob outlived its step's pod"
 
 
 def test_a_killed_replica_is_restarted_by_the_kubelet_and_resumes_from_its_backup(profile: Profile) -> None:
-    run, epochs = "r-fault", 8
+    run, epochs = f"r-fault-{UNIQUE}", 8
     name = job_name(run, "tiny", 0)
-    profile.step_pod("step-fault", run, {**TINY, "training": {**TINY["training"], "epochs": epochs}})
+    profile.step_pod(f"step-fault-{UNIQUE}", run, {**TINY, "training": {**TINY["training"], "epochs": epochs}})
     victim = f"{name}-worker-1"
     deadline = time.monotonic() + POD_TIMEOUT
-    while f"[{name}-worker-0] Epoch 3/{epochs}" not in profile.log("step-fault"):  # epochs 1 and 2 backed up
-        assert time.monotonic() < deadline, profile.log("step-fault")[-3000:]
+    while f"[{name}-worker-0] Epoch 3/{epochs}" not in profile.log(f"step-fault-{UNIQUE}"):  # epochs 1 and 2 backed up
+        assert time.monotonic() < deadline, profile.log(f"step-fault-{UNIQUE}")[-3000:]
         time.sleep(1)
     pids = processes_of(victim)
     assert pids, f"no process of {victim}"
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
 
-    pod = profile.wait_pod("step-fault")
-    assert pod["status"]["phase"] == "Succeeded", profile.log("step-fault")[-3000:]
-    worker = profile.get("pod", victim)
-    assert worker is not None and worker["status"]["containerStatuses"][0]["restartCount"] >= 1
+    pod = profile.wait_pod(f"step-fault-{UNIQUE}")
+    assert pod["status"]["phase"] == "Succeeded", profile.log(f"step-fault-{UNIQUE}")[-3000:]
+    # The chief lost its peer mid-all-reduce and was restarted in place too; worker 1's pod may be gone already
+    # (cleanPodPolicy Running deletes a replica still running when the chief succeeds).
+    chief = profile.get("pod", f"{name}-worker-0")
+    assert chief is not None and chief["status"]["containerStatuses"][0]["restartCount"] >= 1
     with profile.as_profile():
-        metrics = json.loads(open_store(profile.store_uri).get_bytes(f"{runs.variant_prefix(run, 'tiny')}/{runs.METRICS}"))
-    assert 2 <= metrics["resumed_from_epoch"] < epochs, metrics
-    assert metrics["epochs_trained"] == epochs - metrics["resumed_from_epoch"]
+        raw = open_store(profile.store_uri).get_bytes(f"{runs.variant_prefix(run, 'tiny')}/{runs.METRICS}").decode()
+    metrics = WorkerMetrics.from_json(raw, runs.METRICS)
+    assert 2 <= metrics.resumed_from_epoch < epochs, metrics
+    assert metrics.epochs_trained == epochs - metrics.resumed_from_epoch
 
 
 def test_a_retried_step_replaces_the_finished_job_of_the_same_name(profile: Profile) -> None:
     """A KFP retry runs the step again with the same run id: the TFJob's name exists (409) and was finished."""
-    run = "r-retry"
-    profile.step_pod("step-retry-1", run)
-    assert profile.wait_pod("step-retry-1")["status"]["phase"] == "Succeeded"
+    run = f"r-retry-{UNIQUE}"
+    profile.step_pod(f"step-retry-1-{UNIQUE}", run)
+    assert profile.wait_pod(f"step-retry-1-{UNIQUE}")["status"]["phase"] == "Succeeded"
     first = profile.get("tfjob", job_name(run, "tiny", 0))
-    profile.step_pod("step-retry-2", run)
-    pod = profile.wait_pod("step-retry-2")
-    assert pod["status"]["phase"] == "Succeeded", profile.log("step-retry-2")[-3000:]
+    profile.step_pod(f"step-retry-2-{UNIQUE}", run)
+    pod = profile.wait_pod(f"step-retry-2-{UNIQUE}")
+    assert pod["status"]["phase"] == "Succeeded", profile.log(f"step-retry-2-{UNIQUE}")[-3000:]
     second = profile.get("tfjob", job_name(run, "tiny", 0))
     assert first is not None and second is not None
     assert second["metadata"]["uid"] != first["metadata"]["uid"]  # deleted and created anew, not the old one read back
