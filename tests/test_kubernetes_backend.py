@@ -8,7 +8,8 @@ import pytest
 from kubeflow.training import TrainingClient
 from kubernetes.client import ApiClient, Configuration
 
-from components.backends.kubernetes import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV, KubernetesBackend
+from components.backends.kubejob import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV
+from components.backends.kubernetes import KubernetesBackend
 from components.defaults import CONFIG as DEFAULT_CONFIG
 from components.errors import BakeoffError
 from components.spec import from_dict, load_variants
