@@ -43,7 +43,7 @@ from components.modeling.savedmodel import export  # noqa: E402
 from components.spec import Variant, from_dict  # noqa: E402
 from components.storage import open_store, runs  # noqa: E402
 from components.storage.store import files_below  # noqa: E402
-from components.training import backup, rungs  # noqa: E402
+from components.training import backup, cluster_spec, rungs  # noqa: E402
 
 SHUFFLE_SEED = 1234
 VALIDATION_BATCH = 500  # images per forward pass when scoring validation: inference needs no small batches
@@ -447,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rung", type=int, default=0, help="which rung of a successive-halving search this job is (recorded)")
     args = parser.parse_args(argv)
     with reported():
+        cluster_spec.ensure_tf_config()  # under Trainer v2's PlainML nobody else sets it
         metrics = train(from_dict(json.loads(args.variant)), args.data, args.store, args.prefix, args.max_train_examples,
                         args.stop_epoch, args.rung)
         print(f"trained {metrics['variant']}: {metrics['examples_per_second']:.0f} examples/s", file=sys.stderr)
