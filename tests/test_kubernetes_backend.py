@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 from kubeflow.training import TrainingClient
@@ -53,10 +53,11 @@ def in_step_pod(fake: FakeKubernetes, monkeypatch: pytest.MonkeyPatch, service_a
     return fake.add_pod(STEP_POD, service_account)
 
 
-def run(fake: FakeKubernetes, job, **options) -> tuple[list[str], Optional[BakeoffError]]:
+def run(fake: FakeKubernetes, job, make: Callable[..., Any] = backend, **options) -> tuple[list[str], Optional[BakeoffError]]:
+    """Runs ``job`` with the backend ``make(fake, lines, **options)`` builds: its lines, and its error if it failed."""
     lines: list[str] = []
     try:
-        backend(fake, lines, **options).run(job)
+        make(fake, lines, **options).run(job)
     except BakeoffError as error:
         return lines, error
     return lines, None
@@ -247,25 +248,32 @@ def test_an_api_that_keeps_failing_is_its_own_error_not_a_failed_tfjob() -> None
 # ---------------------------------------------------------------- a job already under our name (a KFP retry)
 
 
+def check_adoption(fake: FakeKubernetes, monkeypatch: pytest.MonkeyPatch, earlier: dict,
+                   execute: Callable[[], tuple[list[str], Optional[BakeoffError]]]) -> list[str]:
+    """``earlier``, an unfinished job of another attempt of the run, is adopted by ``execute()``: this step's pod joins
+    its owners, so it outlives the earlier attempt's pod and goes with this one's. Returns the backend's lines."""
+    name, kind = earlier["metadata"]["name"], earlier["kind"]
+    earlier_uid = fake.add_pod("earlier-attempt")
+    earlier["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "earlier-attempt", "uid": earlier_uid}]
+    uid = fake.add_job(earlier, ["Created", "Running", "Running", "Succeeded"])["metadata"]["uid"]
+    step_uid = in_step_pod(fake, monkeypatch)
+    lines, error = execute()
+    assert error is None and fake.deleted == [] and fake.job_uid(name) == uid
+    assert f"adopted {kind} team-a/{name}: an earlier attempt of this run and variant started it and it has not finished" in lines
+    owners = {ref["name"]: ref["uid"] for ref in fake.jobs[name]["metadata"]["ownerReferences"]}
+    assert owners == {"earlier-attempt": earlier_uid, STEP_POD: step_uid}
+    fake.delete_pod("earlier-attempt")  # KFP deletes a retried run's failed pods: the job must outlive that
+    assert name in fake.jobs
+    fake.delete_pod(STEP_POD)
+    assert fake.collected == [name]
+    return lines
+
+
 def test_an_unfinished_job_of_the_same_run_and_variant_is_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
     job = tfjob()
-    name = job.metadata.name
     with FakeKubernetes(["Running", "Succeeded"], log="resumed\nsaved\n") as fake:
-        earlier_uid = fake.add_pod("earlier-attempt")
-        earlier = body(tfjob())
-        earlier["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "earlier-attempt", "uid": earlier_uid}]
-        uid = fake.add_job(earlier, ["Created", "Running", "Running", "Succeeded"])["metadata"]["uid"]
-        step_uid = in_step_pod(fake, monkeypatch)
-        lines, error = run(fake, job)
-        assert error is None and fake.deleted == [] and fake.job_uid(name) == uid
-        assert f"adopted TFJob team-a/{name}: an earlier attempt of this run and variant started it and it has not finished" in lines
-        assert f"[{name}-worker-0] saved" in lines
-        owners = {ref["name"]: ref["uid"] for ref in fake.jobs[name]["metadata"]["ownerReferences"]}
-        assert owners == {"earlier-attempt": earlier_uid, STEP_POD: step_uid}
-        fake.delete_pod("earlier-attempt")  # KFP deletes a retried run's failed pods: the job must outlive that
-        assert name in fake.jobs
-        fake.delete_pod(STEP_POD)
-        assert fake.collected == [name]
+        lines = check_adoption(fake, monkeypatch, body(tfjob()), lambda: run(fake, job))
+    assert f"[{job.metadata.name}-worker-0] saved" in lines
 
 
 @pytest.mark.parametrize(("existing", "why"), [
@@ -366,12 +374,6 @@ def calls_of_every_scenario(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, s
 
 
 def test_the_role_allows_every_call_the_backend_makes_and_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_manifests import MANIFESTS, granted, one, render
+    from tests.test_manifests import role_gaps
 
-    calls = calls_of_every_scenario(monkeypatch)
-    for overlay in OVERLAYS:
-        rules = granted(one(render(MANIFESTS / overlay), "Role"))
-        denied = sorted(call for call in calls if call[2] not in rules.get(call[:2], set()))
-        unused = sorted((group, resource, verb) for (group, resource), verbs in rules.items() for verb in verbs
-                        if (group, resource, verb) not in calls)
-        assert (denied, unused) == ([], []), overlay
+    assert role_gaps("bakeoff-tfjob-runner", calls_of_every_scenario(monkeypatch)) == {overlay: ([], []) for overlay in OVERLAYS}

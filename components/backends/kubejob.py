@@ -186,6 +186,8 @@ class KubeJobRunner(Generic[J]):
     PLURAL = ""  # its resource name, as RBAC names it
     CONTAINER = ""  # the training container of each worker pod
     CONTROLLER = ""  # what runs the kind, as messages name it
+    INSTALLED = ""  # what must be installed for a create to succeed, as "check that … and that …" says it
+    UNOWNED = ""  # what removes a job that has no owner
     FAILED = "failed"  # the outcome word of a failed job
 
     def __init__(
@@ -338,7 +340,7 @@ class KubeJobRunner(Generic[J]):
         """This step's pod, read from the API; None outside a pod."""
         name = next((os.environ[key] for key in POD_NAME_ENVS if os.environ.get(key)), None)
         if not name:
-            self.sink(f"not in a pod: the {self.KIND} gets no owner, so only its ttlSecondsAfterFinished removes it")
+            self.sink(f"not in a pod: the {self.KIND} gets no owner, so {self.UNOWNED}")
             return None
         try:
             pod = self._read_pod(name, namespace)
@@ -362,7 +364,7 @@ class KubeJobRunner(Generic[J]):
                     raise BakeoffError(self._no_resource(name, namespace, error)) from None
                 if api_status(error) != 409:
                     raise BakeoffError(
-                        f"could not create {self.KIND} {namespace}/{name} ({api_reason(error)}): check that {self.CONTROLLER} is installed"
+                        f"could not create {self.KIND} {namespace}/{name} ({api_reason(error)}): check that {self.INSTALLED}"
                         f" and that this service account may create {self.PLURAL} (manifests/)"
                     ) from None
             # A KFP retry reuses the run id, so an earlier attempt's job may hold the name (it outlives its step).

@@ -23,6 +23,8 @@ class KubernetesBackend(KubeJobRunner[KubeflowOrgV1TFJob]):
     """Creates the TFJob with TrainingClient, streams the chief's log, and waits for its end."""
 
     KIND, PLURAL, CONTAINER, CONTROLLER = JOB_KIND, JOB_PLURAL, CONTAINER, "the Training Operator"
+    INSTALLED = "the Training Operator is installed"
+    UNOWNED = "only its ttlSecondsAfterFinished removes it"
 
     def __init__(self, client: Optional[Any] = None, namespace: Optional[str] = None, **options: Any) -> None:
         """``client``: a TrainingClient (default: from the pod's service account, else kube-config); ``options``: KubeJobRunner's."""
