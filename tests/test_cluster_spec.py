@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from components.errors import BakeoffError
-from components.training import cluster_spec
-from components.training.cluster_spec import (COMPLETION_INDEX_ENV, JOB_INDEX_ENV, JOBSET_ENV, NODES_ENV, REPLICATED_JOB_ENV,
+from components.backends import cluster_spec
+from components.backends.cluster_spec import (COMPLETION_INDEX_ENV, JOB_INDEX_ENV, JOBSET_ENV, NODES_ENV, REPLICATED_JOB_ENV,
                                               TF_CONFIG, ensure_tf_config, from_jobset)
 
 TRAINJOB = "bakeoff-batch-norm-1a2b3c4d"  # Trainer v2.1 names the JobSet after the TrainJob (jobset plugin's Build)
@@ -53,7 +53,7 @@ def test_every_worker_is_addressed_by_its_pod_hostname_under_the_headless_servic
 def test_tensorflow_reads_it_as_one_worker_of_the_cluster() -> None:
     """The resolver MultiWorkerMirroredStrategy uses takes the derived TF_CONFIG: this pod is worker 1 of 3."""
     env = runtime_env(jobset_pod(TRAINJOB, "node", 0, 1), 3)
-    program = ("import json, os; from components.training import cluster_spec; cluster_spec.ensure_tf_config();"
+    program = ("import json, os; from components.backends import cluster_spec; cluster_spec.ensure_tf_config();"
                " import tensorflow as tf; r = tf.distribute.cluster_resolver.TFConfigClusterResolver();"
                " print(json.dumps([r.task_type, r.task_id, r.cluster_spec().as_dict()]))")
     result = subprocess.run([sys.executable, "-c", program], env=env | {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"},

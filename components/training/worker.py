@@ -34,7 +34,7 @@ if __name__ == "__main__":
 import tf_keras as keras  # noqa: E402
 
 from components import progress  # noqa: E402
-from components.backends import allocator  # noqa: E402
+from components.backends import allocator, cluster_spec  # noqa: E402
 from components.data import artifact  # noqa: E402
 from components.errors import BakeoffError, reported  # noqa: E402
 from components.modeling.architectures import ARCHITECTURES  # noqa: E402
@@ -43,7 +43,7 @@ from components.modeling.savedmodel import export  # noqa: E402
 from components.spec import Variant, from_dict  # noqa: E402
 from components.storage import open_store, runs  # noqa: E402
 from components.storage.store import files_below  # noqa: E402
-from components.training import backup, cluster_spec, rungs  # noqa: E402
+from components.training import backup, rungs  # noqa: E402
 
 SHUFFLE_SEED = 1234
 VALIDATION_BATCH = 500  # images per forward pass when scoring validation: inference needs no small batches
