@@ -181,8 +181,8 @@ def test_a_cluster_without_the_tfjob_crd_fails_at_its_first_create_saying_what_t
         lines, error = run(fake, job)
     assert str(error) == (f"cannot create TFJob team-a/{job.metadata.name}: this cluster has no TFJob resource (HTTP 404: Not Found for"
                           " tfjobs.kubeflow.org), so the Kubeflow Training Operator v1 is not installed (Kubeflow 1.11 and later install"
-                          " Trainer v2 instead, which runs no TFJob): install it with `kubectl apply --server-side -k"
-                          " manifests/training-operator`, then retry the run")
+                          " Trainer v2 instead, which runs no TFJob): run with `--param trainer=trainjob`, or install it with"
+                          " `kubectl apply --server-side -k manifests/training-operator`, then retry the run")
     assert [(call.verb, call.resource) for call in fake.calls] == [("get", "pods"), ("create", "tfjobs")], "no retry, no wait"
     assert not [line for line in lines if "trying again" in line]
 

@@ -216,3 +216,41 @@ def test_the_trainjob_role_allows_every_call_the_backend_makes_and_nothing_more(
             assert fake.violations == [], json.dumps(fake.violations)
         calls |= {(call.group, call.resource, call.verb) for call in fake.calls}
     assert role_gaps("bakeoff-trainjob-runner", calls) == {overlay: ([], []) for overlay in OVERLAYS}
+
+
+# ---------------------------------------------------------------- choosing it: `--param trainer=trainjob`
+
+
+def test_the_trainer_choice_picks_the_backend_on_a_cluster_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from components.backends.kubernetes import KubernetesBackend
+    from components.backends.local import LocalBackend
+    from components.training.launch import make_backend
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert isinstance(make_backend("auto", 1, "trainjob"), LocalBackend), "locally the TFJob runs as processes either way"
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    assert isinstance(make_backend("auto", 1, "trainjob"), TrainJobBackend)
+    assert isinstance(make_backend("auto", 1, "tfjob"), KubernetesBackend) and isinstance(make_backend("auto", 1), KubernetesBackend)
+    with pytest.raises(BakeoffError) as raised:
+        make_backend("auto", 1, "trainjobs")
+    assert str(raised.value) == "unknown trainer 'trainjobs': use one of tfjob, trainjob (--param trainer=...)"
+
+
+def test_trainer_is_a_pipeline_parameter_that_reaches_every_train_step() -> None:
+    """The compiled pipeline: `trainer` defaults to tfjob, every train task gets it, and `--param` checks its value first."""
+    from pathlib import Path
+
+    import yaml
+
+    from pipelines.kfp_client.parameters import parse_params, pipeline_parameters
+
+    ir = next(yaml.safe_load_all((Path(__file__).resolve().parent.parent / "pipelines" / "bakeoff.yaml").read_text()))
+    assert ir["root"]["inputDefinitions"]["parameters"]["trainer"] == {"defaultValue": "tfjob", "isOptional": True, "parameterType": "STRING"}
+    tasks = [task for component in ir["components"].values() for task in (component.get("dag") or {}).get("tasks", {}).values()
+             if re.fullmatch(r"comp-train(-\d+)?", task["componentRef"]["name"])]
+    assert tasks and all("trainer" in task["inputs"]["parameters"] for task in tasks)
+    parameters = pipeline_parameters(ir)
+    assert parse_params(["trainer=trainjob"], parameters) == {"trainer": "trainjob"}
+    with pytest.raises(BakeoffError) as raised:
+        parse_params(["trainer=TrainJob"], parameters)
+    assert str(raised.value) == "unknown trainer 'TrainJob': use one of tfjob, trainjob (--param trainer=...)"

@@ -79,7 +79,7 @@ class KubernetesBackend(KubeJobRunner[KubeflowOrgV1TFJob]):
         return (
             f"cannot create TFJob {namespace}/{name}: this cluster has no TFJob resource ({api_reason(error)} for"
             f" {JOB_PLURAL}.{JOB_GROUP}), so the Kubeflow Training Operator v1 is not installed (Kubeflow 1.11 and later"
-            " install Trainer v2 instead, which runs no TFJob): install it with"
+            " install Trainer v2 instead, which runs no TFJob): run with `--param trainer=trainjob`, or install it with"
             " `kubectl apply --server-side -k manifests/training-operator`, then retry the run"
         )
 

@@ -1,6 +1,7 @@
 """Launching one variant: its TFJob built, executed by a backend, its results read back from the store."""
 import os
 
+from components import defaults
 from components.backends.backend import Backend
 from components.data import artifact
 from components.errors import BakeoffError
@@ -13,6 +14,7 @@ from components.training.tfjob import build_tfjob, job_name, worker_args
 # on a cluster those come from the store secret, locally from the user's shell.
 PASSED_ENV = (S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, "TF_CPP_MIN_LOG_LEVEL")
 BACKENDS = ("auto", "local", "kubernetes")
+TRAINERS = ("tfjob", "trainjob")  # what runs the TFJob on a cluster: the Training Operator v1, or Kubeflow Trainer v2
 
 
 def in_kubernetes() -> bool:
@@ -20,11 +22,24 @@ def in_kubernetes() -> bool:
     return "KUBERNETES_SERVICE_HOST" in os.environ
 
 
-def make_backend(name: str, concurrent_jobs: int) -> Backend:
-    """The backend that executes TFJobs here: ``auto`` picks Kubernetes inside a pod, else local."""
+def check_trainer(trainer: str) -> str:
+    """``trainer`` if it is one of TRAINERS; one clear line for any other."""
+    if trainer not in TRAINERS:
+        raise BakeoffError(f"unknown trainer {trainer!r}: use one of {', '.join(TRAINERS)} (--param trainer=...)")
+    return trainer
+
+
+def make_backend(name: str, concurrent_jobs: int, trainer: str = defaults.TRAINER) -> Backend:
+    """The backend that executes TFJobs here: ``auto`` picks Kubernetes inside a pod, else local; ``trainer`` picks the
+    cluster's controller (the local backend runs the TFJob itself either way)."""
     if name not in BACKENDS:
         raise BakeoffError(f"unknown training backend {name!r}: use one of {', '.join(BACKENDS)}")
+    check_trainer(trainer)
     if name == "kubernetes" or (name == "auto" and in_kubernetes()):
+        if trainer == "trainjob":
+            from components.backends.trainjob import TrainJobBackend
+
+            return TrainJobBackend()
         from components.backends.kubernetes import KubernetesBackend
 
         return KubernetesBackend()
@@ -45,6 +60,7 @@ def train_variant(
     backend: str = "auto",
     stop_epoch: int = 0,
     rung: int = 0,
+    trainer: str = defaults.TRAINER,
 ) -> dict:
     """Trains one variant as a TFJob until epoch ``stop_epoch`` (0: all) and returns its candidate record for selection.
 
@@ -71,7 +87,7 @@ def train_variant(
         env={key: os.environ[key] for key in PASSED_ENV if key in os.environ},
         active_deadline_seconds=timeout_seconds,
     )
-    make_backend(backend, concurrent_jobs).run(job)
+    make_backend(backend, concurrent_jobs, trainer).run(job)
     store.put_bytes(f"{prefix}/{runs.rung_name(rung)}", store.get_bytes(f"{prefix}/{runs.METRICS}"))  # this rung's record, kept past the next
     return runs.candidate(store, run_id, variant.name)
 
