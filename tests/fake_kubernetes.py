@@ -33,7 +33,8 @@ What it models, and where the real system decides it:
 
 Kubeflow Trainer v2.1 (``trainer.kubeflow.org``): TrainJobs are checked against their CRD's openAPIV3Schema
 (tests/contracts/) and its two rules on the whole object (metadata.name an RFC 1035 label of at most 63
-characters), and by the Trainer's validating webhook, which refuses one whose runtime does not exist (403:
+characters); a field the schema does not know is refused, stricter than the API server, which prunes it (a
+misspelt field would vanish). The Trainer's validating webhook is played too: it refuses one whose runtime does not exist (403:
 ClusterTrainingRuntime.ValidateObjects, pkg/runtime/core/clustertrainingruntime.go, the API server wrapping the
 denial as "admission webhook … denied the request"). The JobSet named after the job gets one Job ``<job>-node-0``
 whose pods are ``<job>-node-0-<i>-<5 random>`` (the Job controller's generateName for an indexed Job), labelled

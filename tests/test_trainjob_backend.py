@@ -14,7 +14,7 @@ from components.backends.kubejob import SERVICE_ACCOUNT_ENV
 from components.backends.trainjob import RUNTIME, TrainJobBackend, trainjob_for, trainjob_name
 from components.errors import BakeoffError
 from tests import test_kubernetes_backend as kubernetes_tests
-from tests.fake_kubernetes import FakeKubernetes, trainjob_errors, trainjob_pod_name
+from tests.fake_kubernetes import FakeKubernetes, trainjob_errors, trainjob_pod_name, trainjob_schema
 from tests.test_kubernetes_backend import (LOG, OVERLAYS, STEP_POD, body, check_adoption, in_step_pod, outside_a_pod,  # noqa: F401 (a fixture)
                                           tfjob)
 
@@ -66,6 +66,16 @@ def test_names_leave_room_for_every_pod_name_jobset_makes() -> None:
     assert trainjob_name("bakeoff-cnn-1a2b3c4d") == "bakeoff-cnn-1a2b3c4d", "a short name stays as it is"
     firsts = {trainjob_for(tfjob(run_id=run)).metadata.name for run in ("run-a", "run-b")}
     assert len(firsts) == 2, "the digest keeps runs apart"
+
+
+def test_the_fake_holds_every_rule_the_crd_puts_on_the_whole_trainjob() -> None:
+    """The CRD's CEL rules on the object: the fake applies these two, and a new one upstream shows up here."""
+    assert {rule["rule"] for rule in trainjob_schema()["x-kubernetes-validations"]} == {
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')", "size(self.metadata.name) <= 63"}
+    derived = submitted(tfjob())
+    assert trainjob_errors(dict(derived, metadata=dict(derived["metadata"], name="9-lives-" + "x" * 60))) == [
+        "metadata.name must match RFC 1035 DNS label format", "metadata.name must be no more than 63 characters"]
+    assert trainjob_errors(dict(derived, spec=dict(derived["spec"], trainers={}))) == ["unknown field 'spec.trainers'"]
 
 
 # ---------------------------------------------------------------- running it
