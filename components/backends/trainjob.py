@@ -117,9 +117,14 @@ class TrainJobBackend(KubeJobRunner[TrainJobRequest]):
     @property
     def api(self) -> ApiClient:
         if self._api is None:
+            from kubeflow.training.utils.utils import is_running_in_k8s
             from kubernetes import config
 
-            config.load_config()  # kube-config when there is one, else the pod's service account
+            # As TrainingClient does for the TFJob: in a pod its service account, elsewhere kube-config.
+            if is_running_in_k8s():
+                config.load_incluster_config()
+            else:
+                config.load_kube_config()
             self._api = ApiClient()
         return self._api
 
