@@ -27,6 +27,7 @@ MISCLASSIFIED = 24  # the winner's most confident test mistakes kept in the sele
 # Running each TFJob.
 TIMEOUT_SECONDS = 3600  # the TFJob's activeDeadlineSeconds
 BACKOFF_LIMIT = 2  # job restarts before it fails for good
+TRAINER = "tfjob"  # on a cluster: a TFJob (Training Operator v1) or, with "trainjob", a TrainJob (Kubeflow Trainer v2)
 LOCAL_PARALLELISM = 1  # variants trained at once on one machine: replicas share its cores
 CLUSTER_PARALLELISM = 3
 LOG_TAIL = 20  # lines of a failed replica's log repeated in the error

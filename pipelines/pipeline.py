@@ -78,6 +78,7 @@ def build_pipeline(
             max_train_examples: int,
             timeout_seconds: int,
             backend: str,
+            trainer: str,
         ):
             # The items are this sub-pipeline's list[dict] input, so each is typed STRUCT, as train's variant is,
             # also where a halve step's output feeds it (the KFP driver refuses a string item for a STRUCT input).
@@ -93,6 +94,7 @@ def build_pipeline(
                     concurrent_jobs=parallelism,
                     timeout_seconds=timeout_seconds,
                     backend=backend,
+                    trainer=trainer,
                     **until,
                 ))
                 trained.set_caching_options(False)
@@ -117,12 +119,13 @@ def build_pipeline(
         force_publish: bool = False,
         timeout_seconds: int = defaults.TIMEOUT_SECONDS,
         backend: str = "auto",
+        trainer: str = defaults.TRAINER,
     ) -> str:
         data = on_cluster(ingest_op(source=source, source_digest=source_digest, validation_size=validation_size,
                                     shards=shards, seed=defaults.SEED))
         entering = variants
-        for rung, trainer in zip(plan, trainers):
-            trained = trainer(
+        for rung, train_rung in zip(plan, trainers):
+            trained = train_rung(
                 variants=entering,
                 data=data.outputs["data"],
                 store=store,
@@ -130,6 +133,7 @@ def build_pipeline(
                 max_train_examples=max_train_examples,
                 timeout_seconds=timeout_seconds,
                 backend=backend,
+                trainer=trainer,
             )
             if rung is None or rung is plan[-1]:
                 break

@@ -31,6 +31,18 @@ What it models, and where the real system decides it:
   http.NotFound: 404, ``text/plain; charset=utf-8``, body ``404 page not found``, not a metav1.Status (client-go
   turns it into "the server could not find the requested resource").
 
+Kubeflow Trainer v2.1 (``trainer.kubeflow.org``): TrainJobs are checked against their CRD's openAPIV3Schema
+(tests/contracts/) and its two rules on the whole object (metadata.name an RFC 1035 label of at most 63
+characters); a field the schema does not know is refused, stricter than the API server, which prunes it (a
+misspelt field would vanish). The Trainer's validating webhook is played too: it refuses one whose runtime does not exist (403:
+ClusterTrainingRuntime.ValidateObjects, pkg/runtime/core/clustertrainingruntime.go, the API server wrapping the
+denial as "admission webhook … denied the request"). The JobSet named after the job gets one Job ``<job>-node-0``
+whose pods are ``<job>-node-0-<i>-<5 random>`` (the Job controller's generateName for an indexed Job), labelled
+with the JobSet's labels and annotated with their completion index; a pod name past 63 characters is a violation
+(JobSet's webhook would refuse the JobSet, and the TrainJob would never start). A TrainJob reports no condition
+while it runs, then Complete or Failed, copied from the JobSet's (the jobset plugin's Status). Pods can be listed by
+an equality label selector.
+
 Time is counted in states: each GET of a TFJob by name reports its next state along ``phases`` (condition
 types), and its pods are in the state last reported.
 
@@ -88,6 +100,13 @@ import yaml
 CRD = Path(__file__).resolve().parent / "contracts" / "kubeflow.org_tfjobs.yaml"
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
 CONTAINER = "tensorflow"  # kubeflowv1.TFJobDefaultContainerName
+TRAINER_GROUP, TRAINER_VERSION, TRAINJOBS = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
+TRAINER_CONTAINER = "node"  # the container Trainer fills in (constants.Node)
+TRAINJOB_CRD = f"{TRAINJOBS}.{TRAINER_GROUP}"
+TRAINJOB_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # the CRD's rule on metadata.name, with size <= 63
+# The condition each state gives a TrainJob: (type, reason, message) of the JobSet's, jobset pkg/constants/constants.go.
+TRAINJOB_CONDITIONS = {"Succeeded": ("Complete", "AllJobsCompleted", "jobset completed successfully"),
+                       "Failed": ("Failed", "FailedJobs", "jobset failed due to one or more job failures")}
 # The worker pods' phase while the job shows each condition.
 POD_PHASE = {"Created": "Pending", "Running": "Running", "Restarting": "Running", "Succeeded": "Succeeded", "Failed": "Failed"}
 LOG_EPOCH = datetime(2026, 11, 29, tzinfo=timezone.utc)
@@ -97,11 +116,39 @@ _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 
 
 @functools.lru_cache(maxsize=None)
+def crd_schema(file: str, version: str) -> dict:
+    """The openAPIV3Schema of ``version`` in the CRD ``file`` of tests/contracts/."""
+    crd = yaml.load((CRD.parent / file).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    return served["schema"]["openAPIV3Schema"]
+
+
 def tfjob_schema() -> dict:
     """The v1 TFJob openAPIV3Schema from the Training Operator's own CRD."""
-    crd = yaml.safe_load(CRD.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return version["schema"]["openAPIV3Schema"]
+    return crd_schema(CRD.name, VERSION)
+
+
+def trainjob_schema() -> dict:
+    """The v1alpha1 TrainJob openAPIV3Schema from Trainer v2.1.0's own CRD."""
+    return crd_schema(f"{TRAINER_GROUP}_{TRAINJOBS}.yaml", TRAINER_VERSION)
+
+
+def trainjob_errors(body: dict) -> list[str]:
+    """What the API server refuses in a TrainJob: its schema, unknown fields, metadata, and the CRD's rules on the name."""
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in jsonschema.Draft7Validator(trainjob_schema()).iter_errors(body)]
+    errors += [f"unknown field {name!r}" for name in unknown_fields(trainjob_schema(), body)]
+    errors += metadata_errors(body.get("metadata") or {})
+    name = (body.get("metadata") or {}).get("name", "")
+    if not TRAINJOB_NAME.fullmatch(name):
+        errors.append("metadata.name must match RFC 1035 DNS label format")
+    if len(name) > 63:
+        errors.append("metadata.name must be no more than 63 characters")
+    return errors
+
+
+def trainjob_pod_name(job: str, index: int) -> str:
+    """Worker ``index``'s pod: the Job controller's generateName <job>-<index>- for Job <trainjob>-node-0, plus 5 letters."""
+    return f"{job}-{TRAINER_CONTAINER}-0-{index}-" + "".join("bcdfghjklmnpqrstvwxz"[(len(job) + index * 7 + i) % 20] for i in range(5))
 
 
 KSERVE_GROUP = "serving.kserve.io"
@@ -421,7 +468,8 @@ class FakeKubernetes:
     isvc_observed_offset: int = 0  # observedGeneration minus generation: KServe copies a child's counter (kserve/kserve#6081)
     granted: Optional[set[tuple[str, str, str]]] = None  # RBAC (group, resource, verb); None: everything
     user: str = "system:serviceaccount:team-a:default-editor"  # who the 403s name
-    crds: frozenset[str] = frozenset({TFJOB_CRD, *KSERVE_CRDS})  # <plural>.<group> of the custom resources installed
+    crds: frozenset[str] = frozenset({TFJOB_CRD, TRAINJOB_CRD, *KSERVE_CRDS})  # <plural>.<group> of the custom resources installed
+    runtimes: frozenset[str] = frozenset({"bakeoff-tensorflow"})  # the ClusterTrainingRuntimes installed
     namespaces: Optional[set[str]] = None  # the namespaces that exist; None: every one
 
     def __post_init__(self) -> None:
@@ -639,11 +687,43 @@ class FakeKubernetes:
         self._collect_garbage()
         return body
 
+    def _holds(self, call: Call) -> bool:
+        """Whether a job of the request's resource is stored under the request's name."""
+        body = self.jobs.get(call.name)
+        return body is not None and body["kind"] == ("TrainJob" if call.resource == TRAINJOBS else "TFJob")
+
+    def _job_errors(self, plural: str, body: dict) -> list[str]:
+        if plural == TRAINJOBS:
+            return trainjob_errors(body)
+        return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in self.validator.iter_errors(body)] + metadata_errors(body.get("metadata") or {})
+
+    def _trainer_webhook(self, body: dict) -> Optional[str]:
+        """Why Trainer's TrainJob webhook denies ``body``: its runtime does not exist (only ClusterTrainingRuntimes are modelled)."""
+        ref = body["spec"]["runtimeRef"]
+        if ref.get("kind", "ClusterTrainingRuntime") == "ClusterTrainingRuntime" and ref["name"] in self.runtimes:
+            return None
+        return (f'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: spec.RuntimeRef: Invalid value:'
+                f' {json.dumps(ref)}: clustertrainingruntimes.trainer.kubeflow.org "{ref["name"]}" not found: specified'
+                " clusterTrainingRuntime must be created before the TrainJob is created")
+
+    def _phases_for(self, body: dict) -> list[str]:
+        """The job's states; a TrainJob whose JobSet JobSet's webhook refuses never starts."""
+        if body["kind"] == "TrainJob":
+            longest = trainjob_pod_name(body["metadata"]["name"], self._workers_of(body) - 1)
+            if len(longest) > 63:
+                self.violations.append(f"JobSet {body['metadata']['name']}: pod names generated for this JobSet will exceed 63 characters")
+                return ["Created"]
+        return self.phases
+
     def _timeline(self, name: str) -> _Timeline:
         return self.timelines[self.job_uid(name)]
 
-    def _conditions(self, timeline: _Timeline) -> list[dict]:
+    def _conditions(self, timeline: _Timeline, kind: str = "TFJob") -> list[dict]:
         types = timeline.phases[: timeline.now + 1]
+        if kind == "TrainJob":
+            ended = TRAINJOB_CONDITIONS.get(types[-1])
+            return [{"type": ended[0], "status": "True", "reason": ended[1], "message": ended[2],
+                     "lastTransitionTime": _TRANSITION_TIME}] if ended else []
         return [
             {"type": kind, "status": "True" if index == len(types) - 1 or kind == "Created" else "False",
              "reason": f"TFJob{kind}", "message": f"TFJob is {kind.lower()}.", "lastTransitionTime": "2026-11-29T00:00:00Z"}
@@ -667,7 +747,7 @@ class FakeKubernetes:
                 hook()
                 if name not in self.jobs:
                     return None
-        return dict(self.jobs[name], status={"conditions": self._conditions(timeline)})
+        return dict(self.jobs[name], status={"conditions": self._conditions(timeline, self.jobs[name]["kind"])})
 
     def _remove_job(self, name: str) -> None:
         body = self.jobs.pop(name)
@@ -700,16 +780,24 @@ class FakeKubernetes:
                 self._remove_job(name)
                 self.collected.append(name)
 
+    @staticmethod
+    def _workers_of(body: dict) -> int:
+        if body["kind"] == "TrainJob":
+            return (body["spec"].get("trainer") or {}).get("numNodes", 1)
+        return body["spec"]["tfReplicaSpecs"]["Worker"]["replicas"]
+
+    @staticmethod
+    def _pod_name_of(job: str, body: dict, index: int) -> str:
+        return trainjob_pod_name(job, index) if body["kind"] == "TrainJob" else f"{job}-worker-{index}"
+
+    def _live_workers(self) -> list[tuple[str, int, _Timeline]]:
+        """(job, index, timeline) of every worker pod that exists now; a job being deleted has lost its pods."""
+        return [(name, index, self._timeline(name)) for name, body in self.jobs.items() if self._timeline(name).linger is None
+                for index in range(self._workers_of(body))]
+
     def _worker(self, pod_name: str) -> Optional[tuple[str, int, _Timeline]]:
-        """(job, index, timeline) of a worker pod that exists now; a job being deleted has lost its pods."""
-        for name, body in self.jobs.items():
-            prefix = f"{name}-worker-"
-            if pod_name.startswith(prefix) and pod_name[len(prefix):].isdigit():
-                index = int(pod_name[len(prefix):])
-                timeline = self._timeline(name)
-                if index < body["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] and timeline.linger is None:
-                    return name, index, timeline
-        return None
+        """(job, index, timeline) of the worker pod named ``pod_name`` if it exists now."""
+        return next((worker for worker in self._live_workers() if self._pod_name_of(worker[0], self.jobs[worker[0]], worker[1]) == pod_name), None)
 
     def _restart_count(self, index: int, timeline: _Timeline) -> int:
         return sum(1 for state in self.restarts if state <= timeline.now) if index == 0 else 0
@@ -719,20 +807,33 @@ class FakeKubernetes:
         phase = timeline.pod_phase()
         state = {"Pending": {"waiting": {"reason": "ContainerCreating"}}, "Running": {"running": {"startedAt": "2026-11-29T00:00:00Z"}}}.get(
             phase, {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1}})
-        template = body["spec"]["tfReplicaSpecs"]["Worker"]["template"]
-        return {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {
-                "name": f"{job}-worker-{index}", "namespace": self.namespace, "uid": f"{body['metadata']['uid']}-{index}",
+        uid = body["metadata"]["uid"]
+        if body["kind"] == "TrainJob":
+            container, image = TRAINER_CONTAINER, body["spec"]["trainer"]["image"]
+            overrides = [o["spec"] for o in body["spec"].get("podTemplateOverrides") or [] if o.get("spec")]
+            account = next((o["serviceAccountName"] for o in overrides if o.get("serviceAccountName")), "default")
+            metadata = {  # labelAndAnnotateObject (JobSet) and the Job controller's index annotation
+                "labels": {"jobset.sigs.k8s.io/jobset-name": job, "jobset.sigs.k8s.io/replicatedjob-name": TRAINER_CONTAINER,
+                           "jobset.sigs.k8s.io/job-index": "0", "batch.kubernetes.io/job-completion-index": str(index)},
+                "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"{job}-{TRAINER_CONTAINER}-0", "uid": f"{uid}-job",
+                                     "controller": True, "blockOwnerDeletion": True}]}
+        else:
+            template = body["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+            container, image = CONTAINER, template["spec"]["containers"][0]["image"]
+            account = template["spec"].get("serviceAccountName", "default")
+            metadata = {
                 "labels": {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": "worker",
                            "training.kubeflow.org/replica-index": str(index)},
-                "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "TFJob", "name": job, "uid": body["metadata"]["uid"],
-                                     "controller": True, "blockOwnerDeletion": True}],
-            },
-            "spec": {"restartPolicy": "OnFailure", "serviceAccountName": template["spec"].get("serviceAccountName", "default"),
-                     "containers": [{"name": CONTAINER, "image": template["spec"]["containers"][0]["image"]}]},
+                "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "TFJob", "name": job, "uid": uid,
+                                     "controller": True, "blockOwnerDeletion": True}]}
+        return {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": self._pod_name_of(job, body, index), "namespace": self.namespace, "uid": f"{uid}-{index}",
+                         "creationTimestamp": rfc3339nano(LOG_EPOCH), **metadata},
+            "spec": {"restartPolicy": "OnFailure", "serviceAccountName": account, "containers": [{"name": container, "image": image}]},
             "status": {"phase": phase, "containerStatuses": [
-                {"name": CONTAINER, "restartCount": self._restart_count(index, timeline), "ready": phase == "Running", "state": state,
+                {"name": container, "restartCount": self._restart_count(index, timeline), "ready": phase == "Running", "state": state,
                  "image": "bakeoff", "imageID": "", "containerID": f"containerd://{index}"}]},
         }
 
@@ -816,40 +917,43 @@ class FakeKubernetes:
             def do_DELETE(self) -> None:
                 self._serve("DELETE")
 
-            def _create_tfjobs(self, call: Call, body: dict, query: dict) -> None:
-                errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in fake.validator.iter_errors(body)]
-                errors += metadata_errors(body.get("metadata") or {})
+            def _create_job(self, call: Call, body: dict, query: dict) -> None:
+                errors = fake._job_errors(call.resource, body)
                 if errors:
                     fake.violations.extend(errors)
                     return self._send(422, status(422, "Invalid", "; ".join(errors)))
+                denied = fake._trainer_webhook(body) if call.resource == TRAINJOBS else None
+                if denied:
+                    return self._send(403, status(403, "Forbidden", denied))
                 name = body["metadata"]["name"]
                 if name in fake.jobs:
-                    return self._send(409, status(409, "AlreadyExists", f'{PLURAL}.{GROUP} "{name}" already exists', name=name, group=GROUP, kind=PLURAL))
-                self._send(201, fake._store(body, fake.phases))
+                    return self._send(409, status(409, "AlreadyExists", f'{call.resource}.{call.group} "{name}" already exists',
+                                                  name=name, group=call.group, kind=call.resource))
+                self._send(201, fake._store(body, fake._phases_for(body)))
 
             def _not_found(self, resource: str, name: str) -> None:
                 self._send(404, status(404, "NotFound", f'{resource} "{name}" not found', name=name, kind=resource))
 
-            def _get_tfjobs(self, call: Call, body: None, query: dict) -> None:
-                job = fake._read_job(call.name)
+            def _get_job(self, call: Call, body: None, query: dict) -> None:
+                job = fake._read_job(call.name) if fake._holds(call) else None
                 if job is None:
-                    return self._not_found(f"{PLURAL}.{GROUP}", call.name)
+                    return self._not_found(f"{call.resource}.{call.group}", call.name)
                 self._send(200, job)
 
-            def _patch_tfjobs(self, call: Call, body: dict, query: dict) -> None:
+            def _patch_job(self, call: Call, body: dict, query: dict) -> None:
                 if self.headers.get("Content-Type") != "application/merge-patch+json":
                     return self._send(415, status(415, "UnsupportedMediaType", f"the fake takes merge patches, not {self.headers.get('Content-Type')}"))
-                if call.name not in fake.jobs:
-                    return self._not_found(f"{PLURAL}.{GROUP}", call.name)
+                if not fake._holds(call):
+                    return self._not_found(f"{call.resource}.{call.group}", call.name)
                 current = fake.jobs[call.name]
                 wanted = (body.get("metadata") or {}).get("resourceVersion")
                 if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
-                    return self._send(409, status(409, "Conflict", f'Operation cannot be fulfilled on {PLURAL}.{GROUP} "{call.name}": the object has been'
-                                                  " modified; please apply your changes to the latest version and try again"))
+                    return self._send(409, status(409, "Conflict", f'Operation cannot be fulfilled on {call.resource}.{call.group} "{call.name}":'
+                                                  " the object has been modified; please apply your changes to the latest version and try again"))
                 patched = merge_patch(current, body)
                 for immutable in ("name", "namespace", "uid", "creationTimestamp"):
                     patched["metadata"][immutable] = current["metadata"][immutable]
-                errors = metadata_errors(patched["metadata"]) + [e.message for e in fake.validator.iter_errors(patched)]
+                errors = fake._job_errors(call.resource, patched)
                 if errors:
                     fake.violations.extend(errors)
                     return self._send(422, status(422, "Invalid", "; ".join(errors)))
@@ -858,10 +962,21 @@ class FakeKubernetes:
                 fake._collect_garbage()
                 self._send(200, patched)
 
-            def _delete_tfjobs(self, call: Call, body: Optional[dict], query: dict) -> None:
-                if call.name not in fake.jobs:
-                    return self._not_found(f"{PLURAL}.{GROUP}", call.name)
+            def _delete_job(self, call: Call, body: Optional[dict], query: dict) -> None:
+                if not fake._holds(call):
+                    return self._not_found(f"{call.resource}.{call.group}", call.name)
                 self._send(200, fake._delete_job(call.name, (body or {}).get("propagationPolicy")))
+
+            _create_tfjobs = _create_trainjobs = _create_job
+            _get_tfjobs = _get_trainjobs = _get_job
+            _patch_tfjobs = _patch_trainjobs = _patch_job
+            _delete_tfjobs = _delete_trainjobs = _delete_job
+
+            def _list_pods(self, call: Call, body: None, query: dict) -> None:
+                wanted = dict(pair.split("=", 1) for pair in query.get("labelSelector", [""])[0].split(",") if pair)
+                pods = list(fake.pods.values()) + [fake._worker_pod(*worker) for worker in fake._live_workers()]
+                found = [pod for pod in pods if all((pod["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
+                self._send(200, {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": fake._next_version()}, "items": found})
 
             def _get_pods(self, call: Call, body: None, query: dict) -> None:
                 if call.name in fake.pods:
@@ -943,11 +1058,12 @@ class FakeKubernetes:
                 job, index, timeline = worker
                 phase = timeline.pod_phase()
                 fake.log_reads.append(LogRead(call.name, phase, fake._restart_count(index, timeline), go_bool(query, "follow")))
-                container = query.get("container", [CONTAINER])[0]
-                if container != CONTAINER:
+                expected = TRAINER_CONTAINER if fake.jobs[job]["kind"] == "TrainJob" else CONTAINER
+                container = query.get("container", [expected])[0]
+                if container != expected:
                     return self._send(400, status(400, "BadRequest", f"container {container} is not valid for pod {call.name}"))
                 if phase == "Pending":
-                    return self._send(400, status(400, "BadRequest", f'container "{CONTAINER}" in pod "{call.name}" is waiting to start: ContainerCreating'))
+                    return self._send(400, status(400, "BadRequest", f'container "{expected}" in pod "{call.name}" is waiting to start: ContainerCreating'))
                 lines = fake._log_lines(index, timeline)
                 if "tailLines" in query:
                     lines = lines[-int(query["tailLines"][0]):] if int(query["tailLines"][0]) else []

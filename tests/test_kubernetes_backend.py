@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 from kubeflow.training import TrainingClient
 from kubernetes.client import ApiClient, Configuration
 
 from components.backends.backend import job_restarts, operator_backoff_limit
-from components.backends.kubernetes import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV, KubernetesBackend
+from components.backends.kubejob import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV
+from components.backends.kubernetes import KubernetesBackend
 from components.defaults import CONFIG as DEFAULT_CONFIG
 from components.errors import BakeoffError
 from components.spec import from_dict, load_variants
@@ -53,10 +54,11 @@ def in_step_pod(fake: FakeKubernetes, monkeypatch: pytest.MonkeyPatch, service_a
     return fake.add_pod(STEP_POD, service_account)
 
 
-def run(fake: FakeKubernetes, job, **options) -> tuple[list[str], Optional[BakeoffError]]:
+def run(fake: FakeKubernetes, job, make: Callable[..., Any] = backend, **options) -> tuple[list[str], Optional[BakeoffError]]:
+    """Runs ``job`` with the backend ``make(fake, lines, **options)`` builds: its lines, and its error if it failed."""
     lines: list[str] = []
     try:
-        backend(fake, lines, **options).run(job)
+        make(fake, lines, **options).run(job)
     except BakeoffError as error:
         return lines, error
     return lines, None
@@ -180,8 +182,8 @@ def test_a_cluster_without_the_tfjob_crd_fails_at_its_first_create_saying_what_t
         lines, error = run(fake, job)
     assert str(error) == (f"cannot create TFJob team-a/{job.metadata.name}: this cluster has no TFJob resource (HTTP 404: Not Found for"
                           " tfjobs.kubeflow.org), so the Kubeflow Training Operator v1 is not installed (Kubeflow 1.11 and later install"
-                          " Trainer v2 instead, which runs no TFJob): install it with `kubectl apply --server-side -k"
-                          " manifests/training-operator`, then retry the run")
+                          " Trainer v2 instead, which runs no TFJob): run with `--param trainer=trainjob`, or install it with"
+                          " `kubectl apply --server-side -k manifests/training-operator`, then retry the run")
     assert [(call.verb, call.resource) for call in fake.calls] == [("get", "pods"), ("create", "tfjobs")], "no retry, no wait"
     assert not [line for line in lines if "trying again" in line]
 
@@ -247,25 +249,32 @@ def test_an_api_that_keeps_failing_is_its_own_error_not_a_failed_tfjob() -> None
 # ---------------------------------------------------------------- a job already under our name (a KFP retry)
 
 
+def check_adoption(fake: FakeKubernetes, monkeypatch: pytest.MonkeyPatch, earlier: dict,
+                   execute: Callable[[], tuple[list[str], Optional[BakeoffError]]]) -> list[str]:
+    """``earlier``, an unfinished job of another attempt of the run, is adopted by ``execute()``: this step's pod joins
+    its owners, so it outlives the earlier attempt's pod and goes with this one's. Returns the backend's lines."""
+    name, kind = earlier["metadata"]["name"], earlier["kind"]
+    earlier_uid = fake.add_pod("earlier-attempt")
+    earlier["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "earlier-attempt", "uid": earlier_uid}]
+    uid = fake.add_job(earlier, ["Created", "Running", "Running", "Succeeded"])["metadata"]["uid"]
+    step_uid = in_step_pod(fake, monkeypatch)
+    lines, error = execute()
+    assert error is None and fake.deleted == [] and fake.job_uid(name) == uid
+    assert f"adopted {kind} team-a/{name}: an earlier attempt of this run and variant started it and it has not finished" in lines
+    owners = {ref["name"]: ref["uid"] for ref in fake.jobs[name]["metadata"]["ownerReferences"]}
+    assert owners == {"earlier-attempt": earlier_uid, STEP_POD: step_uid}
+    fake.delete_pod("earlier-attempt")  # KFP deletes a retried run's failed pods: the job must outlive that
+    assert name in fake.jobs
+    fake.delete_pod(STEP_POD)
+    assert fake.collected == [name]
+    return lines
+
+
 def test_an_unfinished_job_of_the_same_run_and_variant_is_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
     job = tfjob()
-    name = job.metadata.name
     with FakeKubernetes(["Running", "Succeeded"], log="resumed\nsaved\n") as fake:
-        earlier_uid = fake.add_pod("earlier-attempt")
-        earlier = body(tfjob())
-        earlier["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "earlier-attempt", "uid": earlier_uid}]
-        uid = fake.add_job(earlier, ["Created", "Running", "Running", "Succeeded"])["metadata"]["uid"]
-        step_uid = in_step_pod(fake, monkeypatch)
-        lines, error = run(fake, job)
-        assert error is None and fake.deleted == [] and fake.job_uid(name) == uid
-        assert f"adopted TFJob team-a/{name}: an earlier attempt of this run and variant started it and it has not finished" in lines
-        assert f"[{name}-worker-0] saved" in lines
-        owners = {ref["name"]: ref["uid"] for ref in fake.jobs[name]["metadata"]["ownerReferences"]}
-        assert owners == {"earlier-attempt": earlier_uid, STEP_POD: step_uid}
-        fake.delete_pod("earlier-attempt")  # KFP deletes a retried run's failed pods: the job must outlive that
-        assert name in fake.jobs
-        fake.delete_pod(STEP_POD)
-        assert fake.collected == [name]
+        lines = check_adoption(fake, monkeypatch, body(tfjob()), lambda: run(fake, job))
+    assert f"[{job.metadata.name}-worker-0] saved" in lines
 
 
 @pytest.mark.parametrize(("existing", "why"), [
@@ -366,15 +375,9 @@ def calls_of_every_scenario(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, s
 
 
 def test_the_role_allows_every_call_the_backend_makes_and_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_manifests import MANIFESTS, granted, one, render
+    from tests.test_manifests import role_gaps
 
-    calls = calls_of_every_scenario(monkeypatch)
-    for overlay in OVERLAYS:
-        rules = granted(one(render(MANIFESTS / overlay), "Role"))
-        denied = sorted(call for call in calls if call[2] not in rules.get(call[:2], set()))
-        unused = sorted((group, resource, verb) for (group, resource), verbs in rules.items() for verb in verbs
-                        if (group, resource, verb) not in calls)
-        assert (denied, unused) == ([], []), overlay
+    assert role_gaps("bakeoff-tfjob-runner", calls_of_every_scenario(monkeypatch)) == {overlay: ([], []) for overlay in OVERLAYS}
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 4])

@@ -37,11 +37,19 @@ WITH_ENV_FILE = {"store-secret": "store.env", "kserve": "s3.env"}
 SETTINGS = MANIFESTS / "kserve" / "settings.env"
 USER_IMAGE = "registry.example/you/bakeoff:1"  # the user's build, as settings.env names it
 REMOTE = ["training-operator"]
+# Kustomizations that render offline but apply only where a platform component installed their CRDs first.
+PLATFORM = {"trainer-v2": "clustertrainingruntimes.trainer.kubeflow.org"}
 
 # What components/backends/kubernetes.py calls; tests/test_kubernetes_backend.py records its calls against the fake API.
 RUNNER_RULES = {
     ("kubeflow.org", "tfjobs"): {"create", "get", "patch", "delete"},
     ("", "pods"): {"get"},
+    ("", "pods/log"): {"get"},
+}
+# What components/backends/trainjob.py calls (tests/test_trainjob_backend.py): pods are listed, the Job controller names them.
+TRAINJOB_RUNNER_RULES = {
+    ("trainer.kubeflow.org", "trainjobs"): {"create", "get", "patch", "delete"},
+    ("", "pods"): {"get", "list"},
     ("", "pods/log"): {"get"},
 }
 # Credentials some guides and charts ship as defaults; none may appear in this repository's cluster files.
@@ -150,7 +158,7 @@ def test_kubectl_is_the_pinned_dev_dependency():
 
 def test_every_kustomization_is_checked_here():
     found = {path.parent.relative_to(MANIFESTS).as_posix() for path in MANIFESTS.rglob("kustomization.yaml")}
-    assert found == set(OFFLINE) | set(WITH_ENV_FILE) | set(REMOTE)
+    assert found == set(OFFLINE) | set(WITH_ENV_FILE) | set(REMOTE) | set(PLATFORM)
 
 
 # ---------------------------------------------------------------- RBAC for the pipeline's service account
@@ -166,13 +174,27 @@ def granted(role: dict) -> dict[tuple[str, str], set[str]]:
     return verbs
 
 
+def role_gaps(role: str, calls: set[tuple[str, str, str]]) -> dict[str, tuple[list, list]]:
+    """Per overlay: the (group, resource, verb) calls its Role ``role`` denies, and the grants no call uses."""
+    gaps = {}
+    for overlay in ("overlays/standalone", "overlays/multi-user"):
+        rules = granted(named(render(MANIFESTS / overlay), "Role", role))
+        denied = sorted(call for call in calls if call[2] not in rules.get(call[:2], set()))
+        unused = sorted((group, resource, verb) for (group, resource), verbs in rules.items() for verb in verbs
+                        if (group, resource, verb) not in calls)
+        gaps[overlay] = (denied, unused)
+    return gaps
+
+
 @pytest.mark.parametrize("overlay", ["overlays/standalone", "overlays/multi-user"])
-def test_role_grants_exactly_what_the_tfjob_backend_needs(rendered, overlay):
+def test_roles_grant_exactly_what_each_backend_needs(rendered, overlay):
     docs = rendered[overlay]
     assert not [doc for doc in docs if doc["kind"] in ("ClusterRole", "ClusterRoleBinding")], "namespaced grants only"
-    role = one(docs, "Role")
-    assert not [rule for rule in role["rules"] if rule.get("resourceNames")], "the job names are generated per run"
-    assert granted(role) == RUNNER_RULES
+    roles = {role["metadata"]["name"]: role for role in docs if role["kind"] == "Role"}
+    for role in roles.values():
+        assert not [rule for rule in role["rules"] if rule.get("resourceNames")], "the job names are generated per run"
+    assert {name: granted(role) for name, role in roles.items()} == {
+        "bakeoff-tfjob-runner": RUNNER_RULES, "bakeoff-trainjob-runner": TRAINJOB_RUNNER_RULES}
 
 
 @pytest.mark.parametrize(
@@ -181,10 +203,11 @@ def test_role_grants_exactly_what_the_tfjob_backend_needs(rendered, overlay):
 )
 def test_binding_gives_the_role_to_the_pipeline_runner(rendered, overlay, service_account, namespace):
     docs = rendered[overlay]
-    role, binding = one(docs, "Role"), one(docs, "RoleBinding")
-    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]
+    for name in ("bakeoff-tfjob-runner", "bakeoff-trainjob-runner"):
+        role, binding = named(docs, "Role", name), named(docs, "RoleBinding", name)
+        assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]
 
 
 def test_multi_user_namespace_is_set_in_one_place(tmp_path):
@@ -197,7 +220,9 @@ def test_multi_user_namespace_is_set_in_one_place(tmp_path):
     (overlay / "kustomization.yaml").write_text(text.replace("kubeflow-user-example-com", "team-a"))
     docs = render(overlay)
     assert {doc["metadata"]["namespace"] for doc in docs} == {"team-a"}
-    assert one(docs, "RoleBinding")["subjects"] == [{"kind": "ServiceAccount", "name": "default-editor", "namespace": "team-a"}]
+    bindings = [doc for doc in docs if doc["kind"] == "RoleBinding"]
+    assert len(bindings) == 2 and all(
+        binding["subjects"] == [{"kind": "ServiceAccount", "name": "default-editor", "namespace": "team-a"}] for binding in bindings)
 
 
 # ---------------------------------------------------------------- KFP settings and the store secret
@@ -489,6 +514,45 @@ def test_training_operator_is_pinned_to_the_sdk_release():
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     (sdk,) = [dep for dep in dependencies if dep.startswith("kubeflow-training==")]
     assert tag.group(1, 2) == tuple(sdk.split("==")[1].split(".")[:2]), "operator and SDK from the same v1 minor release"
+
+
+# ---------------------------------------------------------------- Kubeflow Trainer v2
+
+
+def test_trainer_runtime_is_bakeoffs_plainml_runtime():
+    """The ClusterTrainingRuntime the TrainJob backend names, as Trainer v2.1 reads it: its CRD's schema, no field it
+    would prune, PlainML, one `node` job whose pods carry the JobSet identity components/backends/cluster_spec.py reads."""
+    import jsonschema
+
+    from components.backends import cluster_spec, trainjob
+    from components.backends.backend import PORT
+    from components.training.tfjob import WORKER_PROGRAM
+    from tests.fake_kubernetes import crd_schema, unknown_fields
+
+    (kind, crd), = PLATFORM.items()
+    runtime = one(render(MANIFESTS / kind), "ClusterTrainingRuntime")
+    schema = crd_schema(f"{crd.split('.', 1)[1]}_{crd.split('.')[0]}.yaml", "v1alpha1")
+    assert [error.message for error in jsonschema.Draft7Validator(schema).iter_errors(runtime)] == []
+    assert unknown_fields(schema, runtime) == []
+    assert runtime["apiVersion"] == f"{trainjob.GROUP}/{trainjob.VERSION}" and runtime["kind"] == trainjob.RUNTIME_KIND
+    assert runtime["metadata"]["name"] == trainjob.RUNTIME and "namespace" not in runtime["metadata"]
+    assert runtime["spec"]["mlPolicy"] == {"numNodes": 1}, "neither torch nor mpi: the PlainML plugin"
+    network = runtime["spec"]["template"]["spec"]["network"]
+    assert network == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}, "no subdomain: peers live under the JobSet's name"
+    (replicated,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    assert replicated["name"] == trainjob.NODE and replicated["replicas"] == 1
+    assert replicated["template"]["metadata"]["labels"] == {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+    job = replicated["template"]["spec"]
+    assert job["completionMode"] == "Indexed" and job["backoffLimit"] == defaults.BACKOFF_LIMIT
+    pod = job["template"]
+    assert pod["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+    assert pod["spec"]["restartPolicy"] == "OnFailure", "a failed worker restarts in place, under the same hostname"
+    (container,) = pod["spec"]["containers"]
+    assert container["name"] == trainjob.CONTAINER == "node"
+    assert container["image"] == defaults.IMAGE and container["command"] == ["python", "-m", WORKER_PROGRAM]
+    assert [port["containerPort"] for port in container["ports"]] == [PORT]
+    assert {env["name"]: env["valueFrom"]["fieldRef"]["fieldPath"] for env in container["env"]} == {
+        variable: f"metadata.labels['{label}']" for variable, label in cluster_spec.LABELS.items()}
 
 
 # ---------------------------------------------------------------- the image

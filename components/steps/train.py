@@ -13,6 +13,7 @@ def train(
     concurrent_jobs: int,
     timeout_seconds: int,
     backend: str,
+    trainer: str,
     metrics: dsl.Output[dsl.Metrics],
     stop_epoch: int = 0,
     rung: int = 0,
@@ -28,7 +29,7 @@ def train(
 
     with reported():
         use_s3_endpoint(s3_endpoint)
-        settings = JobSettings(image, max_train_examples, concurrent_jobs, timeout_seconds, backend)
+        settings = JobSettings(image, max_train_examples, concurrent_jobs, timeout_seconds, backend, trainer)
         candidate = train_variant(variant, data.uri, store, run_id, settings, stop_epoch, rung)
         for name, value in final_metrics(candidate.metrics).items():
             metrics.log_metric(name, value)

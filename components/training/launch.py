@@ -16,6 +16,7 @@ from components.training.tfjob import build_tfjob, job_name, worker_args
 # on a cluster those come from the store secret, locally from the user's shell.
 PASSED_ENV = (S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, "TF_CPP_MIN_LOG_LEVEL")
 BACKENDS = ("auto", "local", "kubernetes")
+TRAINERS = ("tfjob", "trainjob")  # what runs the TFJob on a cluster: the Training Operator v1, or Kubeflow Trainer v2
 
 
 def in_kubernetes() -> bool:
@@ -23,11 +24,24 @@ def in_kubernetes() -> bool:
     return "KUBERNETES_SERVICE_HOST" in os.environ
 
 
-def make_backend(name: str, concurrent_jobs: int) -> Backend:
-    """The backend that executes TFJobs here: ``auto`` picks Kubernetes inside a pod, else local."""
+def check_trainer(trainer: str) -> str:
+    """``trainer`` if it is one of TRAINERS; one clear line for any other."""
+    if trainer not in TRAINERS:
+        raise BakeoffError(f"unknown trainer {trainer!r}: use one of {', '.join(TRAINERS)} (--param trainer=...)")
+    return trainer
+
+
+def make_backend(name: str, concurrent_jobs: int, trainer: str = defaults.TRAINER) -> Backend:
+    """The backend that executes TFJobs here: ``auto`` picks Kubernetes inside a pod, else local; ``trainer`` picks the
+    cluster's controller (the local backend runs the TFJob itself either way)."""
     if name not in BACKENDS:
         raise BakeoffError(f"unknown training backend {name!r}: use one of {', '.join(BACKENDS)}")
+    check_trainer(trainer)
     if name == "kubernetes" or (name == "auto" and in_kubernetes()):
+        if trainer == "trainjob":
+            from components.backends.trainjob import TrainJobBackend
+
+            return TrainJobBackend()
         from components.backends.kubernetes import KubernetesBackend
 
         return KubernetesBackend()
@@ -45,6 +59,7 @@ class JobSettings:
     concurrent_jobs: int = defaults.LOCAL_PARALLELISM  # jobs the local backend runs at once: its replicas share the cores
     timeout_seconds: int = defaults.TIMEOUT_SECONDS  # the TFJob's activeDeadlineSeconds
     backend: str = "auto"  # one of BACKENDS
+    trainer: str = defaults.TRAINER  # on Kubernetes, which operator runs the job: one of TRAINERS
 
 
 def train_variant(
@@ -81,7 +96,7 @@ def train_variant(
         env={key: os.environ[key] for key in PASSED_ENV if key in os.environ},
         active_deadline_seconds=settings.timeout_seconds,
     )
-    make_backend(settings.backend, settings.concurrent_jobs).run(job)
+    make_backend(settings.backend, settings.concurrent_jobs, settings.trainer).run(job)
     store.put_bytes(f"{prefix}/{runs.rung_name(rung)}", store.get_bytes(f"{prefix}/{runs.METRICS}"))  # this rung's record, kept past the next
     return runs.candidate(store, run_id, variant.name)
 

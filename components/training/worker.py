@@ -34,7 +34,7 @@ if __name__ == "__main__":
 import tf_keras as keras  # noqa: E402
 
 from components import progress  # noqa: E402
-from components.backends import allocator  # noqa: E402
+from components.backends import allocator, cluster_spec  # noqa: E402
 from components.data import artifact  # noqa: E402
 from components.errors import BakeoffError, reported  # noqa: E402
 from components.modeling.architectures import ARCHITECTURES  # noqa: E402
@@ -449,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rung", type=int, default=0, help="which rung of a successive-halving search this job is (recorded)")
     args = parser.parse_args(argv)
     with reported():
+        cluster_spec.ensure_tf_config()  # under Trainer v2's PlainML nobody else sets it
         metrics = train(from_dict(json.loads(args.variant)), args.data, args.store, args.prefix, args.max_train_examples,
                         args.stop_epoch, args.rung)
         print(f"trained {metrics.variant}: {metrics.examples_per_second:.0f} examples/s", file=sys.stderr)

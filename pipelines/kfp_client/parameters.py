@@ -22,7 +22,13 @@ RETIRED = {
     "direction": f"the metric sets its own direction ({', '.join(f'{m}: {d}' for m, d in METRICS.items())}); drop --param direction",
 }
 # values the pipeline's steps would refuse only after the cluster started: the step's own check runs here first
-VALUE_CHECKS: dict[str, Callable[[Any], object]] = {"metric": direction}
+def _trainer(value: str) -> object:
+    from components.training.launch import check_trainer  # here, not at the top: it loads the job libraries
+
+    return check_trainer(value)
+
+
+VALUE_CHECKS: dict[str, Callable[[Any], object]] = {"metric": direction, "trainer": _trainer}
 
 
 def pipeline_parameters(spec: Mapping) -> dict[str, str]:

@@ -1,0 +1,81 @@
+"""TF_CONFIG for a worker of bakeoff's Trainer v2 runtime, derived from its pod's JobSet identity.
+
+The Training Operator sets TF_CONFIG for a TFJob's replicas; Trainer v2's PlainML policy sets nothing, so the
+worker builds it the way Trainer's jax and torch plugins name their peers (``<trainjob>-node-0-<i>.<trainjob>``):
+
+* JobSet names the Jobs of a replicated job ``<jobset>-<replicatedJob>-<jobIndex>`` (GenJobName,
+  kubernetes-sigs/jobset pkg/util/placement/placement.go, v0.10.1) and labels their pods with the JobSet's
+  name, the replicated job's name and the job index (labelAndAnnotateObject, pkg/controllers/jobset_controller.go);
+  it sets the pods' subdomain to the JobSet's name, ``spec.network.subdomain`` unset (GetSubdomain), and creates
+  the headless Service of that name that resolves them (createHeadlessSvcIfNecessary).
+* The Job controller gives the pod of completion index ``i`` the hostname ``<job>-<i>`` and the variable
+  ``JOB_COMPLETION_INDEX`` (manageJob in k8s.io/kubernetes pkg/controller/job/job_controller.go,
+  addCompletionIndexEnvVariable in indexed_job_utils.go).
+* Trainer v2.1 names the JobSet after the TrainJob (pkg/runtime/framework/plugins/jobset/jobset.go Build).
+
+bakeoff's runtime (manifests/trainer-v2/) passes the labels in through the downward API; the TrainJob backend
+passes the number of nodes, which no pod can read, as ``BAKEOFF_NUM_NODES``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Mapping, MutableMapping, Optional
+
+from components.backends.backend import PORT
+from components.errors import BakeoffError
+
+TF_CONFIG = "TF_CONFIG"
+# Downward-API variables of bakeoff's runtime, each from the JobSet label named beside it.
+JOBSET_ENV = "BAKEOFF_JOBSET_NAME"  # jobset.sigs.k8s.io/jobset-name: also the headless Service's name
+REPLICATED_JOB_ENV = "BAKEOFF_REPLICATED_JOB"  # jobset.sigs.k8s.io/replicatedjob-name
+JOB_INDEX_ENV = "BAKEOFF_JOB_INDEX"  # jobset.sigs.k8s.io/job-index
+LABELS = {
+    JOBSET_ENV: "jobset.sigs.k8s.io/jobset-name",
+    REPLICATED_JOB_ENV: "jobset.sigs.k8s.io/replicatedjob-name",
+    JOB_INDEX_ENV: "jobset.sigs.k8s.io/job-index",
+}
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # the Job controller's: this pod's index among the Job's pods
+NODES_ENV = "BAKEOFF_NUM_NODES"  # the TrainJob's trainer.numNodes, set by components/backends/trainjob.py
+
+
+def host(jobset: str, replicated_job: str, job_index: int, pod_index: int) -> str:
+    """A JobSet pod's DNS name within its namespace: its hostname under the JobSet's headless Service."""
+    return f"{jobset}-{replicated_job}-{job_index}-{pod_index}.{jobset}"
+
+
+def _number(env: Mapping[str, str], key: str) -> int:
+    value = env.get(key, "")
+    if not value.isdigit():
+        raise BakeoffError(
+            f"{key}={value!r} is not a whole number: this pod does not look like one of bakeoff's Trainer v2 runtime"
+            f" (manifests/trainer-v2/); set TF_CONFIG instead"
+        )
+    return int(value)
+
+
+def from_jobset(env: Mapping[str, str]) -> Optional[dict]:
+    """The TF_CONFIG of the pod whose environment is ``env``, or None when it does not run under bakeoff's runtime."""
+    if not env.get(JOBSET_ENV):
+        return None
+    missing = [key for key in (REPLICATED_JOB_ENV, JOB_INDEX_ENV, COMPLETION_INDEX_ENV, NODES_ENV) if not env.get(key)]
+    if missing:
+        raise BakeoffError(
+            f"{JOBSET_ENV} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: submit the TrainJob with"
+            f" bakeoff's runtime (manifests/trainer-v2/) and {NODES_ENV} equal to trainer.numNodes, or set TF_CONFIG"
+        )
+    jobset, replicated_job = env[JOBSET_ENV], env[REPLICATED_JOB_ENV]
+    job_index, index, nodes = (_number(env, key) for key in (JOB_INDEX_ENV, COMPLETION_INDEX_ENV, NODES_ENV))
+    if not index < nodes:
+        raise BakeoffError(f"{COMPLETION_INDEX_ENV}={index} is not below {NODES_ENV}={nodes}: set {NODES_ENV} to the TrainJob's trainer.numNodes")
+    workers = [f"{host(jobset, replicated_job, job_index, pod)}:{PORT}" for pod in range(nodes)]
+    return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}, "environment": "cloud"}
+
+
+def ensure_tf_config(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Sets TF_CONFIG from the pod's JobSet identity, unless it is set already or the pod is not one of the runtime's."""
+    if environ.get(TF_CONFIG):
+        return
+    config = from_jobset(environ)
+    if config is not None:
+        environ[TF_CONFIG] = json.dumps(config)
