@@ -141,14 +141,17 @@ def role_without(control_plane: controlplane.ControlPlane) -> Iterator[Callable[
     touched: list[str] = []
 
     def remove(overlay: str, resource: str, verb: str) -> None:
+        """From every Role the overlay binds to its account: the TrainJob runner's grants pods too."""
         namespace = OVERLAYS[overlay][0]
-        role = json.loads(control_plane.kubectl("get", "role", ROLE, "-n", namespace, "-o", "json").stdout)
-        for rule in role["rules"]:
-            if resource in rule["resources"]:
-                rule["verbs"] = [v for v in rule["verbs"] if v != verb]
-        role["rules"] = [rule for rule in role["rules"] if rule["verbs"]]
-        role["metadata"] = {"name": ROLE, "namespace": namespace}
-        control_plane.kubectl("replace", "-f", "-", input=json.dumps(role))
+        roles = json.loads(control_plane.kubectl("get", "roles", "-n", namespace, "-l",
+                                                 "app.kubernetes.io/part-of=bakeoff", "-o", "json").stdout)["items"]
+        for role in roles:
+            for rule in role["rules"]:
+                if resource in rule["resources"]:
+                    rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+            role["rules"] = [rule for rule in role["rules"] if rule["verbs"]]
+            role["metadata"] = {"name": role["metadata"]["name"], "namespace": namespace}
+            control_plane.kubectl("replace", "-f", "-", input=json.dumps(role))
         touched.append(overlay)
 
     yield remove
