@@ -81,7 +81,7 @@ def make_backend(name: str, concurrent_jobs: int, trainer: str = defaults.TRAINE
 
 @dataclasses.dataclass(frozen=True)
 class JobSettings:
-    """How each of a run's TFJobs runs, whichever variant it trains."""
+    """How each of a run's TFJobs runs, whichever variant it trains; checked when made, before any job starts."""
 
     image: str  # the replicas' container image (a cluster's; the local backend runs this venv)
     max_train_examples: int = 0  # 0: the whole training split
@@ -89,6 +89,12 @@ class JobSettings:
     timeout_seconds: int = defaults.TIMEOUT_SECONDS  # the TFJob's activeDeadlineSeconds
     backend: str = "auto"  # one of BACKENDS
     trainer: str = defaults.TRAINER  # on Kubernetes, which operator runs the job: one of TRAINERS
+
+    def __post_init__(self) -> None:
+        check_max_train_examples(self.max_train_examples)
+        check_timeout(self.timeout_seconds)
+        check_backend(self.backend)
+        check_trainer(self.trainer)
 
 
 def train_variant(
