@@ -33,3 +33,12 @@ def reported() -> Iterator[None]:
             with open(error_file, "w", encoding="utf-8") as handle:
                 handle.write(message)
         raise SystemExit(1) from None
+
+
+@contextlib.contextmanager
+def for_parameter(name: str) -> Iterator[None]:
+    """Prefixes a BakeoffError raised inside with the pipeline parameter ``name``: the word the KFP UI shows for what to change."""
+    try:
+        yield
+    except BakeoffError as error:
+        raise BakeoffError(f"{name}: {error}") from None

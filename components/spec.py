@@ -35,6 +35,7 @@ MAX_VARIANTS = 256  # after expansion: one more field in a grid multiplies the j
 MAX_SAMPLES = 256
 MAX_ETA = 100
 MAX_BUDGET_MINUTES = 7 * 24 * 60.0
+MAX_TIMEOUT_SECONDS = 7 * 86400  # a TFJob's activeDeadlineSeconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +91,9 @@ class _Where:
         self.source, self.variant = source, variant
 
     def error(self, field: str, problem: str) -> BakeoffError:
+        source = f"{self.source}: " if self.source else ""  # none: the caller names the pipeline parameter
         variant = f"variant {self.variant!r}: " if self.variant else ""
-        return BakeoffError(f"{self.source}: {variant}{field}: {problem}")
+        return BakeoffError(f"{source}{variant}{field}: {problem}")
 
 
 def _check_type(value: Any, kind: Any, where: _Where, field: str) -> Any:
@@ -411,16 +413,37 @@ def parse_config(document: Any, source: str) -> Config:
     if not isinstance(items, list) or not items:
         raise where.error("variants", "expected a non-empty list of variants")
     search = _parse_search(document["search"], where) if document.get("search") is not None else None
-    variants, expansions = [], {}
-    for item in items:
-        for variant, expansion in _expand(_merge(defaults_, item) if isinstance(item, Mapping) else item, where, search or Search()):
-            if variant.name in expansions:
-                raise _Where(source, variant.name).error("name", "duplicate variant name")
-            expansions[variant.name] = expansion
-            variants.append(variant)
+    expanded = [pair for item in items
+                for pair in _expand(_merge(defaults_, item) if isinstance(item, Mapping) else item, where, search or Search())]
+    variants = [variant for variant, _ in expanded]
+    _check_unique(variants, where)
     if len(variants) > MAX_VARIANTS:
         raise where.error("variants", f"expand to {len(variants)} variants, more than {MAX_VARIANTS}: lower search.samples or list fewer choices")
-    return Config(variants, search, expansions, source)
+    return Config(variants, search, {variant.name: expansion for variant, expansion in expanded}, source)
+
+
+def _check_unique(variants: list[Variant], where: _Where) -> None:
+    """One line for the first variant whose name an earlier one has: names key store paths and TFJobs."""
+    seen: set[str] = set()
+    for variant in variants:
+        if variant.name in seen:
+            raise _Where(where.source, variant.name).error("name", "duplicate variant name")
+        seen.add(variant.name)
+
+
+def parse_variants(items: Any) -> list[Variant]:
+    """A compiled pipeline's ``variants`` parameter: expanded already, so no search space; each checked, names unique.
+
+    Its lines name no file: the caller says which parameter the list came from.
+    """
+    if not isinstance(items, list) or not items:
+        raise BakeoffError(f"expected a non-empty list of variants, got {items!r}")
+    where = _Where("")
+    variants = [parse_variant(item, where) for item in items]
+    _check_unique(variants, where)
+    if len(variants) > MAX_VARIANTS:
+        raise BakeoffError(f"{len(variants)} variants, more than {MAX_VARIANTS}: list fewer")
+    return variants
 
 
 def load_config(path: Path) -> Config:

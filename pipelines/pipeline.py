@@ -1,4 +1,4 @@
-"""The bake-off pipeline: ingest → train-variants (ParallelFor of TFJobs), per rung of a halving search → select and publish."""
+"""The bake-off pipeline: check → ingest → train-variants (ParallelFor of TFJobs), per rung of a halving search → select and publish."""
 import dataclasses
 from typing import Optional
 
@@ -7,6 +7,7 @@ from kfp import dsl
 from components import defaults
 from components.search.halving import Rung, schedule
 from components.spec import Search
+from components.steps.check import check
 from components.steps.factory import as_component
 from components.steps.halve import halve
 from components.steps.ingest import ingest
@@ -51,8 +52,9 @@ def build_pipeline(
     last rung's variants. Without it there is one sub-pipeline, as always.
     """
     halving = search.halving if search else None
-    plan: list[Optional[Rung]] = schedule(len(variants), halving) if halving else [None]
-    ingest_op, train_op, halve_op, select_op = (as_component(func, image) for func in (ingest, train, halve, select))
+    compiled = len(variants)  # the rungs' keeps hold for this many; the pipeline's own ``variants`` parameter shadows the list
+    plan: list[Optional[Rung]] = schedule(compiled, halving) if halving else [None]
+    check_op, ingest_op, train_op, halve_op, select_op = (as_component(func, image) for func in (check, ingest, train, halve, select))
 
     def on_cluster(task: dsl.PipelineTask) -> dsl.PipelineTask:
         if cluster is not None:
@@ -121,8 +123,28 @@ def build_pipeline(
         backend: str = "auto",
         trainer: str = defaults.TRAINER,
     ) -> str:
+        # What a UI or SDK user may set is checked first, against what was compiled in: a mismatch costs no ingest.
+        checked = on_cluster(check_op(
+            variants=variants,
+            store=store,
+            s3_endpoint=s3_endpoint,
+            model_name=model_name,
+            source=source,
+            validation_size=validation_size,
+            shards=shards,
+            max_train_examples=max_train_examples,
+            metric=metric,
+            min_improvement=min_improvement,
+            force_publish=force_publish,
+            timeout_seconds=timeout_seconds,
+            backend=backend,
+            trainer=trainer,
+            halving=dataclasses.asdict(halving) if halving else {},
+            compiled_variants=compiled,
+        ))
+        checked.set_caching_options(False)  # it opens the store, whose reachability a cached success would not prove
         data = on_cluster(ingest_op(source=source, source_digest=source_digest, validation_size=validation_size,
-                                    shards=shards, seed=defaults.SEED))
+                                    shards=shards, seed=defaults.SEED).after(checked))
         entering = variants
         for rung, train_rung in zip(plan, trainers):
             trained = train_rung(

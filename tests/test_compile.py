@@ -60,7 +60,7 @@ def test_every_step_runs_the_image_and_the_tfjob_gets_it_too(compiled: Path) -> 
     ir, _ = documents(compiled)
     executors = ir["deploymentSpec"]["executors"]
     assert {name: e["container"]["image"] for name, e in executors.items()} == {
-        "exec-ingest": "registry.example/bakeoff:7", "exec-train": "registry.example/bakeoff:7", "exec-select": "registry.example/bakeoff:7"}
+        f"exec-{step}": "registry.example/bakeoff:7" for step in ("check", "ingest", "train", "select")}
     train = ir["components"]["comp-for-loop-1"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
     assert train["image"] == {"runtimeValue": {"constant": "registry.example/bakeoff:7"}}
     assert train["concurrent_jobs"] == {"runtimeValue": {"constant": 2}}
@@ -102,6 +102,31 @@ def test_only_ingest_is_cached(compiled: Path, which: str) -> None:
               for dag in dags for name, task in dag["tasks"].items() if "componentRef" in task and "dag" not in ir["components"][task["componentRef"]["name"]]}
     assert cached.pop("ingest") and not any(cached.values()), cached
     assert {"select", "train"} <= set(cached)
+
+
+@pytest.mark.parametrize("which", ["plain", "committed default (halving)"])
+def test_the_first_step_checks_every_run_time_parameter_against_what_was_compiled_in(compiled: Path, which: str) -> None:
+    """Every parameter a UI or SDK user sets reaches the check step, which all work waits for, with the compiled-in search."""
+    ir, _ = documents(compiled if which == "plain" else COMPILED)
+    tasks = ir["root"]["dag"]["tasks"]
+    check = tasks["check"]
+    assert "dependentTasks" not in check
+
+    def waits_for_check(name: str) -> bool:
+        return any(upstream == "check" or waits_for_check(upstream) for upstream in tasks[name].get("dependentTasks", []))
+
+    assert tasks["ingest"]["dependentTasks"] == ["check"]
+    assert all(waits_for_check(name) for name in tasks if name != "check")
+    parameters = check["inputs"]["parameters"]
+    run_time = set(ir["root"]["inputDefinitions"]["parameters"]) - {"source_digest"}  # the digest only keys ingest's cache
+    assert {name: parameters[name] for name in run_time} == {name: {"componentInputParameter": name} for name in run_time}
+    compiled_in = {name: parameters[name]["runtimeValue"]["constant"] for name in ("halving", "compiled_variants")}
+    defaults = ir["root"]["inputDefinitions"]["parameters"]["variants"]["defaultValue"]
+    if which == "plain":
+        assert compiled_in == {"halving": {}, "compiled_variants": 3}
+    else:
+        assert compiled_in == {"halving": {"min_epochs": 3, "max_epochs": 20, "eta": 3}, "compiled_variants": len(defaults)}
+    assert check.get("cachingOptions") != {"enableCache": True}, "a cached check would not prove the store reachable"
 
 
 def test_kfp_loads_it_back(compiled: Path) -> None:

@@ -87,7 +87,7 @@ def test_without_halving_the_pipeline_keeps_its_one_sub_pipeline(tmp_path: Path)
     out = tmp_path / "plain.yaml.ir"
     assert main(["compile", "--config", str(config), "-o", str(out)]) == 0
     tasks = ir(out)["root"]["dag"]["tasks"]
-    assert sorted(tasks) == ["ingest", "select", "train-variants"]
+    assert sorted(tasks) == ["check", "ingest", "select", "train-variants"]
 
 
 def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -16,10 +16,23 @@ SPLITS = ("train", "validation", "test")
 METADATA_FILE = "metadata.json"
 
 
+def check_validation_size(size: int, train_examples: int) -> int:
+    """``size`` if it leaves examples on both sides of a train split of ``train_examples``; one line if not."""
+    if not 0 < size < train_examples:
+        raise BakeoffError(f"validation size {size} must be between 1 and {train_examples - 1}")
+    return size
+
+
+def check_shards(shards: int) -> int:
+    """``shards`` if each split can be written as that many files; one line if not."""
+    if shards < 1:
+        raise BakeoffError(f"shards must be at least 1, got {shards}")
+    return shards
+
+
 def carve_validation(train: Split, size: int, seed: int) -> tuple[Split, Split]:
     """Splits ``size`` examples off ``train`` with a fixed seed: (train, validation)."""
-    if not 0 < size < len(train):
-        raise BakeoffError(f"validation size {size} must be between 1 and {len(train) - 1}")
+    check_validation_size(size, len(train))
     order = np.random.default_rng(seed).permutation(len(train))
     keep, held = np.sort(order[size:]), np.sort(order[:size])
     return Split(train.images[keep], train.labels[keep]), Split(train.images[held], train.labels[held])
@@ -82,8 +95,7 @@ def read_shards(store: Store, split: str, index: int = 0, count: int = 1) -> Spl
 
 def build(source: str, out: Path, validation_size: int, shards: int, seed: int) -> dict:
     """Builds the artifact in ``out``; ``source`` is an IDX folder or 'tfds' (download)."""
-    if shards < 1:
-        raise BakeoffError(f"shards must be at least 1, got {shards}")
+    check_shards(shards)
     original = read(source)
     train, validation = carve_validation(original["train"], validation_size, seed)
     splits = {"train": train, "validation": validation, "test": original["test"]}

@@ -47,14 +47,23 @@ def _read_idx(path: Path, magic: int, dims: int) -> np.ndarray:
     return array.reshape(shape)
 
 
-def read_idx_dir(source: Path) -> dict[str, Split]:
-    """The original train/test splits from the four IDX files in ``source``."""
-    missing = [name for images, labels, _ in _IDX_FILES.values() for name in (images, labels) if not (source / name).is_file()]
+def check_source(source: str) -> str:
+    """``source`` if it is 'tfds' or a folder holding the four IDX files (not read: ingest reads them); one line if not."""
+    if source == TFDS_SOURCE:
+        return source
+    folder = Path(source)
+    missing = [name for images, labels, _ in _IDX_FILES.values() for name in (images, labels) if not (folder / name).is_file()]
     if missing:
         raise BakeoffError(
-            f"Fashion-MNIST not found in {str(source)!r} (missing {', '.join(missing)}):"
+            f"Fashion-MNIST not found in {source!r} (missing {', '.join(missing)}):"
             " install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or pass --source tfds on a machine with internet"
         )
+    return source
+
+
+def read_idx_dir(source: Path) -> dict[str, Split]:
+    """The original train/test splits from the four IDX files in ``source``."""
+    check_source(str(source))
     splits = {}
     for split, (images_file, labels_file, count) in _IDX_FILES.items():
         images = _read_idx(source / images_file, 2051, 3)

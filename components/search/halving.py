@@ -5,8 +5,9 @@ import dataclasses
 import math
 
 from components.defaults import HALVING_WINDOW
+from components.errors import BakeoffError
 from components.selection.ranking import check_metric, rank
-from components.spec import Halving
+from components.spec import Halving, Variant
 from components.storage.records import VAL_EPOCHS, Score
 
 
@@ -36,6 +37,27 @@ def schedule(count: int, halving: Halving) -> list[Rung]:
         keep = max(1, entering // halving.eta)
         rungs.append(Rung(len(rungs), epochs, entering, keep))
         entering, epochs = keep, min(epochs * halving.eta, halving.max_epochs)
+    return rungs
+
+
+def check_compiled(variants: list[Variant], halving: Halving, planned: int) -> list[Rung]:
+    """The rungs compiled for ``planned`` variants, if ``variants`` fit them; one line naming the first that does not.
+
+    A compiled pipeline fixed its rungs' stop epochs and keeps for the variants it was compiled with: a run's
+    variants must be as many, each with ``max_epochs`` as its schedule (what a halving config gives every variant).
+    """
+    rungs = schedule(planned, halving)
+    stops = ", ".join(str(rung.epochs) for rung in rungs)
+    recompile = "or recompile with `bakeoff compile --config ...`"
+    if len(variants) != planned:
+        keeps = ", ".join(str(rung.keep) for rung in rungs)
+        raise BakeoffError(f"{len(variants)} variants given, but this pipeline was compiled for a halving search of {planned} variants"
+                           f" (rungs stop at {stops} and keep {keeps}): list {planned} variants, {recompile} for {len(variants)}")
+    for variant in variants:
+        if variant.training.epochs != halving.max_epochs:
+            raise BakeoffError(f"variant {variant.name!r} has training.epochs {variant.training.epochs}, but this pipeline was compiled"
+                               f" for a halving schedule to epoch {halving.max_epochs} (rungs stop at {stops}):"
+                               f" set training.epochs to {halving.max_epochs}, {recompile}")
     return rungs
 
 

@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
 
+from components import defaults
 from components.errors import BakeoffError
 from components.storage.folder import FolderStore
 from components.storage.s3 import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, S3Store
 from components.storage.store import Store
 
-__all__ = ["FolderStore", "S3Store", "Store", "S3_ENDPOINT_ENV", "S3_INSECURE_ENV", "S3_REGION_ENV", "open_store", "use_s3_endpoint"]
+__all__ = ["FolderStore", "S3Store", "Store", "S3_ENDPOINT_ENV", "S3_INSECURE_ENV", "S3_REGION_ENV", "check_shared", "open_store", "use_s3_endpoint"]
 
 NAMESPACE_TOKEN = "{namespace}"  # in a store URI: the namespace of the pod that opens it
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -24,6 +25,17 @@ def use_s3_endpoint(endpoint: str) -> None:
     """
     if endpoint:
         os.environ[S3_ENDPOINT_ENV] = endpoint
+
+
+def check_shared(uri: str, name: str) -> str:
+    """``uri`` if every pod of a run reaches the same store there (S3); one line naming it as ``name`` if not.
+
+    A folder would be each pod's own: what a train step wrote, select would never see.
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("s3", "minio") or not parsed.netloc:
+        raise BakeoffError(f"{name} {uri!r} is not one the cluster's steps can reach: write s3://BUCKET/PREFIX (default {defaults.CLUSTER_STORE})")
+    return uri
 
 
 def resolve_namespace(uri: str, namespace_file: Path = POD_NAMESPACE_FILE) -> str:

@@ -6,7 +6,7 @@ from components import defaults
 from components.backends.backend import Backend
 from components.data import artifact
 from components.errors import BakeoffError
-from components.spec import from_dict
+from components.spec import MAX_TIMEOUT_SECONDS, Variant, from_dict
 from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, open_store, runs
 from components.storage.records import Candidate, WorkerMetrics
 from components.training import rungs
@@ -31,11 +31,40 @@ def check_trainer(trainer: str) -> str:
     return trainer
 
 
+def check_backend(name: str) -> str:
+    """``name`` if it is one of BACKENDS; one clear line for any other."""
+    if name not in BACKENDS:
+        raise BakeoffError(f"unknown training backend {name!r}: use one of {', '.join(BACKENDS)}")
+    return name
+
+
+def check_timeout(seconds: int) -> int:
+    """``seconds`` if it can be a TFJob's activeDeadlineSeconds within MAX_TIMEOUT_SECONDS; one line if not."""
+    if not 1 <= seconds <= MAX_TIMEOUT_SECONDS:
+        raise BakeoffError(f"{seconds} seconds is no deadline for a TFJob: give 1 to {MAX_TIMEOUT_SECONDS} (a week)")
+    return seconds
+
+
+def check_max_train_examples(count: int) -> int:
+    """``count`` if it is 0 (the whole training split) or a positive cap; one line if not."""
+    if count < 0:
+        raise BakeoffError(f"{count} examples is below 0: give 0 to train on the whole training split, or a positive cap")
+    return count
+
+
+def check_workers(variant: Variant, shards: int) -> None:
+    """One line when ``variant`` has more workers than the dataset has shards: each worker reads whole shards of its own."""
+    if variant.workers > shards:
+        raise BakeoffError(
+            f"variant {variant.name!r}: workers={variant.workers} exceeds the dataset's {shards} shards:"
+            " lower workers or ingest with more shards"
+        )
+
+
 def make_backend(name: str, concurrent_jobs: int, trainer: str = defaults.TRAINER) -> Backend:
     """The backend that executes TFJobs here: ``auto`` picks Kubernetes inside a pod, else local; ``trainer`` picks the
     cluster's controller (the local backend runs the TFJob itself either way)."""
-    if name not in BACKENDS:
-        raise BakeoffError(f"unknown training backend {name!r}: use one of {', '.join(BACKENDS)}")
+    check_backend(name)
     check_trainer(trainer)
     if name == "kubernetes" or (name == "auto" and in_kubernetes()):
         if trainer == "trainjob":
@@ -52,7 +81,7 @@ def make_backend(name: str, concurrent_jobs: int, trainer: str = defaults.TRAINE
 
 @dataclasses.dataclass(frozen=True)
 class JobSettings:
-    """How each of a run's TFJobs runs, whichever variant it trains."""
+    """How each of a run's TFJobs runs, whichever variant it trains; checked when made, before any job starts."""
 
     image: str  # the replicas' container image (a cluster's; the local backend runs this venv)
     max_train_examples: int = 0  # 0: the whole training split
@@ -60,6 +89,12 @@ class JobSettings:
     timeout_seconds: int = defaults.TIMEOUT_SECONDS  # the TFJob's activeDeadlineSeconds
     backend: str = "auto"  # one of BACKENDS
     trainer: str = defaults.TRAINER  # on Kubernetes, which operator runs the job: one of TRAINERS
+
+    def __post_init__(self) -> None:
+        check_max_train_examples(self.max_train_examples)
+        check_timeout(self.timeout_seconds)
+        check_backend(self.backend)
+        check_trainer(self.trainer)
 
 
 def train_variant(
@@ -80,12 +115,7 @@ def train_variant(
     rungs.stop_epoch(variant, stop_epoch)  # checked before anything runs
     if rung < 0:
         raise BakeoffError(f"variant {variant.name!r}: rung={rung} must be 0 or more")
-    shards = artifact.read_metadata(open_store(data_uri))["shards"]
-    if variant.workers > shards:
-        raise BakeoffError(
-            f"variant {variant.name!r}: workers={variant.workers} exceeds the dataset's {shards} shards:"
-            " lower workers or ingest with more shards"
-        )
+    check_workers(variant, artifact.read_metadata(open_store(data_uri))["shards"])
     store = open_store(store_uri)
     prefix = runs.variant_prefix(run_id, variant.name)
     job = build_tfjob(

@@ -6,16 +6,14 @@ import os
 import re
 from pathlib import Path
 from typing import Callable, Optional
-from urllib.parse import urlsplit
 
 from components import defaults
 from components.errors import BakeoffError
 from components.spec import load_variants
-from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, open_store
+from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, check_shared, open_store
 
 
 MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
-MAX_TIMEOUT_SECONDS = 7 * 86400  # a TFJob's activeDeadlineSeconds
 IMAGE_ENV = "BAKEOFF_IMAGE"  # --image's variable, as KF_PIPELINES_ENDPOINT is --host's
 
 
@@ -78,9 +76,7 @@ def compile_settings(args: argparse.Namespace, sends: bool = False) -> dict:
     # Both are baked into the package: a bad one would fail only on the cluster, at run time.
     if args.image is not None and not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9._/:@+]*", args.image):
         raise BakeoffError(f"--image {args.image!r} is not an image reference: write e.g. registry.example.com/you/bakeoff:0.1.0")
-    parts = urlsplit(args.store)
-    if parts.scheme not in ("s3", "minio") or not parts.netloc:
-        raise BakeoffError(f"--store {args.store!r} is not one the cluster's steps can reach: write s3://BUCKET/PREFIX (default {defaults.CLUSTER_STORE})")
+    check_shared(args.store, "--store")
     if sends and args.image is None:
         raise BakeoffError(f"--image is missing, and nobody publishes the default {defaults.IMAGE}, so every pod would fail to pull it:"
                            f" build and push yours (make image IMAGE=REGISTRY/bakeoff:TAG; docker push REGISTRY/bakeoff:TAG),"

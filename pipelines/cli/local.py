@@ -11,9 +11,9 @@ from pathlib import Path
 
 from components import defaults
 from components.errors import BakeoffError
-from components.spec import MAX_EPOCHS
+from components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS
 from components.storage.records import PublishedVersion, Summary
-from pipelines.cli.flags import MAX_PARALLELISM, MAX_TIMEOUT_SECONDS, compile_settings, open_cli_store, pipeline_args, positive, store_args
+from pipelines.cli.flags import MAX_PARALLELISM, compile_settings, open_cli_store, pipeline_args, positive, store_args
 
 
 def cmd_run(args: argparse.Namespace) -> int:

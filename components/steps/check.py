@@ -1,0 +1,68 @@
+"""The check step: every run-time parameter checked against the rules and what the pipeline was compiled with, before any work."""
+
+
+def check(
+    variants: list[dict],
+    store: str,
+    s3_endpoint: str,
+    model_name: str,
+    source: str,
+    validation_size: int,
+    shards: int,
+    max_train_examples: int,
+    metric: str,
+    min_improvement: float,
+    force_publish: bool,
+    timeout_seconds: int,
+    backend: str,
+    trainer: str,
+    halving: dict,
+    compiled_variants: int,
+):
+    """Fails the run in one line that names the parameter, its value and what to change; reads no data, starts no job.
+
+    A UI or SDK user sets the parameters; ``halving`` (empty: none) and
+    ``compiled_variants`` are constants compiled in: the rungs' stop epochs and
+    keeps hold only for that many variants, each scheduled to ``max_epochs``.
+    The store is opened (an S3 store answers a listing) but nothing is written.
+    """
+    from components.data.artifact import check_shards, check_validation_size
+    from components.data.fashion_mnist import TRAIN_IMAGES, check_source
+    from components.errors import for_parameter, reported
+    from components.search.halving import check_compiled
+    from components.selection.promotion import Gate
+    from components.selection.ranking import check_metric
+    from components.spec import Halving, parse_variants
+    from components.storage import check_shared, open_store, use_s3_endpoint
+    from components.storage.registry import check_model_name
+    from components.training.launch import (check_backend, check_max_train_examples, check_timeout, check_trainer,
+                                            check_workers, in_kubernetes)
+
+    with reported():
+        with for_parameter("shards"):
+            check_shards(shards)
+        with for_parameter("variants"):
+            parsed = parse_variants(variants)
+            if halving:  # KFP hands a dict's numbers over as floats
+                check_compiled(parsed, Halving(**{key: int(value) for key, value in halving.items()}), compiled_variants)
+            for variant in parsed:
+                check_workers(variant, shards)
+        rules = {  # parameter → the rule its value must pass (the same function wherever the rule applies)
+            "metric": lambda: check_metric(metric),
+            "model_name": lambda: check_model_name(model_name),
+            "min_improvement": lambda: Gate(min_improvement, force_publish),
+            "trainer": lambda: check_trainer(trainer),
+            "backend": lambda: check_backend(backend),
+            "max_train_examples": lambda: check_max_train_examples(max_train_examples),
+            "timeout_seconds": lambda: check_timeout(timeout_seconds),
+            "validation_size": lambda: check_validation_size(validation_size, TRAIN_IMAGES),
+            "source": lambda: check_source(source),
+        }
+        for name, rule in rules.items():
+            with for_parameter(name):
+                rule()
+        if in_kubernetes():  # a folder would be each step's pod's own
+            check_shared(store, "store")
+        use_s3_endpoint(s3_endpoint)
+        with for_parameter("store"):
+            open_store(store)
