@@ -95,7 +95,7 @@ def ensure(log=print) -> Binaries:
     stamp = "k8s.io/component-base/version"
     k8s_flags = f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitMajor={major} -X {stamp}.gitMinor={minor}"
     log(f"building the control plane (Kubernetes {version}, Training Operator "
-        f"{_require(MODULES[1], 'github.com/kubeflow/training-operator')}) into {folder}: ~20 min on 2 cores, once")
+        f"{_require(MODULES[1], 'github.com/kubeflow/training-operator')}) into {folder}: ~10 min on 2 cores, once")
     _build(toolchain, MODULES[0], staging, k8s_flags)
     _build(toolchain, MODULES[1], staging, "-s -w")
     (staging / "server").rename(staging / "etcd")  # go.etcd.io/etcd/server/v3 builds as `server`
