@@ -11,7 +11,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 IMAGE ?= $(shell sed -n 's/^IMAGE = "\([^"]*\)".*/\1/p' components/defaults.py)
 
-.PHONY: help run test bench install system test-system compile image clean cluster cluster-down cluster-binaries
+.PHONY: help run test lint format bench install system test-system compile image clean cluster cluster-down cluster-binaries
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -43,8 +43,16 @@ test-system: ## install the Debian packages only the tests use when missing: chr
 run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--max-train-examples 6000" passes flags)
 	$(BIN)/bakeoff run --local $(ARGS)
 
-test: $(INSTALLED) system test-system cluster-binaries ## run the whole test suite (PYTEST_ARGS="-k store" narrows it)
+test: $(INSTALLED) system test-system lint cluster-binaries ## lint, then every test lane (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(INSTALLED) ## ruff's lint rules and mypy over the whole tree (configured in pyproject.toml)
+	$(BIN)/ruff check
+	$(BIN)/mypy
+
+format: $(INSTALLED) ## apply ruff's safe fixes and its formatter to the whole tree
+	$(BIN)/ruff check --fix-only
+	$(BIN)/ruff format
 
 bench: $(INSTALLED) system ## measure speed and quality; writes benchmarks/results.md and results.json (~28 min on 2 cores)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
