@@ -11,7 +11,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 IMAGE ?= $(shell sed -n 's/^IMAGE = "\([^"]*\)".*/\1/p' components/defaults.py)
 
-.PHONY: help run test lint format bench install system test-system compile image clean cluster cluster-down cluster-binaries
+.PHONY: help run test test-fast test-cluster lint format bench install system test-system compile image clean cluster cluster-down cluster-binaries
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -45,6 +45,15 @@ run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--max-train-
 
 test: $(INSTALLED) system test-system lint cluster-binaries ## lint, then every test lane (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# the unit lane alone: a test also in a heavier lane (pyproject.toml's markers) runs there
+FAST := unit and not (s3 or training or serving or cluster)
+
+test-fast: $(INSTALLED) system ## the unit lane: trains nothing, starts no server (the check before each commit)
+	$(BIN)/pytest -m "$(FAST)" $(PYTEST_ARGS)
+
+test-cluster: $(INSTALLED) system cluster-binaries ## the cluster lane: the real control plane on loopback (tests/cluster/)
+	$(BIN)/pytest -m cluster $(PYTEST_ARGS)
 
 lint: $(INSTALLED) ## ruff's lint rules and mypy over the whole tree (configured in pyproject.toml)
 	$(BIN)/ruff check

@@ -33,6 +33,27 @@ WEED_STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL: its graceful stop 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+LANES = ("unit", "s3", "training", "serving", "cluster")  # pyproject.toml's markers say what each holds
+CLUSTER_TESTS = Path(__file__).parent / "cluster"
+S3_FIXTURES = {"s3_server", "kfp_store"}  # the fixtures that start a SeaweedFS shared by the session
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Adds the lanes a test's fixtures or folder imply, then refuses a test that is in no lane."""
+    for item in items:
+        if S3_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.s3)
+        if CLUSTER_TESTS in Path(item.path).parents:
+            item.add_marker(pytest.mark.cluster)
+    unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(lane) for lane in LANES)]
+    if unmarked:
+        raise pytest.UsageError(
+            f"{len(unmarked)} test(s) in no lane, e.g. {unmarked[0]}: mark each with one of {', '.join(LANES)}"
+            " (pytestmark = pytest.mark.unit for a whole module)"
+        )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -256,7 +277,7 @@ def s3_env(s3_server: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatc
     return s3_endpoint
 
 
-@pytest.fixture(params=["folder", "s3"])
+@pytest.fixture(params=["folder", pytest.param("s3", marks=pytest.mark.s3)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     """Each store implementation, empty, so both pass the same tests."""
     if request.param == "folder":

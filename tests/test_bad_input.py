@@ -17,6 +17,8 @@ from pipelines.cli.main import main
 from tests.conftest import BUCKET, free_port
 from tests.fake_kfp_api import FakeKfpApi
 
+pytestmark = pytest.mark.unit
+
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
 # Variables that would point a command at a real store, cluster or API, or that main() exports.
 ISOLATED_ENV = ("BAKEOFF_S3_ENDPOINT", "BAKEOFF_S3_INSECURE", "KF_PIPELINES_ENDPOINT", "KF_PIPELINES_TOKEN",

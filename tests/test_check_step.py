@@ -11,6 +11,8 @@ from components.steps.check import check
 from pipelines.cli.main import main
 from tests.conftest import BUCKET, FASHION_MNIST, free_port
 
+pytestmark = pytest.mark.unit
+
 # Four variants to epoch 1, the best two on to epoch 2 (eta 2): rungs stop at 1, 2 and keep 2, 1.
 SEARCH = """
 search: {halving: {min_epochs: 1, max_epochs: 2, eta: 2}}

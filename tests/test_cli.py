@@ -17,6 +17,8 @@ from components.storage.records import PublishedVersion, SelectionBasis, Summary
 from tests.conftest import BUCKET, free_port
 from tests.test_report import assert_select_artifacts
 
+pytestmark = pytest.mark.unit
+
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
 TINY = """
 defaults: {workers: 2, training: {epochs: 1, batch_size: 32}}
@@ -49,6 +51,7 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"s3://{BUCKET}/{tmp_path.name}"
 
 
+@pytest.mark.training
 @pytest.mark.parametrize("store_uri, metric", [("folder", "val_accuracy"), ("s3", "val_loss")], indirect=["store_uri"])
 def test_pipeline_runs_and_publishes_the_best_by_the_metric_with_the_documented_json(
         tiny_config: Path, store_uri: str, metric: str, tmp_path: Path) -> None:
@@ -106,6 +109,7 @@ def change_one_pixel(source: Path) -> None:
     path.write_bytes(gzip.compress(bytes(data)))
 
 
+@pytest.mark.training
 def test_the_cached_ingest_is_reused_for_the_same_files_and_not_after_a_pixel_changed(
         tiny_config: Path, fashion_dir: Path, tmp_path: Path) -> None:
     """A rerun on the same files at the same path reuses kfp.local's cached ingest; one changed pixel there re-ingests.
@@ -213,6 +217,7 @@ def test_s3_wrong_keys(tiny_config: Path, tmp_path: Path, s3_env: str) -> None:
     assert_one_line_error(result, "refused the credentials")
 
 
+@pytest.mark.training
 def test_a_crashing_replica_fails_the_run_and_publishes_nothing(tiny_config: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
     result = bakeoff("run", "--config", str(tiny_config), "--store", str(store), "--max-train-examples", "10", cwd=tmp_path)

@@ -14,6 +14,8 @@ from components.backends import cluster_spec
 from components.backends.cluster_spec import (COMPLETION_INDEX_ENV, JOB_INDEX_ENV, JOBSET_ENV, NODES_ENV, REPLICATED_JOB_ENV,
                                               TF_CONFIG, ensure_tf_config, from_jobset)
 
+pytestmark = pytest.mark.unit
+
 TRAINJOB = "bakeoff-batch-norm-1a2b3c4d"  # Trainer v2.1 names the JobSet after the TrainJob (jobset plugin's Build)
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 

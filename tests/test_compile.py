@@ -11,6 +11,8 @@ from components.defaults import IMAGE as BASE_IMAGE
 from pipelines.cli.main import main
 from pipelines.compiling import COMPILED
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -18,6 +18,8 @@ from pipelines import conformance
 from pipelines.cli.main import main
 from pipelines.compiling import COMPILED, check_backends
 
+pytestmark = pytest.mark.unit
+
 # pipelines/bakeoff.yaml as compiled before the loop item was typed: `variants: list`
 # made the ParallelFor item STRING and select fanned in with dsl.Collected.
 STRING_ITEM_IR = Path(__file__).resolve().parent / "data" / "bakeoff-string-loop-item.yaml"

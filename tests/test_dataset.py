@@ -14,6 +14,8 @@ from components.data import fashion_mnist
 from components.errors import BakeoffError
 from components.storage import open_store
 
+pytestmark = pytest.mark.unit
+
 
 def examples(*splits: fashion_mnist.Split) -> np.ndarray:
     """The (image, label) pairs of ``splits``, one opaque value per example."""

@@ -17,6 +17,8 @@ from tests.conftest import free_port
 from tests.fake_kubernetes import FakeKubernetes, knative_port_errors, kserve_errors, merge_ports
 from tests.samples import manifest
 
+pytestmark = pytest.mark.unit
+
 NAMESPACE = "team-a"
 ISVC, RUNTIME = "inferenceservices", "servingruntimes"
 STORE_URI = f"s3://mlpipeline/private/{NAMESPACE}/bakeoff/models/fashion-mnist"

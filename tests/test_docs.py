@@ -11,6 +11,8 @@ from benchmarks.run import write_results
 from components.defaults import CONFIG as DEFAULT_CONFIG
 from components.spec import load_variants
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "results.md"]
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)

@@ -69,6 +69,7 @@ def tiny_job(data: Path, store: Store, backoff_limit: int):
                        env={}, backoff_limit=backoff_limit, active_deadline_seconds=600)
 
 
+@pytest.mark.training
 def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(small_dataset: Path, s3_env: str, tmp_path: Path) -> None:
     """SIGKILL one replica in epoch 3 of 6: the restarted job restores the backup and trains only the epochs left."""
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
@@ -91,6 +92,7 @@ def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(sma
     assert still_running(injector.every_pid, "components.training.worker") == []
 
 
+@pytest.mark.training
 @pytest.mark.parametrize(("signum", "what", "hint"), [
     (signal.SIGKILL, "was killed by SIGKILL", "OOM killer"),
     (signal.SIGSTOP, r"stopped responding \(no heartbeat for \d+ s\)", "SIGSTOP"),
@@ -125,6 +127,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.unit
 def test_a_replica_that_goes_quiet_with_no_peer_to_notice_is_stopped_by_the_watchdog(tmp_path: Path) -> None:
     """Before TensorFlow's coordination service runs nothing else notices a stopped replica: the watchdog does."""
     variant = from_dict({"name": "probe", "model": {"type": "mlp"}, "workers": 2})
@@ -146,6 +149,7 @@ def _checkpoint(folder: Path, step: int) -> Path:
     return folder
 
 
+@pytest.mark.unit
 def test_the_store_keeps_only_the_newest_complete_backup_of_this_job(store: Store, tmp_path: Path) -> None:
     """Older epochs dropped after each upload; the newest restored; another job's backup ignored; all gone on success."""
     local = tmp_path / "chief"
@@ -167,6 +171,7 @@ def test_the_store_keeps_only_the_newest_complete_backup_of_this_job(store: Stor
     assert backup.restore(store, "v", "job-a", tmp_path / "after") == backup.Resume(0, {})
 
 
+@pytest.mark.unit
 def test_a_backup_written_up_to_its_manifest_only_is_not_restored(store: Store, tmp_path: Path) -> None:
     """An upload cut short (the chief killed mid-upload) leaves files without a manifest: the previous epoch is restored."""
     backup.upload(store, "v", "job", _checkpoint(tmp_path / "chief", 1), 1, {"loss": [1.0]})
@@ -189,6 +194,7 @@ else:
 """
 
 
+@pytest.mark.unit
 def test_a_replica_waiting_for_its_peers_is_not_taken_for_stalled(tmp_path: Path) -> None:
     """A replica blocked in joining the cluster beats no more than a stopped one, yet is healthy: the watchdog waits."""
     variant = from_dict({"name": "probe", "model": {"type": "mlp"}, "workers": 2})

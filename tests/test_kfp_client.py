@@ -27,6 +27,8 @@ from tests.conftest import free_port
 from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
 from tests.fake_kfp_api import SPEC_PATH, FakeKfpApi
 
+pytestmark = pytest.mark.unit
+
 NOTHING = {"pipelines": 0, "versions": 0, "experiments": 0, "runs": 0, "recurring_runs": 0}
 REACH = "e.g. `kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` and --host http://localhost:8080"
 CREDENTIALS = "pass --token, set KF_PIPELINES_TOKEN or KF_PIPELINES_SA_TOKEN_PATH, or pass --cookies from a browser login"

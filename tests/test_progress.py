@@ -21,6 +21,8 @@ from components import progress
 from pipelines.cli.display import LiveDisplay, Row, rows
 from pipelines.local_run import plain
 
+pytestmark = pytest.mark.unit
+
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
 TWO = """
 defaults: {workers: 1, training: {epochs: 1, batch_size: 32}}
@@ -183,6 +185,7 @@ def run_args(config_path: Path, tmp_path: Path, work_dir: Path, examples: str) -
             "--max-train-examples", examples]
 
 
+@pytest.mark.training
 def test_on_a_terminal_a_live_table_shows_every_variant_and_the_leaderboard_follows(tmp_path: Path, work_dir: Path) -> None:
     code, output = on_terminal(run_args(config(tmp_path, TWO), tmp_path, work_dir, "512"), tmp_path)
     text = plain(output.replace("\r\n", "\n"))
@@ -209,6 +212,7 @@ def assert_report_line(line: str, work_dir: Path) -> None:
     assert page.parent == (work_dir / "reports").resolve() and 'id="leaderboard"' in page.read_text()
 
 
+@pytest.mark.training
 def test_off_a_terminal_every_line_is_plain_text_and_the_replicas_lines_are_there(tmp_path: Path, work_dir: Path) -> None:
     one = config(tmp_path, TWO.split("  - {name: small_cnn")[0])
     result = subprocess.run(run_args(one, tmp_path, work_dir, "512"), cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -221,6 +225,7 @@ def test_off_a_terminal_every_line_is_plain_text_and_the_replicas_lines_are_ther
     assert_report_line(lines[-2], work_dir)
 
 
+@pytest.mark.training
 def test_a_failed_variants_whole_log_is_printed_and_named_before_the_one_line_error(tmp_path: Path, work_dir: Path) -> None:
     code, output = on_terminal(run_args(config(tmp_path, FAILING), tmp_path, work_dir, "100"), tmp_path)
     text = plain(output.replace("\r\n", "\n"))

@@ -10,6 +10,8 @@ from components.storage.records import (Candidate, Manifest, RecordError, RungRe
                                         WorkerMetrics)
 from tests.samples import RECORDS as SAMPLES
 
+pytestmark = pytest.mark.unit
+
 # tests/data/records: written by bakeoff's own writers before records carried a version, in a halving run of three
 # variants (mlp won) and a run that published over it. The train step's output is compact JSON; the others are indented.
 KINDS: dict[str, type[records.Record]] = {

@@ -17,6 +17,8 @@ from components.errors import BakeoffError
 from components.storage import FolderStore, S3Store, Store
 from tests.samples import manifest
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[1]
 
 # A separate process, so that it can really die: publishes once, after "go" on stdin, and
@@ -42,7 +44,11 @@ print(json.dumps({"version": version, "create_only": getattr(store, "_create_onl
 """
 # The ways a store keeps concurrent publishers apart: a folder's rename, S3's create-only put, and
 # claim-and-list on an S3 server that ignores If-None-Match.
-SCHEMES = ["folder", "s3", "s3-without-create-only"]
+SCHEMES = [
+    "folder",
+    pytest.param("s3", marks=pytest.mark.s3),
+    pytest.param("s3-without-create-only", marks=pytest.mark.s3),
+]
 PUBLISHERS = 20  # at once, behind one barrier
 
 

@@ -28,6 +28,8 @@ from components.storage.records import SelectionRecord, Summary
 from pipelines.cli.main import main
 from tests import samples
 
+pytestmark = pytest.mark.unit
+
 RUN_ID = "report-run"
 # Two small real models on real data, trained here so their metrics.json holds a real tf-keras history:
 # `mlp` is validated every epoch, `every_other` only at epochs 2 and 4 (validation_freq), as contract 1 allows.
@@ -126,6 +128,7 @@ class Page(html.parser.HTMLParser):
         return value
 
 
+@pytest.mark.training
 def test_the_page_is_self_contained_and_every_image_is_a_png(page: Path, record: SelectionRecord) -> None:
     """Nothing outside the page is fetched: no URL anywhere, images are data: URIs that decode as PNGs."""
     text = page.read_text()
@@ -144,6 +147,7 @@ def test_the_page_is_self_contained_and_every_image_is_a_png(page: Path, record:
             assert image.format == "PNG"
 
 
+@pytest.mark.training
 def test_the_leaderboard_has_every_candidate_best_first_the_winner_marked_and_the_decision(page: Path, record: SelectionRecord) -> None:
     parsed = Page(page.read_text())
     assert [attributes["data-variant"] for attributes, _ in parsed.rows[1:]] == [c.variant for c in record.candidates]
@@ -160,6 +164,7 @@ def test_the_leaderboard_has_every_candidate_best_first_the_winner_marked_and_th
     assert record.promotion.message.startswith("published version 1: ")
 
 
+@pytest.mark.training
 def test_the_curves_have_one_point_per_recorded_epoch(page: Path, histories: dict[str, dict]) -> None:
     """Training at every epoch, validation at the epochs it ran (val_epochs): the numbers the figure draws."""
     drawn = json.loads(Page(page.read_text()).attribute("curves", "data-curves"))
@@ -183,6 +188,7 @@ def test_a_history_without_validation_draws_its_training_curves_only() -> None:
     assert drawn == {"old/loss": {"epoch": [1, 2], "value": [0.9, 0.6]}, "old/accuracy": {"epoch": [1, 2], "value": [0.6, 0.8]}}
 
 
+@pytest.mark.training
 def test_the_confusion_matrix_is_the_winners_on_the_whole_test_split_labelled_with_class_names(
         page: Path, record: SelectionRecord, run_store: tuple[str, Path]) -> None:
     test = artifact.read_shards(open_store(str(run_store[1])), "test")
@@ -198,6 +204,7 @@ def test_the_confusion_matrix_is_the_winners_on_the_whole_test_split_labelled_wi
     assert np.array_equal(ax.images[0].get_array(), matrix), "the heat map's rows are the matrix's rows (true labels)"
 
 
+@pytest.mark.training
 def test_the_mistakes_grid_shows_each_kept_mistake_with_its_true_and_predicted_names(page: Path, record: SelectionRecord) -> None:
     names = record.class_names
     text = " ".join(Page(page.read_text()).text)
@@ -208,6 +215,7 @@ def test_the_mistakes_grid_shows_each_kept_mistake_with_its_true_and_predicted_n
     assert shown == [m.index for m in record.misclassified], "in the record's order: most confident first"
 
 
+@pytest.mark.training
 def test_the_markdown_leaderboard_lists_every_candidate_and_marks_the_winner(record: SelectionRecord) -> None:
     rows = [line for line in markdown(record).splitlines() if line.startswith("| ") and "variant" not in line]
     assert [row.split(" | ")[1] for row in rows] == [c.variant for c in record.candidates]
@@ -215,6 +223,7 @@ def test_the_markdown_leaderboard_lists_every_candidate_and_marks_the_winner(rec
     assert record.promotion.message in markdown(record)
 
 
+@pytest.mark.training
 def test_the_page_renders_in_headless_chromium(page: Path, record: SelectionRecord, tmp_path: Path) -> None:
     """A real browser draws the page (not blank) and its DOM holds the leaderboard."""
     assert CHROMIUM, "chromium is not installed: `make test` installs it (Debian's chromium)"
@@ -231,6 +240,7 @@ def test_the_page_renders_in_headless_chromium(page: Path, record: SelectionReco
     assert record.promotion.message in dom
 
 
+@pytest.mark.training
 def test_bakeoff_report_writes_the_latest_run_or_a_named_one(run_store: tuple[str, Path], tmp_path: Path,
                                                               capsys: pytest.CaptureFixture) -> None:
     """`latest` is the run whose selection record is newest, whatever its id."""
@@ -271,6 +281,7 @@ def test_bakeoff_report_refuses_what_it_cannot_report_in_one_line_and_writes_not
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"], "nothing written"
 
 
+@pytest.mark.training
 def test_a_report_that_cannot_be_written_is_one_line(run_store: tuple[str, Path], tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
     with pytest.raises(BakeoffError, match=r"^cannot write '.*/a-file/report.html' \(File exists\): choose another -o$"):
@@ -278,6 +289,7 @@ def test_a_report_that_cannot_be_written_is_one_line(run_store: tuple[str, Path]
     assert write_report(open_store(run_store[0]), RUN_ID, tmp_path / "new" / "report.html").is_file()  # missing folders are made
 
 
+@pytest.mark.training
 def test_the_winner_mark_follows_the_records_winner_not_the_first_row(record: SelectionRecord, histories: dict[str, dict]) -> None:
     swapped = dataclasses.replace(record, winner=dataclasses.replace(record.winner, variant=record.candidates[1].variant))
     rows = Page(render(swapped, histories)).rows

@@ -58,6 +58,7 @@ def rungs(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Rung
     return Rungs(root / "store", rung, final, backup_after_first, events, (watched / "tiny.log").read_text().splitlines())
 
 
+@pytest.mark.training
 def test_a_later_rung_resumes_the_earlier_one_on_the_same_schedule(rungs: Rungs) -> None:
     import tf_keras as keras
 
@@ -81,12 +82,14 @@ def test_a_later_rung_resumes_the_earlier_one_on_the_same_schedule(rungs: Rungs)
     assert rungs.final.metrics == second  # metrics.json is the last rung's
 
 
+@pytest.mark.training
 def test_the_backup_outlives_an_early_stop_and_goes_with_the_last_rung(rungs: Rungs) -> None:
     assert any(key.endswith(f"/epoch-0001/{backup.MANIFEST}") for key in rungs.backup_after_first)
     store = open_store(str(rungs.store_root))
     assert store.list(backup.backup_prefix(PREFIX)) == []
 
 
+@pytest.mark.training
 def test_a_later_rung_replaces_the_model_leaving_no_file_of_the_earlier(rungs: Rungs, small_dataset: Path, tmp_path: Path) -> None:
     """The stored model is exactly the last rung's export: nothing of an earlier model survives beside it."""
     store = open_store(str(rungs.store_root))
@@ -96,6 +99,7 @@ def test_a_later_rung_replaces_the_model_leaving_no_file_of_the_earlier(rungs: R
     assert evaluation.evaluate(model, validation.images, validation.labels)  # it loads and serves
 
 
+@pytest.mark.training
 def test_validation_numbers_are_the_whole_split_scored_once(rungs: Rungs, small_dataset: Path, tmp_path: Path) -> None:
     """The recorded final val_* are those of the stored model on the whole validation split, as selection scores it."""
     store = open_store(str(rungs.store_root))
@@ -108,6 +112,7 @@ def test_validation_numbers_are_the_whole_split_scored_once(rungs: Rungs, small_
     assert rungs.rung[1].validation_examples == len(validation.labels)
 
 
+@pytest.mark.training
 def test_every_replica_gets_the_same_validation_numbers(rungs: Rungs) -> None:
     """Each replica's epoch line shows the numbers it computed: the same on both, and the chief's History."""
     lines: dict[str, list[str]] = {"0": [], "1": []}
@@ -120,6 +125,7 @@ def test_every_replica_gets_the_same_validation_numbers(rungs: Rungs) -> None:
                                         for loss, accuracy in zip(history["val_loss"], history["val_accuracy"])]
 
 
+@pytest.mark.training
 def test_the_chief_reports_each_epoch_and_the_stored_model_to_a_live_display(rungs: Rungs) -> None:
     chief = [event for event in rungs.events if "epoch" in event or event["state"] in ("paused", "done")]
     # Rung 0 ends before the schedule does: the variant is paused until halving decides, not done.
@@ -132,6 +138,7 @@ def test_the_chief_reports_each_epoch_and_the_stored_model_to_a_live_display(run
             history["loss"][index], history["val_loss"][index], history["val_accuracy"][index])
 
 
+@pytest.mark.training
 def test_the_train_step_shows_the_final_numbers(rungs: Rungs) -> None:
     record = rungs.rung[1]
     assert final_metrics(record) == {
@@ -140,6 +147,7 @@ def test_the_train_step_shows_the_final_numbers(rungs: Rungs) -> None:
         "replicas": 2, "epochs": EPOCHS}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("stop_epoch", "rung", "message"), [
     (EPOCHS + 1, 0, f"variant 'tiny': stop epoch {EPOCHS + 1} is outside its schedule of {EPOCHS} epochs: pass 1 to training.epochs (0: the whole schedule)"),
     (-1, 0, f"variant 'tiny': stop epoch -1 is outside its schedule of {EPOCHS} epochs: pass 1 to training.epochs (0: the whole schedule)"),
@@ -152,6 +160,7 @@ def test_a_stop_epoch_off_the_schedule_fails_before_anything_runs(tmp_path: Path
     assert not (tmp_path / "store").exists()
 
 
+@pytest.mark.unit
 def test_validation_freq_is_checked_and_validates_every_k_epochs_and_at_the_stop() -> None:
     from components.training.worker import Validation
 
@@ -164,6 +173,7 @@ def test_validation_freq_is_checked_and_validates_every_k_epochs_and_at_the_stop
     assert [epoch + 1 for epoch in range(7) if validation.due(epoch)] == [3, 6, 7]
 
 
+@pytest.mark.unit
 def test_each_rung_is_a_job_of_its_own_name() -> None:
     """A rung's finished TFJob may still exist under its name (ttlSecondsAfterFinished): the next rung's must not collide."""
     from components.training.tfjob import job_name

@@ -17,6 +17,8 @@ from components.spec import load_config, load_variants
 from components.storage.records import Score
 from pipelines.cli.main import main
 
+pytestmark = pytest.mark.unit
+
 SEARCH = """
 defaults: {workers: 2, training: {epochs: 10, learning_rate: 0.002, schedule: cosine}}
 variants:

@@ -18,6 +18,8 @@ from pipelines import conformance
 from pipelines.cli.main import main
 from tests import samples
 
+pytestmark = pytest.mark.unit
+
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
 # Four variants, each trained to epoch 1; the best two go on to epoch 2 (eta 2), where the best one wins.
 SEARCH = """
@@ -206,6 +208,7 @@ def test_epochs_flag_is_refused_for_a_halving_config(tmp_path: Path, capsys: pyt
     assert not (tmp_path / "store").exists()
 
 
+@pytest.mark.training
 def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_path: Path) -> None:
     """Four variants to epoch 1, the best two resumed to epoch 2, the better of those published."""
     config = tmp_path / "search.yaml"

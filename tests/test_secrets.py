@@ -21,6 +21,8 @@ from tests import conftest
 from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
 from tests.fake_kfp_api import FakeKfpApi
 
+pytestmark = pytest.mark.unit
+
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
 # Keys no code would print by chance, so that any hit is a leak (the S3 test server takes any keys).
 ACCESS_KEY = "AKIALEAKCANARY7QX2ZB"
@@ -134,6 +136,8 @@ def bucket_leaks(endpoint_: str) -> tuple[list[str], int]:
     return found, count
 
 
+@pytest.mark.s3
+@pytest.mark.training
 def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(canary_s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
     """Run, then models list, compile and upload, with the keys in the environment; then read back everything they made.
@@ -199,6 +203,7 @@ def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(canary_s3:
     assert counts["objects"] >= 5 and counts["work dir"] >= 5 and counts["compiled"] == 1, counts
 
 
+@pytest.mark.s3
 @pytest.mark.parametrize("keys", [
     {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": "wrong-CANARY-secret-0a9b8c7d6e5f"},
     {"AWS_ACCESS_KEY_ID": "AKIAUNKNOWNCANARY0001", "AWS_SECRET_ACCESS_KEY": SECRET_KEY},

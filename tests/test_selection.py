@@ -24,6 +24,8 @@ from components.storage.records import (Candidate, Champion, DatasetInfo, Manife
                                         Summary)
 from tests import samples
 
+pytestmark = pytest.mark.unit
+
 NAMES = [f"class{i}" for i in range(10)]
 RUN_ID = "r1"
 MODEL = "fashion-mnist"

@@ -158,6 +158,7 @@ def assert_same(probabilities: object, class_ids: object, expected: dict[str, np
     assert list(class_ids) == expected["class_id"].tolist()
 
 
+@pytest.mark.serving
 def test_predict_cli_answers_as_the_savedmodel_in_process_on_real_images(
         setup: dict, test_images: np.ndarray, in_process: dict, tmp_path: Path) -> None:
     paths = []
@@ -183,6 +184,7 @@ def test_predict_cli_answers_as_the_savedmodel_in_process_on_real_images(
                            f"{CLASS_NAMES[first[1]]} {in_process['probabilities'][0][first[1]]:.3f}\n"
 
 
+@pytest.mark.serving
 def test_v1_and_v2_answer_as_the_savedmodel_in_process_on_real_images(setup: dict, test_images: np.ndarray, in_process: dict) -> None:
     url = setup["folder"].url
     pixels = test_images.tolist()
@@ -209,6 +211,7 @@ def test_v1_and_v2_answer_as_the_savedmodel_in_process_on_real_images(setup: dic
         assert json.loads(ready.read()) == {"ready": True} and json.loads(model.read())["ready"] is True
 
 
+@pytest.mark.serving
 def test_grpc_v2_answers_as_the_savedmodel_in_process(setup: dict, test_images: np.ndarray, in_process: dict) -> None:
     import grpc
     from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
@@ -248,6 +251,7 @@ BAD_REQUESTS = {
 }
 
 
+@pytest.mark.serving
 @pytest.mark.parametrize("case", list(BAD_REQUESTS))
 def test_a_bad_request_answers_4xx_with_a_message_and_the_next_good_one_succeeds(setup: dict, test_images: np.ndarray, case: str) -> None:
     protocol, body, status, message = BAD_REQUESTS[case]
@@ -285,6 +289,7 @@ def _wait_for(condition, what: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.serving
 def test_a_newer_version_is_swapped_in_under_load_never_a_partial_one_and_no_request_fails(
         setup: dict, test_images: np.ndarray) -> None:
     store, tmp = setup["store"], setup["tmp"]
@@ -321,6 +326,7 @@ def test_a_newer_version_is_swapped_in_under_load_never_a_partial_one_and_no_req
     assert f"now serving version {newer} (was {first})" in log
 
 
+@pytest.mark.unit
 def test_a_model_folder_offers_its_complete_versions_or_is_one_savedmodel(tmp_path: Path) -> None:
     from components.serving.server import FolderSource
 
@@ -338,6 +344,7 @@ def test_a_model_folder_offers_its_complete_versions_or_is_one_savedmodel(tmp_pa
     assert FolderSource(single).versions() == [0]
 
 
+@pytest.mark.unit
 def test_the_heap_settled_again_frees_what_was_frozen_then_dropped() -> None:
     """A replaced version's reference cycles must not stay frozen forever: each swap settles the heap again."""
     import gc
@@ -362,6 +369,7 @@ def test_the_heap_settled_again_frees_what_was_frozen_then_dropped() -> None:
         gc.unfreeze()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("problem", ["no published version", "port in use"])
 def test_serve_fails_in_one_line_before_loading_anything(problem: str, tmp_path: Path) -> None:
     store = tmp_path / "store"
@@ -381,6 +389,7 @@ def test_serve_fails_in_one_line_before_loading_anything(problem: str, tmp_path:
     assert result.stderr.startswith(f"bakeoff: error: {expected[problem]}"), result.stderr
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("problem", ["unreadable file", "not an image", "server down"])
 def test_predict_fails_in_one_line(problem: str, tmp_path: Path) -> None:
     image = tmp_path / "image.png"

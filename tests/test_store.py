@@ -8,6 +8,8 @@ import pytest
 from components.errors import BakeoffError
 from components.storage import FolderStore, S3Store, Store, open_store, s3
 
+pytestmark = pytest.mark.unit
+
 
 def test_round_trip_of_bytes_and_listing(store: Store) -> None:
     store.put_bytes("a/b/one.txt", b"1")

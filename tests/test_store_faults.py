@@ -14,6 +14,8 @@ from components.storage import S3Store, registry, s3
 from tests.conftest import BUCKET, WeedServer, free_port
 from tests.samples import manifest
 
+pytestmark = pytest.mark.s3
+
 BOUND = 60.0  # seconds of retries: far more than a restart here takes (about 3 s)
 SHORT_BOUND = 2.0  # seconds of retries for the test that outlasts them
 

@@ -12,6 +12,8 @@ from components.storage import S3Store, open_store
 from tests.conftest import KfpStore
 from tests.store_policies import PROFILE_SETUPS, ProfileSetup
 
+pytestmark = pytest.mark.s3
+
 SETUPS = {setup.name: setup for setup in PROFILE_SETUPS}
 
 

@@ -18,6 +18,8 @@ from tests.fake_kubernetes import FakeKubernetes, trainjob_errors, trainjob_pod_
 from tests.test_kubernetes_backend import (LOG, OVERLAYS, STEP_POD, body, check_adoption, in_step_pod, outside_a_pod,  # noqa: F401 (a fixture)
                                           tfjob)
 
+pytestmark = pytest.mark.unit
+
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 

@@ -9,6 +9,8 @@ from components.errors import BakeoffError
 from components.defaults import CONFIG as DEFAULT_CONFIG
 from components.spec import from_dict, load_variants
 
+pytestmark = pytest.mark.unit
+
 
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "variants.yaml"

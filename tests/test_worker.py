@@ -80,6 +80,7 @@ def written_metrics(trained: Trained) -> WorkerMetrics:
     return WorkerMetrics.from_json((trained.out / "metrics.json").read_text(), "metrics.json")
 
 
+@pytest.mark.training
 def test_both_replicas_train_in_sync(trained: Trained) -> None:
     metrics = written_metrics(trained)
     assert metrics.num_replicas_in_sync == 2 and metrics.workers == 2
@@ -89,6 +90,7 @@ def test_both_replicas_train_in_sync(trained: Trained) -> None:
         assert any(line.startswith(f"[small-test-worker-{index}] 64/64") for line in trained.lines), f"worker {index} did not train"
 
 
+@pytest.mark.training
 def test_the_replicas_read_disjoint_shards_that_together_cover_the_training_data(
         trained: Trained, small_dataset: Path) -> None:
     """Each replica trains on its own shard: shards of classes 0-4 and of 5-9 give a model that knows all ten."""
@@ -98,6 +100,7 @@ def test_the_replicas_read_disjoint_shards_that_together_cover_the_training_data
     assert min(accuracy.values()) > 0.5, accuracy  # a half no replica read scores about 0
 
 
+@pytest.mark.training
 def test_every_replica_reports_the_global_epoch_metrics(trained: Trained) -> None:
     """Steps log each replica's own metrics (no all-reduce); each epoch's line and History are cross-replica."""
     epochs = {index: [re.search(r"loss: (\S+) - accuracy: (\S+)", line).groups()
@@ -108,17 +111,20 @@ def test_every_replica_reports_the_global_epoch_metrics(trained: Trained) -> Non
                                       for loss, accuracy in zip(history["loss"], history["accuracy"])]
 
 
+@pytest.mark.training
 def test_replicas_train_on_tcmalloc(trained: Trained) -> None:
     """The default malloc halves a 2-worker job's speed; `make test` installs tcmalloc, so it must be in use."""
     assert written_metrics(trained).allocator == "tcmalloc"
     assert not any("tcmalloc not found" in line for line in trained.lines)
 
 
+@pytest.mark.training
 def test_replicas_run_onednn_kernels(trained: Trained) -> None:
     """TensorFlow leaves oneDNN off on AVX2-only CPUs, where it trains ~25 % faster; the worker turns it on."""
     assert written_metrics(trained).onednn is True
 
 
+@pytest.mark.training
 def test_only_the_chief_keeps_a_model(trained: Trained) -> None:
     """Only the chief writes the variant's outputs: each key is written once, not once per replica."""
     assert sorted(p.name for p in trained.out.iterdir()) == ["metrics.json", "model", "variant.json"]
@@ -127,12 +133,14 @@ def test_only_the_chief_keeps_a_model(trained: Trained) -> None:
     assert {key: count for key, count in trained.versions.items() if count != 1} == {}
 
 
+@pytest.mark.training
 def test_exported_model_predicts_real_test_images(trained: Trained, small_dataset: Path) -> None:
     test = dataset.read_shards(open_store(str(small_dataset)), "test")
     result = evaluation.evaluate(trained.out / "model", test.images[:2000], test.labels[:2000])
     assert result["accuracy"] > 0.6  # ten classes: chance is 0.1
 
 
+@pytest.mark.training
 def test_a_model_trained_on_flips_serves_the_same_prediction_for_an_image_and_its_mirror(
         trained: Trained, small_dataset: Path) -> None:
     import tensorflow as tf
@@ -145,6 +153,7 @@ def test_a_model_trained_on_flips_serves_the_same_prediction_for_an_image_and_it
     np.testing.assert_allclose(mirrored, probabilities, atol=1e-6)
 
 
+@pytest.mark.training
 def test_serving_accepts_encoded_images(trained: Trained, small_dataset: Path) -> None:
     import tensorflow as tf
 
@@ -160,6 +169,7 @@ def test_serving_accepts_encoded_images(trained: Trained, small_dataset: Path) -
     assert names[0].decode() in json.loads((small_dataset / "metadata.json").read_text())["class_names"]
 
 
+@pytest.mark.unit
 def test_random_flip_mirrors_some_images_and_keeps_labels(small_dataset: Path) -> None:
     import tensorflow as tf
 
