@@ -41,7 +41,7 @@ test-system: ## install the Debian packages only the tests use when missing: chr
 	$(call apt_install,$(TEST_PACKAGES))
 
 run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--max-train-examples 6000" passes flags)
-	$(BIN)/bakeoff run --local $(ARGS)
+	$(BIN)/bakeoff run $(ARGS)
 
 test: $(INSTALLED) system test-system lint cluster-binaries ## lint, then every test lane (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest $(PYTEST_ARGS)

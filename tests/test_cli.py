@@ -56,7 +56,7 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_pipeline_runs_and_publishes_the_best_by_the_metric_with_the_documented_json(
         tiny_config: Path, store_uri: str, metric: str, tmp_path: Path) -> None:
     """`run --metric M --json` publishes the candidate best by M, and prints a Summary record (read strictly: its fields and types)."""
-    run = bakeoff("run", "--local", "--config", str(tiny_config), "--store", store_uri, "--metric", metric,
+    run = bakeoff("run", "--config", str(tiny_config), "--store", store_uri, "--metric", metric,
                   "--max-train-examples", "2048", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     summary = Summary.from_json(run.stdout, "run --json")

@@ -144,7 +144,6 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
     from components.selection.ranking import METRICS
 
     run = commands.add_parser("run", help="run the bake-off on this machine (kfp.local, TFJob replicas as processes)")
-    run.add_argument("--local", action="store_true", default=True, help="run here (the default; `bakeoff submit` runs on a cluster)")
     run.add_argument("--config", type=Path, default=defaults.CONFIG, help="variants YAML (default: pipelines/variants.yaml)")
     store_args(run)
     run.add_argument("--metric", default=defaults.METRIC, choices=list(METRICS),
