@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
-# dataset-fashion-mnist: Fashion-MNIST offline; libtcmalloc-minimal4: the replicas' malloc (components/allocator.py)
+# dataset-fashion-mnist: Fashion-MNIST offline; libtcmalloc-minimal4: the replicas' malloc (components/backends/allocator.py)
 SYSTEM_PACKAGES := dataset-fashion-mnist libtcmalloc-minimal4
 # chromium: tests/test_report.py renders the run report in a headless browser (only `make test` needs it)
 TEST_PACKAGES := chromium
@@ -73,7 +73,7 @@ image: ## build the runtime image with docker (IMAGE=registry/name:tag names it)
 	docker build -f images/Dockerfile -t $(IMAGE) .
 
 clean: ## remove local run outputs (keeps .venv and the store)
-	rm -rf .bakeoff .pytest_cache
+	rm -rf .bakeoff .pytest_cache .mypy_cache .ruff_cache
 
 cluster-binaries: $(INSTALLED) ## build the control plane from its Go modules into ~/.cache/bakeoff/cluster (once per pin)
 	$(BIN)/python -m tests.cluster.binaries

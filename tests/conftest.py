@@ -63,7 +63,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def fashion_dir() -> Path:
     if not (FASHION_MNIST / "train-images-idx3-ubyte.gz").is_file():
-        pytest.fail("Debian's dataset-fashion-mnist is not installed: run `make data`")
+        pytest.fail("Debian's dataset-fashion-mnist is not installed: run `make system`")
     return FASHION_MNIST
 
 
