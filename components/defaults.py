@@ -32,6 +32,7 @@ LOCAL_PARALLELISM = 1  # variants trained at once on one machine: replicas share
 CLUSTER_PARALLELISM = 3
 LOG_TAIL = 20  # lines of a failed replica's log repeated in the error
 HEARTBEAT_SECONDS = 1.0  # a local replica beats this often for the watchdog
+TF_LOG_LEVEL = "2"  # TF_CPP_MIN_LOG_LEVEL unless the user set one: INFO and WARNING hidden, errors shown
 SUSPECT_SECONDS = 5.0  # a replica quiet this long when a peer fails is named as the cause
 STALL_SECONDS = 30.0  # a replica quiet this long is stopped as stalled, even if no peer noticed
 S3_RETRY_SECONDS = 120.0  # how long one store request is retried after it first fails: a store pod's restart

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from components import tfenv
 from components.data import artifact as dataset
 from components.data import fashion_mnist
 from components.modeling import evaluation, savedmodel
@@ -65,6 +66,7 @@ def trained(fashion_dir: Path, s3_server: tuple[str, dict[str, str]],
     with pytest.MonkeyPatch.context() as env:  # the replicas inherit the store's settings from the environment
         for key, value in {**keys, S3_ENDPOINT_ENV: endpoint, S3_INSECURE_ENV: "1"}.items():
             env.setenv(key, value)
+        env.delenv(tfenv.DEVICES_ENV, raising=False)  # what the worker sets, not this process
         store = open_store(f"s3://{VERSIONED_BUCKET}/runs")
         job = build_tfjob(variant, name="small-test", image="unused",
                           args=worker_args(variant, str(data), store.uri, "t/small", 2 * HALF), env={})
@@ -109,6 +111,13 @@ def test_every_replica_reports_the_global_epoch_metrics(trained: Trained) -> Non
     history = written_metrics(trained).history
     assert epochs[0] == epochs[1] == [(f"{loss:.4f}", f"{accuracy:.4f}")
                                       for loss, accuracy in zip(history["loss"], history["accuracy"])]
+
+
+@pytest.mark.training
+def test_no_replica_logs_a_failed_cuda_probe(trained: Trained) -> None:
+    """On a machine without NVIDIA's driver TensorFlow's CUDA probe can only fail, and says so as an error: the
+    worker skips it."""
+    assert [line for line in trained.lines if "cuInit" in line] == []
 
 
 @pytest.mark.training

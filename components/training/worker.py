@@ -27,8 +27,10 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 from components.backends.local import EXITING, joining, mark, start_heartbeat  # noqa: E402
+from components.tfenv import quiet_tensorflow  # noqa: E402
 
 if __name__ == "__main__":
+    quiet_tensorflow()  # a replica's TensorFlow: the log level, and no CUDA probe where it can only fail
     start_heartbeat()  # before TensorFlow loads: the local backend's watchdog times a replica from its start
 
 import tf_keras as keras  # noqa: E402

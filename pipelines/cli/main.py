@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Optional, Sequence
 
 from components.errors import ERROR_PREFIX, BakeoffError
+from components.tfenv import quiet_tensorflow
 from pipelines.cli.cluster import add_cluster_commands
 from pipelines.cli.deploy import add_deploy_commands
 from pipelines.cli.local import add_local_commands
@@ -30,8 +30,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
-    if not args.debug:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # inherited by components and replicas
+    quiet_tensorflow(log_level=not args.debug)  # inherited by the steps and their replicas
     try:
         return args.handler(args)
     except BakeoffError as error:
