@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.harness import Context, Figure
+from components.tfenv import quiet_tensorflow
 
 HERE = Path(__file__).resolve().parent
 
@@ -70,7 +71,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--only", nargs="*", choices=list(ENTRIES), help="run only these entries")
     parser.add_argument("--repetitions", type=int, default=3)
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow()
     started = time.perf_counter()
     figures: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="bakeoff-bench-") as scratch:

@@ -31,6 +31,7 @@ from components import defaults
 from components.errors import BakeoffError, reported
 from components.storage import Store, open_store, registry
 from components.storage.records import Manifest
+from components.tfenv import quiet_tensorflow
 
 if TYPE_CHECKING:
     from components.serving.model import ServedModel, Version
@@ -267,7 +268,7 @@ class Settings:
 
 def serve(source: Source, settings: Settings) -> int:
     """Loads the first version, then serves until SIGTERM/SIGINT; must run on the main thread (KServe's own event loop)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow()
     registry.check_model_name(settings.model_name)  # the name is a URL path segment too
     first = choose(source, settings.version)
     for port, flag in ((settings.http_port, "--http-port"), (settings.grpc_port, "--grpc-port")):
