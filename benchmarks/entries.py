@@ -37,9 +37,9 @@ def _job(context: Context, variant: dict, workers: int, examples: int, epochs: i
          data: Path | None = None) -> Job:
     """One local TFJob of the real worker program (on ``data``, else the context's dataset); its metrics.json."""
     from components.backends.local import LocalBackend
+    from components.spec import from_dict
     from components.storage import open_store
     from components.training.tfjob import build_tfjob, worker_args
-    from components.spec import from_dict
 
     spec = from_dict({**variant, "workers": workers,
                       "training": {**variant.get("training", {}), "batch_size": GLOBAL_BATCH // workers, "epochs": epochs}})
@@ -150,10 +150,10 @@ def pipeline(context: Context) -> list[Figure]:
     With successive halving the same trainings are each variant trained, from scratch in one job, to the
     epoch it reached: the pipeline trains those epochs too, spread over rungs that resume.
     """
-    from components.modeling import evaluation
-    from components.storage import open_store
     from components.defaults import CONFIG as DEFAULT_CONFIG
+    from components.modeling import evaluation
     from components.spec import load_variants
+    from components.storage import open_store
 
     work = context.scratch / "pipeline"
     work.mkdir()

@@ -5,7 +5,7 @@ import os
 import re
 import signal
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median
 from components.storage.records import WorkerMetrics
@@ -44,7 +44,7 @@ def _killer(victim: str, trigger: str) -> Callable[[str], None]:
     return sink
 
 
-def _run(context: Context, spec: dict, sink: Optional[Callable[[str], None]]) -> tuple[float, WorkerMetrics]:
+def _run(context: Context, spec: dict, sink: Callable[[str], None] | None) -> tuple[float, WorkerMetrics]:
     """(wall seconds of the whole job, restarts included; the chief's metrics)."""
     from components.backends.local import LocalBackend
     from components.spec import from_dict

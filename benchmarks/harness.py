@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 GLOBAL_BATCH = 128  # the training entries' global batch, on any number of workers
 
@@ -18,7 +18,7 @@ class Figure:
     value: float
     unit: str
     goal: str = ""
-    met: Optional[bool] = None
+    met: bool | None = None
     detail: str = ""
 
 
@@ -29,7 +29,7 @@ class Context:
     scratch: Path
     repetitions: int
     samples: dict = dataclasses.field(default_factory=dict)
-    _dataset: Optional[Path] = None
+    _dataset: Path | None = None
 
     def dataset(self) -> Path:
         if self._dataset is None:

@@ -30,9 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     from components.data import artifact as dataset
     from components.modeling.architectures import ARCHITECTURES
-    from components.storage import open_store
-    from components.spec import from_dict
     from components.modeling.optimizers import make_optimizer
+    from components.spec import from_dict
+    from components.storage import open_store
     from components.training.worker import Throughput
 
     variant = from_dict(json.loads(args.variant))

@@ -16,7 +16,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 from benchmarks.harness import Context, Figure
 from components.tfenv import quiet_tensorflow
@@ -37,7 +36,7 @@ def machine() -> dict:
         "python": platform.python_version(),
         "versions": {name: version(name) for name in ("tensorflow", "tf-keras", "kfp", "kubeflow-training", "minio")},
         "tensorflow_build": tf.sysconfig.get_build_info().get("cpu_compiler", ""),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 
@@ -64,7 +63,7 @@ def write_results(figures: list[Figure], context: Context, info: dict, seconds: 
     (folder / "results.md").write_text("\n".join(rows) + ("\n" + kept if kept else ""))
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     from benchmarks.entries import ENTRIES
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

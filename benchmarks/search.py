@@ -13,7 +13,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 import yaml
 
@@ -119,7 +118,7 @@ def search(context: Context, size: Size = FULL) -> list[Figure]:
     ]
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for field in dataclasses.fields(Size):
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=field.default)

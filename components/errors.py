@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 ERROR_FILE_ENV = "BAKEOFF_ERROR_FILE"
 ERROR_PREFIX = "bakeoff: error:"  # what every user-facing error line starts with

@@ -5,7 +5,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 # Set by `bakeoff run` for a live display; inherited by the kfp.local tasks and from them by the replicas.
 PROGRESS_DIR_ENV = "BAKEOFF_PROGRESS_DIR"
@@ -15,7 +15,7 @@ LOG_SUFFIX = ".log"
 STATES = ("waiting", "training", "paused", "stopped", "evaluating", "done", "failed")  # paused: its rung ended, halving decides
 
 
-def progress_dir() -> Optional[Path]:
+def progress_dir() -> Path | None:
     """The folder named by BAKEOFF_PROGRESS_DIR, or None when nobody is watching."""
     path = os.environ.get(PROGRESS_DIR_ENV)
     return Path(path) if path else None
@@ -38,7 +38,7 @@ def emit(variant: str, **fields: Any) -> None:
         os.close(descriptor)
 
 
-def log_path(variant: str) -> Optional[Path]:
+def log_path(variant: str) -> Path | None:
     """Where the local backend writes the variant's replica log lines instead of stdout, or None."""
     folder = progress_dir()
     return log_file(folder, variant) if folder is not None else None

@@ -8,8 +8,9 @@ import math
 import random
 import re
 import typing
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from components.errors import BakeoffError
 

@@ -6,17 +6,17 @@ import dataclasses
 import math
 import re
 import typing
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import yaml
 
-from components import defaults
+from components import defaults, spaces
 from components.errors import BakeoffError
 from components.modeling.architectures import ARCHITECTURES
 from components.modeling.optimizers import OPTIMIZERS, SCHEDULES
-from components import spaces
 
 # Limits that catch a slip (an extra zero, a sign, a unit) before anything runs; each error names its limit.
 MAX_NAME = 128  # a variant names store paths (one file name each); TFJob names and labels get a digest past 63
@@ -87,7 +87,7 @@ class Variant:
 class _Where:
     """Names the place of a value for error messages: file, variant, field."""
 
-    def __init__(self, source: str, variant: Optional[str] = None) -> None:
+    def __init__(self, source: str, variant: str | None = None) -> None:
         self.source, self.variant = source, variant
 
     def error(self, field: str, problem: str) -> BakeoffError:
@@ -168,7 +168,7 @@ def _bounded(where: _Where, field: str, value: int, low: int, high: int) -> None
         raise where.error(field, f"must be at most {high}, got {value}")
 
 
-def _quantity(text: str) -> Optional[Decimal]:
+def _quantity(text: str) -> Decimal | None:
     """A Kubernetes quantity ("2", "500m", "2Gi", "1e3") as a number, by the Kubernetes client's own parser; None when it is not one."""
     from kubernetes.utils import parse_quantity
 
@@ -257,8 +257,8 @@ class Search:
 
     samples: int = defaults.SEARCH_SAMPLES
     seed: int = defaults.SEED
-    halving: Optional[Halving] = None
-    budget_minutes: Optional[float] = None
+    halving: Halving | None = None
+    budget_minutes: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,7 +267,7 @@ class Expansion:
 
     base: str
     values: Mapping[str, Any]
-    sample: Optional[int] = None
+    sample: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,7 +275,7 @@ class Config:
     """A config file, read: every variant expanded and checked, the search settings, and each variant's expansion."""
 
     variants: list[Variant]
-    search: Optional[Search] = None
+    search: Search | None = None
     expansions: Mapping[str, Expansion] = dataclasses.field(default_factory=dict)
     source: str = ""  # the file, for error lines about the config as a whole
 

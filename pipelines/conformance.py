@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 # A parameter type → the kind of protobuf value that satisfies it (structpb kinds).
 KIND_OF_TYPE = {
@@ -113,7 +114,7 @@ def violations(spec: dict, backend: KfpBackend) -> list[str]:
     return list(_walk(_Scope("root", root, kinds, elements), components, backend))
 
 
-def _element_kind(items: Optional[list]) -> Optional[str]:
+def _element_kind(items: list | None) -> str | None:
     found = {value_kind(item) for item in items or []}
     return found.pop() if len(found) == 1 else None
 
@@ -156,7 +157,7 @@ def _walk(scope: _Scope, components: dict, backend: KfpBackend) -> Iterator[str]
             yield from _walk(_Scope(where, callee, kinds, elements), components, backend)
 
 
-def _source_elements(source: dict, scope: _Scope) -> Optional[str]:
+def _source_elements(source: dict, scope: _Scope) -> str | None:
     if "componentInputParameter" in source:
         return scope.element_kinds.get(source["componentInputParameter"])
     if "runtimeValue" in source and isinstance(source["runtimeValue"].get("constant"), list):
@@ -165,7 +166,7 @@ def _source_elements(source: dict, scope: _Scope) -> Optional[str]:
 
 
 def _produced_kind(source: dict, scope: _Scope, tasks: dict, components: dict,
-                   backend: KfpBackend) -> tuple[Optional[str], Optional[str]]:
+                   backend: KfpBackend) -> tuple[str | None, str | None]:
     """(the kind of value a task input resolves to, or why the backend cannot resolve it)."""
     if "componentInputParameter" in source:
         name = source["componentInputParameter"]

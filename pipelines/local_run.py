@@ -9,7 +9,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import TextIO
 
 from components import defaults
 from components.errors import ERROR_FILE_ENV, BakeoffError
@@ -60,8 +60,8 @@ class LocalRun:
     parallelism: int = defaults.LOCAL_PARALLELISM
     work_dir: Path = defaults.WORK_DIR
     timeout_seconds: int = defaults.TIMEOUT_SECONDS
-    search: Optional[Search] = None  # with halving, the pipeline's rungs are unrolled from it
-    progress_dir: Optional[Path] = None  # someone watches: events, replica logs and kfp.local's output go here
+    search: Search | None = None  # with halving, the pipeline's rungs are unrolled from it
+    progress_dir: Path | None = None  # someone watches: events, replica logs and kfp.local's output go here
 
 
 def run_local(run: LocalRun) -> Summary:

@@ -1,6 +1,5 @@
 """The bake-off pipeline: check → ingest → train-variants (ParallelFor of TFJobs), per rung of a halving search → select and publish."""
 import dataclasses
-from typing import Optional
 
 from kfp import dsl
 
@@ -31,8 +30,8 @@ def build_pipeline(
     variants: list[dict],
     parallelism: int = 1,
     image: str = defaults.IMAGE,
-    cluster: Optional[Cluster] = None,
-    search: Optional[Search] = None,
+    cluster: Cluster | None = None,
+    search: Search | None = None,
 ):
     """The pipeline function, built for kfp.local (``cluster=None``) or for a cluster.
 
@@ -53,7 +52,7 @@ def build_pipeline(
     """
     halving = search.halving if search else None
     compiled = len(variants)  # the rungs' keeps hold for this many; the pipeline's own ``variants`` parameter shadows the list
-    plan: list[Optional[Rung]] = schedule(compiled, halving) if halving else [None]
+    plan: list[Rung | None] = schedule(compiled, halving) if halving else [None]
     check_op, ingest_op, train_op, halve_op, select_op = (as_component(func, image) for func in (check, ingest, train, halve, select))
 
     def on_cluster(task: dsl.PipelineTask) -> dsl.PipelineTask:
@@ -65,7 +64,7 @@ def build_pipeline(
                 task.set_env_variable(S3_INSECURE_ENV, "1")
         return task
 
-    def train_variants(rung: Optional[Rung]):
+    def train_variants(rung: Rung | None):
         """The sub-pipeline that trains each of its ``variants`` as a TFJob: to its own epochs, or to ``rung``'s, resuming."""
         until = {} if rung is None else {"stop_epoch": rung.epochs, "rung": rung.index}
 

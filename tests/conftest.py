@@ -10,9 +10,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import pytest
 

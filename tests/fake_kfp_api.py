@@ -13,8 +13,9 @@ import ssl
 import threading
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import jsonschema
 import yaml
@@ -96,7 +97,7 @@ class ApiError(Exception):
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parse_pipeline_spec(document: Any) -> dict:
@@ -130,14 +131,14 @@ class FakeKfpApi:
     is no KFP API, 'login' for a login redirect, 'unavailable' for 503), and ``run_outcome`` / ``polls_until_done`` for runs.
     """
 
-    def __init__(self, spec_path: Path = SPEC_PATH, tls: Optional[tuple[Path, Path]] = None) -> None:
+    def __init__(self, spec_path: Path = SPEC_PATH, tls: tuple[Path, Path] | None = None) -> None:
         self.tls = tls  # (certificate, key) to serve https
         self.spec = json.loads(spec_path.read_text(encoding="utf-8"))
         self._request_definitions = {name: _protojson(schema) for name, schema in self.spec["definitions"].items()}
         self._response_definitions = _strict(self.spec["definitions"])
         self.operations = self._operations()
-        self.token: Optional[str] = None
-        self.cookie: Optional[str] = None
+        self.token: str | None = None
+        self.cookie: str | None = None
         self.forbidden = False
         self.healthz_open = False
         self.multi_user = False
@@ -152,15 +153,15 @@ class FakeKfpApi:
         self.recurring_runs: dict[str, dict] = {}
         self.calls: list[str] = []  # operation ids, in order
         self.validated: list[str] = []  # operation ids whose body or upload passed the spec
-        self.authorization_headers: list[Optional[str]] = []
+        self.authorization_headers: list[str | None] = []
         self.violations: list[Violation] = []
         self._lock = threading.Lock()
         self._counter = itertools.count()
-        self._server: Optional[http.server.ThreadingHTTPServer] = None
+        self._server: http.server.ThreadingHTTPServer | None = None
 
     # ------------------------------------------------------------------------------------------ life cycle
 
-    def __enter__(self) -> "FakeKfpApi":
+    def __enter__(self) -> FakeKfpApi:
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -276,7 +277,7 @@ class FakeKfpApi:
         try:
             query = self._check_query(operation, urllib.parse.parse_qs(url.query, keep_blank_values=True))
             payload = self._payload(operation, request.headers, body)
-            handler: Optional[Callable[..., dict]] = getattr(self, f"op_{operation.operation_id}", None)
+            handler: Callable[..., dict] | None = getattr(self, f"op_{operation.operation_id}", None)
             if handler is None:
                 self.violations.append(Violation(operation.operation_id, "unimplemented", "the fake does not serve this operation"))
                 raise ApiError(501, f"{operation.operation_id} is not implemented by the fake")
@@ -292,14 +293,14 @@ class FakeKfpApi:
         self._check_answer(operation, answer)
         self._reply(request, 200, json.dumps(answer).encode(), "application/json")
 
-    def _route(self, method: str, path: str) -> tuple[Optional[Operation], dict[str, str]]:
+    def _route(self, method: str, path: str) -> tuple[Operation | None, dict[str, str]]:
         for operation in self.operations:
             match = operation.pattern.match(path)
             if operation.method == method and match:
                 return operation, dict(zip(operation.path_names, map(urllib.parse.unquote, match.groups())))
         return None, {}
 
-    def _refusal(self, operation: Operation, headers: Any) -> Optional[int]:
+    def _refusal(self, operation: Operation, headers: Any) -> int | None:
         if operation.operation_id == "HealthzService_GetHealthz" and self.healthz_open:
             return None
         if self.token or self.cookie:
@@ -366,7 +367,7 @@ class FakeKfpApi:
         if errors:
             self.violations.append(Violation(operation.operation_id, "response", errors[0].message))
 
-    def _error(self, request: http.server.BaseHTTPRequestHandler, operation: Optional[Operation], status: int, message: str) -> None:
+    def _error(self, request: http.server.BaseHTTPRequestHandler, operation: Operation | None, status: int, message: str) -> None:
         if operation is not None and operation.operation_id in UPLOAD_OPERATIONS:
             document = {"error_message": message, "error_details": message}
         else:
@@ -375,7 +376,7 @@ class FakeKfpApi:
 
     @staticmethod
     def _reply(request: http.server.BaseHTTPRequestHandler, status: int, data: bytes, content_type: str,
-               headers: Optional[dict[str, str]] = None) -> None:
+               headers: dict[str, str] | None = None) -> None:
         request.send_response(status)
         for name, value in (headers or {}).items():
             request.send_header(name, value)

@@ -87,11 +87,12 @@ import json
 import re
 import threading
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlparse
 
 import jsonschema
@@ -109,13 +110,13 @@ TRAINJOB_CONDITIONS = {"Succeeded": ("Complete", "AllJobsCompleted", "jobset com
                        "Failed": ("Failed", "FailedJobs", "jobset failed due to one or more job failures")}
 # The worker pods' phase while the job shows each condition.
 POD_PHASE = {"Created": "Pending", "Running": "Running", "Restarting": "Running", "Succeeded": "Succeeded", "Failed": "Failed"}
-LOG_EPOCH = datetime(2026, 11, 29, tzinfo=timezone.utc)
+LOG_EPOCH = datetime(2026, 11, 29, tzinfo=UTC)
 LINE_SPACING = timedelta(milliseconds=50)  # so stamps like .1 and .15 meet: they do not sort as text
 _LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def crd_schema(file: str, version: str) -> dict:
     """The openAPIV3Schema of ``version`` in the CRD ``file`` of tests/contracts/."""
     crd = yaml.load((CRD.parent / file).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -162,7 +163,7 @@ _ISVC_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # IsvcNameFmt
 _TRANSITION_TIME = "2026-11-29T00:00:00Z"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kserve_schema(plural: str) -> dict:
     """The openAPIV3Schema of KServe's CRD for ``plural`` (``inferenceservices`` or ``servingruntimes``)."""
     version = KSERVE_KINDS[plural][0]
@@ -171,7 +172,7 @@ def kserve_schema(plural: str) -> dict:
     return served["schema"]["openAPIV3Schema"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kserve_validator(plural: str) -> jsonschema.Draft7Validator:
     return jsonschema.Draft7Validator(kserve_schema(plural))
 
@@ -328,7 +329,7 @@ class LogRead(NamedTuple):
     follow: bool
 
 
-def request_info(method: str, path: str, query: str) -> Optional[Call]:
+def request_info(method: str, path: str, query: str) -> Call | None:
     """NewRequestInfo for namespaced resource paths: /api/v1/namespaces/… and /apis/<group>/<version>/namespaces/…"""
     parts = [part for part in path.split("/") if part]
     if parts[:2] == ["api", "v1"]:
@@ -419,7 +420,7 @@ class _Timeline:
     phases: list[str]
     pod_phases: list[str]
     gets: int = 0
-    linger: Optional[int] = None  # reads left while it is being deleted in the foreground
+    linger: int | None = None  # reads left while it is being deleted in the foreground
 
     @property
     def now(self) -> int:
@@ -435,7 +436,7 @@ class _Failure:
     verb: str
     resource: str
     times: int
-    answer: Union[int, str]  # an HTTP status, or "drop": close the connection without an answer
+    answer: int | str  # an HTTP status, or "drop": close the connection without an answer
 
 
 @dataclass
@@ -444,7 +445,7 @@ class _Served:
 
     body: dict
     reads: int = 0  # GETs since the spec last changed
-    reported: Optional[dict] = None  # the status last reported
+    reported: dict | None = None  # the status last reported
 
 
 @dataclass
@@ -456,21 +457,21 @@ class FakeKubernetes:
     """
 
     phases: list[str]
-    log: Union[str, Sequence[str]] = ""
+    log: str | Sequence[str] = ""
     namespace: str = "team-a"
-    pod_phases: Optional[list[str]] = None
+    pod_phases: list[str] | None = None
     restarts: Sequence[int] = ()
     worker_logs: dict[int, str] = field(default_factory=dict)
     linger: int = 2
-    isvc_ready_after: Optional[int] = 3  # the GET after a spec change from which an InferenceService is Ready; None: never
+    isvc_ready_after: int | None = 3  # the GET after a spec change from which an InferenceService is Ready; None: never
     isvc_stale_reads: int = 1  # GETs after a spec change that still show the previous status
     isvc_failure: str = "Container failed with: exit code 1"  # why the revision fails when it never gets Ready
     isvc_observed_offset: int = 0  # observedGeneration minus generation: KServe copies a child's counter (kserve/kserve#6081)
-    granted: Optional[set[tuple[str, str, str]]] = None  # RBAC (group, resource, verb); None: everything
+    granted: set[tuple[str, str, str]] | None = None  # RBAC (group, resource, verb); None: everything
     user: str = "system:serviceaccount:team-a:default-editor"  # who the 403s name
     crds: frozenset[str] = frozenset({TFJOB_CRD, TRAINJOB_CRD, *KSERVE_CRDS})  # <plural>.<group> of the custom resources installed
     runtimes: frozenset[str] = frozenset({"bakeoff-tensorflow"})  # the ClusterTrainingRuntimes installed
-    namespaces: Optional[set[str]] = None  # the namespaces that exist; None: every one
+    namespaces: set[str] | None = None  # the namespaces that exist; None: every one
 
     def __post_init__(self) -> None:
         self.validator = jsonschema.Draft7Validator(tfjob_schema())
@@ -479,20 +480,20 @@ class FakeKubernetes:
         self.timelines: dict[str, _Timeline] = {}  # by the job's uid
         self.calls: list[Call] = []
         self.deleted: list[str] = []
-        self.propagations: list[Optional[str]] = []  # each TFJob deletion's propagationPolicy
+        self.propagations: list[str | None] = []  # each TFJob deletion's propagationPolicy
         self.collected: list[str] = []  # TFJobs the garbage collector deleted
         self.violations: list[str] = []
         self.log_reads: list[LogRead] = []
         self.on_state: dict[int, Callable[[], None]] = {}  # run once when a job first reports that state
         self.failures: list[_Failure] = []
         self.kserve: dict[tuple[str, str, str], _Served] = {}  # (plural, namespace, name) → KServe object
-        self.isvc_reports: list[tuple[int, Optional[int], bool]] = []  # each InferenceService GET: generation, observed, Ready
+        self.isvc_reports: list[tuple[int, int | None, bool]] = []  # each InferenceService GET: generation, observed, Ready
         self._version = 0
         self._lock = threading.RLock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def __enter__(self) -> "FakeKubernetes":
+    def __enter__(self) -> FakeKubernetes:
         # A short poll: shutdown() waits for the serving loop to look up.
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
         return self
@@ -525,25 +526,25 @@ class FakeKubernetes:
             self.pods.pop(name, None)
             self._collect_garbage()
 
-    def fail(self, verb: str, resource: str, times: int = 1, answer: Union[int, str] = 500) -> None:
+    def fail(self, verb: str, resource: str, times: int = 1, answer: int | str = 500) -> None:
         """The next ``times`` matching requests get ``answer`` (a status, or "drop") instead of being served."""
         self.failures.append(_Failure(verb, resource, times, answer))
 
     def job_uid(self, name: str) -> str:
         return self.jobs[name]["metadata"]["uid"]
 
-    def kserve_object(self, plural: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
+    def kserve_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
         """The stored InferenceService or ServingRuntime (without the controller's status), or None."""
         served = self.kserve.get((plural, namespace or self.namespace, name))
         return copy.deepcopy(served.body) if served else None
 
-    def add_kserve(self, body: dict, namespace: Optional[str] = None) -> dict:
+    def add_kserve(self, body: dict, namespace: str | None = None) -> dict:
         """A KServe object that was there before the test (e.g. applied from manifests/kserve)."""
         plural = next(p for p, (_, kind) in KSERVE_KINDS.items() if kind == body["kind"])
         with self._lock:
             return self._kserve_store(plural, namespace or self.namespace, copy.deepcopy(body))
 
-    def effective_container(self, name: str, namespace: Optional[str] = None) -> dict:
+    def effective_container(self, name: str, namespace: str | None = None) -> dict:
         """The predictor's container: its runtime's kserve-container merged with the model's fields (see
         ``merge_runtime_container``) and ``{{.Name}}`` filled in (ReplacePlaceholders,
         pkg/controller/v1beta1/inferenceservice/utils/utils.go: the container's JSON as a Go template over the
@@ -564,7 +565,7 @@ class FakeKubernetes:
         self.kserve[(plural, namespace, body["metadata"]["name"])] = _Served(body)
         return body
 
-    def _runtime_problem(self, namespace: str, model: dict) -> Optional[tuple[str, str]]:
+    def _runtime_problem(self, namespace: str, model: dict) -> tuple[str, str] | None:
         """(reason, message) when the named runtime cannot serve the model; only namespaced runtimes are modelled."""
         name = model.get("runtime")
         if name is None:
@@ -584,7 +585,7 @@ class FakeKubernetes:
             return "NoSupportingRuntime", f"Specified runtime {name} does not support specified framework/version"
         return None
 
-    def isvc_status(self, served: _Served, namespace: str) -> Optional[dict]:
+    def isvc_status(self, served: _Served, namespace: str) -> dict | None:
         """The status the InferenceService controller reports at this GET (see the module docstring)."""
         body = served.body
         name, generation = body["metadata"]["name"], body["metadata"]["generation"]
@@ -624,7 +625,7 @@ class FakeKubernetes:
             status["url"] = served.reported["url"]  # the route keeps its address while a new revision comes up
         return status
 
-    def _kserve_get(self, plural: str, namespace: str, name: str) -> Optional[dict]:
+    def _kserve_get(self, plural: str, namespace: str, name: str) -> dict | None:
         served = self.kserve.get((plural, namespace, name))
         if served is None:
             return None
@@ -697,7 +698,7 @@ class FakeKubernetes:
             return trainjob_errors(body)
         return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in self.validator.iter_errors(body)] + metadata_errors(body.get("metadata") or {})
 
-    def _trainer_webhook(self, body: dict) -> Optional[str]:
+    def _trainer_webhook(self, body: dict) -> str | None:
         """Why Trainer's TrainJob webhook denies ``body``: its runtime does not exist (only ClusterTrainingRuntimes are modelled)."""
         ref = body["spec"]["runtimeRef"]
         if ref.get("kind", "ClusterTrainingRuntime") == "ClusterTrainingRuntime" and ref["name"] in self.runtimes:
@@ -730,7 +731,7 @@ class FakeKubernetes:
             for index, kind in enumerate(types)
         ]
 
-    def _read_job(self, name: str) -> Optional[dict]:
+    def _read_job(self, name: str) -> dict | None:
         """Reports the job's next state; a job lingering in foreground deletion disappears after ``linger`` reads."""
         if name not in self.jobs:
             return None
@@ -753,7 +754,7 @@ class FakeKubernetes:
         body = self.jobs.pop(name)
         self.timelines.pop(body["metadata"]["uid"], None)
 
-    def _delete_job(self, name: str, propagation: Optional[str]) -> dict:
+    def _delete_job(self, name: str, propagation: str | None) -> dict:
         body = self.jobs[name]
         self.deleted.append(name)
         self.propagations.append(propagation)
@@ -795,7 +796,7 @@ class FakeKubernetes:
         return [(name, index, self._timeline(name)) for name, body in self.jobs.items() if self._timeline(name).linger is None
                 for index in range(self._workers_of(body))]
 
-    def _worker(self, pod_name: str) -> Optional[tuple[str, int, _Timeline]]:
+    def _worker(self, pod_name: str) -> tuple[str, int, _Timeline] | None:
         """(job, index, timeline) of the worker pod named ``pod_name`` if it exists now."""
         return next((worker for worker in self._live_workers() if self._pod_name_of(worker[0], self.jobs[worker[0]], worker[1]) == pod_name), None)
 
@@ -962,7 +963,7 @@ class FakeKubernetes:
                 fake._collect_garbage()
                 self._send(200, patched)
 
-            def _delete_job(self, call: Call, body: Optional[dict], query: dict) -> None:
+            def _delete_job(self, call: Call, body: dict | None, query: dict) -> None:
                 if not fake._holds(call):
                     return self._not_found(f"{call.resource}.{call.group}", call.name)
                 self._send(200, fake._delete_job(call.name, (body or {}).get("propagationPolicy")))
@@ -986,7 +987,7 @@ class FakeKubernetes:
                     return self._not_found("pods", call.name)
                 self._send(200, fake._worker_pod(*worker))
 
-            def _delete_pods(self, call: Call, body: Optional[dict], query: dict) -> None:
+            def _delete_pods(self, call: Call, body: dict | None, query: dict) -> None:
                 if call.name not in fake.pods:
                     return self._not_found("pods", call.name)
                 pod = fake.pods[call.name]

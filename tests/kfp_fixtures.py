@@ -1,8 +1,8 @@
 """Fixtures of the tests that run cluster commands against the fake KFP API: a clean environment and the fake itself."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -9,10 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from components.errors import BakeoffError
 from components.backends import cluster_spec
-from components.backends.cluster_spec import (COMPLETION_INDEX_ENV, JOB_INDEX_ENV, JOBSET_ENV, NODES_ENV, REPLICATED_JOB_ENV,
-                                              TF_CONFIG, ensure_tf_config, from_jobset)
+from components.backends.cluster_spec import (
+    COMPLETION_INDEX_ENV,
+    JOB_INDEX_ENV,
+    JOBSET_ENV,
+    NODES_ENV,
+    REPLICATED_JOB_ENV,
+    TF_CONFIG,
+    ensure_tf_config,
+    from_jobset,
+)
+from components.errors import BakeoffError
 
 pytestmark = pytest.mark.unit
 

@@ -12,8 +12,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import yaml
@@ -24,8 +24,8 @@ from pipelines.cli.main import main
 from pipelines.kfp_client.parameters import parse_params, pipeline_parameters
 from pipelines.kfp_client.triggers import validate_cron
 from tests.conftest import free_port
-from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
 from tests.fake_kfp_api import SPEC_PATH, FakeKfpApi
+from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.unit
 
@@ -465,7 +465,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))

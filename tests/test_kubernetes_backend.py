@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kubeflow.training import TrainingClient
@@ -56,7 +57,7 @@ def in_step_pod(fake: FakeKubernetes, monkeypatch: pytest.MonkeyPatch, service_a
     return fake.add_pod(STEP_POD, service_account)
 
 
-def run(fake: FakeKubernetes, job, make: Callable[..., Any] = backend, **options) -> tuple[list[str], Optional[BakeoffError]]:
+def run(fake: FakeKubernetes, job, make: Callable[..., Any] = backend, **options) -> tuple[list[str], BakeoffError | None]:
     """Runs ``job`` with the backend ``make(fake, lines, **options)`` builds: its lines, and its error if it failed."""
     lines: list[str] = []
     try:
@@ -252,7 +253,7 @@ def test_an_api_that_keeps_failing_is_its_own_error_not_a_failed_tfjob() -> None
 
 
 def check_adoption(fake: FakeKubernetes, monkeypatch: pytest.MonkeyPatch, earlier: dict,
-                   execute: Callable[[], tuple[list[str], Optional[BakeoffError]]]) -> list[str]:
+                   execute: Callable[[], tuple[list[str], BakeoffError | None]]) -> list[str]:
     """``earlier``, an unfinished job of another attempt of the run, is adopted by ``execute()``: this step's pod joins
     its owners, so it outlives the earlier attempt's pod and goes with this one's. Returns the backend's lines."""
     name, kind = earlier["metadata"]["name"], earlier["kind"]

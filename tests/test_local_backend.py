@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from components import progress
-from components.errors import BakeoffError
 from components.backends.local import LocalBackend, thread_cap
-from components.training.tfjob import build_tfjob
+from components.errors import BakeoffError
 from components.spec import from_dict
+from components.training.tfjob import build_tfjob
 from tests.conftest import still_running
 
 pytestmark = pytest.mark.unit

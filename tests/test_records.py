@@ -6,8 +6,16 @@ import json
 import pytest
 
 from components.storage import records
-from components.storage.records import (Candidate, Manifest, RecordError, RungRecord, Score, SelectionRecord, Summary,
-                                        WorkerMetrics)
+from components.storage.records import (
+    Candidate,
+    Manifest,
+    RecordError,
+    RungRecord,
+    Score,
+    SelectionRecord,
+    Summary,
+    WorkerMetrics,
+)
 from tests.samples import RECORDS as SAMPLES
 
 pytestmark = pytest.mark.unit

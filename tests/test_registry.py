@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from components.storage import registry
 from components.errors import BakeoffError
-from components.storage import FolderStore, S3Store, Store
+from components.storage import FolderStore, S3Store, Store, registry
 from tests.samples import manifest
 
 pytestmark = pytest.mark.unit

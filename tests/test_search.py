@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from components.defaults import CONFIG as DEFAULT_CONFIG
-from components.errors import BakeoffError
 from components.defaults import JOB_START_SECONDS
+from components.errors import BakeoffError
 from components.search.budget import epoch_seconds, estimate, fit
 from components.search.halving import Halving, schedule, survivors
 from components.spec import load_config, load_variants

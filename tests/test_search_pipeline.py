@@ -145,8 +145,7 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
     assert [(s.variant, s.score(metric)) for s in record.stopped] == [(name, value[name]) for name in order[2:]]
     assert record.stopped[0].reason.startswith(f"{metric} {value[order[2]]:.4f} placed 3 of 4 after epoch 2")
     # A live display shows the stopped as stopped (the kept were left paused by their jobs).
-    assert {name: event["state"] for name, event in progress.read_events(tmp_path / "progress").items()} == {
-        name: "stopped" for name in order[2:]}
+    assert {name: event["state"] for name, event in progress.read_events(tmp_path / "progress").items()} == dict.fromkeys(order[2:], "stopped")
     # The stopped never resume: their backups go; the kept keep theirs for the next rung.
     for name in scores:
         assert bool(store.list(f"runs/run1/{name}/backup")) == (name in order[:2]), name

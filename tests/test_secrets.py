@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
@@ -18,8 +18,8 @@ from components.storage.records import Summary
 from pipelines.cli.main import main
 from pipelines.kfp_client import endpoint
 from tests import conftest
-from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
 from tests.fake_kfp_api import FakeKfpApi
+from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.unit
 

@@ -20,8 +20,16 @@ from components.selection.ranking import METRICS, direction, rank
 from components.selection.settings import SelectionSettings
 from components.selection.winner import select_winner
 from components.storage import open_store, registry, runs
-from components.storage.records import (Candidate, Champion, DatasetInfo, Manifest, Score, SelectionBasis, SelectionRecord,
-                                        Summary)
+from components.storage.records import (
+    Candidate,
+    Champion,
+    DatasetInfo,
+    Manifest,
+    Score,
+    SelectionBasis,
+    SelectionRecord,
+    Summary,
+)
 from tests import samples
 
 pytestmark = pytest.mark.unit

@@ -12,8 +12,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -73,7 +73,7 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         self.process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
-    def wait_ready(self, timeout: float = 180) -> "Server":
+    def wait_ready(self, timeout: float = 180) -> Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

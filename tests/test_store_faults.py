@@ -4,8 +4,8 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Optional
 
 import pytest
 
@@ -75,7 +75,7 @@ def in_thread(work: Callable[[], object]) -> tuple[threading.Thread, dict]:
     def run() -> None:
         try:
             outcome["value"] = work()
-        except BaseException as error:  # noqa: BLE001 - handed to the test
+        except BaseException as error:
             outcome["error"] = error
 
     thread = threading.Thread(target=run, daemon=True)
@@ -166,7 +166,7 @@ class FaultyProxy:
         self.listener = socket.create_server(("127.0.0.1", free_port()))
         self.endpoint = "127.0.0.1:%d" % self.listener.getsockname()[1]
         self.lock = threading.Lock()
-        self.fault: Optional[str] = None
+        self.fault: str | None = None
         self.cut_after = 0
         self.faults = 0
         threading.Thread(target=self._accept, daemon=True).start()
@@ -181,7 +181,7 @@ class FaultyProxy:
             threading.Thread(target=self._pump, args=(client, upstream, client, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, client, False), daemon=True).start()
 
-    def _strike(self, data: bytes, request: bool) -> tuple[bytes, Optional[str]]:
+    def _strike(self, data: bytes, request: bool) -> tuple[bytes, str | None]:
         """What of ``data`` passes, and the fault to strike now, if any."""
         with self.lock:
             fault = self.fault
@@ -190,7 +190,7 @@ class FaultyProxy:
                     self.cut_after -= len(data)
                     return data, None
                 data = data[:self.cut_after]
-            elif not (request and fault == "503" or not request and fault in ("drop-response", "stall-response")):
+            elif not ((request and fault == "503") or (not request and fault in ("drop-response", "stall-response"))):
                 return data, None
             self.fault, self.faults = None, self.faults + 1
         return (data if fault == "cut-request" else b""), fault

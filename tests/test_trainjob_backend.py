@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import pytest
 from kubernetes.client import ApiClient, Configuration
@@ -15,8 +15,16 @@ from components.backends.trainjob import RUNTIME, TrainJobBackend, trainjob_for,
 from components.errors import BakeoffError
 from tests import test_kubernetes_backend as kubernetes_tests
 from tests.fake_kubernetes import FakeKubernetes, trainjob_errors, trainjob_pod_name, trainjob_schema
-from tests.test_kubernetes_backend import (LOG, OVERLAYS, STEP_POD, body, check_adoption, in_step_pod, outside_a_pod,  # noqa: F401 (a fixture)
-                                          tfjob)
+from tests.test_kubernetes_backend import (  # noqa: F401 (a fixture)
+    LOG,
+    OVERLAYS,
+    STEP_POD,
+    body,
+    check_adoption,
+    in_step_pod,
+    outside_a_pod,
+    tfjob,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +38,7 @@ def backend(fake: FakeKubernetes, lines: list[str], **options) -> TrainJobBacken
                            sink=lines.append, retry_delay=0.001, **options)
 
 
-def run(fake: FakeKubernetes, job, **options) -> tuple[list[str], Optional[BakeoffError]]:
+def run(fake: FakeKubernetes, job, **options) -> tuple[list[str], BakeoffError | None]:
     return kubernetes_tests.run(fake, job, make=backend, **options)
 
 
@@ -44,7 +52,7 @@ def submitted(job) -> dict:
 
 @pytest.mark.parametrize("variant", [None, {"name": "gpu", "model": {"type": "mlp"}, "workers": 64,
                                             "resources": {"cpu": "4", "memory": "8Gi", "gpu": 1}}])
-def test_the_trainjob_is_the_tfjobs_worker_on_bakeoffs_runtime(variant: Optional[dict]) -> None:
+def test_the_trainjob_is_the_tfjobs_worker_on_bakeoffs_runtime(variant: dict | None) -> None:
     job = tfjob(variant)
     (container,) = body(job)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     derived = submitted(job)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from components.errors import BakeoffError
 from components.defaults import CONFIG as DEFAULT_CONFIG
+from components.errors import BakeoffError
 from components.spec import from_dict, load_variants
 
 pytestmark = pytest.mark.unit

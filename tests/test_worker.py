@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from components import tfenv
+from components.backends.local import LocalBackend
 from components.data import artifact as dataset
 from components.data import fashion_mnist
 from components.modeling import evaluation, savedmodel
-from components.backends.local import LocalBackend
+from components.spec import from_dict
 from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
 from components.storage.records import WorkerMetrics
 from components.training.tfjob import build_tfjob, worker_args
-from components.spec import from_dict
 
 SMALL_CNN = {"name": "small", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
              "training": {"epochs": 2, "batch_size": 32, "random_flip": True}, "workers": 2}

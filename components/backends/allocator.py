@@ -9,18 +9,18 @@ on any architecture (Debian's ``libtcmalloc-minimal4``; the image has it too).
 from __future__ import annotations
 
 import ctypes.util
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 TCMALLOC = "tcmalloc_minimal"
 INSTALL_HINT = "apt-get install libtcmalloc-minimal4"
 
 
-def tcmalloc() -> Optional[str]:
+def tcmalloc() -> str | None:
     """The loader name of tcmalloc on this machine, or None."""
     return ctypes.util.find_library(TCMALLOC)
 
 
-def with_tcmalloc(env: Mapping[str, str], library: Optional[str]) -> dict[str, str]:
+def with_tcmalloc(env: Mapping[str, str], library: str | None) -> dict[str, str]:
     """``env`` with ``library`` preloaded in front of what LD_PRELOAD already holds."""
     preload = env.get("LD_PRELOAD", "")
     if not library or library in preload.split():

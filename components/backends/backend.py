@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from kubeflow.training import KubeflowOrgV1TFJob
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Mapping, MutableMapping, Optional
+from collections.abc import Mapping, MutableMapping
 
 from components.backends.backend import PORT
 from components.errors import BakeoffError
@@ -54,7 +54,7 @@ def _number(env: Mapping[str, str], key: str) -> int:
     return int(value)
 
 
-def from_jobset(env: Mapping[str, str]) -> Optional[dict]:
+def from_jobset(env: Mapping[str, str]) -> dict | None:
     """The TF_CONFIG of the pod whose environment is ``env``, or None when it does not run under bakeoff's runtime."""
     if not env.get(JOBSET_ENV):
         return None

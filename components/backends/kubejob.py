@@ -11,9 +11,10 @@ import multiprocessing
 import os
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
+from typing import Any, Generic, TypeVar
 
 import urllib3
 from kubernetes.client import ApiClient, V1DeleteOptions, V1OwnerReference
@@ -51,18 +52,18 @@ class _PastDeadline(Exception):
 def _chain(error: BaseException) -> Iterator[BaseException]:
     """``error`` and what caused it: TrainingClient wraps the API's exceptions in RuntimeError."""
     seen: set[int] = set()
-    current: Optional[BaseException] = error
+    current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
 
 
-def _api_exception(error: BaseException) -> Optional[ApiException]:
+def _api_exception(error: BaseException) -> ApiException | None:
     return next((cause for cause in _chain(error) if isinstance(cause, ApiException)), None)
 
 
-def api_status(error: BaseException) -> Optional[int]:
+def api_status(error: BaseException) -> int | None:
     api = _api_exception(error)
     return api.status if api is not None else None
 
@@ -107,7 +108,7 @@ def _restart_count(pod: Any, container: str) -> int:
     return next((s.restart_count or 0 for s in statuses if s.name == container), 0)
 
 
-def _log_time(stamp: str) -> Optional[tuple[datetime, int]]:
+def _log_time(stamp: str) -> tuple[datetime, int] | None:
     match = _STAMP.fullmatch(stamp)
     if not match:
         return None
@@ -123,7 +124,7 @@ class _LogCursor:
     """
 
     def __init__(self) -> None:
-        self.last: Optional[tuple[datetime, int]] = None
+        self.last: tuple[datetime, int] | None = None
         self.at_last = 0  # lines shown that carry exactly ``last``
         self.skip = 0
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
@@ -132,7 +133,7 @@ class _LogCursor:
         """A new stream starts: the lines stamped ``last`` come again, and were shown already."""
         self.skip = self.at_last
 
-    def admit(self, line: str) -> Optional[str]:
+    def admit(self, line: str) -> str | None:
         """The line's text if it is new, else None."""
         stamp, _, text = line.partition(" ")
         key = _log_time(stamp)
@@ -159,11 +160,11 @@ class JobState:
     owners: list[dict]  # metadata.ownerReferences as the API serialises them
     resource_version: str
     deleting: bool
-    outcome: Optional[str]  # the kind's word for how it ended ("succeeded", "completed", "failed"), None while it runs
+    outcome: str | None  # the kind's word for how it ended ("succeeded", "completed", "failed"), None while it runs
     conditions: str  # its conditions in one line, for messages
 
     @classmethod
-    def of(cls, job: Any, outcomes: dict[str, str]) -> "JobState":
+    def of(cls, job: Any, outcomes: dict[str, str]) -> JobState:
         """The state of ``job`` (a client model or a dict); ``outcomes`` maps the condition types that end it to words."""
         body = ApiClient().sanitize_for_serialization(job)
         metadata, conditions = body.get("metadata") or {}, (body.get("status") or {}).get("conditions") or []
@@ -203,7 +204,7 @@ class KubeJobRunner(Generic[J]):
         self.sink = sink
         self.retry_delay = retry_delay
         self.api_attempts = api_attempts
-        self._log_trouble: set[Optional[int]] = set()
+        self._log_trouble: set[int | None] = set()
 
     # ------------------------------------------------------------ what each kind says
 
@@ -239,7 +240,7 @@ class KubeJobRunner(Generic[J]):
         """The message for a cluster that does not serve the kind at all: what to install, what else to choose."""
         raise NotImplementedError
 
-    def _worker_pod(self, name: str, namespace: str, index: int) -> Optional[Any]:
+    def _worker_pod(self, name: str, namespace: str, index: int) -> Any | None:
         """Worker ``index``'s current pod, or None when there is none (yet); raises ApiException when it cannot be read."""
         raise NotImplementedError
 
@@ -292,7 +293,7 @@ class KubeJobRunner(Generic[J]):
                 delay = min(delay * 2, RETRY_DELAY_MAX)
         raise AssertionError("unreachable")
 
-    def _read_job(self, name: str, namespace: str) -> Optional[JobState]:
+    def _read_job(self, name: str, namespace: str) -> JobState | None:
         """The job's state, or None when there is none by that name."""
         try:
             return self._retrying(f"read {self.KIND} {namespace}/{name}", lambda: self._get(name, namespace))
@@ -303,7 +304,7 @@ class KubeJobRunner(Generic[J]):
                 f"could not read {self.KIND} {namespace}/{name} ({api_reason(error)}): check that this service account may get {self.PLURAL} (manifests/)"
             ) from None
 
-    def _read_pod(self, name: str, namespace: str) -> Optional[Any]:
+    def _read_pod(self, name: str, namespace: str) -> Any | None:
         """The pod, or None when there is none by that name."""
         try:
             return self._retrying(f"read pod {namespace}/{name}", lambda: self.core_api.read_namespaced_pod(name=name, namespace=namespace))
@@ -336,7 +337,7 @@ class KubeJobRunner(Generic[J]):
         if account:
             self._lend_account(job, account)
 
-    def _own_pod(self, namespace: str) -> Optional[Any]:
+    def _own_pod(self, namespace: str) -> Any | None:
         """This step's pod, read from the API; None outside a pod."""
         name = next((os.environ[key] for key in POD_NAME_ENVS if os.environ.get(key)), None)
         if not name:
@@ -383,7 +384,7 @@ class KubeJobRunner(Generic[J]):
             f"{self.KIND} {namespace}/{name} kept changing while this step tried to create it: check who else writes it, then retry the run"
         )
 
-    def _not_adoptable(self, existing: JobState, job: J) -> Optional[str]:
+    def _not_adoptable(self, existing: JobState, job: J) -> str | None:
         """Why the job found under our name is not ours to carry on with, or None when it is."""
         if existing.deleting:
             return "it is being deleted"
@@ -428,7 +429,7 @@ class KubeJobRunner(Generic[J]):
     def _watch(self, job: J, namespace: str, cursor: _LogCursor, deadline: float) -> JobState:
         """Polls the job to its end, following the chief's log whenever its container has started."""
         name = self._metadata(job).name
-        seen: Optional[tuple[str, int]] = None  # the chief's pod and its restarts when last followed
+        seen: tuple[str, int] | None = None  # the chief's pod and its restarts when last followed
         while True:
             current = self._read_job(name, namespace)
             if current is None:
@@ -448,14 +449,14 @@ class KubeJobRunner(Generic[J]):
                 self._follow(chief.metadata.name, namespace, cursor, deadline)
             time.sleep(max(0.0, min(self.polling_interval, deadline - time.monotonic())))
 
-    def _chief_pod(self, name: str, namespace: str) -> Optional[Any]:
+    def _chief_pod(self, name: str, namespace: str) -> Any | None:
         try:
             return self._worker_pod(name, namespace, 0)
         except ApiException as error:
             self._note_log_trouble(f"{name}'s chief", error)
             return None
 
-    def _note_restart(self, pod: Any, before: Optional[tuple[str, int]]) -> tuple[str, int]:
+    def _note_restart(self, pod: Any, before: tuple[str, int] | None) -> tuple[str, int]:
         now = (pod.metadata.name, _restart_count(pod, self.CONTAINER))
         if before is not None and now[0] != before[0]:
             self.sink(f"{now[0]}: the chief's new pod (its job was started again); following it")

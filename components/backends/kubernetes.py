@@ -1,7 +1,7 @@
 """The Kubernetes TFJob backend: the same TFJob object, submitted to the Training Operator."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from kubeflow.training import KubeflowOrgV1TFJob
 from kubernetes.client import V1DeleteOptions
@@ -26,7 +26,7 @@ class KubernetesBackend(KubeJobRunner[KubeflowOrgV1TFJob]):
     INSTALLED = "the Training Operator is installed"
     UNOWNED = "only its ttlSecondsAfterFinished removes it"
 
-    def __init__(self, client: Optional[Any] = None, namespace: Optional[str] = None, **options: Any) -> None:
+    def __init__(self, client: Any | None = None, namespace: str | None = None, **options: Any) -> None:
         """``client``: a TrainingClient (default: from the pod's service account, else kube-config); ``options``: KubeJobRunner's."""
         super().__init__(**options)
         self._client = client
@@ -83,7 +83,7 @@ class KubernetesBackend(KubeJobRunner[KubeflowOrgV1TFJob]):
             " `kubectl apply --server-side -k manifests/training-operator`, then retry the run"
         )
 
-    def _worker_pod(self, name: str, namespace: str, index: int) -> Optional[Any]:
+    def _worker_pod(self, name: str, namespace: str, index: int) -> Any | None:
         return self._read_pod(_pod_name(name, index), namespace)
 
     def _worker_pod_names(self, name: str, namespace: str, count: int) -> list[str]:

@@ -13,8 +13,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional, TextIO
+from typing import TextIO
 
 from kubeflow.training import KubeflowOrgV1TFJob
 
@@ -117,7 +118,7 @@ def exit_text(code: int) -> str:
     return f"exited with code {code}"
 
 
-def thread_cap(replicas: int, concurrent_jobs: int, cores: Optional[int] = None) -> int:
+def thread_cap(replicas: int, concurrent_jobs: int, cores: int | None = None) -> int:
     """Threads per replica so that all concurrently running replicas share the cores."""
     cores = cores or os.cpu_count() or 1
     return max(1, cores // max(1, replicas * concurrent_jobs))
@@ -268,7 +269,7 @@ class LocalBackend:
             restarts += 1
             sink(f"[{name}] replica {failed.label} {what}; restarting the job ({restarts}/{backoff_limit})")
 
-    def _attempt(self, job: KubeflowOrgV1TFJob, deadline: Optional[float], sink: Sink) -> tuple[Optional[_Replica], str, float]:
+    def _attempt(self, job: KubeflowOrgV1TFJob, deadline: float | None, sink: Sink) -> tuple[_Replica | None, str, float]:
         """Starts every replica once; returns (None, "", 0) on success, else the replica to blame,
         "failed", "stalled" or "deadline", and how long it has been quiet."""
         configs = tf_configs(job)

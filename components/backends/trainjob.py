@@ -16,7 +16,7 @@ brings log following, retries, adopt-or-replace, the owner reference and the ser
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from kubeflow.training import KubeflowOrgV1TFJob
 from kubeflow_trainer_api.models import (
@@ -30,8 +30,8 @@ from kubeflow_trainer_api.models import (
 from kubernetes.client import ApiClient, V1DeleteOptions, V1ObjectMeta
 
 from components.backends.backend import WORKER
-from components.backends.kubejob import JobState, KubeJobRunner, api_reason
 from components.backends.cluster_spec import NODES_ENV
+from components.backends.kubejob import JobState, KubeJobRunner, api_reason
 
 GROUP, VERSION, PLURAL, KIND = "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
 RUNTIME = "bakeoff-tensorflow"  # manifests/trainer-v2/'s ClusterTrainingRuntime
@@ -108,7 +108,7 @@ class TrainJobBackend(KubeJobRunner[TrainJobRequest]):
     INSTALLED = "Kubeflow Trainer and bakeoff's runtime (`kubectl apply -k manifests/trainer-v2`) are installed"
     UNOWNED = "nothing removes it (a TrainJob has no ttlSecondsAfterFinished at Trainer v2.1)"
 
-    def __init__(self, client: Optional[ApiClient] = None, namespace: Optional[str] = None, **options: Any) -> None:
+    def __init__(self, client: ApiClient | None = None, namespace: str | None = None, **options: Any) -> None:
         """``client``: the API client (default: the pod's service account, else kube-config); ``options``: KubeJobRunner's."""
         super().__init__(**options)
         self._api = client
@@ -192,7 +192,7 @@ class TrainJobBackend(KubeJobRunner[TrainJobRequest]):
                 current[int(index)] = pod  # the last in this order wins
         return current
 
-    def _worker_pod(self, name: str, namespace: str, index: int) -> Optional[Any]:
+    def _worker_pod(self, name: str, namespace: str, index: int) -> Any | None:
         return self._pods(name, namespace).get(index)
 
     def _worker_pod_names(self, name: str, namespace: str, count: int) -> list[str]:

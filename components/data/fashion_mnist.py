@@ -6,7 +6,6 @@ import gzip
 import hashlib
 import struct
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -78,7 +77,7 @@ def read_idx_dir(source: Path) -> dict[str, Split]:
     return splits
 
 
-def read_tfds(data_dir: Optional[str] = None) -> dict[str, Split]:
+def read_tfds(data_dir: str | None = None) -> dict[str, Split]:
     """The original splits through TFDS's own download and preparation."""
     import tensorflow_datasets as tfds
 

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import tf_keras as keras
@@ -27,7 +28,7 @@ class MlpConfig:
     dropout: float = 0.0
 
 
-def build_cnn(input_shape: tuple[int, int], num_classes: int, config: CnnConfig) -> "keras.Model":
+def build_cnn(input_shape: tuple[int, int], num_classes: int, config: CnnConfig) -> keras.Model:
     from tf_keras import layers
 
     stack: list = [layers.Input(shape=input_shape), layers.Rescaling(1 / 255), layers.Reshape((*input_shape, 1))]
@@ -44,7 +45,7 @@ def build_cnn(input_shape: tuple[int, int], num_classes: int, config: CnnConfig)
     return _sequential(stack, "cnn")
 
 
-def build_mlp(input_shape: tuple[int, int], num_classes: int, config: MlpConfig) -> "keras.Model":
+def build_mlp(input_shape: tuple[int, int], num_classes: int, config: MlpConfig) -> keras.Model:
     from tf_keras import layers
 
     stack: list = [layers.Input(shape=input_shape), layers.Rescaling(1 / 255), layers.Flatten()]
@@ -56,7 +57,7 @@ def build_mlp(input_shape: tuple[int, int], num_classes: int, config: MlpConfig)
     return _sequential(stack, "mlp")
 
 
-def _sequential(stack: list, name: str) -> "keras.Model":
+def _sequential(stack: list, name: str) -> keras.Model:
     import tf_keras as keras
 
     return keras.Sequential(stack, name=name)
@@ -65,7 +66,7 @@ def _sequential(stack: list, name: str) -> "keras.Model":
 @dataclasses.dataclass(frozen=True)
 class Architecture:
     config: type
-    build: Callable[..., "keras.Model"]
+    build: Callable[..., keras.Model]
 
 
 ARCHITECTURES: dict[str, Architecture] = {

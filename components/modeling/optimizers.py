@@ -1,7 +1,8 @@
 """The registries of optimizers and learning-rate schedules a variant's ``training`` section can name."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _constant(rate: float, total_steps: int, epochs: int) -> Any:

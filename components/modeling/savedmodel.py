@@ -11,7 +11,7 @@ ARRAYS_SIGNATURE = "serving_default"  # images: float32 [n, 28, 28], raw 0..255 
 BYTES_SIGNATURE = "serving_bytes"  # image_bytes: PNG/JPEG strings (KServe's {"b64": ...})
 
 
-def export(model: "keras.Model", path: Path, class_names: list[str], mirror_average: bool = False) -> None:
+def export(model: keras.Model, path: Path, class_names: list[str], mirror_average: bool = False) -> None:
     """Saves ``model`` with both serving signatures; TF Serving and KServe load it as is.
 
     With ``mirror_average`` the signatures average the model's predictions for

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
 
 from components import defaults
 from components.data.fashion_mnist import CLASSES, IMAGE_SHAPE, TRAIN_IMAGES
@@ -44,12 +43,12 @@ class Plan:
     """What a search will train: the config as shrunk, its rungs (None: every variant trains its epochs once), the estimate."""
 
     config: Config
-    rungs: Optional[list[Rung]]
+    rungs: list[Rung] | None
     seconds: float
     shrunk: list[str]
 
 
-def estimate(config: Config, train_examples: int) -> tuple[Optional[list[Rung]], float]:
+def estimate(config: Config, train_examples: int) -> tuple[list[Rung] | None, float]:
     """The rungs and the estimated seconds of training, one job at a time.
 
     With halving, which variants survive is not known in advance, so each rung is costed as if the costliest

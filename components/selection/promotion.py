@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 from components.errors import BakeoffError
 from components.selection.ranking import direction
@@ -25,7 +24,7 @@ def gain(metric: str, challenger: float, champion: float) -> float:
     return challenger - champion if direction(metric) == "max" else champion - challenger
 
 
-def promote(gate: Gate, metric: str, challenger: float, champion: Optional[float]) -> bool:
+def promote(gate: Gate, metric: str, challenger: float, champion: float | None) -> bool:
     """Whether the challenger is published: no champion yet, forced, or better by at least the margin (a tie keeps the champion)."""
     if champion is None or gate.force:
         return True

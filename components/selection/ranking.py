@@ -1,7 +1,8 @@
 """Selection metrics, each with the direction that is better, and the ranking they give."""
 from __future__ import annotations
 
-from typing import Iterable, Protocol, TypeVar
+from collections.abc import Iterable
+from typing import Protocol, TypeVar
 
 from components.errors import BakeoffError
 

@@ -2,8 +2,8 @@
 import base64
 import datetime
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -16,8 +16,23 @@ from components.selection.promotion import promote
 from components.selection.ranking import direction, rank
 from components.selection.settings import SelectionSettings
 from components.storage import Store, open_store, registry, runs
-from components.storage.records import (Candidate, Champion, DatasetInfo, Decision, Manifest, Mistake, Promotion, PublishedMetrics,
-                                        Score, ScoredCandidate, SelectionBasis, SelectionRecord, Stopped, Summary, Winner)
+from components.storage.records import (
+    Candidate,
+    Champion,
+    DatasetInfo,
+    Decision,
+    Manifest,
+    Mistake,
+    Promotion,
+    PublishedMetrics,
+    Score,
+    ScoredCandidate,
+    SelectionBasis,
+    SelectionRecord,
+    Stopped,
+    Summary,
+    Winner,
+)
 
 
 def select_winner(
@@ -116,7 +131,7 @@ def select_winner(
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def _misclassified(test: Split, probabilities: np.ndarray) -> list[Mistake]:
@@ -137,7 +152,7 @@ def _misclassified(test: Split, probabilities: np.ndarray) -> list[Mistake]:
     return mistakes
 
 
-def _champion(store: Store, model_name: str, validation: Split, scratch: Path) -> Optional[Champion]:
+def _champion(store: Store, model_name: str, validation: Split, scratch: Path) -> Champion | None:
     """The latest published version scored now, on this run's validation split with the candidates' code.
 
     Never the numbers in its manifest: they may come from another dataset (its
@@ -152,7 +167,7 @@ def _champion(store: Store, model_name: str, validation: Split, scratch: Path) -
     return Champion(latest.version, latest.variant, result["accuracy"], result["loss"], latest.dataset.fingerprint)
 
 
-def _decision(metric: str, best: ScoredCandidate, champion: Optional[Champion], version: Optional[int]) -> str:
+def _decision(metric: str, best: ScoredCandidate, champion: Champion | None, version: int | None) -> str:
     """One line for people: what was published, or which version was kept over what."""
     if version is None:
         assert champion is not None  # only a champion keeps its place

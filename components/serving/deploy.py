@@ -6,9 +6,10 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 from urllib.parse import urlparse
 
 import urllib3
@@ -81,11 +82,11 @@ class Deployed:
     name: str
     namespace: str
     version: int
-    previous: Optional[int]  # the version the service had, None when it was created
+    previous: int | None  # the version the service had, None when it was created
     action: str  # "created", "updated" or "unchanged"
     runtime: str  # "created", "updated" or "kept"
     image: str
-    baseline: Optional[tuple[Any, Any]]  # the rollout mark before the write; None: any status is the new one
+    baseline: tuple[Any, Any] | None  # the rollout mark before the write; None: any status is the new one
 
 
 # ---------------------------------------------------------------- the objects
@@ -168,7 +169,7 @@ def as_dict(model: Any) -> dict:
 
 def _chain(error: BaseException) -> list[BaseException]:
     found: list[BaseException] = []
-    current: Optional[BaseException] = error
+    current: BaseException | None = error
     while current is not None and current not in found:
         found.append(current)
         current = current.__cause__ or current.__context__
@@ -237,11 +238,11 @@ def _request(cluster: Cluster, namespace: str, doing: str, call: Callable[[], An
         raise
 
 
-def _get(cluster: Cluster, namespace: str, plural: str, name: str) -> Optional[dict]:
+def _get(cluster: Cluster, namespace: str, plural: str, name: str) -> dict | None:
     """The object, or None when it does not exist (a 404 that names it; one for the resource type means no KServe)."""
     version = ISVC_VERSION if plural == ISVC_PLURAL else RUNTIME_VERSION
 
-    def read() -> Optional[dict]:
+    def read() -> dict | None:
         try:
             return cluster.api.get_namespaced_custom_object(GROUP, version, namespace, plural, name, _request_timeout=REQUEST_SECONDS)
         except ApiException as error:
@@ -252,7 +253,7 @@ def _get(cluster: Cluster, namespace: str, plural: str, name: str) -> Optional[d
     return _request(cluster, namespace, f"read {plural}.{GROUP} {name!r}", read)
 
 
-def pod_namespace() -> Optional[str]:
+def pod_namespace() -> str | None:
     try:
         return POD_NAMESPACE_FILE.read_text(encoding="utf-8").strip() or None
     except OSError:
@@ -278,7 +279,7 @@ def connect() -> Cluster:
     return Cluster(client.CustomObjectsApi(client.ApiClient(configuration)), namespace, configuration.host)
 
 
-def latest_version(store: str, namespace: str, model_name: str, s3_endpoint: Optional[str], s3_insecure: Optional[bool]) -> int:
+def latest_version(store: str, namespace: str, model_name: str, s3_endpoint: str | None, s3_insecure: bool | None) -> int:
     """The newest complete version in the store, read as `bakeoff models list` reads it."""
     uri = store.replace(NAMESPACE_TOKEN, namespace).rstrip("/")
     try:
@@ -293,7 +294,7 @@ def latest_version(store: str, namespace: str, model_name: str, s3_endpoint: Opt
 # ---------------------------------------------------------------- deploying
 
 
-def _rollout_mark(body: Optional[dict]) -> Optional[tuple[Any, Any]]:
+def _rollout_mark(body: dict | None) -> tuple[Any, Any] | None:
     """What changes in the status once the controller has seen a new spec.
 
     observedGeneration (which KServe copies from the predictor's Knative Service or Deployment, not always the
@@ -317,7 +318,7 @@ def _merge(target: Any, patch: Any) -> Any:
     return merged
 
 
-def _ensure_runtime(cluster: Cluster, namespace: str, image: Optional[str]) -> tuple[str, str]:
+def _ensure_runtime(cluster: Cluster, namespace: str, image: str | None) -> tuple[str, str]:
     """Creates bakeoff's ServingRuntime when missing; a given image replaces the runtime's. Returns (what was done, image)."""
     api = cluster.api
     for _ in range(WRITE_ATTEMPTS):
@@ -351,7 +352,7 @@ def _ensure_runtime(cluster: Cluster, namespace: str, image: Optional[str]) -> t
     raise BakeoffError(f"servingruntime {RUNTIME_NAME!r} in {namespace!r} kept changing while deploy wrote it: run deploy again")
 
 
-def deploy(cluster: Cluster, namespace: str, model_name: str, uri: str, version: int, image: Optional[str] = None) -> Deployed:
+def deploy(cluster: Cluster, namespace: str, model_name: str, uri: str, version: int, image: str | None = None) -> Deployed:
     """Creates the InferenceService, or patches the one there so KServe rolls out ``version`` beside the old revision.
 
     Never deletes: the old revision serves until the new one is Ready. Only what deploy owns is patched
@@ -388,14 +389,14 @@ def deploy(cluster: Cluster, namespace: str, model_name: str, uri: str, version:
     raise BakeoffError(f"inferenceservice {name!r} in {namespace!r} kept changing while deploy wrote it: run deploy again")
 
 
-def _conditions(body: Optional[dict]) -> str:
+def _conditions(body: dict | None) -> str:
     conditions = ((body or {}).get("status") or {}).get("conditions") or []
     shown = [f"{c.get('type')}={c.get('status')}" + (f" ({c['reason']}: {' '.join(str(c.get('message', '')).split())})" if c.get("reason") else "")
              for c in conditions if c.get("status") != "True" or c.get("type") == "Ready"]
     return "; ".join(shown) or "no conditions reported yet"
 
 
-def _ready(body: dict, baseline: Optional[tuple[Any, Any]]) -> bool:
+def _ready(body: dict, baseline: tuple[Any, Any] | None) -> bool:
     """Ready for the spec deploy wrote: the Ready condition True in a status that has moved past ``baseline``."""
     status = body.get("status") or {}
     if baseline is not None and _rollout_mark(body) == baseline:
@@ -407,11 +408,11 @@ def _ready(body: dict, baseline: Optional[tuple[Any, Any]]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
-def wait_ready(cluster: Cluster, deployed: Deployed, timeout: float, poll: Optional[float] = None) -> str:
+def wait_ready(cluster: Cluster, deployed: Deployed, timeout: float, poll: float | None = None) -> str:
     """Polls the InferenceService until it is Ready for what deploy wrote; returns its URL, or raises after ``timeout`` s."""
     poll = POLL_SECONDS if poll is None else poll
     deadline = time.monotonic() + timeout
-    last: Optional[dict] = None
+    last: dict | None = None
     while True:
         last = _get(cluster, deployed.namespace, ISVC_PLURAL, deployed.name)
         if last is None:

@@ -8,7 +8,7 @@ import dataclasses
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +41,7 @@ class Version:
     arrays: Any
     encoded: Any
     image_shape: tuple[int, int]
-    class_names: Optional[list[str]]
+    class_names: list[str] | None
 
 
 def load_version(path: Path, number: int) -> Version:
@@ -73,7 +73,7 @@ class Batch:
     signature: str
     tensor: Any  # float32 tf.Tensor [n, h, w] for ARRAYS_SIGNATURE, numpy bytes [n] for BYTES_SIGNATURE
     version: Version
-    request: Optional[InferRequest] = None
+    request: InferRequest | None = None
 
 
 class ServedModel(kserve.Model):
@@ -105,7 +105,7 @@ class ServedModel(kserve.Model):
                 {"name": "class_id", "datatype": "INT64", "shape": [-1]},
                 {"name": "class_name", "datatype": "BYTES", "shape": [-1]}]
 
-    async def preprocess(self, payload: Union[dict, InferRequest], headers: Optional[dict] = None) -> Batch:
+    async def preprocess(self, payload: dict | InferRequest, headers: dict | None = None) -> Batch:
         version = self.current
         if isinstance(payload, InferRequest):
             return v2_batch(payload, version)
@@ -113,12 +113,12 @@ class ServedModel(kserve.Model):
             return v1_batch(payload, version)
         raise InvalidInput('send a JSON object such as {"instances": [...]} with Content-Type: application/json')
 
-    async def predict(self, batch: Batch, headers: Optional[dict] = None) -> tuple[Batch, dict]:
+    async def predict(self, batch: Batch, headers: dict | None = None) -> tuple[Batch, dict]:
         # TensorFlow releases the GIL: in a thread, concurrent requests overlap and the event loop keeps accepting.
         return batch, await asyncio.get_running_loop().run_in_executor(None, run, batch)
 
-    async def postprocess(self, result: tuple[Batch, dict], headers: Optional[dict] = None,
-                          response_headers: Optional[dict] = None) -> Union[dict, InferResponse]:
+    async def postprocess(self, result: tuple[Batch, dict], headers: dict | None = None,
+                          response_headers: dict | None = None) -> dict | InferResponse:
         batch, outputs = result
         if batch.request is None:
             return v1_response(outputs)
@@ -203,7 +203,7 @@ def pixel_arrays(data: Any, image_shape: tuple[int, int], count: int) -> Any:
     return tensor
 
 
-def encoded_images(texts: list[Union[str, bytes]]) -> np.ndarray:
+def encoded_images(texts: list[str | bytes]) -> np.ndarray:
     """Base64 texts (or raw bytes, as gRPC sends them) checked to be PNG or JPEG files, as a string tensor."""
     images = []
     for index, text in enumerate(texts):

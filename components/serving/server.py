@@ -24,8 +24,9 @@ import tempfile
 import threading
 import uuid
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING
 
 from components import defaults
 from components.errors import BakeoffError, reported
@@ -92,7 +93,7 @@ class FolderSource(Source):
 class StoreSource(Source):
     """bakeoff's registry in a store, each version downloaded whole into ``cache`` before it is loaded."""
 
-    def __init__(self, store: Store, name: str, cache: Optional[Path]) -> None:
+    def __init__(self, store: Store, name: str, cache: Path | None) -> None:
         self.store, self.prefix = store, registry.model_prefix(name)
         self.description = store.uri_for(self.prefix)
         self.owned = cache is None  # a temporary cache is emptied as versions are replaced, and removed at exit
@@ -146,7 +147,7 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def choose(source: Source, version: Optional[int]) -> int:
+def choose(source: Source, version: int | None) -> int:
     """The version to serve first: ``version``, or the newest complete one."""
     complete = source.versions()
     if not complete:
@@ -162,7 +163,7 @@ def choose(source: Source, version: Optional[int]) -> int:
 class Watcher(threading.Thread):
     """Polls the source and swaps in each newer complete version once it is loaded (in this thread, beside the serving one)."""
 
-    def __init__(self, source: Source, model: "ServedModel", poll_seconds: float, load: Callable[[Path, int], "Version"]) -> None:
+    def __init__(self, source: Source, model: ServedModel, poll_seconds: float, load: Callable[[Path, int], Version]) -> None:
         super().__init__(name="version-watcher", daemon=True)
         self.source, self.model, self.poll_seconds, self.load = source, model, poll_seconds, load
         self.stopped = threading.Event()
@@ -259,7 +260,7 @@ class ClientErrorsInOneLine(logging.Filter):
 @dataclasses.dataclass(frozen=True)
 class Settings:
     model_name: str
-    version: Optional[int] = None  # None: the newest, and follow newer ones
+    version: int | None = None  # None: the newest, and follow newer ones
     http_port: int = HTTP_PORT
     grpc_port: int = 0  # 0: no gRPC
     poll_seconds: float = POLL_SECONDS
@@ -312,7 +313,7 @@ def serve(source: Source, settings: Settings) -> int:
     return 0
 
 
-def version_arg(text: str) -> Optional[int]:
+def version_arg(text: str) -> int | None:
     """--version: a whole number of at least 1, or 'latest' (None)."""
     if text == "latest":
         return None
@@ -358,7 +359,7 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     settings = Settings(args.model_name, args.version, args.http_port, args.grpc_port, args.poll_seconds, args.max_request_bytes)
     with reported():

@@ -35,8 +35,14 @@ def check(
     from components.spec import Halving, parse_variants
     from components.storage import check_shared, open_store, use_s3_endpoint
     from components.storage.registry import check_model_name
-    from components.training.launch import (check_backend, check_max_train_examples, check_timeout, check_trainer,
-                                            check_workers, in_kubernetes)
+    from components.training.launch import (
+        check_backend,
+        check_max_train_examples,
+        check_timeout,
+        check_trainer,
+        check_workers,
+        in_kubernetes,
+    )
 
     with reported():
         with for_parameter("shards"):

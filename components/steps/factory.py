@@ -1,5 +1,5 @@
 """KFP components made from the step functions, on the one runtime image every step and replica runs."""
-from typing import Callable
+from collections.abc import Callable
 
 
 def as_component(func: Callable, image: str):

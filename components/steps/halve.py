@@ -58,7 +58,7 @@ def halve(
                                 f" after epoch {max(epochs)}; rung {rung} keeps {len(kept)}")
                 for name in stopped
             ],
-            created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         ).to_json().encode())
         for name in stopped:
             backup.remove(target, runs.variant_prefix(run_id, name))

@@ -12,7 +12,7 @@ from components.storage.folder import FolderStore
 from components.storage.s3 import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, S3Store
 from components.storage.store import Store
 
-__all__ = ["FolderStore", "S3Store", "Store", "S3_ENDPOINT_ENV", "S3_INSECURE_ENV", "S3_REGION_ENV", "check_shared", "open_store", "use_s3_endpoint"]
+__all__ = ["S3_ENDPOINT_ENV", "S3_INSECURE_ENV", "S3_REGION_ENV", "FolderStore", "S3Store", "Store", "check_shared", "open_store", "use_s3_endpoint"]
 
 NAMESPACE_TOKEN = "{namespace}"  # in a store URI: the namespace of the pod that opens it
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -59,7 +59,7 @@ def resolve_namespace(uri: str, namespace_file: Path = POD_NAMESPACE_FILE) -> st
     return uri.replace(NAMESPACE_TOKEN, namespace)
 
 
-def open_store(uri: str, s3_endpoint: Optional[str] = None, s3_insecure: Optional[bool] = None) -> Store:
+def open_store(uri: str, s3_endpoint: str | None = None, s3_insecure: bool | None = None) -> Store:
     """Opens the store a URI names: ``file://DIR``, a plain path, or ``s3://BUCKET/PREFIX``.
 
     S3 settings come from the arguments, else from the environment, so that

@@ -16,7 +16,7 @@ import dataclasses
 import json
 import types
 import typing
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, ClassVar, Union
 
 from components.errors import BakeoffError
 
@@ -45,7 +45,7 @@ class Record:
             data[VERSION_FIELD] = SCHEMA_VERSION
         return data
 
-    def to_json(self, indent: Optional[int] = 2) -> str:
+    def to_json(self, indent: int | None = 2) -> str:
         """Indented for a file in the store; ``indent=None``: one line, for a step's output."""
         return json.dumps(self.to_dict(), indent=indent)
 
@@ -320,7 +320,7 @@ class Decision(Record):
     published: bool
     forced: bool
     min_improvement: float
-    champion: Optional[Champion]  # None: nothing was published before
+    champion: Champion | None  # None: nothing was published before
     challenger: Score
 
 
@@ -334,8 +334,8 @@ class Promotion(Decision):
 @dataclasses.dataclass(frozen=True)
 class Winner(Record):
     variant: str
-    version: Optional[int]  # None: the champion stayed, nothing was published
-    uri: Optional[str]  # of the published version
+    version: int | None  # None: the champion stayed, nothing was published
+    uri: str | None  # of the published version
     val_accuracy: float
     test_accuracy: float
 

@@ -8,8 +8,9 @@ import random
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import TypeVar
 
 from components import defaults
 from components.defaults import S3_REGION
@@ -76,7 +77,7 @@ class S3Store(Store):
         self.endpoint = endpoint
         self.retry_seconds = retry_seconds
         self.report: Callable[[str], None] = _to_stderr  # where each retry is announced, one line each
-        self._create_only: Optional[bool] = None  # whether the server honours CREATE_ONLY; probed at the first publish
+        self._create_only: bool | None = None  # whether the server honours CREATE_ONLY; probed at the first publish
         # urllib3 retries nothing: one loop (_call) retries everything, under one bound.
         http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=S3_CONNECT_TIMEOUT, read=S3_READ_TIMEOUT), retries=False)
         # A stated region: otherwise minio asks GetBucketLocation first, which multi-user
@@ -132,12 +133,12 @@ class S3Store(Store):
         """
         import minio.error
 
-        deadline: Optional[float] = None
+        deadline: float | None = None
         pause = S3_RETRY_FIRST_PAUSE
         while True:
             try:
                 return request()
-            except Exception as error:  # noqa: BLE001 - sorted below; anything not from S3 is raised as it is
+            except Exception as error:
                 if isinstance(error, minio.error.S3Error) and error.code in expected:
                     raise
                 if not _transient(error):
@@ -161,7 +162,7 @@ class S3Store(Store):
         result = self.client.put_object(self.bucket, name, io.BytesIO(data), len(data))
         self._verify(name, data, result.etag)
 
-    def _verify(self, name: str, data: bytes, etag: Optional[str]) -> None:
+    def _verify(self, name: str, data: bytes, etag: str | None) -> None:
         if etag == hashlib.md5(data, usedforsecurity=False).hexdigest():
             return
         # A multipart upload's ETag is no MD5 of the whole, nor is an encrypting server's: the size must do.
@@ -337,7 +338,7 @@ def _reason(error: BaseException) -> str:
     if isinstance(error, minio.error.InvalidResponseError):
         return f"HTTP {getattr(error, '_code', '?')}"
     # urllib3 wraps the socket's error, sometimes twice: the innermost says what happened.
-    cause: Optional[BaseException] = error
+    cause: BaseException | None = error
     last, seen = error, set()
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))

@@ -6,7 +6,6 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Optional
 
 from components.storage import Store
 
@@ -41,7 +40,7 @@ def _epoch_folder(prefix: str, digest: str, epochs_done: int) -> str:
     return f"{backup_prefix(prefix)}/{digest}/epoch-{epochs_done:04d}"
 
 
-def _latest(store: Store, prefix: str, digest: str) -> Optional[tuple[int, str]]:
+def _latest(store: Store, prefix: str, digest: str) -> tuple[int, str] | None:
     """(epochs done, folder) of the newest complete backup, or None."""
     base = f"{backup_prefix(prefix)}/{digest}"
     done = [(int(match.group(1)), f"{base}/epoch-{match.group(1)}")

@@ -64,7 +64,7 @@ def label_value(text: str) -> str:
 def thread_env(variant: Variant) -> dict[str, str]:
     """TensorFlow's and OpenMP's pool sizes from the replica's CPU: more threads than its quota only get throttled."""
     threads = str(max(1, math.floor(_cpus(variant))))
-    return {variable: threads for variable in THREAD_VARIABLES}
+    return dict.fromkeys(THREAD_VARIABLES, threads)
 
 
 def _cpus(variant: Variant) -> Decimal:

@@ -15,8 +15,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 # Keras 3's model.fit fails under MultiWorkerMirroredStrategy (TF 2.21:
 # "Attempt to convert a value (PerReplica...)"); tf-keras trains correctly.
@@ -26,27 +26,27 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # (benchmarks/results.md). A value the user set wins.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
-from components.backends.local import EXITING, joining, mark, start_heartbeat  # noqa: E402
-from components.tfenv import quiet_tensorflow  # noqa: E402
+from components.backends.local import EXITING, joining, mark, start_heartbeat
+from components.tfenv import quiet_tensorflow
 
 if __name__ == "__main__":
     quiet_tensorflow()  # a replica's TensorFlow: the log level, and no CUDA probe where it can only fail
     start_heartbeat()  # before TensorFlow loads: the local backend's watchdog times a replica from its start
 
-import tf_keras as keras  # noqa: E402
+import tf_keras as keras
 
-from components import progress  # noqa: E402
-from components.backends import allocator, cluster_spec  # noqa: E402
-from components.data import artifact  # noqa: E402
-from components.errors import BakeoffError, reported  # noqa: E402
-from components.modeling.architectures import ARCHITECTURES  # noqa: E402
-from components.modeling.optimizers import make_optimizer  # noqa: E402
-from components.modeling.savedmodel import export  # noqa: E402
-from components.spec import Variant, from_dict  # noqa: E402
-from components.storage import Store, open_store, runs  # noqa: E402
-from components.storage.records import VAL_EPOCHS, WorkerMetrics  # noqa: E402
-from components.storage.store import files_below  # noqa: E402
-from components.training import backup, rungs  # noqa: E402
+from components import progress
+from components.backends import allocator, cluster_spec
+from components.data import artifact
+from components.errors import BakeoffError, reported
+from components.modeling.architectures import ARCHITECTURES
+from components.modeling.optimizers import make_optimizer
+from components.modeling.savedmodel import export
+from components.spec import Variant, from_dict
+from components.storage import Store, open_store, runs
+from components.storage.records import VAL_EPOCHS, WorkerMetrics
+from components.storage.store import files_below
+from components.training import backup, rungs
 
 SHUFFLE_SEED = 1234
 VALIDATION_BATCH = 500  # images per forward pass when scoring validation: inference needs no small batches
@@ -185,7 +185,7 @@ class Validation(keras.callbacks.Callback):
         """Whether validation runs at the end of 0-based ``epoch``."""
         return (epoch + 1) % self.freq == 0 or epoch + 1 == self.last_epoch
 
-    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         import numpy as np
         import tensorflow as tf
 
@@ -211,13 +211,13 @@ class Progress(keras.callbacks.Callback):
         self.variant, self.epochs, self.examples_per_epoch = variant, epochs, examples_per_epoch
         self.begun = self.trained = 0.0
 
-    def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self.begun = time.perf_counter()
 
-    def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self.trained = time.perf_counter()  # the epoch's last call ends its training, before validation and backups
 
-    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         logs = logs or {}
         rate = self.examples_per_epoch / max(self.trained - self.begun, 1e-9)
         numbers = {key: float(logs[key]) for key in ("loss", "accuracy", "val_loss", "val_accuracy") if key in logs}
@@ -241,7 +241,7 @@ class StoreBackup(keras.callbacks.BackupAndRestore):
         self.history = {key: list(values) for key, values in resume.history.items()}
         self.seconds = 0.0  # spent backing up: what fault tolerance costs the training
 
-    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         started = time.perf_counter()
         super().on_epoch_end(epoch, logs)
         for key, value in (logs or {}).items():

@@ -6,7 +6,7 @@ import itertools
 import sys
 import time
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import TextIO
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -29,14 +29,14 @@ class Row:
 
     variant: str
     state: str
-    epoch: Optional[int] = None
-    epochs: Optional[int] = None
-    loss: Optional[float] = None
-    accuracy: Optional[float] = None
-    val_accuracy: Optional[float] = None
-    examples_per_second: Optional[float] = None
-    elapsed: Optional[float] = None  # seconds since its job started
-    error: Optional[str] = None
+    epoch: int | None = None
+    epochs: int | None = None
+    loss: float | None = None
+    accuracy: float | None = None
+    val_accuracy: float | None = None
+    examples_per_second: float | None = None
+    elapsed: float | None = None  # seconds since its job started
+    error: str | None = None
 
 
 def rows(variants: list[str], events: dict[str, dict], now: float, finished: bool = False) -> list[Row]:
@@ -70,14 +70,14 @@ def rows(variants: list[str], events: dict[str, dict], now: float, finished: boo
     return result
 
 
-def clock(seconds: Optional[float]) -> str:
+def clock(seconds: float | None) -> str:
     if seconds is None:
         return ""
     minutes, seconds = divmod(int(seconds), 60)
     return f"{minutes}:{seconds:02d}"
 
 
-def number(value: Optional[float], spec: str) -> str:
+def number(value: float | None, spec: str) -> str:
     return "" if value is None else format(value, spec)
 
 

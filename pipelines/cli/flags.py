@@ -4,20 +4,19 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from components import defaults
 from components.errors import BakeoffError
 from components.spec import load_variants
 from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, check_shared, open_store
 
-
 MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
 IMAGE_ENV = "BAKEOFF_IMAGE"  # --image's variable, as KF_PIPELINES_ENDPOINT is --host's
 
 
-def positive(flag: str, most: Optional[int] = None, why: str = "") -> Callable[[str], int]:
+def positive(flag: str, most: int | None = None, why: str = "") -> Callable[[str], int]:
     """An argparse type for a whole number of at least 1 (and at most ``most``), naming ``flag`` when it is not."""
     def parse(text: str) -> int:
         try:

@@ -18,9 +18,9 @@ from pipelines.cli.flags import MAX_PARALLELISM, compile_settings, open_cli_stor
 
 def cmd_run(args: argparse.Namespace) -> int:
     from components.data.fashion_mnist import digest
+    from components.reporting.report import write_report
     from components.selection.promotion import Gate
     from components.selection.settings import SelectionSettings
-    from components.reporting.report import write_report
     from pipelines.cli.display import new_progress_folder, run_watched
     from pipelines.compiling import planned
     from pipelines.local_run import LocalRun, run_local

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from components.errors import ERROR_PREFIX, BakeoffError
 from components.tfenv import quiet_tensorflow
@@ -28,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     quiet_tensorflow(log_level=not args.debug)  # inherited by the steps and their replicas
     try:

@@ -7,11 +7,12 @@ import io
 import json
 import urllib.parse
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from components.errors import BakeoffError
 from components.storage import POD_NAMESPACE_FILE
-from pipelines.kfp_client.endpoint import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, REACH_HINT, Target
+from pipelines.kfp_client.endpoint import CONNECT_TIMEOUT_S, REACH_HINT, READ_TIMEOUT_S, Target
 from pipelines.kfp_client.failures import refused, server_message, tls_failed, tls_reason, translated, unreachable
 
 if TYPE_CHECKING:
@@ -88,16 +89,16 @@ def _probe(target: Target) -> dict:
 class Api:
     """A connected kfp.Client plus what our messages need: the host, the namespace, how to word failures."""
 
-    client: "kfp.Client"
+    client: kfp.Client
     target: Target
-    namespace: Optional[str]
+    namespace: str | None
     multi_user: bool
 
     @property
     def host(self) -> str:
         return self.target.host
 
-    def call(self, doing: str, function: Callable[..., T], *args: Any, not_found: Optional[str] = None, **kwargs: Any) -> T:
+    def call(self, doing: str, function: Callable[..., T], *args: Any, not_found: str | None = None, **kwargs: Any) -> T:
         """Runs one kfp call quietly and turns its failures into one line that says what to do."""
         with translated(self.target, doing, not_found), quiet():
             return function(*args, **kwargs)
@@ -106,7 +107,7 @@ class Api:
         return f"{self.host}/#/runs/details/{run_id}"
 
 
-def _pod_namespace() -> Optional[str]:
+def _pod_namespace() -> str | None:
     """The pod's own namespace, which is the profile's namespace for a Kubeflow notebook."""
     with contextlib.suppress(OSError):
         return POD_NAMESPACE_FILE.read_text(encoding="utf-8").strip() or None

@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
 
 from components.errors import BakeoffError
 
@@ -25,18 +25,18 @@ class Target:
     """Where the KFP API is and how to authenticate; secrets stay out of ``repr`` so no log or traceback shows them."""
 
     host: str
-    namespace: Optional[str] = None
-    token: Optional[str] = dataclasses.field(default=None, repr=False)
-    cookies: Optional[str] = dataclasses.field(default=None, repr=False)
+    namespace: str | None = None
+    token: str | None = dataclasses.field(default=None, repr=False)
+    cookies: str | None = dataclasses.field(default=None, repr=False)
     verify_tls: bool = True
-    ca_cert: Optional[Path] = None
+    ca_cert: Path | None = None
 
     @property
     def has_credentials(self) -> bool:
         return bool(self.token or self.cookies)
 
 
-def normalize_host(host: Optional[str], environ: Mapping[str, str] = os.environ) -> str:
+def normalize_host(host: str | None, environ: Mapping[str, str] = os.environ) -> str:
     """The API base URL without a trailing slash or a UI fragment; a scheme is required, not guessed.
 
     kfp.Client would prepend https:// to a bare ``localhost:8080`` and fail later
@@ -76,7 +76,7 @@ def _read_secret(path: Path, what: str, fix: str) -> str:
     return _one_line(text, what, fix)
 
 
-def resolve_token(flag: Optional[str], environ: Mapping[str, str] = os.environ, file: Optional[Path] = None) -> Optional[str]:
+def resolve_token(flag: str | None, environ: Mapping[str, str] = os.environ, file: Path | None = None) -> str | None:
     """The bearer token: --token or --token-file, else the file KF_PIPELINES_SA_TOKEN_PATH names, else $KF_PIPELINES_TOKEN.
 
     The file comes before the variable because in a pod it is the projected
@@ -95,7 +95,7 @@ def resolve_token(flag: Optional[str], environ: Mapping[str, str] = os.environ, 
     return _one_line(token, f"${TOKEN_ENV}", f"set {TOKEN_ENV} to the token alone") if token else None
 
 
-def resolve_cookies(flag: Optional[str], file: Optional[Path] = None, environ: Mapping[str, str] = os.environ) -> Optional[str]:
+def resolve_cookies(flag: str | None, file: Path | None = None, environ: Mapping[str, str] = os.environ) -> str | None:
     """The Cookie header of a browser session: --cookies or --cookies-file, else $BAKEOFF_KFP_COOKIES."""
     if flag is not None:
         if not flag.strip():

@@ -4,10 +4,11 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 from components.errors import BakeoffError
-from pipelines.kfp_client.endpoint import CONNECT_TIMEOUT_S, CREDENTIALS_HINT, READ_TIMEOUT_S, REACH_HINT, Target
+from pipelines.kfp_client.endpoint import CONNECT_TIMEOUT_S, CREDENTIALS_HINT, REACH_HINT, READ_TIMEOUT_S, Target
 
 
 def server_message(body: Any) -> str:
@@ -75,7 +76,7 @@ def refused(target: Target, status: int, message: str) -> BakeoffError:
 
 
 @contextlib.contextmanager
-def translated(target: Target, doing: str, not_found: Optional[str] = None) -> Iterator[None]:
+def translated(target: Target, doing: str, not_found: str | None = None) -> Iterator[None]:
     """Turns what kfp, kfp_server_api and urllib3 raise while ``doing`` something into one BakeoffError line."""
     import kfp_server_api
     import urllib3

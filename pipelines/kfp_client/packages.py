@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import yaml
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from components.errors import BakeoffError
 from components.selection.ranking import METRICS, direction

@@ -4,8 +4,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pipelines.kfp_client.connection import Api
 
@@ -23,7 +24,7 @@ def experiment_id(api: Api, name: str) -> str:
 
 
 def default_run_name(prefix: str = "bakeoff") -> str:
-    return f"{prefix} {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S}"
+    return f"{prefix} {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M:%S}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +43,7 @@ def submit(api: Api, package: Path, experiment: str, params: Mapping[str, Any], 
     return Submitted(run.run_id, run_name, api.run_url(run.run_id))
 
 
-def wait_for_run(api: Api, run_id: str, report: Callable[[str], None] = lambda state: None) -> "kfp_server_api.V2beta1Run":
+def wait_for_run(api: Api, run_id: str, report: Callable[[str], None] = lambda state: None) -> kfp_server_api.V2beta1Run:
     """Polls the run until it ends and reports each new state.
 
     Not kfp.Client.wait_for_run_completion: that one never returns for a

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from components.errors import BakeoffError
 from pipelines.kfp_client.connection import Api
@@ -47,7 +48,7 @@ def schedule(api: Api, package: Path, experiment: str, trigger: Trigger, params:
     return Scheduled(created.recurring_run_id, name, f"{api.host}/#/recurringrun/details/{created.recurring_run_id}")
 
 
-def list_schedules(api: Api) -> list["kfp_server_api.V2beta1RecurringRun"]:
+def list_schedules(api: Api) -> list[kfp_server_api.V2beta1RecurringRun]:
     """Every recurring run in our namespace (all pages), newest first."""
     found, token = [], ""
     while True:

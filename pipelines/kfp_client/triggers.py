@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import re
-from typing import TYPE_CHECKING, Optional, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from components.errors import BakeoffError
 
@@ -96,29 +97,29 @@ def parse_time(flag: str, text: str) -> datetime.datetime:
     except ValueError:
         raise BakeoffError(f"{flag} {text!r} is not an ISO 8601 time: write e.g. 2030-01-31T03:00:00Z") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment.astimezone(datetime.timezone.utc)
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.astimezone(datetime.UTC)
 
 
 def rfc3339(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclasses.dataclass(frozen=True)
 class Trigger:
     """When a recurring run starts runs: exactly one of a cron or an interval, within an optional window."""
 
-    cron: Optional[str] = None
-    interval_seconds: Optional[int] = None
-    start: Optional[str] = None
-    end: Optional[str] = None
+    cron: str | None = None
+    interval_seconds: int | None = None
+    start: str | None = None
+    end: str | None = None
 
     def describe(self) -> str:
         return f"cron {self.cron}" if self.cron else f"every {describe_every(self.interval_seconds or 0)}"
 
 
-def make_trigger(cron: Optional[str], every: Optional[str], start: Optional[str], end: Optional[str],
-                 now: Optional[datetime.datetime] = None) -> Trigger:
+def make_trigger(cron: str | None, every: str | None, start: str | None, end: str | None,
+                 now: datetime.datetime | None = None) -> Trigger:
     """Validates the whole schedule locally, so a bad one never reaches the server."""
     if cron is not None and every is not None:
         raise BakeoffError("--cron and --every are both given: choose one trigger")
@@ -128,7 +129,7 @@ def make_trigger(cron: Optional[str], every: Optional[str], start: Optional[str]
     ends = parse_time("--end", end) if end else None
     if starts and ends and ends <= starts:
         raise BakeoffError(f"--end {rfc3339(ends)} is not after --start {rfc3339(starts)}: choose a later --end")
-    if ends and ends <= (now or datetime.datetime.now(datetime.timezone.utc)):
+    if ends and ends <= (now or datetime.datetime.now(datetime.UTC)):
         raise BakeoffError(f"--end {rfc3339(ends)} is in the past, so nothing would ever run: choose a later --end")
     return Trigger(
         cron=validate_cron(cron) if cron is not None else None,
@@ -138,7 +139,7 @@ def make_trigger(cron: Optional[str], every: Optional[str], start: Optional[str]
     )
 
 
-def describe_trigger(trigger: Optional["kfp_server_api.V2beta1Trigger"]) -> str:
+def describe_trigger(trigger: kfp_server_api.V2beta1Trigger | None) -> str:
     """A recurring run's trigger as the server returns it, worded as Trigger.describe words ours."""
     if trigger is not None and trigger.cron_schedule is not None:
         return f"cron {trigger.cron_schedule.cron}"

@@ -6,7 +6,7 @@ import datetime
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from components.errors import BakeoffError
 from pipelines.kfp_client.connection import Api
@@ -19,7 +19,7 @@ def _equals(key: str, value: str) -> str:
     return json.dumps({"predicates": [{"operation": "EQUALS", "key": key, "string_value": value}]})
 
 
-def _pipeline_id(api: Api, name: str) -> Optional[str]:
+def _pipeline_id(api: Api, name: str) -> str | None:
     """The id of the pipeline called ``name`` in our namespace (or the shared ones), if there is one."""
     listing = api.call(f"look up pipeline {name!r}", api.client.list_pipelines,
                        filter=_equals("display_name", name), namespace=api.namespace, page_size=10)
@@ -29,7 +29,7 @@ def _pipeline_id(api: Api, name: str) -> Optional[str]:
     return matches[0].pipeline_id if matches else None
 
 
-def _versions(api: Api, pipeline_id: str) -> list["kfp_server_api.V2beta1PipelineVersion"]:
+def _versions(api: Api, pipeline_id: str) -> list[kfp_server_api.V2beta1PipelineVersion]:
     versions, token = [], ""
     while True:
         page = api.call("list the pipeline's versions", api.client.list_pipeline_versions, pipeline_id,
@@ -43,7 +43,7 @@ def _versions(api: Api, pipeline_id: str) -> list["kfp_server_api.V2beta1Pipelin
 def default_version_name(package: Path) -> str:
     """UTC time (sortable) plus the package's hash (same content, same suffix), unique within a pipeline."""
     digest = hashlib.sha256(package.read_bytes()).hexdigest()[:8]
-    return f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%d-%H%M%S}-{digest}"
+    return f"{datetime.datetime.now(datetime.UTC):%Y%m%d-%H%M%S}-{digest}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Uploaded:
     url: str
 
 
-def upload(api: Api, package: Path, name: str, version: Optional[str] = None) -> Uploaded:
+def upload(api: Api, package: Path, name: str, version: str | None = None) -> Uploaded:
     """A new pipeline, or a new version of the one already called ``name``.
 
     A new pipeline uploaded whole gets its first version named after it (KFP's

@@ -20,9 +20,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import yaml
 
@@ -64,7 +64,7 @@ class Ports:
     operator_health: int
 
     @classmethod
-    def free(cls) -> "Ports":
+    def free(cls) -> Ports:
         sockets = []
         for _ in range(len(cls.__dataclass_fields__)):
             sock = socket.socket()
@@ -117,7 +117,7 @@ class ControlPlane:
         (self.state / "control-plane.json").write_text(json.dumps(record, indent=1))
 
     @classmethod
-    def load(cls, state: Path) -> "ControlPlane":
+    def load(cls, state: Path) -> ControlPlane:
         record = json.loads((state / "control-plane.json").read_text())
         return cls(state, Ports(**record["ports"]), record["pids"])
 

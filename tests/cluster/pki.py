@@ -49,7 +49,7 @@ class Authority:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self.cert = (
             x509.CertificateBuilder()
             .subject_name(_name(common_name)).issuer_name(_name(common_name))
@@ -68,7 +68,7 @@ class Authority:
     def issue(self, name: str, common_name: str, *, organization: str | None = None, server: bool = False,
               client: bool = False, dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()) -> KeyPair:
         key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
         builder = (
             x509.CertificateBuilder()

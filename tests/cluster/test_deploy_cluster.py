@@ -9,23 +9,23 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from components import defaults
 from components.errors import BakeoffError
 from components.serving import deploy
 from components.storage import open_store, registry
+from tests import test_deploy
 from tests.cluster import controlplane
 from tests.conftest import BUCKET
 from tests.fake_kubernetes import FakeKubernetes
-from tests import test_deploy
 from tests.samples import manifest
 from tests.test_deploy import IMAGE
 
@@ -133,7 +133,7 @@ def publish(namespace: str, tmp_path: Path) -> int:
     return registry.publish(open_store(STORE.format(namespace=namespace)), MODEL, saved, manifest())
 
 
-def read(team: Team, plural: str, name: str) -> Optional[dict]:
+def read(team: Team, plural: str, name: str) -> dict | None:
     version = deploy.ISVC_VERSION if plural == ISVC else deploy.RUNTIME_VERSION
     try:
         return team.admin.get_namespaced_custom_object(deploy.GROUP, version, team.namespace, plural, name)
@@ -361,7 +361,7 @@ def _answer(call: Callable[[], tuple[Any, int, Any]]) -> tuple[int, Any]:
             return error.status, error.body
 
 
-def _seen(status: int, body: Any, previous: Optional[dict]) -> dict:
+def _seen(status: int, body: Any, previous: dict | None) -> dict:
     """What deploy reads of an answer: status; of an object its fields and whether it was written; of an error its Status."""
     if not isinstance(body, dict):
         return {"status": status, "text": body}
@@ -390,7 +390,7 @@ def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str)
     seen: list[tuple[str, dict]] = []
     last: dict[str, dict] = {}
 
-    def step(name: str, verb: str, plural: str, *args: Any, version: Optional[str] = None, **kwargs: Any) -> Any:
+    def step(name: str, verb: str, plural: str, *args: Any, version: str | None = None, **kwargs: Any) -> Any:
         """One call of ``verb`` on ``plural``; creates and patches validate strictly, as deploy's do, unless told otherwise."""
         version = version or (deploy.ISVC_VERSION if plural == ISVC else deploy.RUNTIME_VERSION)
         if verb in ("create", "patch"):

@@ -7,8 +7,9 @@ import subprocess
 import textwrap
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client, config

@@ -7,12 +7,21 @@ import subprocess
 import sys
 import textwrap
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from kubernetes.client import (V1ConfigMapKeySelector, V1Container, V1EnvFromSource, V1EnvVar, V1EnvVarSource,
-                               V1ObjectFieldSelector, V1SecretEnvSource, V1SecretKeySelector, V1VolumeMount)
+from kubernetes.client import (
+    V1ConfigMapKeySelector,
+    V1Container,
+    V1EnvFromSource,
+    V1EnvVar,
+    V1EnvVarSource,
+    V1ObjectFieldSelector,
+    V1SecretEnvSource,
+    V1SecretKeySelector,
+    V1VolumeMount,
+)
 
 from tests.cluster.kubelet import layout, logs, sandbox, shim
 from tests.cluster.kubelet.config import POD_IP_ENV
@@ -169,7 +178,7 @@ def test_log_choice_follows_the_kubelets_rules(tmp_path: Path) -> None:
     assert previous and query.follow and query.tail_lines == 3 and query.since_ns is not None
 
 
-NOW = datetime.now(timezone.utc)
+NOW = datetime.now(UTC)
 
 
 def _done(code: int) -> Terminated:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 import yaml
@@ -15,10 +15,18 @@ from kubernetes.client.rest import ApiException
 
 from components.spec import from_dict
 from components.training.tfjob import build_tfjob
-from tests.cluster import controlplane
 from pipelines.pipeline import Cluster
-from tests.test_manifests import (MANIFESTS, OFFLINE, REMOTE, RUNNER_RULES, USER_IMAGE, WITH_ENV_FILE, kserve_copy,
-                                  settings_from_example)
+from tests.cluster import controlplane
+from tests.test_manifests import (
+    MANIFESTS,
+    OFFLINE,
+    REMOTE,
+    RUNNER_RULES,
+    USER_IMAGE,
+    WITH_ENV_FILE,
+    kserve_copy,
+    settings_from_example,
+)
 
 pytestmark = pytest.mark.cluster
 

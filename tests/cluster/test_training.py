@@ -8,8 +8,8 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -68,7 +68,7 @@ class Profile:
         with self.as_profile():
             open_store(self.data_uri).put_dir(dataset, "")
 
-    def as_profile(self) -> "_Env":
+    def as_profile(self) -> _Env:
         return _Env({**self.keys, "BAKEOFF_S3_ENDPOINT": self.endpoint, "BAKEOFF_S3_INSECURE": "1"})
 
     def step_pod(self, name: str, run: str, variant: dict = TINY) -> dict:

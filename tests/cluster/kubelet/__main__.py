@@ -6,8 +6,8 @@ import ipaddress
 import logging
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from tests.cluster.kubelet.config import CACHE_DIR, POD_CIDR, KubeletConfig
 
@@ -22,12 +22,12 @@ def _pairs(values: Sequence[str], flag: str, what: str) -> dict[str, str]:
     return pairs
 
 
-def _file(parser: argparse.ArgumentParser, path: Optional[Path], flag: str) -> None:
+def _file(parser: argparse.ArgumentParser, path: Path | None, flag: str) -> None:
     if path is not None and not path.is_file():
         parser.error(f"{flag} {str(path)!r}: no such file")
 
 
-def parse(argv: Optional[Sequence[str]] = None) -> KubeletConfig:
+def parse(argv: Sequence[str] | None = None) -> KubeletConfig:
     parser = argparse.ArgumentParser(prog="python -m tests.cluster.kubelet", description=__doc__)
     parser.add_argument("--kubeconfig", type=Path, required=True, help="the node's credentials (CN=system:node:<node>)")
     parser.add_argument("--node", required=True, help="the Node's name")
@@ -62,7 +62,7 @@ def parse(argv: Optional[Sequence[str]] = None) -> KubeletConfig:
         hosts=_pairs(args.host, "--host", "NAME=ADDRESS"), cache_dir=args.cache_dir)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     config = parse(argv)
     config.state_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=config.state_dir / "kubelet.log", level=logging.INFO,

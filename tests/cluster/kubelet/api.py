@@ -5,9 +5,10 @@ import base64
 import logging
 import time
 import uuid
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, TypeVar
+from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -20,12 +21,12 @@ RETRY_PAUSE_SECONDS = 0.5
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def rfc3339(moment: datetime) -> str:
     """metav1.Time's form: whole seconds, UTC."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Api:
@@ -40,7 +41,7 @@ class Api:
     def server_version(self) -> str:
         return client.VersionApi(self.client).get_code().git_version
 
-    def _read(self, what: str, call: Callable[[], T]) -> Optional[T]:
+    def _read(self, what: str, call: Callable[[], T]) -> T | None:
         """``call``'s answer; None when the object does not exist. A 403 is retried a while: the Node
         authorizer adds a pod's Secrets and ConfigMaps to its graph a moment after the pod is bound."""
         deadline = time.monotonic() + API_RETRY_SECONDS
@@ -55,13 +56,13 @@ class Api:
                 log.info("%s refused (%s), retrying: %s", what, error.status, error.body)
                 time.sleep(RETRY_PAUSE_SECONDS)
 
-    def secret(self, namespace: str, name: str) -> Optional[Mapping[str, bytes]]:
+    def secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
         found = self._read(f"secret {namespace}/{name}", lambda: self.core.read_namespaced_secret(name, namespace))
         if found is None:
             return None
         return {key: base64.b64decode(value) for key, value in (found.data or {}).items()}
 
-    def config_map(self, namespace: str, name: str) -> Optional[Mapping[str, bytes]]:
+    def config_map(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
         """A ConfigMap's keys (data and binaryData) as bytes, like a Secret's."""
         found = self._read(f"configmap {namespace}/{name}",
                            lambda: self.core.read_namespaced_config_map(name, namespace))

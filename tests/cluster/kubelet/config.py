@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[3]
@@ -44,7 +44,7 @@ class KubeletConfig:
     serving_key: Path
     api_server: str  # the URL pods reach the API server at: KUBERNETES_SERVICE_HOST/PORT
     images: Mapping[str, Path]  # image name → the virtual environment its containers run in
-    client_ca: Optional[Path] = None  # when given, the log endpoint accepts only clients it signed
+    client_ca: Path | None = None  # when given, the log endpoint accepts only clients it signed
     pod_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network(POD_CIDR)
     hosts: Mapping[str, str] = field(default_factory=dict)  # extra host name → address in every pod's hosts file
     cache_dir: Path = CACHE_DIR

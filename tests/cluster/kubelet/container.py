@@ -6,9 +6,9 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
 from tests.cluster.kubelet import sandbox
 from tests.cluster.kubelet.api import now
@@ -31,7 +31,7 @@ class Launch:
     workdir: str
     mounts: list[sandbox.Mount]
     root: Path  # an empty folder: the mount point of the container's tmpfs root
-    message_file: Optional[Path] = None
+    message_file: Path | None = None
 
 
 # reason, message, warning: an Event on the pod about this container
@@ -56,7 +56,7 @@ class ContainerRunner:
         self.logs: dict[str, LogFile] = {}  # one per run, by the run's containerID
         self.stopping = threading.Event()
         self.finished = threading.Event()
-        self._process: Optional[subprocess.Popen[bytes]] = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._failures = 0
 
@@ -118,7 +118,7 @@ class ContainerRunner:
     def _pause(self, seconds: float) -> None:
         self.stopping.wait(seconds)
 
-    def _attempt(self) -> Optional[Terminated]:
+    def _attempt(self) -> Terminated | None:
         """One start of the process; None when it could not even be configured."""
         try:
             launch = self.prepare()

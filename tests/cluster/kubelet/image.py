@@ -5,9 +5,9 @@ import ctypes.util
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
 
 # Docker's PATH for a Debian-based image (python:3.11-slim); the virtual environment goes first.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -36,7 +36,7 @@ class Image:
         return f"venv://{self.venv}"
 
     @property
-    def home(self) -> Optional[str]:
+    def home(self) -> str | None:
         return self.config.env.get("HOME")
 
     @property

@@ -5,7 +5,8 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from kubernetes import watch
 from kubernetes.client import V1Pod

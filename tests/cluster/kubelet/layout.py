@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Collection, Mapping, Optional
 
 from kubernetes.client import V1Container, V1VolumeMount
 
@@ -26,7 +26,7 @@ def service_env(host: str, port: int) -> dict[str, str]:
     }
 
 
-def process_env(image: Image, hostname: str, pod_env: Mapping[str, str], pod_ip: str, shim: Optional[Path]) -> dict[str, str]:
+def process_env(image: Image, hostname: str, pod_env: Mapping[str, str], pod_ip: str, shim: Path | None) -> dict[str, str]:
     """The image's variables, then the runtime's HOSTNAME, then the pod's; the bind shim preloaded first."""
     env = {**image.environment(), "HOSTNAME": hostname, **pod_env}
     if shim is not None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 import calendar
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator, Optional
+from typing import IO
 
 from tests.cluster.kubelet.config import LOG_LINE_BYTES
 
@@ -86,9 +87,9 @@ class LogQuery:
 
     follow: bool = False
     timestamps: bool = False
-    tail_lines: Optional[int] = None
-    limit_bytes: Optional[int] = None
-    since_ns: Optional[int] = None  # the later of sinceSeconds and sinceTime
+    tail_lines: int | None = None
+    limit_bytes: int | None = None
+    since_ns: int | None = None  # the later of sinceSeconds and sinceTime
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class Record:
     text: bytes
 
     @classmethod
-    def parse(cls, line: bytes) -> Optional["Record"]:
+    def parse(cls, line: bytes) -> Record | None:
         parts = line.rstrip(b"\n").split(b" ", 3)
         if len(parts) < 3:
             return None
@@ -111,7 +112,7 @@ class Record:
         return cls(moment, parts[1].decode(), parts[2].startswith(b"P"), text)
 
 
-def _tail_start(handle: IO[bytes], lines: Optional[int]) -> int:
+def _tail_start(handle: IO[bytes], lines: int | None) -> int:
     """The offset of the last ``lines`` records (the whole file when None)."""
     if lines is None:
         return 0

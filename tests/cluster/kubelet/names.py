@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import ipaddress
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Optional
 
 # The kubelet's managed header (pkg/kubelet/kubelet_pods.go, managedHostsFileContent).
 HOSTS_HEADER = (
@@ -30,7 +30,7 @@ class AddressPool:
         self._taken: dict[str, ipaddress.IPv4Address] = {}
         self._lock = threading.Lock()
 
-    def take(self, uid: str, wanted: Optional[str] = None) -> str:
+    def take(self, uid: str, wanted: str | None = None) -> str:
         """The pod's address: ``wanted`` (what its status already says) when free and in range, else the next free one."""
         with self._lock:
             if uid in self._taken:
@@ -66,7 +66,7 @@ class PodName:
     labels: Mapping[str, str] = field(default_factory=dict)
     aliases: tuple[tuple[str, tuple[str, ...]], ...] = ()  # spec.hostAliases
     ready: bool = False
-    hosts_file: Optional[Path] = None
+    hosts_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class HostsTable:
             self._pods[uid] = pod
             self._write_all()
 
-    def update_pod(self, uid: str, *, ready: Optional[bool] = None, labels: Optional[Mapping[str, str]] = None) -> None:
+    def update_pod(self, uid: str, *, ready: bool | None = None, labels: Mapping[str, str] | None = None) -> None:
         with self._lock:
             pod = self._pods.get(uid)
             if pod is None:
@@ -115,7 +115,7 @@ class HostsTable:
                 self._services = fresh
                 self._write_all()
 
-    def _service_address(self, service: ServiceName) -> Optional[str]:
+    def _service_address(self, service: ServiceName) -> str | None:
         """The address of the first pod (by name) the Service selects, among the ready ones unless it publishes all."""
         chosen = sorted(
             (pod.name, pod.address) for pod in self._pods.values()

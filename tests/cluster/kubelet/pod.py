@@ -7,14 +7,18 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from kubernetes.client import V1Container, V1Pod
 
 from tests.cluster.kubelet import layout, sandbox
 from tests.cluster.kubelet.api import Api, now, rfc3339
-from tests.cluster.kubelet.config import (BACKOFF_MAX_SECONDS, DEFAULT_GRACE_SECONDS, SHUTDOWN_GRACE_SECONDS,
-                                          KubeletConfig)
+from tests.cluster.kubelet.config import (
+    BACKOFF_MAX_SECONDS,
+    DEFAULT_GRACE_SECONDS,
+    SHUTDOWN_GRACE_SECONDS,
+    KubeletConfig,
+)
 from tests.cluster.kubelet.container import ContainerRunner, Launch
 from tests.cluster.kubelet.image import Image
 from tests.cluster.kubelet.names import AddressPool, HostsTable, PodName
@@ -37,7 +41,7 @@ class Node:
     tools: sandbox.Tools
     addresses: AddressPool
     hosts: HostsTable
-    shim: Optional[Path]
+    shim: Path | None
 
 
 def _hostname(pod: V1Pod) -> str:
@@ -66,7 +70,7 @@ class PodWorker:
         self.started_at = now()
         self.sandbox_ready = False
         self._status_lock = threading.Lock()
-        self._sent: Optional[dict[str, Any]] = None
+        self._sent: dict[str, Any] | None = None
         self._thread = threading.Thread(target=self._run, name=f"pod {self.key}", daemon=True)
         self.killed = threading.Event()  # the deletion's SIGTERM/SIGKILL round is over
 
@@ -297,5 +301,5 @@ class PodWorker:
         shutil.rmtree(self.log_root, ignore_errors=True)
         self.done.set()
 
-    def join(self, timeout: Optional[float] = None) -> None:
+    def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Protocol, Sequence
+from typing import Protocol
 
 from kubernetes.client import V1Container, V1ResourceFieldSelector
 from kubernetes.utils.quantity import parse_quantity
@@ -20,9 +21,9 @@ class ConfigError(Exception):
 class Objects(Protocol):
     """The Secrets and ConfigMaps a pod refers to; None when the object does not exist."""
 
-    def secret(self, namespace: str, name: str) -> Optional[Mapping[str, bytes]]: ...
+    def secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None: ...
 
-    def config_map(self, namespace: str, name: str) -> Optional[Mapping[str, bytes]]: ...
+    def config_map(self, namespace: str, name: str) -> Mapping[str, bytes] | None: ...
 
 
 @dataclass(frozen=True)
@@ -102,13 +103,13 @@ def resource_value(container: V1Container, ref: V1ResourceFieldSelector) -> str:
     return str(math.ceil(parse_quantity(str(value)) / divisor))
 
 
-def fetch(objects: Objects, namespace: str, kind: str, name: str) -> Optional[Mapping[str, bytes]]:
+def fetch(objects: Objects, namespace: str, kind: str, name: str) -> Mapping[str, bytes] | None:
     """A Secret's or a ConfigMap's keys; None when it does not exist."""
     return objects.secret(namespace, name) if kind == "Secret" else objects.config_map(namespace, name)
 
 
 def _lookup_key(objects: Objects, namespace: str, kind: str, name: str, key: str,
-                optional: bool) -> Optional[str]:
+                optional: bool) -> str | None:
     data = fetch(objects, namespace, kind, name)
     if data is None:
         if optional:
@@ -145,7 +146,7 @@ def container_env(container: V1Container, pod: PodFacts, objects: Objects,
             env[var.name] = expand(var.value or "", env, service_env)
             continue
         source = var.value_from
-        value: Optional[str]
+        value: str | None
         if source.field_ref is not None:
             value = field_value(pod, source.field_ref.field_path)
         elif source.resource_field_ref is not None:

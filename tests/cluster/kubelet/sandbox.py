@@ -5,10 +5,9 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Mapping, Optional, Sequence
-
 
 ENTER = Path(__file__).with_name("enter.py")
 
@@ -42,7 +41,7 @@ def ordered(mounts: Iterable[Mount]) -> list[Mount]:
 def host_path(target: str, mounts: Sequence[Mount]) -> Path:
     """Where ``target`` (a path inside the container) lies on this machine, through the innermost mount above it."""
     path = PurePosixPath(os.path.normpath(target))
-    best: Optional[Mount] = None
+    best: Mount | None = None
     for mount in mounts:
         root = PurePosixPath(os.path.normpath(mount.target))
         if (path == root or root in path.parents) and (best is None or mount.depth >= best.depth):
@@ -60,7 +59,7 @@ class Tools:
     python: str = sys.executable
 
     @classmethod
-    def find(cls) -> "Tools":
+    def find(cls) -> Tools:
         found = shutil.which("unshare", path="/usr/sbin:/usr/bin:/sbin:/bin")
         if found is None:
             raise SystemExit("kubelet: unshare not found: apt-get install util-linux")

@@ -5,9 +5,10 @@ import logging
 import ssl
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator, Mapping, Optional, Protocol
+from typing import Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.cluster.kubelet.logs import LogFile, LogQuery, parse_timestamp, read
@@ -54,7 +55,7 @@ def choose(status: ContainerStatus, logs: Mapping[str, LogFile], previous: bool,
     return logs[wanted]
 
 
-def _number(query: Mapping[str, list[str]], key: str) -> Optional[int]:
+def _number(query: Mapping[str, list[str]], key: str) -> int | None:
     if key not in query:
         return None
     try:
@@ -70,7 +71,7 @@ def parse_query(raw: str) -> tuple[bool, LogQuery]:
     def flag(key: str) -> bool:
         return query.get(key, ["false"])[0].lower() in ("true", "1")
 
-    since: Optional[int] = None
+    since: int | None = None
     seconds = _number(query, "sinceSeconds")
     if seconds is not None:
         since = time.time_ns() - seconds * 1_000_000_000
@@ -87,7 +88,7 @@ def parse_query(raw: str) -> tuple[bool, LogQuery]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "LogServer"
+    server: LogServer
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -138,7 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
 class LogServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, port: int, cert: Path, key: Path, client_ca: Optional[Path], source: LogSource) -> None:
+    def __init__(self, port: int, cert: Path, key: Path, client_ca: Path | None, source: LogSource) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.source = source
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -1,9 +1,10 @@
 """Container and pod status as the kubelet reports it: states, phase (its getPhase), conditions."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Union
 
 from tests.cluster.kubelet.api import now, rfc3339
 
@@ -28,11 +29,11 @@ class Running:
 @dataclass(frozen=True)
 class Terminated:
     exit_code: int
-    started_at: Optional[datetime]
+    started_at: datetime | None
     finished_at: datetime
     reason: str = ""  # Completed or Error unless said otherwise (StartError, ...)
     message: str = ""
-    signal: Optional[int] = None
+    signal: int | None = None
     container_id: str = ""
 
     @property
@@ -64,7 +65,7 @@ class ContainerStatus:
     image: str
     image_id: str = ""
     state: State = field(default_factory=lambda: Waiting("ContainerCreating"))
-    last: Optional[Terminated] = None
+    last: Terminated | None = None
     restart_count: int = 0
     container_id: str = ""
 
@@ -87,7 +88,7 @@ class ContainerStatus:
         return body
 
 
-def _failed(state: Optional[Terminated]) -> bool:
+def _failed(state: Terminated | None) -> bool:
     return state is not None and state.exit_code != 0
 
 

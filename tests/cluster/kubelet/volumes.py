@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Mapping, Optional, Protocol
+from typing import Protocol
 
 from kubernetes.client import V1Container, V1KeyToPath, V1Pod, V1Volume
 
@@ -54,7 +55,7 @@ def write_file(path: Path, data: bytes, mode: int) -> None:
     os.replace(temporary, path)
 
 
-def _project(folder: Path, data: Mapping[str, bytes], items: Optional[list[V1KeyToPath]], mode: int,
+def _project(folder: Path, data: Mapping[str, bytes], items: list[V1KeyToPath] | None, mode: int,
              what: str) -> None:
     """Writes the object's keys (or only the listed items, at their paths) as files."""
     chosen = [(item.key, item.path, item.mode) for item in items] if items else [(k, k, None) for k in data]
@@ -112,8 +113,8 @@ class PodVolumes:
                 elif part.service_account_token is not None:
                     sat = part.service_account_token
                     self._token(TokenFile(folder / sat.path, sat.audience or "", sat.expiration_seconds or 3600,
-                                          mode, datetime.min.replace(tzinfo=timezone.utc),
-                                          datetime.min.replace(tzinfo=timezone.utc)))
+                                          mode, datetime.min.replace(tzinfo=UTC),
+                                          datetime.min.replace(tzinfo=UTC)))
                 else:
                     raise VolumeError(f"volume {volume.name!r}: a projected source the process kubelet "
                                       f"does not support: {part.to_dict()}")
@@ -135,8 +136,8 @@ class PodVolumes:
             raise VolumeError(f"hostPath type check failed: {path} is not a {kind}")
         return path
 
-    def _object(self, folder: Path, kind: str, name: str, items: Optional[list[V1KeyToPath]],
-                mode: Optional[int], optional: Optional[bool]) -> None:
+    def _object(self, folder: Path, kind: str, name: str, items: list[V1KeyToPath] | None,
+                mode: int | None, optional: bool | None) -> None:
         namespace = self.facts.namespace
         data = fetch(self.source, namespace, kind, name)
         if data is None:
@@ -145,7 +146,7 @@ class PodVolumes:
             raise VolumeError(f'{kind.lower()} "{name}" not found')
         _project(folder, data, items, mode if mode is not None else DEFAULT_MODE, f"{kind} {namespace}/{name}")
 
-    def _downward(self, folder: Path, items: list, mode: Optional[int]) -> None:
+    def _downward(self, folder: Path, items: list, mode: int | None) -> None:
         for item in items:
             if item.field_ref is not None:
                 value = field_value(self.facts, item.field_ref.field_path)
@@ -159,13 +160,13 @@ class PodVolumes:
         facts = self.facts
         text, expires = self.source.token(facts.namespace, facts.service_account, token.audience, token.seconds,
                                           facts.name, facts.uid)
-        token.issued, token.expires = datetime.now(timezone.utc), expires
+        token.issued, token.expires = datetime.now(UTC), expires
         write_file(token.path, text.encode(), token.mode)
         if token not in self.tokens:
             self.tokens.append(token)
 
     def refresh_tokens(self) -> None:
-        moment = datetime.now(timezone.utc)
+        moment = datetime.now(UTC)
         for token in self.tokens:
             if token.due(moment):
                 self._token(token)
