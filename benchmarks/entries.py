@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import json
 import os
@@ -118,7 +119,7 @@ def ingest(context: Context) -> list[Figure]:
     decode, build = [], []
     for index in range(context.repetitions):
         decode.append(timed(lambda: fashion_mnist.read_idx_dir(Path(defaults.SOURCE))))
-        build.append(timed(lambda: dataset.build(defaults.SOURCE, context.scratch / f"ingest-{index}", defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED)))
+        build.append(timed(functools.partial(dataset.build, defaults.SOURCE, context.scratch / f"ingest-{index}", defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED)))
     context.samples["ingest_seconds"] = {"decode": decode, "build": build}
     ratio = median(build) / median(decode)
     return [Figure("ingest_ratio", ratio, "×", goal="≤ 2", met=ratio <= 2,
@@ -169,7 +170,7 @@ def pipeline(context: Context) -> list[Figure]:
     baseline = 0.0
     for variant in load_variants(DEFAULT_CONFIG):
         spec = variant.to_dict()
-        baseline += timed(lambda: _job(context, spec, variant.workers, 0, reached[variant.name]))
+        baseline += timed(functools.partial(_job, context, spec, variant.workers, 0, reached[variant.name]))
     ratio = pipeline_seconds / baseline
     breakdown = {
         "total": pipeline_seconds, "ingest": tasks.get("ingest", 0.0), "train_tasks": tasks.get("train", 0.0),
@@ -241,8 +242,8 @@ def validation(context: Context) -> list[Figure]:
         samples["without_seconds"].append(unvalidated.train_seconds)
         samples["validation_seconds"].append(validated.validation_seconds)
     context.samples["validation"] = samples
-    overhead = median([w / wo - 1 for w, wo in zip(samples["with_seconds"], samples["without_seconds"])])
-    share = median([v / w for v, w in zip(samples["validation_seconds"], samples["with_seconds"])])
+    overhead = median([w / wo - 1 for w, wo in zip(samples["with_seconds"], samples["without_seconds"], strict=True)])
+    share = median([v / w for v, w in zip(samples["validation_seconds"], samples["with_seconds"], strict=True)])
     return [
         Figure("validation_overhead", overhead, "×", goal="≤ 0.05", met=overhead <= 0.05,
                detail=f"seconds in fit with the 5,000 validation images scored at every epoch's end ÷ without, − 1; seed CNN,"

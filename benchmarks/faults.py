@@ -77,7 +77,7 @@ def faults(context: Context) -> list[Figure]:
         samples["killed_seconds"].append(seconds)
         samples["resumed_from_epoch"].append(metrics.resumed_from_epoch)
     context.samples["faults"] = samples
-    lost = median([k - u for k, u in zip(samples["killed_seconds"], samples["unharmed_seconds"])])
+    lost = median([k - u for k, u in zip(samples["killed_seconds"], samples["unharmed_seconds"], strict=True)])
     unharmed, epoch = median(samples["unharmed_seconds"]), median(samples["epoch_seconds"])
     resumed = median(samples["resumed_from_epoch"])
     share = median(samples["backup_share"])

@@ -122,7 +122,7 @@ def serving(context: Context) -> list[Figure]:
                     def in_process(client: int, i: int, case: tuple = (kind, n)) -> None:
                         signatures[case[0]](**inputs[case][(client + i) % DISTINCT])["probabilities"].numpy()
 
-                    def served(client: int, i: int, case: tuple = (kind, n)) -> None:
+                    def served(client: int, i: int, case: tuple = (kind, n), connections: list = connections) -> None:
                         connection = connections[client]
                         connection.request("POST", f"/v1/models/{NAME}:predict", bodies[case][(client + i) % DISTINCT],
                                            {"Content-Type": "application/json"})
@@ -156,7 +156,7 @@ def serving(context: Context) -> list[Figure]:
                                       detail=f"{label}: p{q} {served_ms:.2f} ms served ÷ {local_ms:.2f} ms in process"))
             served_rate, local_rate = statistics.median(there["images_per_second"]), statistics.median(here["images_per_second"])
             # Each repetition's two sides ran back to back: their ratio holds when other load on the machine comes and goes.
-            ratio = statistics.median(s / h for s, h in zip(there["images_per_second"], here["images_per_second"]))
+            ratio = statistics.median(s / h for s, h in zip(there["images_per_second"], here["images_per_second"], strict=True))
             goal = n == 64
             figures.append(Figure(f"serving_{n}{kind}_c{clients}_throughput_ratio", ratio, "×", goal="≥ 0.8" if goal else "",
                                   met=ratio >= 0.8 if goal else None,

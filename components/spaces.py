@@ -125,7 +125,7 @@ def assignments(spaces: Mapping[str, Space], samples: int, seed: int, key: str) 
     """
     fields = list(spaces)
     if is_grid(spaces):
-        return [dict(zip(fields, values)) for values in itertools.product(*(spaces[f].options for f in fields))]
+        return [dict(zip(fields, values, strict=True)) for values in itertools.product(*(spaces[f].options for f in fields))]
     rng = random.Random(f"{seed}/{key}")  # a str seed is hashed with SHA-512: the same on every machine and run
     drawn: list[dict[str, Any]] = []
     for _ in range(samples * DRAWS_PER_SAMPLE):

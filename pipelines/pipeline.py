@@ -145,7 +145,7 @@ def build_pipeline(
         data = on_cluster(ingest_op(source=source, source_digest=source_digest, validation_size=validation_size,
                                     shards=shards, seed=defaults.SEED).after(checked))
         entering = variants
-        for rung, train_rung in zip(plan, trainers):
+        for rung, train_rung in zip(plan, trainers, strict=True):
             trained = train_rung(
                 variants=entering,
                 data=data.outputs["data"],

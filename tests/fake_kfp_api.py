@@ -297,7 +297,7 @@ class FakeKfpApi:
         for operation in self.operations:
             match = operation.pattern.match(path)
             if operation.method == method and match:
-                return operation, dict(zip(operation.path_names, map(urllib.parse.unquote, match.groups())))
+                return operation, dict(zip(operation.path_names, map(urllib.parse.unquote, match.groups()), strict=True))
         return None, {}
 
     def _refusal(self, operation: Operation, headers: Any) -> int | None:

@@ -151,7 +151,7 @@ def test_a_compiled_halving_pipeline_given_other_variants_fails_at_its_first_ste
     monkeypatch.setenv(ERROR_FILE_ENV, str(error_file))
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(work / "pipeline-root"), enable_caching=False)
     two_small = [{"name": name, "model": {"type": "mlp", "hidden_units": [8]}, "training": {"epochs": 1}, "workers": 1} for name in "xy"]
-    with pytest.raises(RuntimeError, match="Inner task failed: .*'check'"):
+    with pytest.raises(RuntimeError, match=r"Inner task failed: .*'check'"):
         pipeline(variants=two_small, store=f"file://{tmp_path / 'store'}", s3_endpoint="", max_train_examples=512)
     line = ("variants: 2 variants given, but this pipeline was compiled for a halving search of 4 variants"
             f" (rungs stop at 1, 2 and keep 2, 1): list 4 variants, {RECOMPILE} for 2")
@@ -161,7 +161,7 @@ def test_a_compiled_halving_pipeline_given_other_variants_fails_at_its_first_ste
     assert not [path for path in work.rglob("*") if path.name in ("ingest", "train", "data")], "nothing ingested or trained"
     # The same count, one variant with its own epochs: the line names it and the epochs the rungs need.
     four = [dict(two_small[0], name=name, training={"epochs": 1 if name == "z" else 2}) for name in "wxyz"]
-    with pytest.raises(RuntimeError, match="Inner task failed: .*'check'"):
+    with pytest.raises(RuntimeError, match=r"Inner task failed: .*'check'"):
         pipeline(variants=four, store=f"file://{tmp_path / 'store'}", s3_endpoint="", max_train_examples=512)
     assert error_file.read_text() == ("variants: variant 'z' has training.epochs 1, but this pipeline was compiled for a halving schedule"
                                       f" to epoch 2 (rungs stop at 1, 2): set training.epochs to 2, {RECOMPILE}")

@@ -84,7 +84,7 @@ def test_compile_refuses_ir_a_supported_backend_would_reject() -> None:
 
 
 def test_a_run_id_left_as_a_placeholder_is_refused_before_anything_is_written() -> None:
-    with pytest.raises(BakeoffError, match="needs KFP 2.5 or newer"):
+    with pytest.raises(BakeoffError, match=r"needs KFP 2\.5 or newer"):
         runs.variant_prefix("{{$.pipeline_job_uuid}}", "cnn")
 
 

@@ -242,7 +242,7 @@ def test_the_version_comes_from_the_store_when_not_given(fake: FakeKubernetes, c
     opened: list[tuple] = []
     monkeypatch.setattr(deploy, "open_store", lambda *args: opened.append(args) or folder)
 
-    code, out, err = bakeoff(capsys, "--image", IMAGE, "--s3-endpoint", "minio.example:9000", "--s3-insecure")
+    code, _, err = bakeoff(capsys, "--image", IMAGE, "--s3-endpoint", "minio.example:9000", "--s3-insecure")
     assert code == 0, err
     assert opened == [(f"s3://mlpipeline/private/{NAMESPACE}/bakeoff", "minio.example:9000", True)]
     assert version_of(service(fake)) == "2"

@@ -81,7 +81,7 @@ def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(sma
     metrics = runs.metrics_at(store, PREFIX)
     resumed = metrics.resumed_from_epoch
     assert metrics.attempt == 2 and 2 <= resumed < EPOCHS, metrics
-    before, after = injector.epoch_ends(f"{JOB}-worker-0")
+    _, after = injector.epoch_ends(f"{JOB}-worker-0")
     # The second attempt trains only the epochs left; a restart from scratch would train all of them again.
     assert metrics.epochs_trained == after == EPOCHS - resumed < EPOCHS
     assert len(metrics.history["loss"]) == EPOCHS  # the epochs before the restart are kept in the record

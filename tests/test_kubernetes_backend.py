@@ -151,7 +151,7 @@ def test_the_chief_log_is_followed_once_its_pod_runs_and_again_after_each_restar
 def test_failed_job_raises_with_conditions_and_last_log_lines() -> None:
     job = tfjob()
     with FakeKubernetes(["Created", "Running", "Failed"], log=LOG, worker_logs={1: "Epoch 1/1\nworker 1 waits\n"}) as fake:
-        lines, error = run(fake, job)
+        _, error = run(fake, job)
     message = str(error)
     assert message.startswith(f"TFJob team-a/{job.metadata.name} failed: Created: TFJobCreated")
     assert "Failed: TFJobFailed TFJob is failed." in message
@@ -162,7 +162,7 @@ def test_failed_job_raises_with_conditions_and_last_log_lines() -> None:
 def test_a_job_that_never_finishes_is_deleted_at_the_deadline() -> None:
     job = tfjob(deadline=1)
     with FakeKubernetes(["Created", "Running"], log="still going\n") as fake:
-        lines, error = run(fake, job)
+        _, error = run(fake, job)
     assert re.search(r"did not finish in time and was deleted: \| last lines of \S+-worker-0: still going raise --timeout", str(error))
     assert fake.deleted == [job.metadata.name]
 
@@ -171,7 +171,7 @@ def test_a_job_the_api_rejects_is_a_clear_error() -> None:
     job = tfjob()
     job.spec.tf_replica_specs["Worker"].replicas = "two"  # the CRD says integer
     with FakeKubernetes(["Created"]) as fake:
-        lines, error = run(fake, job)
+        _, error = run(fake, job)
     assert re.fullmatch(r"could not create TFJob team-a/\S+ \(HTTP 422: spec/tfReplicaSpecs/Worker/replicas: 'two' is not of type 'integer'\):"
                         r" check that the Training Operator is installed and that this service account may create tfjobs \(manifests/\)", str(error))
     assert fake.violations and fake.jobs == {}
@@ -243,7 +243,7 @@ def test_an_api_that_keeps_failing_is_its_own_error_not_a_failed_tfjob() -> None
     job = tfjob()
     with FakeKubernetes(["Created", "Running", "Succeeded"]) as fake:
         fake.fail("get", "tfjobs", times=100, answer=503)
-        lines, error = run(fake, job, api_attempts=3)
+        _, error = run(fake, job, api_attempts=3)
     assert str(error) == (f"the Kubernetes API failed 3 times in a row to read TFJob team-a/{job.metadata.name}"
                           " (HTTP 503: etcdserver: request timed out): check the API server, then retry the run")
     assert fake.deleted == [] and list(fake.jobs) == [job.metadata.name]  # the job itself is left to run
@@ -313,7 +313,7 @@ def test_the_step_pod_owns_the_job_and_deleting_it_deletes_the_job(monkeypatch: 
         fake.on_state[2] = lambda: fake.delete_pod(STEP_POD)  # the run is deleted while the job runs
         submitted: list[dict] = []
         fake.on_state[0] = lambda: submitted.append(dict(fake.jobs[name]))
-        lines, error = run(fake, job)
+        _, error = run(fake, job)
     assert submitted[0]["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": STEP_POD, "uid": uid}]
     assert fake.collected == [name]
     assert str(error) == (f"TFJob team-a/{name} was deleted while this step waited for it (the run was cancelled, or someone deleted it):"
@@ -327,7 +327,7 @@ def test_replicas_run_as_the_step_or_the_configured_service_account(monkeypatch:
         job = tfjob()
         with FakeKubernetes(["Created", "Succeeded"]) as fake:
             in_step_pod(fake, monkeypatch)
-            lines, error = run(fake, job)
+            _, error = run(fake, job)
         assert error is None
         assert fake.jobs[job.metadata.name]["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["serviceAccountName"] == expected
 

@@ -157,4 +157,4 @@ def test_the_keys_of_a_record_are_its_json_keys() -> None:
     assert Summary.keys() == ["run_id", "winner", "promotion", "candidates", "stopped", records.VERSION_FIELD]
     assert Score.keys() == ["variant", "value"]  # the value's key is the metric's name
     summary = json.loads((SAMPLES / "summary.json").read_text())
-    assert list(summary) + [records.VERSION_FIELD] == Summary.keys()
+    assert [*summary, records.VERSION_FIELD] == Summary.keys()

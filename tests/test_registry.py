@@ -186,7 +186,7 @@ def test_concurrent_publishers_each_get_their_own_version(scheme_store: tuple[St
             publisher.kill()
             publisher.communicate()
     assert [publisher.returncode for publisher in publishers] == [0] * PUBLISHERS
-    reports = {run_id: json.loads(stdout) for run_id, (stdout, _) in zip(run_ids, outcomes)}
+    reports = {run_id: json.loads(stdout) for run_id, (stdout, _) in zip(run_ids, outcomes, strict=True)}
     got = {run_id: report["version"] for run_id, report in reports.items()}
     assert len(set(got.values())) == PUBLISHERS
     if isinstance(store, S3Store):

@@ -155,7 +155,7 @@ def test_the_leaderboard_has_every_candidate_best_first_the_winner_marked_and_th
     winners = [cells for attributes, cells in parsed.rows if attributes.get("class") == "winner"]
     assert winners == [parsed.rows[1][1]], "exactly one row, the first, is the winner's"
     assert winners[0][1] == f"{record.winner.variant} ★ winner"
-    for (_, cells), candidate in zip(parsed.rows[1:], record.candidates):
+    for (_, cells), candidate in zip(parsed.rows[1:], record.candidates, strict=True):
         assert cells[2] == f"{candidate.val_accuracy:.4f}"
     decision = parsed.attribute("decision", "class")
     assert decision == "decision"

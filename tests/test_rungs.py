@@ -122,7 +122,7 @@ def test_every_replica_gets_the_same_validation_numbers(rungs: Rungs) -> None:
             lines[match[1]].append(match[2])
     history = rungs.rung[1].history
     assert lines["0"] == lines["1"] == [f"val_loss: {loss:.4f} - val_accuracy: {accuracy:.4f}"
-                                        for loss, accuracy in zip(history["val_loss"], history["val_accuracy"])]
+                                        for loss, accuracy in zip(history["val_loss"], history["val_accuracy"], strict=True)]
 
 
 @pytest.mark.training
@@ -132,7 +132,7 @@ def test_the_chief_reports_each_epoch_and_the_stored_model_to_a_live_display(run
     assert [(event["state"], event.get("epoch"), event.get("epochs")) for event in chief] == [
         ("training", 1, 1), ("paused", None, None), ("training", 2, EPOCHS), ("training", 3, EPOCHS), ("done", None, None)]
     history = rungs.rung[1].history
-    for event, index in zip([event for event in chief if event["state"] == "training"], range(EPOCHS)):
+    for event, index in zip([event for event in chief if event["state"] == "training"], range(EPOCHS), strict=False):
         assert event["variant"] == "tiny" and event["examples_per_second"] > 0
         assert (event["loss"], event["val_loss"], event["val_accuracy"]) == (
             history["loss"][index], history["val_loss"][index], history["val_accuracy"][index])

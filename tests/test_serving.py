@@ -171,7 +171,7 @@ def test_predict_cli_answers_as_the_savedmodel_in_process_on_real_images(
     answers = json.loads(result.stdout)
     assert [answer["image"] for answer in answers] == list(map(str, paths))
     assert [answer["class_id"] for answer in answers] == in_process["class_id"].tolist()
-    for answer, probabilities in zip(answers, in_process["probabilities"]):
+    for answer, probabilities in zip(answers, in_process["probabilities"], strict=True):
         best = np.argsort(-probabilities)[:3]
         assert [entry["class_id"] for entry in answer["top"]] == best.tolist()
         assert [entry["class_name"] for entry in answer["top"]] == [CLASS_NAMES[i] for i in best]
@@ -221,7 +221,7 @@ def test_grpc_v2_answers_as_the_savedmodel_in_process(setup: dict, test_images: 
         name="images", datatype="FP32", shape=[IMAGES, 28, 28], contents=pb.InferTensorContents(fp32_contents=test_images.ravel().tolist()))])
     with grpc.insecure_channel(f"127.0.0.1:{setup['grpc_port']}") as channel:
         response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
-    outputs = {output.name: (output, raw) for output, raw in zip(response.outputs, response.raw_output_contents)}
+    outputs = {output.name: (output, raw) for output, raw in zip(response.outputs, response.raw_output_contents, strict=True)}
     probabilities = np.frombuffer(outputs["probabilities"][1], np.float32).reshape(IMAGES, 10)
     assert_same(probabilities, np.frombuffer(outputs["class_id"][1], np.int64).tolist(), in_process)
 

@@ -164,7 +164,7 @@ class FaultyProxy:
         host, port = upstream.rsplit(":", 1)
         self.upstream = (host, int(port))
         self.listener = socket.create_server(("127.0.0.1", free_port()))
-        self.endpoint = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.endpoint = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.lock = threading.Lock()
         self.fault: str | None = None
         self.cut_after = 0

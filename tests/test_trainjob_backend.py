@@ -119,7 +119,7 @@ def test_failed_job_raises_with_its_condition_and_every_workers_last_lines() -> 
     job = tfjob()
     name = trainjob_name(job.metadata.name)
     with FakeKubernetes(["Created", "Running", "Failed"], log=LOG, worker_logs={1: "worker 1 waits\n"}) as fake:
-        lines, error = run(fake, job)
+        _, error = run(fake, job)
     assert str(error) == (f"TrainJob team-a/{name} failed: Failed: FailedJobs jobset failed due to one or more job failures"
                           f" | last lines of {trainjob_pod_name(name, 0)}: Epoch 1/1 / 429/429 - 19s - loss: 0.51 - accuracy: 0.82"
                           f" / bakeoff: error: the last words of the chief | last lines of {trainjob_pod_name(name, 1)}: worker 1 waits")
@@ -129,7 +129,7 @@ def test_a_job_past_its_deadline_is_deleted_since_no_trainjob_field_bounds_it() 
     job = tfjob(deadline=1)
     name = trainjob_name(job.metadata.name)
     with FakeKubernetes(["Created", "Running"], log="still going\n") as fake:
-        lines, error = run(fake, job)
+        _, error = run(fake, job)
     assert str(error) == (f"TrainJob team-a/{name} did not finish in time and was deleted: | last lines of {trainjob_pod_name(name, 0)}:"
                           " still going raise --timeout or check Kubeflow Trainer")
     assert fake.deleted == [name] and fake.propagations == ["Foreground"]
@@ -143,7 +143,7 @@ def test_a_cluster_without_trainer_fails_at_once_naming_the_crd_and_the_other_ch
     name = trainjob_name(job.metadata.name)
     with FakeKubernetes(["Created"], crds=frozenset({"tfjobs.kubeflow.org"})) as fake:
         in_step_pod(fake, monkeypatch)
-        lines, error = run(fake, job)
+        _, error = run(fake, job)
     assert str(error) == (f"cannot create TrainJob team-a/{name}: this cluster has no TrainJob resource (HTTP 404: Not Found for"
                           " trainjobs.trainer.kubeflow.org), so Kubeflow Trainer v2 is not installed (Kubeflow 1.10 and earlier install"
                           " the Training Operator v1, which runs TFJobs): run with `--param trainer=tfjob`, or install Kubeflow Trainer"
@@ -154,7 +154,7 @@ def test_a_cluster_without_trainer_fails_at_once_naming_the_crd_and_the_other_ch
 def test_a_cluster_without_bakeoffs_runtime_says_to_apply_it() -> None:
     job = tfjob()
     with FakeKubernetes(["Created"], runtimes=frozenset()) as fake:
-        lines, error = run(fake, job)
+        _, error = run(fake, job)
     message = str(error)
     assert message.startswith(f"could not create TrainJob team-a/{trainjob_name(job.metadata.name)} (HTTP 403: admission webhook")
     assert f'clustertrainingruntimes.trainer.kubeflow.org "{RUNTIME}" not found' in message
@@ -193,7 +193,7 @@ def test_the_workers_run_as_the_step_or_the_configured_service_account(monkeypat
         name = trainjob_name(job.metadata.name)
         with FakeKubernetes(["Created", "Succeeded"]) as fake:
             uid = in_step_pod(fake, monkeypatch)
-            lines, error = run(fake, job)
+            _, error = run(fake, job)
             chief = fake._worker_pod(*fake._worker(trainjob_pod_name(name, 0)))
         assert error is None and chief["spec"]["serviceAccountName"] == expected
         assert fake.jobs[name]["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": STEP_POD, "uid": uid}]

@@ -110,7 +110,7 @@ def test_every_replica_reports_the_global_epoch_metrics(trained: Trained) -> Non
               for index in (0, 1)}
     history = written_metrics(trained).history
     assert epochs[0] == epochs[1] == [(f"{loss:.4f}", f"{accuracy:.4f}")
-                                      for loss, accuracy in zip(history["loss"], history["accuracy"])]
+                                      for loss, accuracy in zip(history["loss"], history["accuracy"], strict=True)]
 
 
 @pytest.mark.training
@@ -188,8 +188,8 @@ def test_random_flip_mirrors_some_images_and_keeps_labels(small_dataset: Path) -
     labels = np.arange(256)
     flipped, same_labels = _random_flip(tf.constant(images), tf.constant(labels))
     flipped = flipped.numpy()
-    mirrored = [np.array_equal(out, image[:, ::-1]) and not np.array_equal(out, image) for out, image in zip(flipped, images)]
-    kept = [np.array_equal(out, image) for out, image in zip(flipped, images)]
-    assert all(m or k for m, k in zip(mirrored, kept))
+    mirrored = [np.array_equal(out, image[:, ::-1]) and not np.array_equal(out, image) for out, image in zip(flipped, images, strict=True)]
+    kept = [np.array_equal(out, image) for out, image in zip(flipped, images, strict=True)]
+    assert all(m or k for m, k in zip(mirrored, kept, strict=True))
     assert 64 < sum(mirrored) < 192  # about half, for 256 images
     assert np.array_equal(same_labels.numpy(), labels)

@@ -78,7 +78,7 @@ def trainjob_for(job: KubeflowOrgV1TFJob) -> TrainJobRequest:
     nodes = replica.replicas or 1
     trainer = TrainerV1alpha1Trainer.from_dict({
         "image": container.image, "command": container.command, "args": container.args,
-        "env": plain(container.env or []) + [{"name": NODES_ENV, "value": str(nodes)}],
+        "env": [*plain(container.env or []), {"name": NODES_ENV, "value": str(nodes)}],
         "numNodes": nodes, "resourcesPerNode": plain(container.resources),
     })
     spec = TrainerV1alpha1TrainJobSpec(

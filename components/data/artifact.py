@@ -61,7 +61,7 @@ def write(splits: dict[str, Split], out: Path, shards: int, names: list[str], so
     out.mkdir(parents=True, exist_ok=True)
     for split, data in splits.items():
         # array_split slices (views) and savez streams to the file: no copy of the split is made.
-        parts = zip(np.array_split(data.images, shards), np.array_split(data.labels, shards))
+        parts = zip(np.array_split(data.images, shards), np.array_split(data.labels, shards), strict=True)
         for index, (images, labels) in enumerate(parts):
             with open(out / shard_name(split, index, shards), "wb") as file:
                 np.savez(file, images=images, labels=labels)

@@ -22,8 +22,8 @@ def curves(histories: dict[str, dict]) -> Figure:
     figure = Figure(figsize=(11, 4), layout="constrained")
     axes = figure.subplots(1, len(PANELS))
     colours = [f"C{i % 10}" for i in range(len(histories))]
-    for ax, (panel, train_key, val_key) in zip(axes, PANELS):
-        for colour, (variant, history) in zip(colours, histories.items()):
+    for ax, (panel, train_key, val_key) in zip(axes, PANELS, strict=True):
+        for colour, (variant, history) in zip(colours, histories.items(), strict=True):
             train = history.get(train_key, [])
             ax.plot(range(1, len(train) + 1), train, color=colour, marker=".", label=f"{variant} train", gid=f"{variant}/{train_key}")
             validation = history.get(val_key, [])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 from components import defaults
@@ -20,7 +21,7 @@ def macs(variant: Variant) -> int:
     config = variant.model_config()
     if isinstance(config, MlpConfig):
         widths = [IMAGE_SIDE * IMAGE_SIDE, *config.hidden_units, CLASSES]
-        return sum(a * b for a, b in zip(widths, widths[1:]))
+        return sum(a * b for a, b in itertools.pairwise(widths))
     assert isinstance(config, CnnConfig)
     side, channels, total = IMAGE_SIDE, 1, 0
     for index, filters in enumerate(config.filters):

@@ -72,7 +72,7 @@ def rung_score(history: dict, metric: str, epochs: int) -> tuple[float, int]:
     values = history.get(metric) or []
     validated = history.get(VAL_EPOCHS) or list(range(epochs - len(values) + 1, epochs + 1))
     first = epochs - max(1, epochs // HALVING_WINDOW) + 1
-    recent = [value for value, epoch in zip(values, validated) if epoch >= first] or values[-1:]
+    recent = [value for value, epoch in zip(values, validated, strict=False) if epoch >= first] or values[-1:]
     return (math.fsum(recent) / len(recent) if recent else math.nan), first
 
 

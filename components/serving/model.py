@@ -21,8 +21,8 @@ try:
 finally:
     sys.argv = _argv
 
-from components.errors import BakeoffError
-from components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE
+from components.errors import BakeoffError  # noqa: E402 (after kserve's import, above)
+from components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE  # noqa: E402
 
 ARRAYS_INPUT = "images"  # the input of ARRAYS_SIGNATURE
 BYTES_INPUT = "image_bytes"  # the input of BYTES_SIGNATURE
@@ -143,7 +143,7 @@ def _undecodable(images: np.ndarray, error: Exception) -> str:
     """Which image failed and TF's reason; found again one by one, as the batch's error names neither."""
     import tensorflow as tf
 
-    for index, image in enumerate(images):
+    for index, image in enumerate(images):  # noqa: B007 (read after the loop)
         try:
             tf.io.decode_image(image, channels=1, expand_animations=False)
         except tf.errors.InvalidArgumentError as single:
@@ -253,7 +253,7 @@ def v1_response(outputs: dict[str, np.ndarray]) -> dict:
     names = [name.decode() for name in outputs["class_name"]]
     return {"predictions": [
         {"class_id": class_id, "class_name": name, "probabilities": probabilities}
-        for class_id, name, probabilities in zip(outputs["class_id"].tolist(), names, outputs["probabilities"].tolist())
+        for class_id, name, probabilities in zip(outputs["class_id"].tolist(), names, outputs["probabilities"].tolist(), strict=True)
     ]}
 
 

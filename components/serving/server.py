@@ -60,7 +60,7 @@ class Source(abc.ABC):
     def fetch(self, number: int) -> Path:
         """A local folder holding version ``number``'s SavedModel."""
 
-    def release(self, number: int) -> None:
+    def release(self, number: int) -> None:  # noqa: B027 (a no-op unless the source keeps copies)
         """Forgets the local copy of a version no longer served."""
 
 

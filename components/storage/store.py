@@ -49,7 +49,7 @@ class Store(abc.ABC):
         succeeds, by the store's own guarantees (a rename, a conditional write).
         """
 
-    def check_writable(self) -> None:
+    def check_writable(self) -> None:  # noqa: B027 (a no-op for stores that cannot tell in advance)
         """Fails with a BakeoffError before any work when nothing can be written here."""
 
     def put_dir(self, local_dir: Path, prefix: str) -> None:

@@ -77,7 +77,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     except BakeoffError:
         names = None  # another TF-Serving-style server: only the top class has a name
     results = []
-    for path, prediction in zip(args.images, predictions):
+    for path, prediction in zip(args.images, predictions, strict=False):
         probabilities = prediction["probabilities"]
         ranked = sorted(range(len(probabilities)), key=lambda index: -probabilities[index])[:args.top]
         top = [{"class_id": index, "probability": probabilities[index],

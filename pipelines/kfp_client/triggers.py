@@ -64,7 +64,7 @@ def validate_cron(expression: str) -> str:
     if len(fields) != len(CRON_FIELDS):
         raise BakeoffError(f"--cron {expression!r} has {len(fields)} fields; KFP's cron has 6, seconds first "
                            f"(second minute hour day-of-month month day-of-week): {CRON_EXAMPLE}")
-    for text, (name, low, high, names) in zip(fields, CRON_FIELDS):
+    for text, (name, low, high, names) in zip(fields, CRON_FIELDS, strict=True):
         try:
             _check_cron_field(text, name, low, high, names)
         except ValueError as problem:

@@ -461,6 +461,6 @@ def test_the_fake_answers_deploys_calls_as_the_real_api_server_does(team: Team, 
         fake.granted = None
         faked_admin = _missing_namespace_calls(fake_api, missing, model_uri)
     assert [name for name, _ in faked] == [name for name, _ in real]
-    for (name, fake_seen), (_, real_seen) in zip(faked, real):
+    for (name, fake_seen), (_, real_seen) in zip(faked, real, strict=True):
         assert fake_seen == real_seen, name
     assert faked_admin == real_admin

@@ -112,7 +112,7 @@ def enter(spec: dict[str, Any]) -> None:
     sources = [os.open(m["source"], os.O_PATH) for m in mounts]
     tree = Tree()
     new_root(spec["root"], tree)
-    for descriptor, m in zip(sources, mounts):
+    for descriptor, m in zip(sources, mounts, strict=True):
         source = f"/proc/self/fd/{descriptor}"
         ensure(m["target"], not os.path.isdir(source), tree)
         target = os.path.realpath(m["target"])

@@ -46,7 +46,7 @@ class LogFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle: IO[bytes] = open(path, "ab")
+        self._handle: IO[bytes] = open(path, "ab")  # noqa: SIM115 (open for the log's life; close() closes it)
         self._changed = threading.Condition()
         self.closed = False
 

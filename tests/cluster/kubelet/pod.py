@@ -223,7 +223,7 @@ class PodWorker:
 
     def _run_containers(self) -> None:
         spec = self.pod.spec
-        for container, status in zip(spec.init_containers or [], self.init_statuses):
+        for container, status in zip(spec.init_containers or [], self.init_statuses, strict=True):
             runner = self._runner(container, status, init=True)
             runner.run()
             if self.deleting.is_set() or not isinstance(status.state, Terminated) or status.state.exit_code:
@@ -232,7 +232,7 @@ class PodWorker:
             status.state = Waiting("ContainerCreating")
         threads = [threading.Thread(target=self._run_main, args=(self._runner(container, status, init=False),),
                                     name=f"{self.key}/{container.name}", daemon=True)
-                   for container, status in zip(spec.containers, self.main_statuses)]
+                   for container, status in zip(spec.containers, self.main_statuses, strict=True)]
         for thread in threads:
             thread.start()
         while any(thread.is_alive() for thread in threads):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Union
+from typing import Any
 
 from tests.cluster.kubelet.api import now, rfc3339
 
@@ -54,7 +54,7 @@ class Terminated:
         return {"terminated": body}
 
 
-State = Union[Waiting, Running, Terminated]
+State = Waiting | Running | Terminated
 
 
 @dataclass
