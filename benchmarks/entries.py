@@ -132,7 +132,8 @@ _KFP_LINE = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - INFO - (?:Executing task '(\w+
 def _task_seconds(log: str) -> dict[str, float]:
     """Wall seconds per kfp.local task, from its own log timestamps."""
     plain = re.sub(r"\x1b\[[0-9;]*m", "", log)
-    started, spent = {}, {}
+    started: dict[str, datetime] = {}
+    spent: dict[str, float] = {}
     for line in plain.splitlines():
         match = _KFP_LINE.match(line)
         if match:

@@ -10,7 +10,7 @@ import re
 import typing
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 from components.errors import BakeoffError
 
@@ -48,7 +48,7 @@ class Space:
         return min(max(float(f"{value:.{SAMPLE_DIGITS}g}"), self.low), self.high)
 
 
-def is_space(value: Any) -> bool:
+def is_space(value: Any) -> TypeGuard[Mapping]:
     """Whether a field's value is written as a search space (a mapping where a plain value belongs)."""
     return isinstance(value, Mapping)
 

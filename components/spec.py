@@ -126,7 +126,7 @@ def _fill(cls: type, data: Any, where: _Where, prefix: str = "") -> Any:
     values = {}
     for name, value in data.items():
         kind = hints[name]
-        if dataclasses.is_dataclass(kind):
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
             values[name] = _fill(kind, value, where, f"{prefix}{name}.")
         else:
             values[name] = _check_type(value, kind, where, f"{prefix}{name}")
@@ -236,6 +236,7 @@ def _validate(variant: Variant, where: _Where) -> None:
     if cpu is None or not 0 < cpu <= MAX_CPU:
         raise where.error("resources.cpu", f"must be a CPU quantity above 0 and at most {MAX_CPU} cores, e.g. \"2\" or \"500m\", got {resources.cpu!r}")
     memory, (low, high) = _quantity(resources.memory), map(_quantity, MEMORY_LIMITS)
+    assert low is not None and high is not None  # MEMORY_LIMITS are quantities
     if memory is None or not low <= memory <= high:
         raise where.error("resources.memory", f"must be a memory quantity from {MEMORY_LIMITS[0]} to {MEMORY_LIMITS[1]},"
                                               f" e.g. \"2Gi\" or \"512Mi\", got {resources.memory!r}")

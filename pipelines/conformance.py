@@ -107,9 +107,9 @@ def violations(spec: dict, backend: KfpBackend) -> list[str]:
     root_inputs = root.get("inputDefinitions", {}).get("parameters", {})
     kinds = {name: KIND_OF_TYPE[p["parameterType"]] for name, p in root_inputs.items()}
     elements = {
-        name: _element_kind(p.get("defaultValue"))
+        name: kind
         for name, p in root_inputs.items()
-        if p["parameterType"] == "LIST" and _element_kind(p.get("defaultValue"))
+        if p["parameterType"] == "LIST" and (kind := _element_kind(p.get("defaultValue")))
     }
     return list(_walk(_Scope("root", root, kinds, elements), components, backend))
 
@@ -145,7 +145,7 @@ def _walk(scope: _Scope, components: dict, backend: KfpBackend) -> Iterator[str]
             element = _source_elements(source, scope)
             if element:
                 elements[name] = element
-        if iterator:
+        if iterator and item_input is not None:
             items = iterator["items"].get("inputParameter")
             element = elements.get(items) if items else _element_kind(json.loads(iterator["items"].get("raw") or "[]"))
             wanted = declared.get(item_input, {}).get("parameterType")

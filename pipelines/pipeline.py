@@ -32,7 +32,7 @@ def build_pipeline(
     image: str = defaults.IMAGE,
     cluster: Cluster | None = None,
     search: Search | None = None,
-):
+) -> dsl.graph_component.GraphComponent:
     """The pipeline function, built for kfp.local (``cluster=None``) or for a cluster.
 
     A factory because KFP fixes ``parallelism`` and the image at compile time.
@@ -52,7 +52,7 @@ def build_pipeline(
     """
     halving = search.halving if search else None
     compiled = len(variants)  # the rungs' keeps hold for this many; the pipeline's own ``variants`` parameter shadows the list
-    plan: list[Rung | None] = schedule(compiled, halving) if halving else [None]
+    plan: list[Rung | None] = list(schedule(compiled, halving)) if halving else [None]
     check_op, ingest_op, train_op, halve_op, select_op = (as_component(func, image) for func in (check, ingest, train, halve, select))
 
     def on_cluster(task: dsl.PipelineTask) -> dsl.PipelineTask:
@@ -64,7 +64,7 @@ def build_pipeline(
                 task.set_env_variable(S3_INSECURE_ENV, "1")
         return task
 
-    def train_variants(rung: Rung | None):
+    def train_variants(rung: Rung | None) -> dsl.graph_component.GraphComponent:
         """The sub-pipeline that trains each of its ``variants`` as a TFJob: to its own epochs, or to ``rung``'s, resuming."""
         until = {} if rung is None else {"stop_epoch": rung.epochs, "rung": rung.index}
 
@@ -80,7 +80,7 @@ def build_pipeline(
             timeout_seconds: int,
             backend: str,
             trainer: str,
-        ):
+        ) -> None:
             # The items are this sub-pipeline's list[dict] input, so each is typed STRUCT, as train's variant is,
             # also where a halve step's output feeds it (the KFP driver refuses a string item for a STRUCT input).
             with dsl.ParallelFor(variants, parallelism=parallelism) as variant:

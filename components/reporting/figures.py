@@ -40,8 +40,8 @@ def curves(histories: dict[str, dict]) -> Figure:
 
 def series(figure: Figure) -> dict[str, dict[str, list[float]]]:
     """The points drawn, by line id (``variant/key``): what the report embeds beside each curve image."""
-    return {line.get_gid(): {"epoch": [float(x) for x in line.get_xdata()], "value": [float(y) for y in line.get_ydata()]}
-            for ax in figure.axes for line in ax.get_lines() if line.get_gid()}
+    return {gid: {"epoch": np.asarray(line.get_xdata(), float).tolist(), "value": np.asarray(line.get_ydata(), float).tolist()}
+            for ax in figure.axes for line in ax.get_lines() if (gid := line.get_gid())}
 
 
 def confusion(matrix: list[list[int]], class_names: list[str]) -> Figure:

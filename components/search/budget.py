@@ -102,11 +102,13 @@ def fit(config: Config, train_examples: int = TRAIN_EXAMPLES) -> Plan:
         return Plan(config, rungs, seconds, [])
     assert config.search is not None
     limit, shrunk, samples = budget * 60, [], config.search.samples
+    halving = config.search.halving  # kept by the shrinking below
     if any(expansion.sample is not None for expansion in config.expansions.values()):
         fitting = [k for k in range(samples, 0, -1) if estimate(_with_samples(config, k), train_examples)[1] <= limit]
-        if (fitting[0] if fitting else 1) < samples:
-            config = _with_samples(config, fitting[0] if fitting else 1)
-            shrunk.append(f"search.samples {samples} -> {config.search.samples}: {samples} draws per sampled variant take"
+        kept = fitting[0] if fitting else 1
+        if kept < samples:
+            config = _with_samples(config, kept)
+            shrunk.append(f"search.samples {samples} -> {kept}: {samples} draws per sampled variant take"
                           f" an estimated {_minutes(seconds)}, over the budget of {budget:g} min")
             rungs, seconds = estimate(config, train_examples)
     if seconds > limit:
@@ -116,7 +118,7 @@ def fit(config: Config, train_examples: int = TRAIN_EXAMPLES) -> Plan:
             least = estimate(_with_epochs(config, 1), train_examples)[1]
             raise BakeoffError(f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"
                                f" (an estimated {_minutes(least)} here): raise the budget or list fewer variants")
-        field = "search.halving.max_epochs" if config.search.halving else "training.epochs"
+        field = "search.halving.max_epochs" if halving else "training.epochs"
         shrunk.append(f"{field} {longest} -> {fitting[0]}: {longest} epochs take an estimated {_minutes(seconds)}, over the budget of {budget:g} min")
         config = _with_epochs(config, fitting[0])
         rungs, seconds = estimate(config, train_examples)

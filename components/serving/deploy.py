@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -330,8 +331,8 @@ def _ensure_runtime(cluster: Cluster, namespace: str, image: str | None) -> tupl
                                    " images/Dockerfile, or apply manifests/kserve first")
             wanted = image
             body = as_dict(serving_runtime(wanted))
-            created = _request(cluster, namespace, f"create servingruntimes.{GROUP} {RUNTIME_NAME!r}", lambda body=body: api.create_namespaced_custom_object(
-                GROUP, RUNTIME_VERSION, namespace, RUNTIME_PLURAL, body, **_WRITE), conflict=True)
+            created = _request(cluster, namespace, f"create servingruntimes.{GROUP} {RUNTIME_NAME!r}", functools.partial(
+                api.create_namespaced_custom_object, GROUP, RUNTIME_VERSION, namespace, RUNTIME_PLURAL, body, **_WRITE), conflict=True)
             if created is None:
                 continue  # created meanwhile: read it again
             return "created", wanted
@@ -344,8 +345,8 @@ def _ensure_runtime(cluster: Cluster, namespace: str, image: str | None) -> tupl
             return "kept", server.get("image") or ""
         server["image"] = image
         patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": {"containers": containers}}
-        patched = _request(cluster, namespace, f"patch servingruntimes.{GROUP} {RUNTIME_NAME!r}", lambda patch=patch: api.patch_namespaced_custom_object(
-            GROUP, RUNTIME_VERSION, namespace, RUNTIME_PLURAL, RUNTIME_NAME, patch, **_WRITE), conflict=True)
+        patched = _request(cluster, namespace, f"patch servingruntimes.{GROUP} {RUNTIME_NAME!r}", functools.partial(
+            api.patch_namespaced_custom_object, GROUP, RUNTIME_VERSION, namespace, RUNTIME_PLURAL, RUNTIME_NAME, patch, **_WRITE), conflict=True)
         if patched is None:
             continue  # changed meanwhile: read it again
         return "updated", image
@@ -381,8 +382,8 @@ def deploy(cluster: Cluster, namespace: str, model_name: str, uri: str, version:
         if _merge(current, patch) == current:
             return Deployed(name, namespace, version, previous, "unchanged", runtime, running_image, None)
         baseline = _rollout_mark(current)
-        patched = _request(cluster, namespace, doing, lambda patch=patch: api.patch_namespaced_custom_object(
-            GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, name, patch, **_WRITE), conflict=True)
+        patched = _request(cluster, namespace, doing, functools.partial(
+            api.patch_namespaced_custom_object, GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, name, patch, **_WRITE), conflict=True)
         if patched is None:
             continue  # changed meanwhile: read it again
         return Deployed(name, namespace, version, previous, "updated", runtime, running_image, baseline)

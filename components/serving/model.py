@@ -264,6 +264,7 @@ def v2_response(model_name: str, batch: Batch, outputs: dict[str, np.ndarray]) -
         InferOutput("class_id", list(outputs["class_id"].shape), "INT64", outputs["class_id"]),
         InferOutput("class_name", list(outputs["class_name"].shape), "BYTES", outputs["class_name"]),
     ]
+    assert request is not None  # a V2 answer is to a V2 request, which the batch keeps
     return InferResponse(response_id=request.id or str(uuid.uuid4()), model_name=model_name,
                          model_version=str(batch.version.number), infer_outputs=tensors,
                          use_binary_outputs=request.use_binary_outputs, requested_outputs=request.request_outputs)

@@ -18,7 +18,7 @@ def check(
     trainer: str,
     halving: dict,
     compiled_variants: int,
-):
+) -> None:
     """Fails the run in one line that names the parameter, its value and what to change; reads no data, starts no job.
 
     A UI or SDK user sets the parameters; ``halving`` (empty: none) and

@@ -2,7 +2,7 @@
 from kfp import dsl
 
 
-def ingest(data: dsl.Output[dsl.Dataset], source: str, source_digest: str, validation_size: int, shards: int, seed: int):
+def ingest(data: dsl.Output[dsl.Dataset], source: str, source_digest: str, validation_size: int, shards: int, seed: int) -> None:
     """Fashion-MNIST → train/validation/test shards + metadata (counts, classes, fingerprint).
 
     ``source_digest`` is unused here: it is in the signature so that KFP's

@@ -47,7 +47,7 @@ class FolderStore(Store):
         base = self._path(prefix)
         if not base.is_dir() or any(part.startswith(".") for part in base.relative_to(self.root).parts):
             return []
-        keys = []
+        keys: list[str] = []
         # Hidden entries are other writers' work in flight (staging folders,
         # partial files): never entered, as a staging folder renamed into
         # place mid-walk would make the walk fail.

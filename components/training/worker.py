@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 # Keras 3's model.fit fails under MultiWorkerMirroredStrategy (TF 2.21:
 # "Attempt to convert a value (PerReplica...)"); tf-keras trains correctly.
@@ -120,11 +121,11 @@ class SyncOnceModel(keras.Model):
     steps report this replica's own running values and epochs stay global.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.distribute_reduction_method = "first"  # the logs are this replica's: nothing to sum
 
-    def compute_metrics(self, x, y, y_pred, sample_weight) -> dict:
+    def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any) -> dict:
         self.compiled_metrics.update_state(y, y_pred, sample_weight)
         results: dict = {}
         for metric in self.metrics:
@@ -149,14 +150,15 @@ class Validation(keras.callbacks.Callback):
     it adds ``val_loss``/``val_accuracy`` to the epoch's logs for the callbacks after it.
     """
 
-    def __init__(self, strategy, images, labels, freq: int, last_epoch: int) -> None:
+    def __init__(self, strategy: Any, images: Any, labels: Any, freq: int, last_epoch: int) -> None:
         super().__init__()
         self.strategy, self.images, self.labels = strategy, images, labels.astype("int64")
         self.freq, self.last_epoch = freq, last_epoch
         self.seconds = 0.0  # spent scoring: what validation costs the training
-        self._sums = self._all_reduce = None
+        self._sums: Any = None  # tf.functions, made once the model is set
+        self._all_reduce: Any = None
 
-    def set_model(self, model) -> None:
+    def set_model(self, model: Any) -> None:
         import tensorflow as tf
 
         super().set_model(model)
@@ -164,15 +166,15 @@ class Validation(keras.callbacks.Callback):
 
         @tf.function(input_signature=[tf.TensorSpec([None, *self.images.shape[1:]], tf.as_dtype(self.images.dtype)),
                                       tf.TensorSpec([None], tf.int64)])
-        def sums(images, labels):
+        def sums(images: Any, labels: Any) -> Any:
             probabilities = model(tf.cast(images, tf.float32), training=False)
             losses = keras.losses.sparse_categorical_crossentropy(labels, probabilities)  # as compile's loss computes it
             correct = tf.equal(tf.argmax(probabilities, axis=-1), labels)
             return tf.stack([tf.reduce_sum(tf.cast(losses, tf.float64)), tf.reduce_sum(tf.cast(correct, tf.float64))])
 
         @tf.function
-        def all_reduce(values):
-            def replica(value):
+        def all_reduce(values: Any) -> Any:
+            def replica(value: Any) -> Any:
                 # A copy made on the replica's device: all_reduce sends its result where its input lives.
                 return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(value))
 
@@ -260,7 +262,7 @@ def _onednn_enabled() -> bool:
     return bool(_pywrap_util_port.IsMklEnabled())
 
 
-def _random_flip(images, labels):
+def _random_flip(images: Any, labels: Any) -> tuple[Any, Any]:
     """Mirrors a random half of a batch left-right: cheap augmentation against overfitting."""
     import tensorflow as tf
 
@@ -268,7 +270,7 @@ def _random_flip(images, labels):
     return tf.where(flip, tf.reverse(images, axis=[2]), images), labels
 
 
-def _is_chief(resolver) -> bool:
+def _is_chief(resolver: Any) -> bool:
     """MWMS's rule: the chief replica, or worker 0 when there is no chief."""
     task_type, task_id = resolver.task_type, resolver.task_id
     if task_type in (None, "chief"):
@@ -412,7 +414,7 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
     return metrics
 
 
-def _save(model, chief: bool, class_names: list[str], store: Store, prefix: str, metrics: WorkerMetrics, variant: Variant,
+def _save(model: Any, chief: bool, class_names: list[str], store: Store, prefix: str, metrics: WorkerMetrics, variant: Variant,
           finished: bool) -> None:
     """Every replica saves (MWMS aggregates variables while saving); only the chief keeps it.
 

@@ -50,7 +50,8 @@ def schedule(api: Api, package: Path, experiment: str, trigger: Trigger, params:
 
 def list_schedules(api: Api) -> list[kfp_server_api.V2beta1RecurringRun]:
     """Every recurring run in our namespace (all pages), newest first."""
-    found, token = [], ""
+    found: list[kfp_server_api.V2beta1RecurringRun] = []
+    token = ""
     while True:
         page = api.call("list recurring runs", api.client.list_recurring_runs, page_token=token, page_size=100,
                         sort_by="created_at desc", namespace=api.namespace)

@@ -30,7 +30,8 @@ def _pipeline_id(api: Api, name: str) -> str | None:
 
 
 def _versions(api: Api, pipeline_id: str) -> list[kfp_server_api.V2beta1PipelineVersion]:
-    versions, token = [], ""
+    versions: list[kfp_server_api.V2beta1PipelineVersion] = []
+    token = ""
     while True:
         page = api.call("list the pipeline's versions", api.client.list_pipeline_versions, pipeline_id,
                         page_token=token, page_size=100, sort_by="created_at desc")
@@ -81,6 +82,7 @@ def upload(api: Api, package: Path, name: str, version: str | None = None) -> Up
     if new_pipeline:
         body = kfp_server_api.V2beta1Pipeline(name=name, display_name=name, namespace=api.namespace)
         pipeline_id = api.call(f"create pipeline {name!r}", api.client.pipelines.pipeline_service_create_pipeline, body).pipeline_id
+    assert pipeline_id is not None  # found above, or just created
     created = api.call(f"upload version {version!r} of pipeline {name!r}", api.client.upload_pipeline_version, str(package),
                        pipeline_version_name=version, pipeline_id=pipeline_id)
     return Uploaded(pipeline_id, name, created.pipeline_version_id, version, new_pipeline,
