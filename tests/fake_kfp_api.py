@@ -339,13 +339,13 @@ class FakeKfpApi:
             raise ApiError(400, "Failed to read pipeline from file")
         message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
             b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
-        files = {part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
+        files: dict[Any, tuple[str | None, Any]] = {part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
                  for part in message.iter_parts()}
         if set(files) != {"uploadfile"} or not files["uploadfile"][0]:
-            self.violations.append(Violation(operation.operation_id, "upload", f"form fields {sorted(files)}; the spec has one file, uploadfile"))
+            self.violations.append(Violation(operation.operation_id, "upload", f"form fields {sorted(map(str, files))}; the spec has one file, uploadfile"))
             raise ApiError(400, "Failed to read pipeline from file")
         filename, content = files["uploadfile"]
-        if not filename.endswith((".yaml", ".yml")):
+        if not filename or not filename.endswith((".yaml", ".yml")):
             self.violations.append(Violation(operation.operation_id, "upload", f"{filename!r}: the fake reads YAML packages only"))
             raise ApiError(400, "Failed to read a pipeline spec file")
         try:
@@ -368,6 +368,7 @@ class FakeKfpApi:
             self.violations.append(Violation(operation.operation_id, "response", errors[0].message))
 
     def _error(self, request: http.server.BaseHTTPRequestHandler, operation: Operation | None, status: int, message: str) -> None:
+        document: dict[str, Any]
         if operation is not None and operation.operation_id in UPLOAD_OPERATIONS:
             document = {"error_message": message, "error_details": message}
         else:
@@ -466,7 +467,7 @@ class FakeKfpApi:
             raise ApiError(400, "Invalid input error: pipeline name is empty")
         if any(p["name"] == name and p.get("namespace", "") == namespace for p in self.pipelines.values()):
             raise ApiError(409, "Failed to create a pipeline and a pipeline version. The pipeline already exists.")
-        pipeline = {"pipeline_id": str(uuid.uuid4()), "name": name, "display_name": display_name or name,
+        pipeline: dict[str, Any] = {"pipeline_id": str(uuid.uuid4()), "name": name, "display_name": display_name or name,
                     "namespace": namespace, "created_at": _now(), "_seq": self._seq()}
         if description:
             pipeline["description"] = description
@@ -478,7 +479,7 @@ class FakeKfpApi:
             raise ApiError(404, f"NotFound: pipeline {pipeline_id}")
         if any(v["pipeline_id"] == pipeline_id and v["name"] == name for v in self.versions.values()):
             raise ApiError(409, "Failed to create a pipeline version. The pipeline already exists.")
-        version = {"pipeline_version_id": str(uuid.uuid4()), "pipeline_id": pipeline_id, "name": name,
+        version: dict[str, Any] = {"pipeline_version_id": str(uuid.uuid4()), "pipeline_id": pipeline_id, "name": name,
                    "display_name": display_name or name, "created_at": _now(), "pipeline_spec": spec, "_seq": self._seq()}
         self.versions[version["pipeline_version_id"]] = version
         return version

@@ -24,7 +24,7 @@ BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
 # Variables that would point a command at a real store, cluster or API, or that main() exports.
 ISOLATED_ENV = ("BAKEOFF_S3_ENDPOINT", "BAKEOFF_S3_INSECURE", "KF_PIPELINES_ENDPOINT", "KF_PIPELINES_TOKEN",
                 "KF_PIPELINES_SA_TOKEN_PATH", "BAKEOFF_KFP_COOKIES", "KUBERNETES_SERVICE_HOST", "KUBECONFIG")
-CNN = {"name": "v", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32}, "training": {"epochs": 1}, "workers": 2}
+CNN: dict[str, Any] = {"name": "v", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32}, "training": {"epochs": 1}, "workers": 2}
 MLP = {"name": "v", "model": {"type": "mlp", "hidden_units": [16]}, "training": {"epochs": 1}, "workers": 2}
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 32  # enough for predict's check of the file type
 REMOVE = object()  # a field value that drops the field
@@ -52,6 +52,7 @@ def bakeoff(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_
 
     def run(*args: str) -> Result:
         capsys.readouterr()
+        code: int | str | None
         try:
             code = main(list(args))
         except SystemExit as exit:

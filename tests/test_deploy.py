@@ -11,7 +11,7 @@ from kubernetes import client
 
 from components import defaults
 from components.serving import deploy
-from components.storage import open_store, registry
+from components.storage import Store, open_store, registry
 from pipelines.cli.main import main
 from tests.conftest import free_port
 from tests.fake_kubernetes import FakeKubernetes, knative_port_errors, kserve_errors, merge_ports
@@ -57,10 +57,14 @@ def bakeoff(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, list[str], 
     return code, out.splitlines(), err.splitlines()
 
 
-def service(fake: FakeKubernetes) -> dict:
-    found = fake.kserve_object(ISVC, "fashion-mnist")
-    assert found is not None, "no InferenceService"
+def stored(fake: FakeKubernetes, plural: str, name: str, namespace: str | None = None) -> dict:
+    found = fake.kserve_object(plural, name, namespace)
+    assert found is not None, f"no {plural} {name!r}"
     return found
+
+
+def service(fake: FakeKubernetes) -> dict:
+    return stored(fake, ISVC, "fashion-mnist")
 
 
 def version_of(body: dict) -> str:
@@ -77,7 +81,7 @@ def verbs(fake: FakeKubernetes) -> list[tuple[str, str]]:
 def test_first_deploy_creates_the_runtime_and_the_service_valid_against_the_crds(fake: FakeKubernetes, capsys) -> None:
     code, out, err = bakeoff(capsys, "--image", IMAGE, "--version", "1")
     assert code == 0, err
-    runtime, isvc = fake.kserve_object(RUNTIME, deploy.RUNTIME_NAME), service(fake)
+    runtime, isvc = stored(fake, RUNTIME, deploy.RUNTIME_NAME), service(fake)
     assert fake.violations == []
     assert kserve_errors(RUNTIME, runtime) == [] and kserve_errors(ISVC, isvc) == []
     assert ("create", RUNTIME) in verbs(fake) and ("create", ISVC) in verbs(fake)
@@ -132,13 +136,13 @@ def test_a_new_image_replaces_the_runtimes_and_rolls_the_predictor(fake: FakeKub
     generation = service(fake)["metadata"]["generation"]
     code, out, err = bakeoff(capsys, "--version", "1", "--image", "registry.example/bakeoff:2")
     assert code == 0, err
-    assert fake.kserve_object(RUNTIME, "bakeoff")["spec"]["containers"][0]["image"] == "registry.example/bakeoff:2"
+    assert stored(fake, RUNTIME, "bakeoff")["spec"]["containers"][0]["image"] == "registry.example/bakeoff:2"
     assert service(fake)["spec"]["predictor"]["annotations"][deploy.IMAGE_ANNOTATION] == "registry.example/bakeoff:2"
     assert service(fake)["metadata"]["generation"] == generation + 1
     assert out[0] == f"updated servingruntime bakeoff in {NAMESPACE} (image registry.example/bakeoff:2)"
     # Without --image a later deploy keeps whatever image the runtime has (kustomize's images: entry, say).
     assert bakeoff(capsys, "--version", "2")[0] == 0
-    assert fake.kserve_object(RUNTIME, "bakeoff")["spec"]["containers"][0]["image"] == "registry.example/bakeoff:2"
+    assert stored(fake, RUNTIME, "bakeoff")["spec"]["containers"][0]["image"] == "registry.example/bakeoff:2"
 
 
 def test_without_an_image_deploy_creates_no_runtime(fake: FakeKubernetes, capsys) -> None:
@@ -172,7 +176,7 @@ def test_grpc_in_standard_mode_comes_from_the_services_ports_and_survives_deploy
 def test_the_namespace_flag_and_the_store_follow_each_other(fake: FakeKubernetes, capsys) -> None:
     code, _, err = bakeoff(capsys, "--image", IMAGE, "--version", "3", "--namespace", "team-b")
     assert code == 0, err
-    isvc = fake.kserve_object(ISVC, "fashion-mnist", namespace="team-b")
+    isvc = stored(fake, ISVC, "fashion-mnist", namespace="team-b")
     assert isvc["spec"]["predictor"]["model"]["storageUri"] == "s3://mlpipeline/private/team-b/bakeoff/models/fashion-mnist"
     assert fake.kserve_object(RUNTIME, "bakeoff", namespace="team-b") is not None
     assert fake.kserve_object(ISVC, "fashion-mnist") is None, "nothing in the kube-config's namespace"
@@ -240,7 +244,12 @@ def test_the_version_comes_from_the_store_when_not_given(fake: FakeKubernetes, c
         registry.publish(folder, "fashion-mnist", saved, manifest(variant="cnn"))
     (tmp_path / "store" / "models" / "fashion-mnist" / "3").mkdir()  # a version still being published: no manifest
     opened: list[tuple] = []
-    monkeypatch.setattr(deploy, "open_store", lambda *args: opened.append(args) or folder)
+
+    def open_folder(*args: object) -> Store:
+        opened.append(args)
+        return folder
+
+    monkeypatch.setattr(deploy, "open_store", open_folder)
 
     code, _, err = bakeoff(capsys, "--image", IMAGE, "--s3-endpoint", "minio.example:9000", "--s3-insecure")
     assert code == 0, err

@@ -5,6 +5,7 @@ import os
 import re
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from tests.conftest import still_running
 EPOCHS = 6
 EXAMPLES = 2048  # 32 steps of the global batch 64 per epoch
 STEPS = EXAMPLES // 64
-TINY_CNN = {"name": "tiny", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
+TINY_CNN: dict[str, Any] = {"name": "tiny", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
             "training": {"epochs": EPOCHS, "batch_size": 32, "schedule": "cosine"}, "workers": 2}
 JOB = "ft-job"
 PREFIX = "runs/r1/tiny"

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -478,7 +479,7 @@ def restricted_violations(pod: dict) -> list[str]:
 
 # The operator's Deployment as kubeflow/trainer's manifests/base/deployment.yaml at v1.9.3 shapes it, in the fields
 # that matter here: the remote base is not fetched in tests.
-UPSTREAM_OPERATOR = {
+UPSTREAM_OPERATOR: dict[str, Any] = {
     "apiVersion": "apps/v1", "kind": "Deployment",
     "metadata": {"name": "training-operator", "namespace": "kubeflow", "labels": {"control-plane": "kubeflow-training-operator"}},
     "spec": {"selector": {"matchLabels": {"control-plane": "kubeflow-training-operator"}}, "template": {

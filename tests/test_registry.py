@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -112,6 +113,7 @@ def scheme_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Store,
 
 
 def go(publisher: subprocess.Popen) -> None:
+    assert publisher.stdout and publisher.stdin  # started with pipes
     assert publisher.stdout.readline() == "ready\n", "the publisher died on start"
     publisher.stdin.write("go\n")
     publisher.stdin.flush()
@@ -176,8 +178,9 @@ def test_concurrent_publishers_each_get_their_own_version(scheme_store: tuple[St
             publishers.append(start_publisher(store, model, run_id, tmp_path / "tmp", create_only=create_only))
         # All are ready (started, store opened) before any goes, so that they race for the same numbers.
         for publisher in publishers:
-            assert publisher.stdout.readline() == "ready\n", "a publisher died on start"
+            assert publisher.stdout and publisher.stdout.readline() == "ready\n", "a publisher died on start"
         for publisher in publishers:
+            assert publisher.stdin  # started with a pipe
             publisher.stdin.write("go\n")
             publisher.stdin.flush()
         outcomes = [publisher.communicate(timeout=300) for publisher in publishers]
@@ -253,7 +256,7 @@ class CrashingStore:
         self.store.put_bytes(key, data)
 
     def publish(self, local_dir: Path, prefix: str, marker: str) -> None:
-        type(self.store).publish(self, local_dir, prefix, marker)
+        type(self.store).publish(cast(Store, self), local_dir, prefix, marker)
 
 
 def test_a_crash_while_publishing_to_s3_leaves_no_complete_version(s3_env: str, tmp_path: Path) -> None:
@@ -261,7 +264,7 @@ def test_a_crash_while_publishing_to_s3_leaves_no_complete_version(s3_env: str, 
 
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     with pytest.raises(KeyboardInterrupt):
-        registry.publish(CrashingStore(store, writes=1), "fm", model_dir(tmp_path), manifest(run_id="r1"))
+        registry.publish(cast(Store, CrashingStore(store, writes=1)), "fm", model_dir(tmp_path), manifest(run_id="r1"))
     assert store.list("models/fm")  # something was written ...
     assert registry.list_versions(store, "fm") == []  # ... but no version looks complete
 
@@ -272,7 +275,7 @@ def test_a_number_held_by_a_publisher_that_died_after_claiming_it_is_skipped(s3_
 
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     with pytest.raises(KeyboardInterrupt):
-        registry.publish(CrashingStore(store, writes=0), "fm", model_dir(tmp_path), manifest(run_id="r1"))
+        registry.publish(cast(Store, CrashingStore(store, writes=0)), "fm", model_dir(tmp_path), manifest(run_id="r1"))
     assert store.list("models/fm") == []
     assert registry.publish(store, "fm", model_dir(tmp_path), manifest(run_id="r2")) == 2
     assert [(m.version, m.run_id) for m in registry.list_versions(store, "fm")] == [(2, "r2")]
@@ -280,4 +283,4 @@ def test_a_number_held_by_a_publisher_that_died_after_claiming_it_is_skipped(s3_
 
 def test_bad_model_names_are_refused(store: Store, tmp_path: Path) -> None:
     with pytest.raises(BakeoffError, match=r"model name '../x' is not usable in a path"):
-        registry.publish(store, "../x", model_dir(tmp_path), {})
+        registry.publish(store, "../x", model_dir(tmp_path), manifest())

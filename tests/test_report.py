@@ -100,7 +100,8 @@ class Page(html.parser.HTMLParser):
         self.tags: list[tuple[str, dict]] = []
         self.rows: list[tuple[dict, list[str]]] = []
         self.text: list[str] = []
-        self._table = self._row = None
+        self._table = False
+        self._row: tuple[dict, list[str]] | None = None
         self.feed(text)
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
@@ -116,7 +117,7 @@ class Page(html.parser.HTMLParser):
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "table":
-            self._table = self._row = None
+            self._table, self._row = False, None
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
@@ -141,7 +142,7 @@ def test_the_page_is_self_contained_and_every_image_is_a_png(page: Path, record:
     # The curves, the confusion matrix, and one image per kept mistake.
     assert len(sources) == 2 + len(record.misclassified) and len(record.misclassified) == 24
     for source in sources:
-        assert source.startswith("data:image/png;base64,")
+        assert source and source.startswith("data:image/png;base64,")
         with Image.open(io.BytesIO(base64.b64decode(source.split(",", 1)[1], validate=True))) as image:
             image.verify()
             assert image.format == "PNG"
@@ -201,7 +202,8 @@ def test_the_confusion_matrix_is_the_winners_on_the_whole_test_split_labelled_wi
     (ax,) = [ax for ax in figure.axes if ax.get_ylabel()]
     assert [t.get_text() for t in ax.get_xticklabels()] == [t.get_text() for t in ax.get_yticklabels()] == record.class_names
     assert (ax.get_ylabel(), ax.get_xlabel()) == ("true", "predicted")
-    assert np.array_equal(ax.images[0].get_array(), matrix), "the heat map's rows are the matrix's rows (true labels)"
+    drawn = ax.images[0].get_array()
+    assert drawn is not None and np.array_equal(drawn, matrix), "the heat map's rows are the matrix's rows (true labels)"
 
 
 @pytest.mark.training

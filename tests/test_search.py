@@ -209,7 +209,7 @@ def test_a_rungs_score_averages_only_the_validated_epochs_of_its_last_third() ->
     from components.search.halving import rung_score
 
     history = {"val_accuracy": [0.1, 0.2, 0.3, 0.4, 0.6, 0.8], "val_epochs": [2, 4, 6, 8, 10, 12]}
-    assert rung_score(history, "val_accuracy", 12) == (pytest.approx(0.7), 9)
+    assert rung_score(history, "val_accuracy", 12) == pytest.approx((0.7, 9))
     assert rung_score({"val_accuracy": [0.5, 0.7], "val_epochs": [1, 2]}, "val_accuracy", 2) == (0.7, 2)  # under 3 epochs: the last
 
 
@@ -230,11 +230,12 @@ def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tm
     small, mid, big = (epoch_seconds(v, 1000) for v in config.variants)
     assert small < mid < big
     rungs, seconds = estimate(config, 1000)
+    assert rungs is not None
     assert [(r.epochs, r.entering, r.keep) for r in rungs] == [(2, 3, 1), (6, 1, 1)]
     # Rung 0: all three for 2 epochs; rung 1: the one survivor, costed as the costliest, for the 4 epochs it has not done.
     assert seconds == pytest.approx((small + mid + big) * 2 + big * 4 + 4 * JOB_START_SECONDS)
     plain = dataclasses.replace(config, search=None)
-    assert estimate(plain, 1000) == (None, pytest.approx((small + mid + big) * 6 + 3 * JOB_START_SECONDS))
+    assert estimate(plain, 1000) == pytest.approx((None, (small + mid + big) * 6 + 3 * JOB_START_SECONDS))
 
 
 def budgeted(tmp_path: Path, minutes: float, samples: int = 8) -> Path:
@@ -256,6 +257,7 @@ def test_a_budget_drops_draws_first(tmp_path: Path) -> None:
 
 def test_a_budget_then_lowers_max_epochs_and_refuses_what_cannot_fit(tmp_path: Path) -> None:
     one = load_config(budgeted(tmp_path, 10000.0, samples=1))
+    assert one.search is not None
     at_nine = dataclasses.replace(one, search=dataclasses.replace(one.search, halving=Halving(2, 9, 3)))
     minutes = estimate(at_nine, 55000)[1] / 60 + 0.01
     plan = fit(load_config(budgeted(tmp_path, minutes)))

@@ -136,7 +136,7 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
     kept = halve(variants, store.uri, "", "run1", 1, 2, metric)
 
     value = {name: pair[0] if metric == "val_accuracy" else pair[1] for name, pair in scores.items()}
-    order = sorted(value, key=value.get, reverse=BETTER[metric] is max)
+    order = sorted(value, key=lambda name: value[name], reverse=BETTER[metric] is max)
     assert kept == [next(v for v in variants if v["name"] == name) for name in order[:2]]  # the specs as given, best first
     (record,) = runs.search_records(store, "run1")
     assert record.rung == 1 and record.epochs == 2 and record.metric == metric
@@ -165,7 +165,8 @@ def test_halve_ranks_by_the_last_third_of_the_epochs_so_one_dip_does_not_decide(
     variants = [{"name": name, "model": {"type": "mlp"}} for name in curves]
     assert [v["name"] for v in halve(variants, store.uri, "", "run1", 1, 1, "val_accuracy")] == ["wide"]
     (record,) = runs.search_records(store, "run1")
-    assert record.kept == [Score("wide", "val_accuracy", pytest.approx((0.915 + 0.92 + 0.903) / 3))]
+    (kept,) = record.kept
+    assert kept == Score("wide", "val_accuracy", kept.value) and kept.value == pytest.approx((0.915 + 0.92 + 0.903) / 3)
     assert record.stopped[0].reason == "val_accuracy 0.9053 (mean of epochs 7-9) placed 2 of 2 after epoch 9; rung 1 keeps 1"
 
 

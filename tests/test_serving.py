@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +152,7 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def assert_same(probabilities: object, class_ids: object, expected: dict[str, np.ndarray]) -> None:
+def assert_same(probabilities: object, class_ids: Iterable[int], expected: dict[str, np.ndarray]) -> None:
     # Only float32 rounding may differ: the served path runs the same signature on the same pixels.
     np.testing.assert_allclose(np.asarray(probabilities, np.float32), expected["probabilities"], rtol=0, atol=1e-6)
     assert list(class_ids) == expected["class_id"].tolist()
@@ -353,7 +353,7 @@ def test_the_heap_settled_again_frees_what_was_frozen_then_dropped() -> None:
     from components.serving.server import settle_heap
 
     class Node:
-        pass
+        cycle: object = None
 
     node = Node()
     node.cycle = node  # only the collector frees a cycle

@@ -69,6 +69,7 @@ def test_s3_publish_without_create_only_refuses_a_taken_prefix(s3_env: str, tmp_
     monkeypatch.setattr(s3, "CREATE_ONLY", INERT_CREATE_ONLY)
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     assert_publish_refuses_a_taken_prefix(store, tmp_path)
+    assert isinstance(store, S3Store)
     assert store.honours_create_only() is False
 
 
@@ -79,9 +80,11 @@ INERT_CREATE_ONLY = {"X-Amz-Meta-Bakeoff-Create-Only": "*"}
 def test_s3_store_finds_whether_the_server_honours_create_only(s3_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Guards the run-time probe: SeaweedFS refuses a second create-only put; a server that overwrites is told apart."""
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
+    assert isinstance(store, S3Store)
     assert store.honours_create_only() is True
     monkeypatch.setattr(s3, "CREATE_ONLY", INERT_CREATE_ONLY)
     ignoring = open_store(f"s3://bakeoff/{tmp_path.name}")
+    assert isinstance(ignoring, S3Store)
     assert ignoring.honours_create_only() is False
     assert ignoring._list_all("") == []  # the probes cleaned up after themselves
 

@@ -66,7 +66,7 @@ def kill_after_puts(store: S3Store, server: WeedServer, puts: int) -> None:
         if done == puts:
             server.kill()
 
-    store._put_checked = counting
+    store._put_checked = counting  # type: ignore[method-assign]
 
 
 def in_thread(work: Callable[[], object]) -> tuple[threading.Thread, dict]:
@@ -101,7 +101,7 @@ def test_an_upload_completes_across_a_restart_of_the_server(running: WeedServer,
     thread, outcome = in_thread(lambda: store.put_dir(source, "runs/r1/model"))
     # Started again only once the upload has met the dead server.
     assert retries.first.wait(BOUND), "the upload never retried"
-    assert running.process.poll() is not None
+    assert running.process is not None and running.process.poll() is not None
     running.start()
     thread.join(BOUND)
     assert not thread.is_alive() and "error" not in outcome, outcome.get("error")
@@ -285,7 +285,7 @@ def test_an_upload_stored_short_is_repeated(s3_env: str, tmp_path: Path) -> None
             return put(bucket, name, type(data)(data.read()[:-1]), length - 1)
         return put(bucket, name, data, length)
 
-    store.client.put_object = short_once
+    store.client.put_object = short_once  # type: ignore[method-assign, assignment]
     store.put_bytes("model/saved_model.pb", b"0123456789")
     assert len(calls) == 2 and "the server stored 9 of 10 bytes" in retries.lines[0]
     assert store.get_bytes("model/saved_model.pb") == b"0123456789"

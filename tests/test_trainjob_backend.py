@@ -194,7 +194,9 @@ def test_the_workers_run_as_the_step_or_the_configured_service_account(monkeypat
         with FakeKubernetes(["Created", "Succeeded"]) as fake:
             uid = in_step_pod(fake, monkeypatch)
             _, error = run(fake, job)
-            chief = fake._worker_pod(*fake._worker(trainjob_pod_name(name, 0)))
+            worker = fake._worker(trainjob_pod_name(name, 0))
+            assert worker is not None, "no chief pod"
+            chief = fake._worker_pod(*worker)
         assert error is None and chief["spec"]["serviceAccountName"] == expected
         assert fake.jobs[name]["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": STEP_POD, "uid": uid}]
 
@@ -224,7 +226,7 @@ def test_the_trainjob_role_allows_every_call_the_backend_makes_and_nothing_more(
         fake.timelines[fake.add_job(submitted(tfjob()), ["Succeeded"])["metadata"]["uid"]].gets = 1
         run(fake, tfjob())
 
-    scenarios: list[tuple[list[str], Callable[[FakeKubernetes], None]]] = [
+    scenarios: list[tuple[list[str], Callable[[FakeKubernetes], object]]] = [
         (["Created", "Running", "Succeeded"], lambda fake: run(fake, tfjob())), (["Created", "Running", "Failed"], lambda fake: run(fake, tfjob())),
         (["Created", "Succeeded"], adopt), (["Created", "Succeeded"], replace), (["Created", "Running"], lambda fake: run(fake, tfjob(deadline=1))),
     ]

@@ -102,10 +102,16 @@ def test_the_replicas_read_disjoint_shards_that_together_cover_the_training_data
     assert min(accuracy.values()) > 0.5, accuracy  # a half no replica read scores about 0
 
 
+def _matched(pattern: str, line: str) -> re.Match[str]:
+    match = re.search(pattern, line)
+    assert match, f"{pattern!r} not in {line!r}"
+    return match
+
+
 @pytest.mark.training
 def test_every_replica_reports_the_global_epoch_metrics(trained: Trained) -> None:
     """Steps log each replica's own metrics (no all-reduce); each epoch's line and History are cross-replica."""
-    epochs = {index: [re.search(r"loss: (\S+) - accuracy: (\S+)", line).groups()
+    epochs = {index: [_matched(r"loss: (\S+) - accuracy: (\S+)", line).groups()
                       for line in trained.lines if line.startswith(f"[small-test-worker-{index}] 64/64")]
               for index in (0, 1)}
     history = written_metrics(trained).history

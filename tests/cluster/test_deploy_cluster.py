@@ -133,7 +133,7 @@ def publish(namespace: str, tmp_path: Path) -> int:
     return registry.publish(open_store(STORE.format(namespace=namespace)), MODEL, saved, manifest())
 
 
-def read(team: Team, plural: str, name: str) -> dict | None:
+def find(team: Team, plural: str, name: str) -> dict | None:
     version = deploy.ISVC_VERSION if plural == ISVC else deploy.RUNTIME_VERSION
     try:
         return team.admin.get_namespaced_custom_object(deploy.GROUP, version, team.namespace, plural, name)
@@ -141,6 +141,12 @@ def read(team: Team, plural: str, name: str) -> dict | None:
         if error.status == 404:
             return None
         raise
+
+
+def read(team: Team, plural: str, name: str) -> dict:
+    found = find(team, plural, name)
+    assert found is not None, f"no {plural} {name!r} in {team.namespace}"
+    return found
 
 
 def version_of(body: dict) -> str:
@@ -214,7 +220,7 @@ def test_a_role_missing_one_of_deploys_verbs_fails_that_call_in_one_line(
     assert line.startswith("bakeoff: error: not allowed to ") and f"in namespace '{team.namespace}' (HTTP 403: " in line, line
     assert f'User "{team.user}" cannot {verb} resource "{resource}" in API group "{deploy.GROUP}"' in line, line
     if verb != "patch":
-        assert read(team, ISVC, MODEL) is None
+        assert find(team, ISVC, MODEL) is None
 
 
 # ---------------------------------------------------------------- someone else writing meanwhile
@@ -307,7 +313,7 @@ def test_a_field_the_crd_schema_refuses_fails_in_one_line_naming_it_before_anyth
     assert line.startswith(f"bakeoff: error: the API at {team.api.api_client.configuration.host} refused to create servingruntimes"
                            f".serving.kserve.io 'bakeoff' in namespace '{team.namespace}' (HTTP 422: "), line
     assert 'spec.containers[0].resources.limits.memory: Invalid value: "2 GB"' in line, line
-    assert read(team, RUNTIME, deploy.RUNTIME_NAME) is None and read(team, ISVC, MODEL) is None
+    assert find(team, RUNTIME, deploy.RUNTIME_NAME) is None and find(team, ISVC, MODEL) is None
 
 
 def test_an_unknown_field_is_refused_in_one_short_line_not_pruned(team: Team, capsys, monkeypatch: pytest.MonkeyPatch) -> None:

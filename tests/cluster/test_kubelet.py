@@ -293,9 +293,9 @@ def test_an_unknown_image_is_refused_and_its_pending_pod_deleted(core: client.Co
     pod = python_pod("elsewhere", "print('never')", container={"image": "docker.io/library/busybox:1.36"})
     core.create_namespaced_pod(namespace, pod)
 
-    def waiting() -> str:
+    def waiting() -> str | None:
         statuses = core.read_namespaced_pod("elsewhere", namespace).status.container_statuses or []
-        return statuses and statuses[0].state.waiting and statuses[0].state.waiting.reason
+        return statuses[0].state.waiting.reason if statuses and statuses[0].state.waiting else None
     assert wait_for("the pull to be refused", lambda: waiting() == "ImagePullBackOff")
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=elsewhere").items
     assert any(e.reason == "Failed" and 'Failed to pull image "docker.io/library/busybox:1.36"' in e.message

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ ACCOUNT = "default-editor"  # what multi-user KFP runs a profile's steps as
 PROFILE = ProfileSetup("cluster-profile", NAMESPACE, BUCKET_2_17, made_by="2.17")
 EXAMPLES = 2048  # 32 steps of the global batch of 64 an epoch
 EPOCHS = 4
-TINY = {"name": "tiny", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
+TINY: dict[str, Any] = {"name": "tiny", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
         "training": {"epochs": EPOCHS, "batch_size": 32}, "workers": 2,
         "resources": {"cpu": "500m", "memory": "1Gi"}}
 UNIQUE = uuid.uuid4().hex[:6]  # a control plane may be reused (BAKEOFF_CLUSTER): this session's names are its own
@@ -114,7 +115,8 @@ class _Env:
     """Sets environment variables for a block (module-scoped fixtures cannot use monkeypatch)."""
 
     def __init__(self, values: dict[str, str]) -> None:
-        self.values, self.saved = values, {}
+        self.values = values
+        self.saved: dict[str, str | None] = {}
 
     def __enter__(self) -> None:
         self.saved = {key: os.environ.get(key) for key in self.values}
