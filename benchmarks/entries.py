@@ -53,7 +53,8 @@ def _job(context: Context, variant: dict, workers: int, examples: int, epochs: i
 
 
 def _plain(context: Context, variant: dict, examples: int, tuned: bool = False) -> float:
-    """One plain process: as a user's script runs it, or ``tuned`` as the replicas run (tcmalloc, oneDNN, steps per execution)."""
+    """One plain process: as a user's script runs it, or ``tuned`` as the replicas run (tcmalloc, oneDNN, steps per
+    execution)."""
     from components.backends import allocator
     from components.spec import Training
 
@@ -91,15 +92,15 @@ def mwms(context: Context) -> list[Figure]:
     replicas = f"replicas on {'/'.join(sorted(allocators))} malloc and {'/'.join(sorted(kernels))} kernels"
     figures = [
         Figure("plain_examples_per_second", plain, "ex/s",
-               detail=f"one tf-keras process as a script runs it: {os.cpu_count()} threads, global batch {GLOBAL_BATCH}, default malloc and kernels"),
+               detail=f"one tf-keras process as a script runs it: {os.cpu_count()} threads, global batch {GLOBAL_BATCH}, " "default malloc and kernels"),
         Figure("plain_tuned_examples_per_second", median(samples["plain_tuned"]), "ex/s",
-               detail=f"the same process with tcmalloc, oneDNN and {Training.steps_per_execution} steps per execution, as the replicas run"),
+               detail=f"the same process with tcmalloc, oneDNN and {Training.steps_per_execution} steps per execution, " "as the replicas run"),
     ]
     for workers in (1, 2, 4):
         ratio = median(samples[f"{workers}w"]) / plain
         figures.append(Figure(f"mwms_efficiency_{workers}w", ratio, "×", goal="≥ 0.9" if workers == 2 else "",
                               met=ratio >= 0.9 if workers == 2 else None,
-                              detail=f"{workers}-worker local TFJob ÷ plain; median {median(samples[f'{workers}w']):.0f} ex/s; seed CNN, steady state after the first step; {replicas}"))
+                              detail=f"{workers}-worker local TFJob ÷ plain; median {median(samples[f'{workers}w']):.0f} ex/s; seed " f"CNN, steady state after the first step; {replicas}"))
     strict = median(samples["2w"]) / median(samples["plain_tuned"])
     figures.append(Figure("mwms_efficiency_2w_vs_tuned_plain", strict, "×",
                           detail="2 workers ÷ the tuned plain process: what the strategy itself costs"))
@@ -192,7 +193,7 @@ def pipeline(context: Context) -> list[Figure]:
     table = ", ".join(f"{name} {accuracy:.3f}" for name, accuracy in _published_table()[:4])
     return [
         Figure("pipeline_overhead", ratio, "×", goal="≤ 1.15", met=ratio <= 1.15,
-               detail=f"`bakeoff run` {pipeline_seconds:.0f} s ÷ the same {len(reached)} trainings as plain local jobs {baseline:.0f} s; "
+               detail=f"`bakeoff run` {pipeline_seconds:.0f} s ÷ the same {len(reached)} trainings as plain local jobs " f"{baseline:.0f} s; "
                       + ", ".join(f"{k} {v:.0f} s" for k, v in breakdown.items() if k != "total")),
         Figure("winner_test_accuracy", winner.test_accuracy, "", goal="≥ 0.93 within 15 min",
                met=winner.test_accuracy >= 0.93 and pipeline_seconds <= 900,
@@ -247,11 +248,11 @@ def validation(context: Context) -> list[Figure]:
     share = median([v / w for v, w in zip(samples["validation_seconds"], samples["with_seconds"], strict=True)])
     return [
         Figure("validation_overhead", overhead, "×", goal="≤ 0.05", met=overhead <= 0.05,
-               detail=f"seconds in fit with the 5,000 validation images scored at every epoch's end ÷ without, − 1; seed CNN,"
+               detail="seconds in fit with the 5,000 validation images scored at every epoch's end ÷ without, − 1; seed " "CNN,"
                       f" 2 workers, {VALIDATION_EPOCHS} epochs of 55,000; median of {context.repetitions} interleaved pairs"
                       f" ({median(samples['with_seconds']):.1f} s vs {median(samples['without_seconds']):.1f} s)"),
         Figure("validation_share_of_training", share, "×",
-               detail="seconds the chief spent scoring its validation shards and all-reducing the totals ÷ seconds in fit, same runs"),
+               detail="seconds the chief spent scoring its validation shards and all-reducing the totals ÷ seconds in " "fit, same runs"),
     ]
 
 

@@ -1,4 +1,5 @@
-"""Benchmark entry: the time one SIGKILLed replica costs a default variant, resumed from its backup, against the same job unharmed."""
+"""Benchmark entry: the time one SIGKILLed replica costs a default variant, resumed from its backup, against the same
+job unharmed."""
 from __future__ import annotations
 
 import os
@@ -86,7 +87,7 @@ def faults(context: Context) -> list[Figure]:
     return [
         Figure("fault_seconds_lost", lost, "s",
                detail=f"killed job − unharmed job ({unharmed:.0f} s), medians of {context.repetitions}; {setting};"
-                      f" resumed after epoch {resumed:.0f}: the restart (processes, TensorFlow, the join) plus the lost part of an epoch"
+                      f" resumed after epoch {resumed:.0f}: the restart (processes, TensorFlow, the join) plus the lost part of " "an epoch"
                       f" ({epoch:.1f} s each); a restart from scratch would also redo the {resumed:.0f} backed-up epochs"
                       f" (≈ {lost + resumed * epoch:.0f} s lost)"),
         Figure("backup_share_of_training", share, "×", goal="≤ 0.03", met=share <= 0.03,

@@ -1,4 +1,5 @@
-"""Benchmark entry: successive halving against training every sampled variant to max_epochs, the same variants on the same machine.
+"""Benchmark entry: successive halving against training every sampled variant to max_epochs, the same variants on the
+same machine.
 
 ``python -m benchmarks.search [--samples N --max-epochs N ...]`` runs it alone at any size (a smoke run at a tiny one);
 ``python -m benchmarks.run --only search`` runs it at ``FULL``.
@@ -71,7 +72,8 @@ def _run(config: Path, size: Size, where: Path) -> tuple[float, Summary]:
 
 
 def _epochs(where: Path, summary: Summary) -> dict:
-    """Epochs the run trained (every job's epochs_trained), and what retraining each rung from scratch would have cost."""
+    """Epochs the run trained (every job's epochs_trained), and what retraining each rung from scratch would have
+    cost."""
     from components.storage import open_store, runs
 
     store, run_id = open_store(str(where / "store")), summary.run_id
@@ -102,16 +104,16 @@ def search(context: Context, size: Size = FULL) -> list[Figure]:
     mean = {side: sum(s["seconds"] for s in runs) / len(runs) for side, runs in samples.items()}
     saved = halving["epochs"]["from_scratch"] - halving["epochs"]["trained"]
     setting = (f"{size.samples} sampled seed-CNN variants (learning rate, dropout, batch norm), {size.workers} worker(s),"
-               f" {size.max_train_examples or 55000} training examples; halving {size.min_epochs}→{size.max_epochs} epochs, eta {size.eta}")
+               f" {size.max_train_examples or 55000} training examples; halving {size.min_epochs}→{size.max_epochs} " f"epochs, eta {size.eta}")
     return [
         Figure("search_halving_test_accuracy", halving["test_accuracy"], "",
                detail=f"successive halving's winner `{halving['winner']}` in {mean['halving'] / 60:.1f} min; {setting}"),
         Figure("search_every_test_accuracy", everyone["test_accuracy"], "",
-               detail=f"every variant to {size.max_epochs} epochs: winner `{everyone['winner']}` in {mean['every'] / 60:.1f} min"),
+               detail=f"every variant to {size.max_epochs} epochs: winner `{everyone['winner']}` in " f"{mean['every'] / 60:.1f} min"),
         Figure("search_halving_time_ratio", mean["halving"] / mean["every"], "×",
-               detail=f"wall time of the halving run ÷ the every-variant run (mean of {size.repetitions} pair(s), orders alternating)"),
+               detail=f"wall time of the halving run ÷ the every-variant run (mean of {size.repetitions} pair(s), orders " "alternating)"),
         Figure("search_halving_epochs", halving["epochs"]["trained"], "epochs",
-               detail=f"epochs trained in {halving['epochs']['jobs']} rung jobs, against {everyone['epochs']['trained']} training every variant"),
+               detail=f"epochs trained in {halving['epochs']['jobs']} rung jobs, against {everyone['epochs']['trained']} " "training every variant"),
         Figure("search_epochs_saved_by_resuming", saved, "epochs",
                detail=f"each rung resumed from the last one's backup: retraining each rung's jobs from scratch would train"
                       f" {halving['epochs']['from_scratch']}"),

@@ -106,7 +106,8 @@ def _start_server(store_uri: str, port: int, log: Path) -> subprocess.Popen:
 
 
 def serving(context: Context) -> list[Figure]:
-    """p50/p99 latency and throughput of `:predict` ÷ the same SavedModel in process, 1 and 64 images, 1 and 8 clients."""
+    """p50/p99 latency and throughput of `:predict` ÷ the same SavedModel in process, 1 and 64 images, 1 and 8
+    clients."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
@@ -174,13 +175,14 @@ def serving(context: Context) -> list[Figure]:
     for kind, n in CASES:
         for clients in CONCURRENCY:
             here, there = samples[f"{n}{kind}_c{clients}_in_process"], samples[f"{n}{kind}_c{clients}_served"]
-            label = f"{n} {'PNG file' if kind == 'png' else 'image'}{'s' if n > 1 else ''}, {clients} client{'s' if clients > 1 else ''}"
+            label = (f"{n} {'PNG file' if kind == 'png' else 'image'}{'s' if n > 1 else ''}, {clients} " f"client{'s' if clients > 1 else ''}")
             for q in (50, 99):
                 served_ms, local_ms = _percentile(there["latency_ms"], q), _percentile(here["latency_ms"], q)
                 figures.append(Figure(f"serving_{n}{kind}_c{clients}_p{q}_ratio", served_ms / local_ms, "×",
                                       detail=f"{label}: p{q} {served_ms:.2f} ms served ÷ {local_ms:.2f} ms in process"))
             served_rate, local_rate = statistics.median(there["images_per_second"]), statistics.median(here["images_per_second"])
-            # Each repetition's two sides ran back to back: their ratio holds when other load on the machine comes and goes.
+            # Each repetition's two sides ran back to back: their ratio holds when other load on the machine comes and
+            # goes.
             ratio = statistics.median(s / h for s, h in zip(there["images_per_second"], here["images_per_second"], strict=True))
             goal = n == 64
             figures.append(Figure(f"serving_{n}{kind}_c{clients}_throughput_ratio", ratio, "×", goal="≥ 0.8" if goal else "",
@@ -190,6 +192,6 @@ def serving(context: Context) -> list[Figure]:
     overhead = _percentile(samples["1img_c1_served"]["latency_ms"], 50) - _percentile(samples["1img_c1_in_process"]["latency_ms"], 50)
     figures.append(Figure("serving_1img_p50_overhead_ms", overhead, "ms", goal="≤ 2", met=overhead <= 2,
                           detail="one image, one client: p50 of `:predict` over loopback HTTP (JSON in, JSON out) minus p50 of the"
-                                 " serving_default signature called in process; the default winner's shape (batch_norm CNN, mirror-averaged),"
+                                 " serving_default signature called in process; the default winner's shape (batch_norm CNN, " "mirror-averaged),"
                                  " KServe ModelServer, one uvicorn worker"))
     return figures

@@ -17,9 +17,10 @@ MODEL_NAME = "fashion-mnist"
 SEARCH_SAMPLES = 8  # draws per variant with a uniform/log_uniform/int_uniform space, unless search.samples says otherwise
 HALVING_ETA = 3  # successive halving keeps the best third at each rung and trains it three times as long (Hyperband's choice)
 HALVING_WINDOW = 3  # a rung ranks variants by the mean validation metric over the last third of their epochs (halving.rung_score)
-# The plan's cost model (components/search/budget.py): an epoch costs train examples × forward MACs per image × SECONDS_PER_MAC
-# (backward pass, validation and backups included), a job JOB_START_SECONDS more (all outside fit: processes, TensorFlow,
-# and ingest, halving and select spread over the jobs). From an idle default `make run`: benchmarks/results.md.
+# The plan's cost model (components/search/budget.py): an epoch costs train examples × forward MACs per image ×
+# SECONDS_PER_MAC (backward pass, validation and backups included), a job JOB_START_SECONDS more (all outside fit:
+# processes, TensorFlow, and ingest, halving and select spread over the jobs). From an idle default `make run`:
+# benchmarks/results.md.
 SECONDS_PER_MAC = 3.3e-11
 JOB_START_SECONDS = 13.0
 MISCLASSIFIED = 24  # the winner's most confident test mistakes kept in the selection record: one screenful in the report

@@ -37,7 +37,8 @@ def reported() -> Iterator[None]:
 
 @contextlib.contextmanager
 def for_parameter(name: str) -> Iterator[None]:
-    """Prefixes a BakeoffError raised inside with the pipeline parameter ``name``: the word the KFP UI shows for what to change."""
+    """Prefixes a BakeoffError raised inside with the pipeline parameter ``name``: the word the KFP UI shows for what
+    to change."""
     try:
         yield
     except BakeoffError as error:

@@ -1,4 +1,5 @@
-"""Search spaces: a variant field's ``choice``/``uniform``/``log_uniform``/``int_uniform`` as data, its grid or seeded samples, and the names they give."""
+"""Search spaces: a variant field's ``choice``/``uniform``/``log_uniform``/``int_uniform`` as data, its grid or
+seeded samples, and the names they give."""
 from __future__ import annotations
 
 import collections.abc
@@ -33,7 +34,8 @@ class Space:
     high: float = 0.0
 
     def bounds(self) -> tuple:
-        """Every value this space can give at its edges: each choice, or both bounds (each is checked by the strict parser)."""
+        """Every value this space can give at its edges: each choice, or both bounds (each is checked by the strict
+        parser)."""
         return self.options if self.kind == "choice" else (self.low, self.high)
 
     def sample(self, rng: random.Random) -> Any:

@@ -169,7 +169,8 @@ def _bounded(where: _Where, field: str, value: int, low: int, high: int) -> None
 
 
 def _quantity(text: str) -> Decimal | None:
-    """A Kubernetes quantity ("2", "500m", "2Gi", "1e3") as a number, by the Kubernetes client's own parser; None when it is not one."""
+    """A Kubernetes quantity ("2", "500m", "2Gi", "1e3") as a number, by the Kubernetes client's own parser; None
+    when it is not one."""
     from kubernetes.utils import parse_quantity
 
     try:
@@ -245,7 +246,8 @@ def _validate(variant: Variant, where: _Where) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Halving:
-    """Train everyone to ``min_epochs``, keep the best 1/``eta``, multiply the epochs by ``eta``, until ``max_epochs``."""
+    """Train everyone to ``min_epochs``, keep the best 1/``eta``, multiply the epochs by ``eta``, until
+    ``max_epochs``."""
 
     min_epochs: int
     max_epochs: int
@@ -330,7 +332,8 @@ def _parse_search(data: Any, where: _Where) -> Search:
 
 
 def _find_spaces(item: Mapping, where: _Where) -> dict[str, spaces.Space]:
-    """Every field of a variant written as a search space, by dotted name; unknown fields are left to the strict parser."""
+    """Every field of a variant written as a search space, by dotted name; unknown fields are left to the strict
+    parser."""
     found = {}
     for key in ("model", "training", "resources", "workers", "name"):  # names and draws list model fields first, whatever the YAML's order
         value = item.get(key)

@@ -47,7 +47,8 @@ def compile_pipeline(
 
 
 def planned(config: Path, max_train_examples: int = 0) -> Config:
-    """The config as a run trains it: a search budget shrinks it here, before anything runs (what ``bakeoff plan`` shows).
+    """The config as a run trains it: a search budget shrinks it here, before anything runs (what ``bakeoff plan``
+    shows).
 
     Each shrink is said on stderr. Compiling plans for the whole training split,
     the default of the compiled pipeline's ``max_train_examples``.

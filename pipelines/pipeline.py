@@ -1,4 +1,5 @@
-"""The bake-off pipeline: check → ingest → train-variants (ParallelFor of TFJobs), per rung of a halving search → select and publish."""
+"""The bake-off pipeline: check → ingest → train-variants (ParallelFor of TFJobs), per rung of a halving search →
+select and publish."""
 import dataclasses
 
 from kfp import dsl
@@ -65,7 +66,8 @@ def build_pipeline(
         return task
 
     def train_variants(rung: Rung | None) -> dsl.graph_component.GraphComponent:
-        """The sub-pipeline that trains each of its ``variants`` as a TFJob: to its own epochs, or to ``rung``'s, resuming."""
+        """The sub-pipeline that trains each of its ``variants`` as a TFJob: to its own epochs, or to ``rung``'s,
+        resuming."""
         until = {} if rung is None else {"stop_epoch": rung.epochs, "rung": rung.index}
 
         @dsl.pipeline(name="train-variants" if rung is None else f"rung-{rung.index}",

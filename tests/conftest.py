@@ -287,7 +287,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 
 
 def still_running(pids: Iterable[int], marker: str) -> list[int]:
-    """Which of ``pids`` still run a command line naming ``marker``; each one found is killed, so none outlives the test.
+    """Which of ``pids`` still run a command line naming ``marker``; each one found is killed, so none outlives the
+    test.
 
     A gone process has no /proc entry and a zombie's command line is empty: neither counts.
     """

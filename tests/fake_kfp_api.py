@@ -128,7 +128,8 @@ class FakeKfpApi:
     ``cookie`` (required credentials, else 401), ``forbidden`` (403),
     ``healthz_open`` (healthz skips auth, as the API server itself does),
     ``multi_user``, ``answer`` ('kfp'; 'html' or 'not-found' for a server that
-    is no KFP API, 'login' for a login redirect, 'unavailable' for 503), and ``run_outcome`` / ``polls_until_done`` for runs.
+    is no KFP API, 'login' for a login redirect, 'unavailable' for 503), and ``run_outcome`` / ``polls_until_done`` for
+    runs.
     """
 
     def __init__(self, spec_path: Path = SPEC_PATH, tls: tuple[Path, Path] | None = None) -> None:

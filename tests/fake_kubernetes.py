@@ -34,7 +34,8 @@ What it models, and where the real system decides it:
 Kubeflow Trainer v2.1 (``trainer.kubeflow.org``): TrainJobs are checked against their CRD's openAPIV3Schema
 (tests/contracts/) and its two rules on the whole object (metadata.name an RFC 1035 label of at most 63
 characters); a field the schema does not know is refused, stricter than the API server, which prunes it (a
-misspelt field would vanish). The Trainer's validating webhook is played too: it refuses one whose runtime does not exist (403:
+misspelt field would vanish). The Trainer's validating webhook is played too: it refuses one whose runtime does not
+exist (403:
 ClusterTrainingRuntime.ValidateObjects, pkg/runtime/core/clustertrainingruntime.go, the API server wrapping the
 denial as "admission webhook … denied the request"). The JobSet named after the job gets one Job ``<job>-node-0``
 whose pods are ``<job>-node-0-<i>-<5 random>`` (the Job controller's generateName for an indexed Job), labelled
@@ -135,7 +136,8 @@ def trainjob_schema() -> dict:
 
 
 def trainjob_errors(body: dict) -> list[str]:
-    """What the API server refuses in a TrainJob: its schema, unknown fields, metadata, and the CRD's rules on the name."""
+    """What the API server refuses in a TrainJob: its schema, unknown fields, metadata, and the CRD's rules on the
+    name."""
     errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in jsonschema.Draft7Validator(trainjob_schema()).iter_errors(body)]
     errors += [f"unknown field {name!r}" for name in unknown_fields(trainjob_schema(), body)]
     errors += metadata_errors(body.get("metadata") or {})
@@ -148,7 +150,8 @@ def trainjob_errors(body: dict) -> list[str]:
 
 
 def trainjob_pod_name(job: str, index: int) -> str:
-    """Worker ``index``'s pod: the Job controller's generateName <job>-<index>- for Job <trainjob>-node-0, plus 5 letters."""
+    """Worker ``index``'s pod: the Job controller's generateName <job>-<index>- for Job <trainjob>-node-0, plus 5
+    letters."""
     return f"{job}-{TRAINER_CONTAINER}-0-{index}-" + "".join("bcdfghjklmnpqrstvwxz"[(len(job) + index * 7 + i) % 20] for i in range(5))
 
 
@@ -220,7 +223,8 @@ def strict_decoding(unknown: list[str]) -> str:
 
 
 def kserve_errors(plural: str, body: dict) -> list[str]:
-    """Why the API server (schema, metadata) or KServe's webhook (name) would refuse ``body``; unknown fields included."""
+    """Why the API server (schema, metadata) or KServe's webhook (name) would refuse ``body``; unknown fields
+    included."""
     version, kind = KSERVE_KINDS[plural]
     errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in kserve_validator(plural).iter_errors(body)]
     errors += [f"unknown field {name!r}" for name in unknown_fields(kserve_schema(plural), body)]
@@ -230,7 +234,7 @@ def kserve_errors(plural: str, body: dict) -> list[str]:
     name = (body.get("metadata") or {}).get("name", "")
     if plural == "inferenceservices" and not _ISVC_NAME.fullmatch(name):
         errors.append(f"The InferenceService {name!r} is invalid: a InferenceService name must consist of lower case alphanumeric"
-                      f" characters or '-', and must start with alphabetical character (regex used for validation is '{_ISVC_NAME.pattern}')")
+                      " characters or '-', and must start with alphabetical character (regex used for validation is " f"'{_ISVC_NAME.pattern}')")
     return errors
 
 
@@ -300,7 +304,7 @@ def forbidden_message(call: Call, namespace: str, user: str) -> str:
     kind = call.resource.partition("/")[0] + (f".{call.group}" if call.group else "")
     name = f' "{call.name}"' if call.name else ""
     group = f' in API group "{call.group}"'
-    return f'{kind}{name} is forbidden: User "{user}" cannot {call.verb} resource "{call.resource}"{group} in the namespace "{namespace}"'
+    return (f'{kind}{name} is forbidden: User "{user}" cannot {call.verb} resource "{call.resource}"{group} in the ' f'namespace "{namespace}"')
 
 
 def condition(kind: str, state: str, reason: str = "", message: str = "") -> dict:
@@ -371,7 +375,7 @@ def metadata_errors(metadata: dict) -> list[str]:
             errors.append(f"metadata.labels: Invalid value: {key!r}: not a qualified name")
         if not isinstance(value, str) or len(value) > 63 or (value and not _LABEL_NAME.fullmatch(value)):
             errors.append(
-                f"metadata.labels: Invalid value: {value!r}: a valid label must be an empty string or consist of alphanumeric"
+                f"metadata.labels: Invalid value: {value!r}: a valid label must be an empty string or consist of " "alphanumeric"
                 " characters, '-', '_' or '.', and must start and end with an alphanumeric character (at most 63)"
             )
     controllers = 0
@@ -699,11 +703,12 @@ class FakeKubernetes:
         return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in self.validator.iter_errors(body)] + metadata_errors(body.get("metadata") or {})
 
     def _trainer_webhook(self, body: dict) -> str | None:
-        """Why Trainer's TrainJob webhook denies ``body``: its runtime does not exist (only ClusterTrainingRuntimes are modelled)."""
+        """Why Trainer's TrainJob webhook denies ``body``: its runtime does not exist (only ClusterTrainingRuntimes
+        are modelled)."""
         ref = body["spec"]["runtimeRef"]
         if ref.get("kind", "ClusterTrainingRuntime") == "ClusterTrainingRuntime" and ref["name"] in self.runtimes:
             return None
-        return (f'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: spec.RuntimeRef: Invalid value:'
+        return ('admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: spec.RuntimeRef: ' 'Invalid value:'
                 f' {json.dumps(ref)}: clustertrainingruntimes.trainer.kubeflow.org "{ref["name"]}" not found: specified'
                 " clusterTrainingRuntime must be created before the TrainJob is created")
 
@@ -950,7 +955,7 @@ class FakeKubernetes:
                 wanted = (body.get("metadata") or {}).get("resourceVersion")
                 if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
                     return self._send(409, status(409, "Conflict", f'Operation cannot be fulfilled on {call.resource}.{call.group} "{call.name}":'
-                                                  " the object has been modified; please apply your changes to the latest version and try again"))
+                                                  " the object has been modified; please apply your changes to the latest version and try " "again"))
                 patched = merge_patch(current, body)
                 for immutable in ("name", "namespace", "uid", "creationTimestamp"):
                     patched["metadata"][immutable] = current["metadata"][immutable]

@@ -1,4 +1,5 @@
-"""Records for the tests to write into stores: the ones bakeoff's own writers wrote (tests/data/records), changed where a test says."""
+"""Records for the tests to write into stores: the ones bakeoff's own writers wrote (tests/data/records), changed
+where a test says."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,7 +18,8 @@ def metrics(**changes: Any) -> WorkerMetrics:
 
 
 def candidate(variant: str, prefix: str, uri: str = "", **metric_changes: Any) -> Candidate:
-    """A trained variant as selection reads it: its spec names it; its metrics are a real job's, with ``metric_changes``."""
+    """A trained variant as selection reads it: its spec names it; its metrics are a real job's, with
+    ``metric_changes``."""
     return Candidate(variant, {"name": variant}, uri, prefix, metrics(variant=variant, **metric_changes))
 
 

@@ -1,4 +1,5 @@
-"""The check step: what a UI or SDK user sets on a compiled pipeline is refused at the first step, in one line in the UI's terms."""
+"""The check step: what a UI or SDK user sets on a compiled pipeline is refused at the first step, in one line in the
+UI's terms."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -93,7 +94,7 @@ BAD = {
     "deadline": ({"timeout_seconds": 0}, "timeout_seconds: 0 seconds is no deadline for a TFJob: give 1 to 604800 (a week)"),
     "validation": ({"validation_size": 60000}, "validation_size: validation size 60000 must be between 1 and 59999"),
     "source": ({"source": "/nonexistent"},
-               "source: Fashion-MNIST not found in '/nonexistent' (missing train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz,"
+               "source: Fashion-MNIST not found in '/nonexistent' (missing train-images-idx3-ubyte.gz, " "train-labels-idx1-ubyte.gz,"
                " t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz): install Debian's dataset-fashion-mnist"
                " (apt-get install dataset-fashion-mnist) or pass --source tfds on a machine with internet"),
     "store": ({"store": "ftp://host/x"}, "store: store 'ftp://host/x' has an unknown scheme 'ftp': use file:///path/to/dir or s3://bucket/prefix"),
@@ -118,7 +119,8 @@ def test_in_a_pod_a_folder_store_is_refused_as_no_other_step_would_see_it(
 def test_an_s3_store_is_opened_but_not_written(
         tmp_path: Path, fashion_dir: Path, s3_server: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture) -> None:
-    """The store and s3_endpoint parameters reach a real S3 server: a wrong bucket or endpoint fails here, a right one passes untouched."""
+    """The store and s3_endpoint parameters reach a real S3 server: a wrong bucket or endpoint fails here, a right
+    one passes untouched."""
     endpoint, keys = s3_server
     for key, value in keys.items():
         monkeypatch.setenv(key, value)

@@ -55,7 +55,8 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.mark.parametrize("store_uri, metric", [("folder", "val_accuracy"), ("s3", "val_loss")], indirect=["store_uri"])
 def test_pipeline_runs_and_publishes_the_best_by_the_metric_with_the_documented_json(
         tiny_config: Path, store_uri: str, metric: str, tmp_path: Path) -> None:
-    """`run --metric M --json` publishes the candidate best by M, and prints a Summary record (read strictly: its fields and types)."""
+    """`run --metric M --json` publishes the candidate best by M, and prints a Summary record (read strictly: its
+    fields and types)."""
     run = bakeoff("run", "--config", str(tiny_config), "--store", store_uri, "--metric", metric,
                   "--max-train-examples", "2048", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -147,7 +148,8 @@ def test_the_cached_ingest_is_reused_for_the_same_files_and_not_after_a_pixel_ch
 
 @pytest.mark.parametrize("state", ["missing", "empty"])
 def test_models_list_on_a_store_without_models_says_so_and_succeeds(state: str, tmp_path: Path) -> None:
-    """`models list` on a missing or empty store: one note on stderr, exit 0, `[]` on stdout with --json, nothing created."""
+    """`models list` on a missing or empty store: one note on stderr, exit 0, `[]` on stdout with --json, nothing
+    created."""
     store = tmp_path / "store"
     if state == "empty":
         store.mkdir()
@@ -169,7 +171,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, message: str) -> 
 @pytest.mark.parametrize("flags, refusal", [
     (("--model-name", "../x"), r"bakeoff: error: model name '\.\./x' is not usable in a path"),
     # either argparse's usage error for --metric's choices, or bakeoff's own line
-    (("--metric", "bogus"), r"(bakeoff run: error: argument --metric: invalid choice: 'bogus'|bakeoff: error: unknown selection metric 'bogus')"),
+    (("--metric", "bogus"), r"(bakeoff run: error: argument --metric: invalid choice: 'bogus'|bakeoff: error: unknown selection " r"metric 'bogus')"),
 ])
 def test_a_bad_model_name_or_metric_fails_before_ingest(tiny_config: Path, tmp_path: Path, flags: tuple[str, str], refusal: str) -> None:
     """A bad --model-name or --metric fails in one error line before any pipeline work: no work dir, no store."""

@@ -29,7 +29,8 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def jobset_pod(jobset: str, replicated_job: str, job_index: int, completion_index: int) -> dict[str, str]:
-    """A JobSet pod's hostname, subdomain and labels, as kubernetes-sigs/jobset v0.10.1 and the Job controller make them.
+    """A JobSet pod's hostname, subdomain and labels, as kubernetes-sigs/jobset v0.10.1 and the Job controller make
+    them.
 
     GenJobName (pkg/util/placement/placement.go): ``<jobset>-<replicatedJob>-<jobIndex>``; labelAndAnnotateObject
     (pkg/controllers/jobset_controller.go) labels the pods; GetSubdomain: the JobSet's name when spec.network.subdomain
@@ -90,7 +91,7 @@ def test_a_tf_config_already_set_wins_and_a_pod_of_no_jobset_gets_none() -> None
     ({NODES_ENV: None}, f"{JOBSET_ENV} is set but {NODES_ENV} is not: submit the TrainJob with bakeoff's runtime"
                         f" (manifests/trainer-v2/) and {NODES_ENV} equal to trainer.numNodes, or set TF_CONFIG"),
     ({REPLICATED_JOB_ENV: None, COMPLETION_INDEX_ENV: None},
-     f"{JOBSET_ENV} is set but {REPLICATED_JOB_ENV}, {COMPLETION_INDEX_ENV} are not: submit the TrainJob with bakeoff's"
+     f"{JOBSET_ENV} is set but {REPLICATED_JOB_ENV}, {COMPLETION_INDEX_ENV} are not: submit the TrainJob with " "bakeoff's"
      f" runtime (manifests/trainer-v2/) and {NODES_ENV} equal to trainer.numNodes, or set TF_CONFIG"),
     ({JOB_INDEX_ENV: "first"}, f"{JOB_INDEX_ENV}='first' is not a whole number: this pod does not look like one of"
                                " bakeoff's Trainer v2 runtime (manifests/trainer-v2/); set TF_CONFIG instead"),

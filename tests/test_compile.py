@@ -44,7 +44,8 @@ def test_committed_pipeline_is_current(tmp_path: Path) -> None:
 
 
 def test_fan_out_with_parallelism_and_a_fan_in_every_supported_backend_runs(compiled: Path) -> None:
-    """Select waits for the train-variants sub-pipeline and gets the variants list, not a dsl.Collected output (KFP >= 2.14 only)."""
+    """Select waits for the train-variants sub-pipeline and gets the variants list, not a dsl.Collected output (KFP
+    >= 2.14 only)."""
     ir, _ = documents(compiled)
     tasks = ir["root"]["dag"]["tasks"]
     loop = ir["components"]["comp-train-variants"]["dag"]["tasks"]["for-loop-1"]
@@ -85,7 +86,8 @@ def test_store_credentials_come_from_the_secret_only(compiled: Path, which: str)
 
 
 def test_store_and_endpoint_are_run_time_parameters_whose_defaults_fit_kfp_2_16_and_multi_user(compiled: Path) -> None:
-    """A run or schedule can point at another store without recompiling; the defaults work on SeaweedFS and in any profile."""
+    """A run or schedule can point at another store without recompiling; the defaults work on SeaweedFS and in any
+    profile."""
     ir, _ = documents(compiled)
     parameters = ir["root"]["inputDefinitions"]["parameters"]
     assert parameters["s3_endpoint"]["defaultValue"] == "seaweedfs.kubeflow:9000"
@@ -108,7 +110,8 @@ def test_only_ingest_is_cached(compiled: Path, which: str) -> None:
 
 @pytest.mark.parametrize("which", ["plain", "committed default (halving)"])
 def test_the_first_step_checks_every_run_time_parameter_against_what_was_compiled_in(compiled: Path, which: str) -> None:
-    """Every parameter a UI or SDK user sets reaches the check step, which all work waits for, with the compiled-in search."""
+    """Every parameter a UI or SDK user sets reaches the check step, which all work waits for, with the compiled-in
+    search."""
     ir, _ = documents(compiled if which == "plain" else COMPILED)
     tasks = ir["root"]["dag"]["tasks"]
     check = tasks["check"]

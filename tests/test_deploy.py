@@ -120,7 +120,7 @@ def test_a_new_version_patches_the_same_service_so_kserve_rolls_it(fake: FakeKub
     assert version_of(second) == "2" and second["metadata"]["generation"] == first["metadata"]["generation"] + 2
     assert second["spec"]["predictor"]["model"]["resources"]["limits"]["memory"] == "4Gi"
     assert second["spec"]["predictor"]["model"]["storageUri"] == STORE_URI
-    assert out == [f"updated inferenceservice fashion-mnist in {NAMESPACE}: version 1 -> version 2; the old revision serves until the new"
+    assert out == [f"updated inferenceservice fashion-mnist in {NAMESPACE}: version 1 -> version 2; the old revision serves " "until the new"
                    " one is Ready", f"follow it with `kubectl get inferenceservice fashion-mnist -n {NAMESPACE} -w`, or run deploy with --wait"]
 
     # The same version again changes nothing, so nothing restarts.
@@ -150,7 +150,7 @@ def test_without_an_image_deploy_creates_no_runtime(fake: FakeKubernetes, capsys
     code, out, err = bakeoff(capsys, "--version", "1")
     assert (code, out) == (1, [])
     assert err == [f"bakeoff: error: there is no servingruntime 'bakeoff' in '{NAMESPACE}' yet, and deploy would create it with"
-                   f" {defaults.IMAGE}, which nobody publishes: pass --image REGISTRY/bakeoff:TAG, your build of images/Dockerfile,"
+                   f" {defaults.IMAGE}, which nobody publishes: pass --image REGISTRY/bakeoff:TAG, your build of " "images/Dockerfile,"
                    " or apply manifests/kserve first"]
     assert verbs(fake) == [("get", RUNTIME)]
 
@@ -202,7 +202,8 @@ def test_wait_prints_the_url_once_the_new_version_is_ready_not_the_old_one(fake:
 
 
 def test_wait_does_not_trust_observed_generation_to_be_the_services(fake: FakeKubernetes, capsys) -> None:
-    """KServe copies observedGeneration from the predictor's Knative Service (kserve/kserve#6081): it may stay below ours."""
+    """KServe copies observedGeneration from the predictor's Knative Service (kserve/kserve#6081): it may stay below
+    ours."""
     fake.isvc_observed_offset = -1
     assert bakeoff(capsys, "--image", IMAGE, "--version", "1", "--wait", "--timeout", "5")[0] == 0
     code, out, err = bakeoff(capsys, "--version", "2", "--wait", "--timeout", "5")
@@ -218,7 +219,8 @@ def test_wait_fails_in_one_line_naming_the_conditions_when_never_ready(fake: Fak
     errors = [line for line in err if line.startswith("bakeoff: error:")]
     assert len(errors) == 1, err
     assert "inferenceservice 'fashion-mnist' in 'team-a' is not Ready after 1 s" in errors[0]
-    assert "PredictorReady=False (RevisionFailed: Revision \"fashion-mnist-predictor-00001\" failed with message: Container failed with:" \
+    assert "PredictorReady=False (RevisionFailed: Revision \"fashion-mnist-predictor-00001\" failed with message:" \
+           " Container failed with:" \
            " Op type not registered 'DisableCopyOnRead'.)" in errors[0]
     assert "kubectl describe inferenceservice fashion-mnist -n team-a" in errors[0]
     assert not [line for line in out if line.startswith("http")]
@@ -235,7 +237,8 @@ def test_a_runtime_that_cannot_serve_the_model_never_gets_ready(fake: FakeKubern
 # ---------------------------------------------------------------- the store
 
 def test_the_version_comes_from_the_store_when_not_given(fake: FakeKubernetes, capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The newest complete version, read from the store the flags name (a folder stands in for S3: tests/test_store.py covers both)."""
+    """The newest complete version, read from the store the flags name (a folder stands in for S3:
+    tests/test_store.py covers both)."""
     folder = open_store(f"file://{tmp_path / 'store'}")
     saved = tmp_path / "saved"
     saved.mkdir()
@@ -293,7 +296,8 @@ def role_rules(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str, 
 
 
 def every_deploy(capsys) -> list[tuple[int, list[str]]]:
-    """Create with a new runtime, roll a new version and image (both patched), then the same again (nothing to write)."""
+    """Create with a new runtime, roll a new version and image (both patched), then the same again (nothing to
+    write)."""
     runs = []
     for flags in (["--version", "1", "--image", IMAGE], ["--version", "2", "--image", "registry.example/bakeoff:2"], ["--version", "2"]):
         code, _, err = bakeoff(capsys, *flags, "--wait", "--timeout", "5")
@@ -322,9 +326,9 @@ def test_forbidden_is_one_line(fake: FakeKubernetes, capsys, role_rules) -> None
     code, _, err = bakeoff(capsys, "--image", IMAGE, "--version", "1")
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith("bakeoff: error: not allowed to write inferenceservices.serving.kserve.io 'fashion-mnist' in namespace 'team-a'"
-                             ' (HTTP 403: inferenceservices.serving.kserve.io is forbidden: User "system:serviceaccount:team-a:default-editor"'
+                             ' (HTTP 403: inferenceservices.serving.kserve.io is forbidden: User ' '"system:serviceaccount:team-a:default-editor"'
                              ' cannot create resource "inferenceservices" in API group "serving.kserve.io" in the namespace "team-a")')
-    assert err[0].endswith("you need get, create and patch on inferenceservices and servingruntimes (serving.kserve.io) there, or another --namespace")
+    assert err[0].endswith("you need get, create and patch on inferenceservices and servingruntimes (serving.kserve.io) there, or " "another --namespace")
 
 
 def test_kserve_missing_is_one_line(fake: FakeKubernetes, capsys) -> None:
@@ -338,7 +342,7 @@ def test_a_namespace_that_does_not_exist_is_one_line_not_install_kserve(fake: Fa
     fake.namespaces = {NAMESPACE}
     code, _, err = bakeoff(capsys, "--version", "1", "--namespace", "team-b", "--image", IMAGE)
     assert code == 1 and len(err) == 1, err
-    assert err[0].startswith(f"bakeoff: error: cannot create servingruntimes.serving.kserve.io 'bakeoff': namespace 'team-b' does not exist on {fake.url}")
+    assert err[0].startswith("bakeoff: error: cannot create servingruntimes.serving.kserve.io 'bakeoff': namespace 'team-b' does not " f"exist on {fake.url}")
     assert err[0].endswith("pass --namespace with your profile's namespace, or leave it out for the kube-config's")
 
 
@@ -347,7 +351,7 @@ def test_an_unreachable_api_is_one_line(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "kubeconfig", server)))
     code, _, err = bakeoff(capsys, "--version", "1")
     assert code == 1 and len(err) == 1, err
-    assert err[0].startswith(f"bakeoff: error: cannot reach the Kubernetes API at {server} to read servingruntimes.serving.kserve.io 'bakeoff'")
+    assert err[0].startswith(f"bakeoff: error: cannot reach the Kubernetes API at {server} to read servingruntimes.serving.kserve.io " "'bakeoff'")
     assert "ConnectionRefusedError" in err[0] and err[0].endswith("check the kube-config context (kubectl config current-context) and the network")
 
 
@@ -355,7 +359,7 @@ def test_no_kube_config_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     code, _, err = bakeoff(capsys, "--version", "1")
     assert code == 1 and len(err) == 1
-    assert err[0].startswith(f"bakeoff: error: no Kubernetes API to deploy to: not in a pod, and no usable kube-config at {tmp_path / 'absent'}")
+    assert err[0].startswith("bakeoff: error: no Kubernetes API to deploy to: not in a pod, and no usable kube-config at " f"{tmp_path / 'absent'}")
 
 
 def test_the_kube_config_namespace_is_the_default_and_default_without_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

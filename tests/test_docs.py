@@ -27,7 +27,8 @@ def prose(page: Path) -> str:
 
 
 def anchors(page: Path) -> set[str]:
-    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces as '-', repeats numbered."""
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces as '-', repeats
+    numbered."""
     seen: dict[str, int] = {}
     found = set()
     for heading in re.findall(r"^#{1,6} +(.+?) *#*$", FENCE.sub("", page.read_text()), re.M):
@@ -68,7 +69,8 @@ def test_readme_is_a_landing_page_that_starts_with_the_two_commands() -> None:
 
 
 def test_the_first_run_trains_the_default_files_baselines_with_the_command_its_file_names() -> None:
-    """README's first run is a short version of the default bake-off: its three baselines, as the default file has them."""
+    """README's first run is a short version of the default bake-off: its three baselines, as the default file has
+    them."""
     readme_runs = re.findall(r'^make run ARGS="(.+)"', (ROOT / "README.md").read_text(), re.M)
     assert len(readme_runs) == 1, "README shows one first run"
     (config,) = re.findall(r"--config (\S+)", readme_runs[0])

@@ -1,4 +1,5 @@
-"""Faults injected for real into running 2-worker jobs: a killed replica resumes from the backup, a stopped one is named."""
+"""Faults injected for real into running 2-worker jobs: a killed replica resumes from the backup, a stopped one is
+named."""
 from __future__ import annotations
 
 import os
@@ -86,7 +87,8 @@ def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(sma
     # The second attempt trains only the epochs left; a restart from scratch would train all of them again.
     assert metrics.epochs_trained == after == EPOCHS - resumed < EPOCHS
     assert len(metrics.history["loss"]) == EPOCHS  # the epochs before the restart are kept in the record
-    # The optimizer's step count came back with the checkpoint: the cosine schedule ends where a run without faults ends.
+    # The optimizer's step count came back with the checkpoint: the cosine schedule ends where a run without faults
+    # ends.
     assert metrics.optimizer_iterations == EPOCHS * STEPS
     assert store.exists(f"{PREFIX}/model/saved_model.pb")
     assert store.list(backup.backup_prefix(PREFIX)) == []  # removed once the variant succeeded
@@ -152,7 +154,8 @@ def _checkpoint(folder: Path, step: int) -> Path:
 
 @pytest.mark.unit
 def test_the_store_keeps_only_the_newest_complete_backup_of_this_job(store: Store, tmp_path: Path) -> None:
-    """Older epochs dropped after each upload; the newest restored; another job's backup ignored; all gone on success."""
+    """Older epochs dropped after each upload; the newest restored; another job's backup ignored; all gone on
+    success."""
     local = tmp_path / "chief"
     for epochs_done in (1, 2, 3):
         backup.upload(store, "v", "job-a", _checkpoint(local, epochs_done), epochs_done, {"loss": [1.0] * epochs_done})
@@ -174,7 +177,8 @@ def test_the_store_keeps_only_the_newest_complete_backup_of_this_job(store: Stor
 
 @pytest.mark.unit
 def test_a_backup_written_up_to_its_manifest_only_is_not_restored(store: Store, tmp_path: Path) -> None:
-    """An upload cut short (the chief killed mid-upload) leaves files without a manifest: the previous epoch is restored."""
+    """An upload cut short (the chief killed mid-upload) leaves files without a manifest: the previous epoch is
+    restored."""
     backup.upload(store, "v", "job", _checkpoint(tmp_path / "chief", 1), 1, {"loss": [1.0]})
     folder = _checkpoint(tmp_path / "chief", 2)
     for path in sorted(folder.iterdir()):

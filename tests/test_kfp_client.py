@@ -1,4 +1,5 @@
-"""upload, submit, schedule and schedules through the real CLI and kfp.Client, against a fake KFP API held to KFP's spec."""
+"""upload, submit, schedule and schedules through the real CLI and kfp.Client, against a fake KFP API held to KFP's
+spec."""
 from __future__ import annotations
 
 import dataclasses
@@ -91,7 +92,7 @@ def test_upload_creates_the_pipeline_then_the_same_name_adds_versions(fake: Fake
     assert result.code == 0, result.err
     pipeline, version = only(fake.pipelines), only(fake.versions)
     assert (pipeline["name"], version["name"], version["pipeline_id"]) == ("bakeoff", "bakeoff", pipeline["pipeline_id"])
-    assert result.out == (f"created pipeline 'bakeoff' (id {pipeline['pipeline_id']}) with version 'bakeoff' (id {version['pipeline_version_id']})\n"
+    assert result.out == (f"created pipeline 'bakeoff' (id {pipeline['pipeline_id']}) with version 'bakeoff' (id " f"{version['pipeline_version_id']})\n"
                           f"{fake.url}/#/pipelines/details/{pipeline['pipeline_id']}/version/{version['pipeline_version_id']}\n")
     assert version["pipeline_spec"]["pipelineInfo"]["name"] == "bakeoff"
 
@@ -111,7 +112,7 @@ def test_upload_creates_the_pipeline_then_the_same_name_adds_versions(fake: Fake
 
     result = bakeoff("upload", "--host", fake.url, "--version", "v2")
     assert (result.code, result.out) == (1, "")
-    assert result.error == "bakeoff: error: pipeline 'bakeoff' already has a version 'v2': choose another --version, or leave it out for a new name"
+    assert result.error == ("bakeoff: error: pipeline 'bakeoff' already has a version 'v2': choose another --version, or leave it out " "for a new name")
     assert len(fake.versions) == 3
     assert fake.validated.count("UploadPipeline") == 1 and fake.validated.count("UploadPipelineVersion") == 2
 
@@ -126,7 +127,7 @@ def test_no_image_is_refused_in_one_line_before_anything_is_sent(fake: FakeKfpAp
     monkeypatch.delenv(IMAGE_ENV)
     result = bakeoff(*command, "--host", fake.url)
     assert (result.code, result.out) == (1, "")
-    assert result.error == ("bakeoff: error: --image is missing, and nobody publishes the default ghcr.io/bakeoff/bakeoff:0.1.0, so every pod"
+    assert result.error == ("bakeoff: error: --image is missing, and nobody publishes the default ghcr.io/bakeoff/bakeoff:0.1.0, so " "every pod"
                             " would fail to pull it: build and push yours (make image IMAGE=REGISTRY/bakeoff:TAG; docker push"
                             " REGISTRY/bakeoff:TAG), then pass --image REGISTRY/bakeoff:TAG or set BAKEOFF_IMAGE")
     assert fake.calls == [] and fake.created() == NOTHING
@@ -150,7 +151,7 @@ def test_compile_says_when_the_file_names_the_unpublished_default_image(bakeoff,
     assert result.code == 0, result.err
     assert result.err.splitlines() == [
         f"compiled the pipeline to {tmp_path / 'default.yaml'} (image ghcr.io/bakeoff/bakeoff:0.1.0)",
-        "bakeoff: nobody publishes ghcr.io/bakeoff/bakeoff:0.1.0, the default image: compile with --image REGISTRY/bakeoff:TAG,"
+        "bakeoff: nobody publishes ghcr.io/bakeoff/bakeoff:0.1.0, the default image: compile with --image " "REGISTRY/bakeoff:TAG,"
         " your build of images/Dockerfile, before you upload this file"]
     result = bakeoff("compile", "-o", str(tmp_path / "yours.yaml"), "--image", IMAGE)
     assert result.code == 0 and result.err.splitlines() == [f"compiled the pipeline to {tmp_path / 'yours.yaml'} (image {IMAGE})"]
@@ -161,7 +162,7 @@ def test_upload_of_a_new_pipeline_names_its_first_version(fake: FakeKfpApi, bake
     assert result.code == 0, result.err
     pipeline, version = only(fake.pipelines), only(fake.versions)
     assert (pipeline["name"], version["name"]) == ("nightly", "first")
-    assert result.out.startswith(f"created pipeline 'nightly' (id {pipeline['pipeline_id']}) with version 'first' (id {version['pipeline_version_id']})\n")
+    assert result.out.startswith(f"created pipeline 'nightly' (id {pipeline['pipeline_id']}) with version 'first' (id " f"{version['pipeline_version_id']})\n")
     assert "PipelineService_CreatePipeline" in fake.validated
 
 
@@ -204,7 +205,7 @@ def test_submit_wait_exits_1_with_the_reason_when_the_run_fails(fake: FakeKfpApi
     assert result.code == 1
     assert result.err.splitlines() == [
         f"run {run_id}: FAILED",
-        f"bakeoff: error: run {run_id} ended FAILED ({fake.run_error}): see its logs at {fake.url}/#/runs/details/{run_id}",
+        f"bakeoff: error: run {run_id} ended FAILED ({fake.run_error}): see its logs at " f"{fake.url}/#/runs/details/{run_id}",
     ]
 
 
@@ -222,7 +223,7 @@ def test_schedule_with_cron_maps_every_option_into_the_recurring_run(fake: FakeK
     assert body["runtime_config"]["parameters"] == {"shards": 4}
     assert (body["display_name"], body["experiment_id"], experiment["display_name"]) == ("bakeoff cron 0 0 3 * * *", experiment["experiment_id"], "nightly")
     assert result.out == (f"created recurring run {recurring['recurring_run_id']} ('bakeoff cron 0 0 3 * * *': cron 0 0 3 * * *, "
-                          f"from 2030-01-01T00:00:00Z, until 2031-01-01T00:00:00Z, at most 2 at a time, no catch-up) in experiment 'nightly'\n"
+                          "from 2030-01-01T00:00:00Z, until 2031-01-01T00:00:00Z, at most 2 at a time, no catch-up) in experiment " "'nightly'\n"
                           f"{fake.url}/#/recurringrun/details/{recurring['recurring_run_id']}\n")
     assert "RecurringRunService_CreateRecurringRun" in fake.validated
 
@@ -293,13 +294,13 @@ LOCAL_ERRORS = {
     "param of the wrong type": (["submit", "--param", "shards=four"],
                                 "--param shards='four': shards takes a whole number (NUMBER_INTEGER): write e.g. --param shards=8"),
     "float for an integer": (["schedule", "--every", "1d", "--param", "timeout_seconds=1.5"],
-                             "--param timeout_seconds='1.5': timeout_seconds takes a whole number (NUMBER_INTEGER): write e.g. --param timeout_seconds=8"),
+                             "--param timeout_seconds='1.5': timeout_seconds takes a whole number (NUMBER_INTEGER): write e.g. --param " "timeout_seconds=8"),
     "object for a list": (["submit", "--param", 'variants={"name": "x"}'],
                           "--param variants='{\"name\": \"x\"}': variants takes a JSON list (LIST): write e.g. --param variants='[1, 2]'"),
     "param without value": (["submit", "--param", "shards"], "--param 'shards' is not KEY=VALUE: write e.g. --param shards=4"),
     "param twice": (["submit", "--param", "shards=4", "--param", "shards=5"], "--param 'shards' is given twice: give each parameter once"),
     "direction, now the metric's": (["submit", "--param", "direction=min"],
-                                    "--param direction: the metric sets its own direction (val_accuracy: max, val_loss: min); drop --param direction"),
+                                    "--param direction: the metric sets its own direction (val_accuracy: max, val_loss: min); drop --param " "direction"),
     "unknown metric": (["schedule", "--every", "1d", "--param", "metric=bogus"], "unknown selection metric 'bogus': use one of val_accuracy, val_loss"),
     "insecure and ca-cert": (["upload", "--insecure", "--ca-cert", "ca.pem"],
                              "--insecure and --ca-cert are both given: verify with --ca-cert, or skip verification with --insecure"),
@@ -397,7 +398,8 @@ def test_403_from_kfp_itself_stops_before_anything_is_created(fake: FakeKfpApi, 
     fake.healthz_open, fake.forbidden = True, True  # KFP's healthz needs no login; its authorization says no later
     result = bakeoff("submit", "--host", fake.url, "--namespace", "team-a", "--token", TOKEN)
     assert result.code == 1
-    assert result.error == (f"bakeoff: error: the KFP API at {fake.url} denied access (HTTP 403: PermissionDenied: access to the namespace is forbidden): "
+    assert result.error == (f"bakeoff: error: the KFP API at {fake.url} denied access "
+                            "(HTTP 403: PermissionDenied: access to the namespace is forbidden): "
                             "use credentials allowed in namespace 'team-a', or pass --namespace with a profile you belong to")
     assert "ExperimentService_ListExperiments" in fake.calls
     assert fake.created() == NOTHING
@@ -407,7 +409,8 @@ def test_403_from_a_proxy_in_front(fake: FakeKfpApi, bakeoff) -> None:
     fake.forbidden = True
     result = bakeoff("upload", "--host", fake.url)
     assert result.code == 1
-    assert result.error == (f"bakeoff: error: the KFP API at {fake.url} denied access (HTTP 403: PermissionDenied: access to the namespace is forbidden): "
+    assert result.error == (f"bakeoff: error: the KFP API at {fake.url} denied access "
+                            "(HTTP 403: PermissionDenied: access to the namespace is forbidden): "
                             "use credentials allowed in this namespace, or pass --namespace with a profile you belong to")
     assert fake.calls == ["HealthzService_GetHealthz"] and fake.created() == NOTHING
 

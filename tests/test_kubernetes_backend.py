@@ -1,4 +1,5 @@
-"""The Kubernetes backend and the TFJobs it submits, against a fake API that enforces the real CRD schema and API rules."""
+"""The Kubernetes backend and the TFJobs it submits, against a fake API that enforces the real CRD schema and API
+rules."""
 from __future__ import annotations
 
 import re
@@ -156,7 +157,7 @@ def test_failed_job_raises_with_conditions_and_last_log_lines() -> None:
     assert message.startswith(f"TFJob team-a/{job.metadata.name} failed: Created: TFJobCreated")
     assert "Failed: TFJobFailed TFJob is failed." in message
     assert message.endswith(f"last lines of {job.metadata.name}-worker-0: Epoch 1/1 / 429/429 - 19s - loss: 0.51 - accuracy: 0.82"
-                            f" / bakeoff: error: the last words of the chief | last lines of {job.metadata.name}-worker-1: Epoch 1/1 / worker 1 waits")
+                            f" / bakeoff: error: the last words of the chief | last lines of {job.metadata.name}-worker-1: Epoch 1/1 / " "worker 1 waits")
 
 
 def test_a_job_that_never_finishes_is_deleted_at_the_deadline() -> None:
@@ -172,8 +173,9 @@ def test_a_job_the_api_rejects_is_a_clear_error() -> None:
     job.spec.tf_replica_specs["Worker"].replicas = "two"  # the CRD says integer
     with FakeKubernetes(["Created"]) as fake:
         _, error = run(fake, job)
-    assert re.fullmatch(r"could not create TFJob team-a/\S+ \(HTTP 422: spec/tfReplicaSpecs/Worker/replicas: 'two' is not of type 'integer'\):"
-                        r" check that the Training Operator is installed and that this service account may create tfjobs \(manifests/\)", str(error))
+    assert re.fullmatch(r"could not create TFJob team-a/\S+ \(HTTP 422: spec/tfReplicaSpecs/Worker/replicas: 'two' is not of type " r"'integer'\):"
+                        r" check that the Training Operator is installed and that this service account may create tfjobs"
+                        r" \(manifests/\)", str(error))
     assert fake.violations and fake.jobs == {}
 
 

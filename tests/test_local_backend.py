@@ -28,7 +28,8 @@ def job_running(script: str, tmp_path: Path, workers: int = 2, backoff_limit: in
 
 
 def left_running(*pid_files: Path) -> list[int]:
-    """The replicas (pids read from ``pid_files``, all in one test's folder, which their command lines name) still running."""
+    """The replicas (pids read from ``pid_files``, all in one test's folder, which their command lines name) still
+    running."""
     return still_running([int(pid_file.read_text()) for pid_file in pid_files], str(pid_files[0].parent))
 
 
@@ -36,7 +37,8 @@ RECORD = """
 import json, os, sys
 config = json.loads(os.environ["TF_CONFIG"])
 out = os.path.join(sys.argv[1], f"worker-{config['task']['index']}.json")
-json.dump({"tf_config": config, "probe": os.environ["PROBE"], "threads": os.environ["TF_NUM_INTRAOP_THREADS"]}, open(out, "w"))
+json.dump({"tf_config": config, "probe": os.environ["PROBE"], "threads": os.environ["TF_NUM_INTRAOP_THREADS"]},
+          open(out, "w"))
 print("hello from", config["task"]["index"])
 """
 
@@ -104,7 +106,7 @@ def test_a_failed_replica_stops_the_others_and_says_why(tmp_path: Path) -> None:
     with pytest.raises(BakeoffError) as error:
         LocalBackend(sink=lambda line: None).run(job_running(CRASH_ONE, tmp_path))
     assert str(error.value) == (
-        "TFJob 'probe-job' failed: replica probe-job-worker-1 exited with code 3 after 0 restart(s): replica one cannot go on"
+        "TFJob 'probe-job' failed: replica probe-job-worker-1 exited with code 3 after 0 restart(s): replica one " "cannot go on"
     )
     assert left_running(tmp_path / "survivor.pid") == []
 

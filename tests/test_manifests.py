@@ -49,7 +49,8 @@ RUNNER_RULES = {
     ("", "pods"): {"get"},
     ("", "pods/log"): {"get"},
 }
-# What components/backends/trainjob.py calls (tests/test_trainjob_backend.py): pods are listed, the Job controller names them.
+# What components/backends/trainjob.py calls (tests/test_trainjob_backend.py): pods are listed, the Job controller names
+# them.
 TRAINJOB_RUNNER_RULES = {
     ("trainer.kubeflow.org", "trainjobs"): {"create", "get", "patch", "delete"},
     ("", "pods"): {"get", "list"},
@@ -119,13 +120,15 @@ def example_choices(path: Path) -> dict[str, list[str]]:
 
 
 def settings_from_example(image: str, s3_endpoint: str) -> str:
-    """settings.env as docs/kubeflow.md says to write it: the example with its IMAGE line and one S3_ENDPOINT line uncommented."""
+    """settings.env as docs/kubeflow.md says to write it: the example with its IMAGE line and one S3_ENDPOINT line
+    uncommented."""
     assert s3_endpoint in example_choices(SETTINGS.with_name("settings.env.example"))["S3_ENDPOINT"], s3_endpoint
     return SETTINGS.with_name("settings.env.example").read_text() + f"IMAGE={image}\nS3_ENDPOINT={s3_endpoint}\n"
 
 
 def kserve_copy(folder: Path, settings: str | None) -> Path:
-    """manifests/kserve in ``folder``, with s3.env from its example and settings.env holding ``settings`` (None: none)."""
+    """manifests/kserve in ``folder``, with s3.env from its example and settings.env holding ``settings`` (None:
+    none)."""
     copy = folder / "kserve"
     shutil.copytree(MANIFESTS / "kserve", copy, ignore=shutil.ignore_patterns("*.env"))
     shutil.copy(copy / "s3.env.example", copy / "s3.env")
@@ -135,7 +138,8 @@ def kserve_copy(folder: Path, settings: str | None) -> Path:
 
 
 def render_kserve(folder: Path, image: str = USER_IMAGE, s3_endpoint: str | None = None) -> list[dict]:
-    """manifests/kserve rendered as a user who followed its instructions would apply it (default: KFP >= 2.16's endpoint)."""
+    """manifests/kserve rendered as a user who followed its instructions would apply it (default: KFP >= 2.16's
+    endpoint)."""
     from pipelines.pipeline import Cluster
 
     return render(kserve_copy(folder, settings_from_example(image, s3_endpoint or Cluster().s3_endpoint)))
@@ -143,7 +147,8 @@ def render_kserve(folder: Path, image: str = USER_IMAGE, s3_endpoint: str | None
 
 @pytest.fixture(scope="module")
 def rendered_from_examples(tmp_path_factory) -> dict[str, list[dict]]:
-    """The env-file kustomizations, rendered from a copy that uses the committed examples (kserve: its settings filled in)."""
+    """The env-file kustomizations, rendered from a copy that uses the committed examples (kserve: its settings
+    filled in)."""
     copy = tmp_path_factory.mktemp("store-secret") / "store-secret"
     shutil.copytree(MANIFESTS / "store-secret", copy, ignore=shutil.ignore_patterns("*.env"))
     shutil.copy(copy / "store.env.example", copy / "store.env")
@@ -328,7 +333,8 @@ def kserve_objects(docs: list[dict]) -> tuple[dict, dict]:
 
 
 def test_kserve_objects_satisfy_kserves_crds(rendered_from_examples):
-    """Schema, metadata and KServe's name rule, and no field the API server would prune (kubectl's strict validation refuses them)."""
+    """Schema, metadata and KServe's name rule, and no field the API server would prune (kubectl's strict validation
+    refuses them)."""
     from tests.fake_kubernetes import kserve_errors
 
     runtime, service = kserve_objects(rendered_from_examples["kserve"])
@@ -362,7 +368,8 @@ def test_kserve_runtime_runs_the_server_module_the_image_contains(rendered_from_
     assert args.model_dir == Path("/mnt/models"), "where KServe's storage initializer puts storageUri"
     assert args.model_name == service["metadata"]["name"] == defaults.MODEL_NAME
     assert args.http_port == 8080 and args.grpc_port == 8081, "KServe's ModelServer ports, where its Python runtimes serve"
-    # The one port KServe's default Serverless mode lets through Knative; gRPC needs Standard mode (inferenceservice.yaml).
+    # The one port KServe's default Serverless mode lets through Knative; gRPC needs Standard mode
+    # (inferenceservice.yaml).
     assert container["ports"] == [{"containerPort": args.http_port, "name": "http1", "protocol": "TCP"}]
     assert runtime["spec"]["annotations"]["prometheus.kserve.io/port"] == str(args.http_port)
     security = container["securityContext"]
@@ -403,7 +410,8 @@ def readme_backend_endpoints() -> set[str]:
 
 
 def test_kserve_endpoint_choices_are_the_backend_tables_and_reach_the_storage_initializer(tmp_path):
-    """Each KFP version's endpoint, as the backends table gives it, is one line to uncomment, and lands in the annotation
+    """Each KFP version's endpoint, as the backends table gives it, is one line to uncomment, and lands in the
+    annotation
     KServe's storage initializer reads (serving.kserve.io/s3-endpoint: the only place KServe 0.15 looks)."""
     offered = example_choices(SETTINGS.with_name("settings.env.example"))["S3_ENDPOINT"]
     assert sorted(offered) == sorted(readme_backend_endpoints()) == ["minio-service.kubeflow:9000", "seaweedfs.kubeflow:9000"]
@@ -414,7 +422,8 @@ def test_kserve_endpoint_choices_are_the_backend_tables_and_reach_the_storage_in
 
 
 def test_deploy_builds_the_objects_the_manifests_hold(rendered_from_examples):
-    """`bakeoff deploy` and `kubectl apply -k manifests/kserve` make the same runtime and service (deploy adds its annotations)."""
+    """`bakeoff deploy` and `kubectl apply -k manifests/kserve` make the same runtime and service (deploy adds its
+    annotations)."""
     from components.serving import deploy
 
     runtime, service = kserve_objects(rendered_from_examples["kserve"])
@@ -524,7 +533,8 @@ def test_training_operator_is_pinned_to_the_sdk_release():
 
 def test_trainer_runtime_is_bakeoffs_plainml_runtime():
     """The ClusterTrainingRuntime the TrainJob backend names, as Trainer v2.1 reads it: its CRD's schema, no field it
-    would prune, PlainML, one `node` job whose pods carry the JobSet identity components/backends/cluster_spec.py reads."""
+    would prune, PlainML, one `node` job whose pods carry the JobSet identity components/backends/cluster_spec.py
+    reads."""
     import jsonschema
 
     from components.backends import cluster_spec, trainjob
@@ -596,7 +606,8 @@ def test_dockerfile_installs_the_project_without_pinning_versions():
 
 
 def test_the_image_installs_the_debian_packages_make_system_installs():
-    """`make system` installs SYSTEM_PACKAGES on the CI machine, Debian 12 like the pinned base, so the names exist there."""
+    """`make system` installs SYSTEM_PACKAGES on the CI machine, Debian 12 like the pinned base, so the names exist
+    there."""
     runs = " ".join(args for instruction, args in dockerfile_instructions() if instruction == "RUN")
     installed = re.search(r"apt-get install -y --no-install-recommends ((?:[a-z0-9.+-]+ ?)+)", runs)
     makefile = re.search(r"^SYSTEM_PACKAGES := (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)

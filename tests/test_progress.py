@@ -135,7 +135,7 @@ def test_the_table_shows_each_variants_epoch_metrics_speed_and_where_the_logs_ar
 def test_plain_text_loses_kfps_colours_and_every_control_character() -> None:
     from kfp.local import logging_utils, status
 
-    coloured = f"Task {logging_utils.format_task_name('ingest')} finished with status {logging_utils.format_status(status.Status.SUCCESS)}"
+    coloured = (f"Task {logging_utils.format_task_name('ingest')} finished with status " f"{logging_utils.format_status(status.Status.SUCCESS)}")
     assert "\x1b" in coloured
     assert plain(coloured + "\r\n\tdone\x07") == "Task 'ingest' finished with status SUCCESS\n\tdone"
 

@@ -69,7 +69,8 @@ def test_versions_count_up_in_serving_layout(store: Store, tmp_path: Path) -> No
 
 
 def test_the_published_manifest_is_the_record_given_numbered_and_read_back_strictly(store: Store, tmp_path: Path) -> None:
-    """What publish writes is the manifest record with its version; one the registry cannot read is one line naming it."""
+    """What publish writes is the manifest record with its version; one the registry cannot read is one line naming
+    it."""
     given = manifest(run_id="r1")
     registry.publish(store, "fm", model_dir(tmp_path), given)
     assert store.get_bytes("models/fm/1/manifest.json").decode() == dataclasses.replace(given, version=1).to_json()
@@ -165,7 +166,8 @@ def test_a_publisher_killed_midway_leaves_nothing_in_a_folder_store(tmp_path: Pa
 
 
 def test_concurrent_publishers_each_get_their_own_version(scheme_store: tuple[Store, str], tmp_path: Path) -> None:
-    """Guards 20 processes publishing one model at once: 20 distinct complete versions, none overwritten, on every store."""
+    """Guards 20 processes publishing one model at once: 20 distinct complete versions, none overwritten, on every
+    store."""
     store, create_only = scheme_store
     run_ids = [f"run-{index:02d}" for index in range(PUBLISHERS)]
     publishers = []
@@ -209,7 +211,8 @@ def test_concurrent_publishers_each_get_their_own_version(scheme_store: tuple[St
 
 
 def test_a_publisher_killed_midway_leaves_no_version_in_an_s3_store(s3_env: str, tmp_path: Path) -> None:
-    """Guards S3 publishes under SIGKILL between files: no version looks complete, and the next publish takes the next number."""
+    """Guards S3 publishes under SIGKILL between files: no version looks complete, and the next publish takes the
+    next number."""
     from components.storage import open_store
 
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
@@ -270,7 +273,8 @@ def test_a_crash_while_publishing_to_s3_leaves_no_complete_version(s3_env: str, 
 
 
 def test_a_number_held_by_a_publisher_that_died_after_claiming_it_is_skipped(s3_env: str, tmp_path: Path) -> None:
-    """Guards publishers moving past a held number: one that died right after claiming version 1 left nothing listed, yet 1 stays its."""
+    """Guards publishers moving past a held number: one that died right after claiming version 1 left nothing listed,
+    yet 1 stays its."""
     from components.storage import open_store
 
     store = open_store(f"s3://bakeoff/{tmp_path.name}")

@@ -1,4 +1,5 @@
-"""The run report: one self-contained page with the leaderboard, per-epoch curves, the confusion matrix and the mistakes."""
+"""The run report: one self-contained page with the leaderboard, per-epoch curves, the confusion matrix and the
+mistakes."""
 from __future__ import annotations
 
 import base64
@@ -299,7 +300,8 @@ def test_the_winner_mark_follows_the_records_winner_not_the_first_row(record: Se
 
 
 def assert_select_artifacts(work_dir: Path, store_uri: str, summary: Summary) -> None:
-    """The select step's KFP outputs of a real kfp.local run (tests/test_cli.py): the confusion matrix, the page, the leaderboard."""
+    """The select step's KFP outputs of a real kfp.local run (tests/test_cli.py): the confusion matrix, the page, the
+    leaderboard."""
     (select_dir,) = (work_dir / "pipeline-root").glob("*/select")
     record = runs.selection(open_store(store_uri), summary.run_id)
     (confusion,) = json.loads((select_dir / "executor_output.json").read_text())["artifacts"]["confusion"]["artifacts"]

@@ -1,4 +1,5 @@
-"""Rung training and per-epoch validation: a real 2-worker variant trained to epoch 1, then resumed to epoch 3 of its schedule."""
+"""Rung training and per-epoch validation: a real 2-worker variant trained to epoch 1, then resumed to epoch 3 of its
+schedule."""
 from __future__ import annotations
 
 import dataclasses
@@ -69,7 +70,8 @@ def test_a_later_rung_resumes_the_earlier_one_on_the_same_schedule(rungs: Rungs)
     assert (first.rung, second.rung) == (0, 1)
     assert sum(record.epochs_trained for record in rungs.rung) == EPOCHS
     assert first.attempt == second.attempt == 1  # each rung counts its own starts: neither was restarted
-    # The optimizer's steps came back with the backup: the cosine schedule ran over all 3 epochs, as one uninterrupted job.
+    # The optimizer's steps came back with the backup: the cosine schedule ran over all 3 epochs, as one uninterrupted
+    # job.
     assert first.optimizer_iterations == STEPS and second.optimizer_iterations == EPOCHS * STEPS
     # The first rung stopped a third of the way down the 3-epoch cosine, not at the end of a 1-epoch one.
     cosine = keras.optimizers.schedules.CosineDecay(0.001, decay_steps=EPOCHS * STEPS)
@@ -149,8 +151,8 @@ def test_the_train_step_shows_the_final_numbers(rungs: Rungs) -> None:
 
 @pytest.mark.unit
 @pytest.mark.parametrize(("stop_epoch", "rung", "message"), [
-    (EPOCHS + 1, 0, f"variant 'tiny': stop epoch {EPOCHS + 1} is outside its schedule of {EPOCHS} epochs: pass 1 to training.epochs (0: the whole schedule)"),
-    (-1, 0, f"variant 'tiny': stop epoch -1 is outside its schedule of {EPOCHS} epochs: pass 1 to training.epochs (0: the whole schedule)"),
+    (EPOCHS + 1, 0, f"variant 'tiny': stop epoch {EPOCHS + 1} is outside its schedule of {EPOCHS} epochs: pass 1 to " "training.epochs (0: the whole schedule)"),
+    (-1, 0, f"variant 'tiny': stop epoch -1 is outside its schedule of {EPOCHS} epochs: pass 1 to training.epochs (0: " "the whole schedule)"),
     (1, -1, "variant 'tiny': rung=-1 must be 0 or more"),
 ])
 def test_a_stop_epoch_off_the_schedule_fails_before_anything_runs(tmp_path: Path, stop_epoch: int, rung: int, message: str) -> None:
@@ -175,7 +177,8 @@ def test_validation_freq_is_checked_and_validates_every_k_epochs_and_at_the_stop
 
 @pytest.mark.unit
 def test_each_rung_is_a_job_of_its_own_name() -> None:
-    """A rung's finished TFJob may still exist under its name (ttlSecondsAfterFinished): the next rung's must not collide."""
+    """A rung's finished TFJob may still exist under its name (ttlSecondsAfterFinished): the next rung's must not
+    collide."""
     from components.training.tfjob import job_name
 
     names = [job_name("run-a", "tiny", rung) for rung in range(3)]

@@ -1,4 +1,5 @@
-"""Search: spaces expanded into named variants, bad spaces in one line, the halving rungs, survivors, the budget, `bakeoff plan`."""
+"""Search: spaces expanded into named variants, bad spaces in one line, the halving rungs, survivors, the budget,
+`bakeoff plan`."""
 from __future__ import annotations
 
 import dataclasses
@@ -65,7 +66,7 @@ def test_sampling_is_deterministic_for_a_seed_and_differs_for_another(tmp_path: 
 
 def test_a_variant_s_samples_do_not_depend_on_the_other_variants(tmp_path: Path) -> None:
     alone = names(write(tmp_path, SEARCH.replace("SEED", "0"), "a.yaml"))
-    text = SEARCH.replace("SEED", "0").replace("variants:\n", "variants:\n  - {name: first, model: {type: mlp, hidden_units: {choice: [[64], [128]]}, dropout: {uniform: [0.0, 0.4]}}}\n")
+    text = SEARCH.replace("SEED", "0").replace("variants:\n", "variants:\n  - {name: first, model: {type: mlp, hidden_units: {choice: [[64], [128]]}, dropout: {uniform: " "[0.0, 0.4]}}}\n")
     crowded = names(write(tmp_path, text, "b.yaml"))
     assert [n for n in crowded if n.startswith("cnn-")] == [n for n in alone if n.startswith("cnn-")]
 
@@ -156,9 +157,9 @@ def test_a_space_in_defaults_applies_to_every_variant_unless_one_replaces_it(tmp
          "training.schedule: unknown schedule 'linear' (known: constant, cosine, exponential)"),
         ("model: {type: cnn}, training: {epochs: {int_uniform: [2, 5]}}",
          "training.epochs: search.halving trains every variant to its max_epochs: remove this search space"),
-        ("model: {type: cnn, filters: {choice: [[8], [9], [10], [11], [12], [13], [14]]}, kernel_size: {choice: [1, 2, 3, 4, 5, 6]},"
+        ("model: {type: cnn, filters: {choice: [[8], [9], [10], [11], [12], [13], [14]]}, kernel_size: {choice: " "[1, 2, 3, 4, 5, 6]},"
          " dense_units: {choice: [1, 2, 3, 4, 5, 6, 7]}}",
-         "model.filters × model.kernel_size × model.dense_units: the grid gives 294 variants, more than 256: list fewer choices, or add a uniform space and sample"),
+         "model.filters × model.kernel_size × model.dense_units: the grid gives 294 variants, more than 256: list " "fewer choices, or add a uniform space and sample"),
     ],
 )
 def test_a_malformed_space_is_one_line_naming_file_variant_and_field(tmp_path: Path, variant: str, message: str) -> None:
@@ -205,7 +206,8 @@ def test_the_rung_schedule(count: int, halving: Halving, rungs: list[tuple[int, 
 
 
 def test_a_rungs_score_averages_only_the_validated_epochs_of_its_last_third() -> None:
-    """With validation_freq 2 a 12-epoch history holds epochs 2, 4, ..., 12: the last third is epochs 9-12, so 10 and 12."""
+    """With validation_freq 2 a 12-epoch history holds epochs 2, 4, ..., 12: the last third is epochs 9-12, so 10 and
+    12."""
     from components.search.halving import rung_score
 
     history = {"val_accuracy": [0.1, 0.2, 0.3, 0.4, 0.6, 0.8], "val_epochs": [2, 4, 6, 8, 10, 12]}
@@ -232,7 +234,8 @@ def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tm
     rungs, seconds = estimate(config, 1000)
     assert rungs is not None
     assert [(r.epochs, r.entering, r.keep) for r in rungs] == [(2, 3, 1), (6, 1, 1)]
-    # Rung 0: all three for 2 epochs; rung 1: the one survivor, costed as the costliest, for the 4 epochs it has not done.
+    # Rung 0: all three for 2 epochs; rung 1: the one survivor, costed as the costliest, for the 4 epochs it has not
+    # done.
     assert seconds == pytest.approx((small + mid + big) * 2 + big * 4 + 4 * JOB_START_SECONDS)
     plain = dataclasses.replace(config, search=None)
     assert estimate(plain, 1000) == pytest.approx((None, (small + mid + big) * 6 + 3 * JOB_START_SECONDS))
@@ -306,4 +309,4 @@ def test_plan_on_a_bad_config_is_one_line(tmp_path: Path, capsys: pytest.Capture
     assert main(["plan", "--config", str(path)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == f"bakeoff: error: {path}: variant 'a': model.dropout: uniform needs low < high, got [0.5, 0.1]: for one value write it plainly\n"
+    assert captured.err == (f"bakeoff: error: {path}: variant 'a': model.dropout: uniform needs low < high, got [0.5, 0.1]: for one " "value write it plainly\n")

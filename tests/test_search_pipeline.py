@@ -1,4 +1,5 @@
-"""Successive halving in the pipeline: rungs unrolled into the compiled IR, the halve step, and a real run through kfp.local."""
+"""Successive halving in the pipeline: rungs unrolled into the compiled IR, the halve step, and a real run through
+kfp.local."""
 from __future__ import annotations
 
 import json
@@ -35,7 +36,9 @@ variants:
 SAMPLED = """
 search: {samples: 8, seed: 3, halving: {min_epochs: 1, max_epochs: 8, eta: 2}}
 variants:
-  - {name: cnn, model: {type: cnn, filters: [8, 16], dense_units: 32}, training: {learning_rate: {log_uniform: [0.0003, 0.01]}}}
+  - name: cnn
+    model: {type: cnn, filters: [8, 16], dense_units: 32}
+    training: {learning_rate: {log_uniform: [0.0003, 0.01]}}
 """
 BETTER = {"val_accuracy": max, "val_loss": min}  # written out here rather than read from the code under test
 
@@ -176,7 +179,7 @@ def test_halve_refuses_a_record_without_validation(tmp_path: Path, capsys: pytes
     with pytest.raises(SystemExit):
         halve([{"name": "a"}], store.uri, "", "r", 0, 1, "val_accuracy")
     assert capsys.readouterr().err.strip().endswith(
-        "variant 'a' has no val_accuracy in its record of rung 0: halving ranks on validation, which the worker scores at every"
+        "variant 'a' has no val_accuracy in its record of rung 0: halving ranks on validation, which the worker " "scores at every"
         " job's last epoch: run an image built from this bakeoff")
     assert runs.search_records(store, "r") == []
 
@@ -193,7 +196,7 @@ def test_run_refuses_a_budget_that_holds_nothing_before_ingest(tmp_path: Path, c
 def test_a_flag_that_changes_the_cost_is_refused_for_a_budgeted_config(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A budget plans the epochs and workers the file holds: a flag changing them afterwards would overrun it unseen."""
     config = tmp_path / "budgeted.yaml"
-    config.write_text("variants:\n  - {name: a, model: {type: mlp}, training: {epochs: 2}, workers: 1}\nsearch: {budget: {minutes: 60}}\n")
+    config.write_text("variants:\n  - {name: a, model: {type: mlp}, training: {epochs: 2}, workers: 1}\nsearch: {budget: " "{minutes: 60}}\n")
     assert main(["run", "--config", str(config), flag, "2", "--store", str(tmp_path / "store")]) == 1
     assert capsys.readouterr().err == (f"bakeoff: error: {flag} would change what {config}'s search.budget planned:"
                                        " set it in the file, where the budget counts it\n")

@@ -70,7 +70,8 @@ TFJOB_RECORDER = textwrap.dedent('''
                     from kubernetes.client import ApiClient
 
                     job = build(*args, **kwargs)
-                    where = os.path.join(os.environ["BAKEOFF_TEST_TFJOB_DIR"], f"{job.metadata.name}-{os.getpid()}.json")
+                    where = os.path.join(os.environ["BAKEOFF_TEST_TFJOB_DIR"],
+                                         f"{job.metadata.name}-{os.getpid()}.json")
                     with open(where, "w") as handle:
                         json.dump(ApiClient().sanitize_for_serialization(job), handle)
                     return job
@@ -336,7 +337,7 @@ def unreadable(kind: str) -> dict[str, tuple[Callable[[Path], str], str]]:
         "empty": (lambda d: str(secret_file(d, "empty", " \n\n")), f"{flag} '{{path}}' is empty: {fix}"),
         "not UTF-8": (lambda d: (str(d / "bin"), (d / "bin").write_bytes(b"\xff\xfeCANARY"))[0], f"{flag} '{{path}}' is not UTF-8 text: {fix}"),
         "two lines": (lambda d: str(secret_file(d, "two", "CANARY-1\nCANARY-2\n")),
-                      f"{flag} '{{path}}' holds a line break, a control or a non-ASCII character, which no HTTP header can carry: {fix}"),
+                      f"{flag} '{{path}}' holds a line break, a control or a non-ASCII character, which no HTTP header can " f"carry: {fix}"),
         "endless": (lambda d: "/dev/zero", f"{flag} '{{path}}' is larger than 64 KiB, so it holds more than a token or cookies: {fix}"),
     }
 
@@ -394,7 +395,8 @@ CLUSTER_COMMANDS = {
 @pytest.mark.parametrize("outcome", ["accepted", "rejected", "forbidden"])
 @pytest.mark.parametrize("command", CLUSTER_COMMANDS.values(), ids=CLUSTER_COMMANDS.keys())
 def test_no_cluster_command_prints_or_logs_the_token_or_cookies(fake: FakeKfpApi, bakeoff, command: list[str], outcome: str, credentials: str) -> None:
-    """Success, a failed run, a 404, a 401 with stale credentials and a 403: neither is in stdout, stderr or any log record."""
+    """Success, a failed run, a 404, a 401 with stale credentials and a 403: neither is in stdout, stderr or any log
+    record."""
     fake.run_outcome = "FAILED"
     if outcome == "rejected":
         fake.token = "the-server-wants-another-token"

@@ -1,4 +1,5 @@
-"""Serving: real Fashion-MNIST images through `bakeoff predict`, V1, V2 and gRPC; bad requests; a version swapped in under load."""
+"""Serving: real Fashion-MNIST images through `bakeoff predict`, V1, V2 and gRPC; bad requests; a version swapped in
+under load."""
 from __future__ import annotations
 
 import base64
@@ -86,7 +87,8 @@ class Server:
         raise RuntimeError(f"the server was not ready in {timeout} s:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        """Waits for the process, which must have been sent SIGTERM; the graceful shutdown ends in time or the process is killed."""
+        """Waits for the process, which must have been sent SIGTERM; the graceful shutdown ends in time or the
+        process is killed."""
         try:
             self.process.wait(60)
         except subprocess.TimeoutExpired:
@@ -101,7 +103,8 @@ def test_images(fashion_dir: Path) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def setup(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """Both servers, started together so their start-ups overlap: one on a model folder, one by `bakeoff serve` on a store."""
+    """Both servers, started together so their start-ups overlap: one on a model folder, one by `bakeoff serve` on a
+    store."""
     tmp = tmp_path_factory.mktemp("serving")
     store = open_store(f"file://{tmp / 'store'}")
     trained = _trained(fashion_dir, tmp)
@@ -264,7 +267,8 @@ def test_a_bad_request_answers_4xx_with_a_message_and_the_next_good_one_succeeds
 
 
 def _looping_client(index: int, url: str, image: list, answers: list, stop: threading.Event) -> None:
-    """Asks for one image's class over one kept-alive connection until ``stop``; records (index, status, class_id or error)."""
+    """Asks for one image's class over one kept-alive connection until ``stop``; records (index, status, class_id or
+    error)."""
     host, port = url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
     body = json.dumps({"instances": [image]}).encode()

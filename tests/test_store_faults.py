@@ -1,4 +1,5 @@
-"""The S3 store through faults: its server stopped and restarted mid-upload and mid-publish, connections reset, uploads cut short."""
+"""The S3 store through faults: its server stopped and restarted mid-upload and mid-publish, connections reset,
+uploads cut short."""
 from __future__ import annotations
 
 import socket
@@ -55,7 +56,8 @@ class Retries:
 
 
 def kill_after_puts(store: S3Store, server: WeedServer, puts: int) -> None:
-    """Stops the server, as a crash would, right after the store's ``puts``-th upload: the next request finds it gone."""
+    """Stops the server, as a crash would, right after the store's ``puts``-th upload: the next request finds it
+    gone."""
     put = store._put_checked
     done = 0
 
@@ -93,7 +95,8 @@ def model_dir(tmp_path: Path, files: int = 8) -> Path:
 
 
 def test_an_upload_completes_across_a_restart_of_the_server(running: WeedServer, tmp_path: Path) -> None:
-    """Guards put retries: the server dies between two objects of put_dir, comes back, and every object arrives whole."""
+    """Guards put retries: the server dies between two objects of put_dir, comes back, and every object arrives
+    whole."""
     store = S3Store(BUCKET, tmp_path.name, running.endpoint, secure=False, retry_seconds=BOUND)
     retries = Retries(store)
     source = model_dir(tmp_path)
@@ -128,7 +131,8 @@ def test_a_publish_completes_across_a_restart_of_the_server(running: WeedServer,
 
 
 def test_a_server_gone_past_the_bound_fails_in_one_line_and_leaves_no_version(running: WeedServer, tmp_path: Path) -> None:
-    """Guards the bound: retries stop after retry_seconds with one clear line, and the half-written version never looks complete."""
+    """Guards the bound: retries stop after retry_seconds with one clear line, and the half-written version never
+    looks complete."""
     store = S3Store(BUCKET, tmp_path.name, running.endpoint, secure=False, retry_seconds=SHORT_BOUND)
     retries = Retries(store)
     kill_after_puts(store, running, puts=2)
@@ -241,7 +245,8 @@ def test_a_connection_reset_mid_upload_is_retried(proxy: FaultyProxy, tmp_path: 
 
 
 def test_a_create_only_put_whose_answer_was_lost_is_still_ours(proxy: FaultyProxy, tmp_path: Path) -> None:
-    """Guards the claim's retry: the server created the object, the answer was lost, the retry meets 412 and reads it back."""
+    """Guards the claim's retry: the server created the object, the answer was lost, the retry meets 412 and reads it
+    back."""
     store = S3Store(BUCKET, tmp_path.name, proxy.endpoint, secure=False, retry_seconds=BOUND)
     retries = Retries(store)
     proxy.fault = "drop-response"

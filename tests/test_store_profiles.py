@@ -62,7 +62,8 @@ def test_every_store_call_works_with_a_profile_key(kfp_store: KfpStore, setup: P
 
 
 def test_the_open_check_asks_nothing_of_the_bucket(kfp_store: KfpStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Guards the open check against HeadBucket, which KFP 2.15/2.16's profile keys may not call (nor 2.17's, before its bucket policy)."""
+    """Guards the open check against HeadBucket, which KFP 2.15/2.16's profile keys may not call (nor 2.17's, before
+    its bucket policy)."""
     setup = SETUPS["kfp-2.16-profile"]
     keys = use_profile(kfp_store, setup, monkeypatch)
     client = minio.Minio(kfp_store.server.endpoint, access_key=keys["AWS_ACCESS_KEY_ID"], secret_key=keys["AWS_SECRET_ACCESS_KEY"],
@@ -75,7 +76,8 @@ def test_the_open_check_asks_nothing_of_the_bucket(kfp_store: KfpStore, monkeypa
 
 
 def test_another_profiles_prefix_is_refused_in_one_line(kfp_store: KfpStore, setup: ProfileSetup, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The policies are live (a profile's key reaches no other profile's store), and the open check says so in one line."""
+    """The policies are live (a profile's key reaches no other profile's store), and the open check says so in one
+    line."""
     use_profile(kfp_store, setup, monkeypatch)
     uri = f"s3://{setup.bucket}/private/someone-else/bakeoff"
     with pytest.raises(BakeoffError, match=rf"refused these keys a listing of '{uri}' \(AccessDenied\): check the bucket and prefix"

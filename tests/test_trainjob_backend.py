@@ -259,7 +259,8 @@ def test_the_trainer_choice_picks_the_backend_on_a_cluster_only(monkeypatch: pyt
 
 
 def test_trainer_is_a_pipeline_parameter_that_reaches_every_train_step() -> None:
-    """The compiled pipeline: `trainer` defaults to tfjob, every train task gets it, and `--param` checks its value first."""
+    """The compiled pipeline: `trainer` defaults to tfjob, every train task gets it, and `--param` checks its value
+    first."""
     from pathlib import Path
 
     import yaml

@@ -61,19 +61,20 @@ def from_jobset(env: Mapping[str, str]) -> dict | None:
     missing = [key for key in (REPLICATED_JOB_ENV, JOB_INDEX_ENV, COMPLETION_INDEX_ENV, NODES_ENV) if not env.get(key)]
     if missing:
         raise BakeoffError(
-            f"{JOBSET_ENV} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: submit the TrainJob with"
+            f"{JOBSET_ENV} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: submit the " "TrainJob with"
             f" bakeoff's runtime (manifests/trainer-v2/) and {NODES_ENV} equal to trainer.numNodes, or set TF_CONFIG"
         )
     jobset, replicated_job = env[JOBSET_ENV], env[REPLICATED_JOB_ENV]
     job_index, index, nodes = (_number(env, key) for key in (JOB_INDEX_ENV, COMPLETION_INDEX_ENV, NODES_ENV))
     if not index < nodes:
-        raise BakeoffError(f"{COMPLETION_INDEX_ENV}={index} is not below {NODES_ENV}={nodes}: set {NODES_ENV} to the TrainJob's trainer.numNodes")
+        raise BakeoffError(f"{COMPLETION_INDEX_ENV}={index} is not below {NODES_ENV}={nodes}: set {NODES_ENV} to the TrainJob's " "trainer.numNodes")
     workers = [f"{host(jobset, replicated_job, job_index, pod)}:{PORT}" for pod in range(nodes)]
     return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}, "environment": "cloud"}
 
 
 def ensure_tf_config(environ: MutableMapping[str, str] = os.environ) -> None:
-    """Sets TF_CONFIG from the pod's JobSet identity, unless it is set already or the pod is not one of the runtime's."""
+    """Sets TF_CONFIG from the pod's JobSet identity, unless it is set already or the pod is not one of the
+    runtime's."""
     if environ.get(TF_CONFIG):
         return
     config = from_jobset(environ)

@@ -36,7 +36,8 @@ RETRY_DELAY = 1.0  # seconds before the second try; doubled after each failure
 RETRY_DELAY_MAX = 30.0
 LOG_IDLE_SECONDS = 300  # a followed log silent this long is followed afresh: a half-open connection never ends
 SUBMIT_ATTEMPTS = 5  # create → found → adopt or replace rounds, against a job that keeps changing under us
-# What a client raises for an API answer: the kubernetes client's ApiException, or TrainingClient's RuntimeError around it.
+# What a client raises for an API answer: the kubernetes client's ApiException, or TrainingClient's RuntimeError around
+# it.
 API_ERRORS = (ApiException, RuntimeError)
 # The kubelet's RFC 3339 line stamps; Go trims the fraction's trailing zeros, so they do not sort as text.
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)")
@@ -165,7 +166,8 @@ class JobState:
 
     @classmethod
     def of(cls, job: Any, outcomes: dict[str, str]) -> JobState:
-        """The state of ``job`` (a client model or a dict); ``outcomes`` maps the condition types that end it to words."""
+        """The state of ``job`` (a client model or a dict); ``outcomes`` maps the condition types that end it to
+        words."""
         body = ApiClient().sanitize_for_serialization(job)
         metadata, conditions = body.get("metadata") or {}, (body.get("status") or {}).get("conditions") or []
         true = [c["type"] for c in conditions if c.get("status") == "True"]
@@ -241,7 +243,8 @@ class KubeJobRunner(Generic[J]):
         raise NotImplementedError
 
     def _worker_pod(self, name: str, namespace: str, index: int) -> Any | None:
-        """Worker ``index``'s current pod, or None when there is none (yet); raises ApiException when it cannot be read."""
+        """Worker ``index``'s current pod, or None when there is none (yet); raises ApiException when it cannot be
+        read."""
         raise NotImplementedError
 
     def _worker_pod_names(self, name: str, namespace: str, count: int) -> list[str]:
@@ -251,7 +254,8 @@ class KubeJobRunner(Generic[J]):
     # ------------------------------------------------------------ the run
 
     def execute(self, job: J, namespace: str, seconds: float) -> None:
-        """Runs ``job`` in ``namespace`` to success within ``seconds`` (plus the grace period), or raises BakeoffError."""
+        """Runs ``job`` in ``namespace`` to success within ``seconds`` (plus the grace period), or raises
+        BakeoffError."""
         metadata = self._metadata(job)
         name = metadata.name
         metadata.namespace = namespace
@@ -275,7 +279,8 @@ class KubeJobRunner(Generic[J]):
     # ------------------------------------------------------------ API calls
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
-        """``call()``, tried again after a growing pause while the API fails transiently; other errors go to the caller."""
+        """``call()``, tried again after a growing pause while the API fails transiently; other errors go to the
+        caller."""
         delay = self.retry_delay
         for attempt in range(1, self.api_attempts + 1):
             try:
@@ -301,7 +306,7 @@ class KubeJobRunner(Generic[J]):
             if api_status(error) == 404:
                 return None
             raise BakeoffError(
-                f"could not read {self.KIND} {namespace}/{name} ({api_reason(error)}): check that this service account may get {self.PLURAL} (manifests/)"
+                f"could not read {self.KIND} {namespace}/{name} ({api_reason(error)}): check that this service " f"account may get {self.PLURAL} (manifests/)"
             ) from None
 
     def _read_pod(self, name: str, namespace: str) -> Any | None:
@@ -314,7 +319,8 @@ class KubeJobRunner(Generic[J]):
             raise
 
     def _delete(self, name: str, namespace: str) -> None:
-        # Foreground: the job stays until the GC has deleted its pods, so a job created again under its name never meets them.
+        # Foreground: the job stays until the GC has deleted its pods, so a job created again under its name never meets
+        # them.
         options = V1DeleteOptions(propagation_policy="Foreground")
         try:
             self._retrying(f"delete {self.KIND} {namespace}/{name}", lambda: self._remove(name, namespace, options))
@@ -328,10 +334,12 @@ class KubeJobRunner(Generic[J]):
     # ------------------------------------------------------------ before the job exists
 
     def _place(self, job: J, namespace: str) -> None:
-        """Makes this step's pod the job's owner, so deleting the run deletes the job, and lends it the step's service account."""
+        """Makes this step's pod the job's owner, so deleting the run deletes the job, and lends it the step's
+        service account."""
         pod = self._own_pod(namespace)
         if pod is not None:
-            # No blockOwnerDeletion: setting it needs update on pods/finalizers (the OwnerReferencesPermissionEnforcement plugin).
+            # No blockOwnerDeletion: setting it needs update on pods/finalizers (the
+            # OwnerReferencesPermissionEnforcement plugin).
             self._metadata(job).owner_references = [V1OwnerReference(api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid)]
         account = os.environ.get(SERVICE_ACCOUNT_ENV) or (pod.spec.service_account_name if pod is not None and pod.spec else None)
         if account:
@@ -346,7 +354,7 @@ class KubeJobRunner(Generic[J]):
         try:
             pod = self._read_pod(name, namespace)
         except ApiException as error:
-            self.sink(f"cannot read this step's pod {namespace}/{name} ({api_reason(error)}): the {self.KIND} gets no owner, so deleting the run leaves it")
+            self.sink(f"cannot read this step's pod {namespace}/{name} ({api_reason(error)}): the {self.KIND} gets no " "owner, so deleting the run leaves it")
             return None
         if pod is None:
             self.sink(f"no pod {namespace}/{name}: not in a pod here, so the {self.KIND} gets no owner")
@@ -365,7 +373,7 @@ class KubeJobRunner(Generic[J]):
                     raise BakeoffError(self._no_resource(name, namespace, error)) from None
                 if api_status(error) != 409:
                     raise BakeoffError(
-                        f"could not create {self.KIND} {namespace}/{name} ({api_reason(error)}): check that {self.INSTALLED}"
+                        f"could not create {self.KIND} {namespace}/{name} ({api_reason(error)}): check that " f"{self.INSTALLED}"
                         f" and that this service account may create {self.PLURAL} (manifests/)"
                     ) from None
             # A KFP retry reuses the run id, so an earlier attempt's job may hold the name (it outlives its step).
@@ -381,7 +389,7 @@ class KubeJobRunner(Generic[J]):
             self._delete(name, namespace)
             self._wait_gone(name, namespace, deadline)
         raise BakeoffError(
-            f"{self.KIND} {namespace}/{name} kept changing while this step tried to create it: check who else writes it, then retry the run"
+            f"{self.KIND} {namespace}/{name} kept changing while this step tried to create it: check who else writes " "it, then retry the run"
         )
 
     def _not_adoptable(self, existing: JobState, job: J) -> str | None:
@@ -410,9 +418,9 @@ class KubeJobRunner(Generic[J]):
                 if api_status(error) in (404, 409):
                     return False
                 raise BakeoffError(
-                    f"could not adopt {self.KIND} {namespace}/{name} ({api_reason(error)}): check that this service account may patch {self.PLURAL} (manifests/)"
+                    f"could not adopt {self.KIND} {namespace}/{name} ({api_reason(error)}): check that this service " f"account may patch {self.PLURAL} (manifests/)"
                 ) from None
-        self.sink(f"adopted {self.KIND} {namespace}/{name}: an earlier attempt of this run and variant started it and it has not finished")
+        self.sink(f"adopted {self.KIND} {namespace}/{name}: an earlier attempt of this run and variant started it and it " "has not finished")
         return True
 
     def _wait_gone(self, name: str, namespace: str, deadline: float) -> None:
@@ -434,7 +442,7 @@ class KubeJobRunner(Generic[J]):
             current = self._read_job(name, namespace)
             if current is None:
                 raise BakeoffError(
-                    f"{self.KIND} {namespace}/{name} was deleted while this step waited for it (the run was cancelled, or someone deleted it): retry the run"
+                    f"{self.KIND} {namespace}/{name} was deleted while this step waited for it (the run was " "cancelled, or someone deleted it): retry the run"
                 )
             chief = self._chief_pod(name, namespace)
             if current.outcome:
@@ -465,7 +473,8 @@ class KubeJobRunner(Generic[J]):
         return now
 
     def _follow(self, pod: str, namespace: str, cursor: _LogCursor, deadline: float, follow: bool = True) -> None:
-        """Shows the chief container's new log lines until its stream ends: the container exited, or it was quiet too long."""
+        """Shows the chief container's new log lines until its stream ends: the container exited, or it was quiet too
+        long."""
         cursor.rewind()
         idle = max(1.0, min(LOG_IDLE_SECONDS, deadline - time.monotonic()))
         try:
@@ -509,7 +518,7 @@ class KubeJobRunner(Generic[J]):
             except (ApiException, BakeoffError) as error:
                 lines = list(cursor.tail) if index == 0 else []
                 if not lines:
-                    tails.append(f" | {pod}: logs unavailable ({api_reason(error) if isinstance(error, ApiException) else error})")
+                    tails.append(f" | {pod}: logs unavailable " f"({api_reason(error) if isinstance(error, ApiException) else error})")
                     continue
             if lines:
                 tails.append(f" | last lines of {pod}: " + " / ".join(lines))

@@ -27,7 +27,8 @@ class KubernetesBackend(KubeJobRunner[KubeflowOrgV1TFJob]):
     UNOWNED = "only its ttlSecondsAfterFinished removes it"
 
     def __init__(self, client: Any | None = None, namespace: str | None = None, **options: Any) -> None:
-        """``client``: a TrainingClient (default: from the pod's service account, else kube-config); ``options``: KubeJobRunner's."""
+        """``client``: a TrainingClient (default: from the pod's service account, else kube-config); ``options``:
+        KubeJobRunner's."""
         super().__init__(**options)
         self._client = client
         self.namespace = namespace
@@ -78,7 +79,7 @@ class KubernetesBackend(KubeJobRunner[KubeflowOrgV1TFJob]):
     def _no_resource(self, name: str, namespace: str, error: BaseException) -> str:
         return (
             f"cannot create TFJob {namespace}/{name}: this cluster has no TFJob resource ({api_reason(error)} for"
-            f" {JOB_PLURAL}.{JOB_GROUP}), so the Kubeflow Training Operator v1 is not installed (Kubeflow 1.11 and later"
+            f" {JOB_PLURAL}.{JOB_GROUP}), so the Kubeflow Training Operator v1 is not installed (Kubeflow 1.11 and " "later"
             " install Trainer v2 instead, which runs no TFJob): run with `--param trainer=trainjob`, or install it with"
             " `kubectl apply --server-side -k manifests/training-operator`, then retry the run"
         )

@@ -109,7 +109,8 @@ class TrainJobBackend(KubeJobRunner[TrainJobRequest]):
     UNOWNED = "nothing removes it (a TrainJob has no ttlSecondsAfterFinished at Trainer v2.1)"
 
     def __init__(self, client: ApiClient | None = None, namespace: str | None = None, **options: Any) -> None:
-        """``client``: the API client (default: the pod's service account, else kube-config); ``options``: KubeJobRunner's."""
+        """``client``: the API client (default: the pod's service account, else kube-config); ``options``:
+        KubeJobRunner's."""
         super().__init__(**options)
         self._api = client
         self.namespace = namespace
@@ -175,7 +176,7 @@ class TrainJobBackend(KubeJobRunner[TrainJobRequest]):
     def _no_resource(self, name: str, namespace: str, error: BaseException) -> str:
         return (
             f"cannot create TrainJob {namespace}/{name}: this cluster has no TrainJob resource ({api_reason(error)} for"
-            f" {PLURAL}.{GROUP}), so Kubeflow Trainer v2 is not installed (Kubeflow 1.10 and earlier install the Training"
+            f" {PLURAL}.{GROUP}), so Kubeflow Trainer v2 is not installed (Kubeflow 1.10 and earlier install the " "Training"
             " Operator v1, which runs TFJobs): run with `--param trainer=tfjob`, or install Kubeflow Trainer and"
             " `kubectl apply -k manifests/trainer-v2`, then retry the run"
         )

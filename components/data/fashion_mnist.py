@@ -47,7 +47,8 @@ def _read_idx(path: Path, magic: int, dims: int) -> np.ndarray:
 
 
 def check_source(source: str) -> str:
-    """``source`` if it is 'tfds' or a folder holding the four IDX files (not read: ingest reads them); one line if not."""
+    """``source`` if it is 'tfds' or a folder holding the four IDX files (not read: ingest reads them); one line if
+    not."""
     if source == TFDS_SOURCE:
         return source
     folder = Path(source)
@@ -55,7 +56,7 @@ def check_source(source: str) -> str:
     if missing:
         raise BakeoffError(
             f"Fashion-MNIST not found in {source!r} (missing {', '.join(missing)}):"
-            " install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or pass --source tfds on a machine with internet"
+            " install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or pass --source tfds on " "a machine with internet"
         )
     return source
 
@@ -69,7 +70,7 @@ def read_idx_dir(source: Path) -> dict[str, Split]:
         labels = _read_idx(source / labels_file, 2049, 1)
         if images.shape != (count, *IMAGE_SHAPE) or labels.shape != (count,):
             raise BakeoffError(
-                f"{str(source)!r} does not hold Fashion-MNIST's {split} split: got images {images.shape}, labels {labels.shape}"
+                f"{str(source)!r} does not hold Fashion-MNIST's {split} split: got images {images.shape}, labels " f"{labels.shape}"
             )
         if labels.max() >= 10:
             raise BakeoffError(f"{str(source / labels_file)!r} has labels outside 0..9")

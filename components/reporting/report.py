@@ -60,7 +60,7 @@ def render(record: SelectionRecord, histories: dict[str, dict]) -> str:
 def markdown(record: SelectionRecord) -> str:
     """The leaderboard and the promotion decision in Markdown (the KFP UI's Markdown artifact)."""
     metric = record.metric
-    rows = [f"| | variant | {_marked('val_accuracy', metric)} | {_marked('val_loss', metric)} | epochs | workers | train s |",
+    rows = [f"| | variant | {_marked('val_accuracy', metric)} | {_marked('val_loss', metric)} | epochs | workers | " "train s |",
             "|---|---|---:|---:|---:|---:|---:|"]
     for place, c in enumerate(record.candidates, 1):
         mark = f"{place} {WINNER_MARK}" if c.variant == record.winner.variant else str(place)
@@ -80,7 +80,7 @@ def read_record(store: Store, run_id: str) -> SelectionRecord:
     if not store.exists(key):
         reached = bool(store.list(f"runs/{run_id}/"))
         why = "it has no selection record (it did not reach select)" if reached else "no such run"
-        raise BakeoffError(f"cannot report run {run_id!r} in {store.uri}: {why}; `bakeoff report latest` reports the newest run that has one")
+        raise BakeoffError(f"cannot report run {run_id!r} in {store.uri}: {why}; `bakeoff report latest` reports the newest run that " "has one")
     return runs.selection(store, run_id)
 
 

@@ -17,7 +17,8 @@ TRAIN_EXAMPLES = TRAIN_IMAGES - defaults.VALIDATION_SIZE  # Fashion-MNIST's trai
 
 
 def macs(variant: Variant) -> int:
-    """Multiply-accumulates of one image through the network (the forward pass; training's backward pass is in the constant)."""
+    """Multiply-accumulates of one image through the network (the forward pass; training's backward pass is in the
+    constant)."""
     config = variant.model_config()
     if isinstance(config, MlpConfig):
         widths = [IMAGE_SIDE * IMAGE_SIDE, *config.hidden_units, CLASSES]
@@ -35,13 +36,15 @@ def macs(variant: Variant) -> int:
 
 
 def epoch_seconds(variant: Variant, train_examples: int) -> float:
-    """One epoch of ``variant`` on this machine's class of CPU: its multiply-accumulates, validation and the backward pass in the constant."""
+    """One epoch of ``variant`` on this machine's class of CPU: its multiply-accumulates, validation and the backward
+    pass in the constant."""
     return train_examples * macs(variant) * defaults.SECONDS_PER_MAC
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What a search will train: the config as shrunk, its rungs (None: every variant trains its epochs once), the estimate."""
+    """What a search will train: the config as shrunk, its rungs (None: every variant trains its epochs once), the
+    estimate."""
 
     config: Config
     rungs: list[Rung] | None
@@ -68,7 +71,8 @@ def estimate(config: Config, train_examples: int) -> tuple[list[Rung] | None, fl
 
 
 def _with_samples(config: Config, samples: int) -> Config:
-    """The config with only the first ``samples`` draws of each sampled variant (the draws of ``search.samples`` = samples)."""
+    """The config with only the first ``samples`` draws of each sampled variant (the draws of ``search.samples`` =
+    samples)."""
     keep = [v for v in config.variants if (config.expansions[v.name].sample or 0) < samples]
     assert config.search is not None
     return dataclasses.replace(config, variants=keep, search=dataclasses.replace(config.search, samples=samples),
@@ -116,16 +120,17 @@ def fit(config: Config, train_examples: int = TRAIN_EXAMPLES) -> Plan:
         fitting = [e for e in range(longest - 1, 0, -1) if estimate(_with_epochs(config, e), train_examples)[1] <= limit]
         if not fitting:
             least = estimate(_with_epochs(config, 1), train_examples)[1]
-            raise BakeoffError(f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"
+            raise BakeoffError(f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} " f"variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"
                                f" (an estimated {_minutes(least)} here): raise the budget or list fewer variants")
         field = "search.halving.max_epochs" if halving else "training.epochs"
-        shrunk.append(f"{field} {longest} -> {fitting[0]}: {longest} epochs take an estimated {_minutes(seconds)}, over the budget of {budget:g} min")
+        shrunk.append(f"{field} {longest} -> {fitting[0]}: {longest} epochs take an estimated {_minutes(seconds)}, over the " f"budget of {budget:g} min")
         config = _with_epochs(config, fitting[0])
         rungs, seconds = estimate(config, train_examples)
     return Plan(config, rungs, seconds, shrunk)
 
 
 def plan_file(path: Path, max_train_examples: int = 0) -> tuple[Plan, int]:
-    """A config file's plan for at most ``max_train_examples`` (0: the whole training split), and that number of examples."""
+    """A config file's plan for at most ``max_train_examples`` (0: the whole training split), and that number of
+    examples."""
     examples = min(max_train_examples or TRAIN_EXAMPLES, TRAIN_EXAMPLES)
     return fit(load_config(path), examples), examples

@@ -13,7 +13,8 @@ from components.storage.records import VAL_EPOCHS, Score
 
 @dataclasses.dataclass(frozen=True)
 class Rung:
-    """Rung ``index`` trains ``entering`` variants until epoch ``epochs`` (resuming each) and keeps the best ``keep``."""
+    """Rung ``index`` trains ``entering`` variants until epoch ``epochs`` (resuming each) and keeps the best
+    ``keep``."""
 
     index: int
     epochs: int
@@ -55,7 +56,7 @@ def check_compiled(variants: list[Variant], halving: Halving, planned: int) -> l
                            f" (rungs stop at {stops} and keep {keeps}): list {planned} variants, {recompile} for {len(variants)}")
     for variant in variants:
         if variant.training.epochs != halving.max_epochs:
-            raise BakeoffError(f"variant {variant.name!r} has training.epochs {variant.training.epochs}, but this pipeline was compiled"
+            raise BakeoffError(f"variant {variant.name!r} has training.epochs {variant.training.epochs}, but this pipeline was " "compiled"
                                f" for a halving schedule to epoch {halving.max_epochs} (rungs stop at {stops}):"
                                f" set training.epochs to {halving.max_epochs}, {recompile}")
     return rungs

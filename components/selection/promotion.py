@@ -25,7 +25,8 @@ def gain(metric: str, challenger: float, champion: float) -> float:
 
 
 def promote(gate: Gate, metric: str, challenger: float, champion: float | None) -> bool:
-    """Whether the challenger is published: no champion yet, forced, or better by at least the margin (a tie keeps the champion)."""
+    """Whether the challenger is published: no champion yet, forced, or better by at least the margin (a tie keeps
+    the champion)."""
     if champion is None or gate.force:
         return True
     margin = gain(metric, challenger, champion)

@@ -1,4 +1,5 @@
-"""The winner: every candidate scored alike on validation, the best tested on test, published if it beats the champion."""
+"""The winner: every candidate scored alike on validation, the best tested on test, published if it beats the
+champion."""
 import base64
 import datetime
 import tempfile

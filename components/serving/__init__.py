@@ -1,1 +1,2 @@
-"""Serving the winner: bakeoff's SavedModel behind KServe's protocols (model.py), its server and version watcher (server.py)."""
+"""Serving the winner: bakeoff's SavedModel behind KServe's protocols (model.py), its server and version watcher
+(server.py)."""

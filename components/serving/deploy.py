@@ -57,8 +57,8 @@ LIMITS = {"cpu": "1", "memory": "2Gi"}
 POLL_SECONDS = 5.0
 REQUEST_SECONDS = 30  # one API call
 WRITE_ATTEMPTS = 3  # get → create/patch rounds against someone else writing the same object
-# Unknown fields refused, not pruned with a warning (the API server's default): a field the cluster's KServe does not know
-# would otherwise vanish from what deploy reports as deployed. kubectl validates the same way by default.
+# Unknown fields refused, not pruned with a warning (the API server's default): a field the cluster's KServe does not
+# know would otherwise vanish from what deploy reports as deployed. kubectl validates the same way by default.
 FIELD_VALIDATION = "Strict"
 _WRITE = {"field_validation": FIELD_VALIDATION, "_request_timeout": REQUEST_SECONDS}  # every create and patch
 STRICT_DECODING = "strict decoding error:"  # what the API server's message says from, after quoting the whole object
@@ -139,7 +139,8 @@ def serving_runtime(image: str) -> V1alpha1ServingRuntime:
 
 
 def inference_service(name: str, uri: str, version: int, image: str) -> V1beta1InferenceService:
-    """The InferenceService that serves ``uri`` with bakeoff's runtime: manifests/kserve/inferenceservice.yaml, as an object."""
+    """The InferenceService that serves ``uri`` with bakeoff's runtime: manifests/kserve/inferenceservice.yaml, as an
+    object."""
     return V1beta1InferenceService(
         api_version=f"{GROUP}/{ISVC_VERSION}",
         kind="InferenceService",
@@ -203,7 +204,7 @@ def _failure(error: BaseException, doing: str, cluster: Cluster, namespace: str)
             return BakeoffError(f"the Kubernetes API at {cluster.host} does not accept your credentials (HTTP 401: {message}):"
                                 " log in again, or check your kube-config context")
         if error.status == 403:
-            return BakeoffError(f"not allowed to {doing} in namespace {namespace!r} (HTTP 403: {message}): you need get, create and patch"
+            return BakeoffError(f"not allowed to {doing} in namespace {namespace!r} (HTTP 403: {message}): you need get, create and " "patch"
                                 f" on inferenceservices and servingruntimes ({GROUP}) there, or another --namespace")
         if error.status == 404 and (_api_body(error).get("details") or {}).get("kind") == "namespaces":
             return BakeoffError(f"cannot {doing}: namespace {namespace!r} does not exist on {cluster.host} (HTTP 404: {message}):"
@@ -212,7 +213,7 @@ def _failure(error: BaseException, doing: str, cluster: Cluster, namespace: str)
             return BakeoffError(f"cannot {doing}: the API at {cluster.host} has no {GROUP} resources (HTTP 404: {message}):"
                                 " install KServe on the cluster first")
         if error.status in (400, 422):
-            return BakeoffError(f"the API at {cluster.host} refused to {doing} in namespace {namespace!r} (HTTP {error.status}: {message}):"
+            return BakeoffError(f"the API at {cluster.host} refused to {doing} in namespace {namespace!r} (HTTP {error.status}: " f"{message}):"
                                 f" the cluster's {GROUP} CRDs refuse the field named; an older KServe may lack it: upgrade KServe there")
         return BakeoffError(f"cannot {doing} in namespace {namespace!r} (HTTP {error.status}: {message})")
     root = _chain(error)[-1]
@@ -275,7 +276,7 @@ def connect() -> Cluster:
             _, active = config.list_kube_config_contexts(config_file=files)
         except (config.ConfigException, OSError, TypeError) as error:
             raise BakeoffError(f"no Kubernetes API to deploy to: not in a pod, and no usable kube-config at {files}"
-                               f" ({' '.join(str(error).split()) or type(error).__name__}): set KUBECONFIG or run `kubectl config use-context`") from None
+                               f" ({' '.join(str(error).split()) or type(error).__name__}): set KUBECONFIG or run `kubectl config " "use-context`") from None
         namespace = (active.get("context") or {}).get("namespace") or "default"
     return Cluster(client.CustomObjectsApi(client.ApiClient(configuration)), namespace, configuration.host)
 
@@ -288,7 +289,7 @@ def latest_version(store: str, namespace: str, model_name: str, s3_endpoint: str
     except BakeoffError as error:
         raise BakeoffError(f"cannot read the published versions ({error}); or pass --version N (see `bakeoff models list`)") from None
     if not versions:
-        raise BakeoffError(f"no published version of {model_name!r} in {uri}: run the pipeline first, or check --store and --model-name")
+        raise BakeoffError(f"no published version of {model_name!r} in {uri}: run the pipeline first, or check --store and " "--model-name")
     return versions[-1].version
 
 
@@ -320,7 +321,8 @@ def _merge(target: Any, patch: Any) -> Any:
 
 
 def _ensure_runtime(cluster: Cluster, namespace: str, image: str | None) -> tuple[str, str]:
-    """Creates bakeoff's ServingRuntime when missing; a given image replaces the runtime's. Returns (what was done, image)."""
+    """Creates bakeoff's ServingRuntime when missing; a given image replaces the runtime's. Returns (what was done,
+    image)."""
     api = cluster.api
     for _ in range(WRITE_ATTEMPTS):
         current = _get(cluster, namespace, RUNTIME_PLURAL, RUNTIME_NAME)
@@ -339,7 +341,7 @@ def _ensure_runtime(cluster: Cluster, namespace: str, image: str | None) -> tupl
         containers = copy.deepcopy(current["spec"].get("containers") or [])
         server = next((c for c in containers if c.get("name") == CONTAINER), None)
         if server is None:
-            raise BakeoffError(f"servingruntime {RUNTIME_NAME!r} in {namespace!r} has no {CONTAINER!r} container, so it is not bakeoff's:"
+            raise BakeoffError(f"servingruntime {RUNTIME_NAME!r} in {namespace!r} has no {CONTAINER!r} container, so it is not " "bakeoff's:"
                                " delete it, or apply manifests/kserve")
         if image is None or server.get("image") == image:
             return "kept", server.get("image") or ""
@@ -410,7 +412,8 @@ def _ready(body: dict, baseline: tuple[Any, Any] | None) -> bool:
 
 
 def wait_ready(cluster: Cluster, deployed: Deployed, timeout: float, poll: float | None = None) -> str:
-    """Polls the InferenceService until it is Ready for what deploy wrote; returns its URL, or raises after ``timeout`` s."""
+    """Polls the InferenceService until it is Ready for what deploy wrote; returns its URL, or raises after
+    ``timeout`` s."""
     poll = POLL_SECONDS if poll is None else poll
     deadline = time.monotonic() + timeout
     last: dict | None = None
@@ -424,6 +427,6 @@ def wait_ready(cluster: Cluster, deployed: Deployed, timeout: float, poll: float
                 return url
         if time.monotonic() >= deadline:
             raise BakeoffError(f"inferenceservice {deployed.name!r} in {deployed.namespace!r} is not Ready after {timeout:g} s"
-                               f" ({_conditions(last)}): see `kubectl describe inferenceservice {deployed.name} -n {deployed.namespace}`"
+                               f" ({_conditions(last)}): see `kubectl describe inferenceservice {deployed.name} -n " f"{deployed.namespace}`"
                                " and the predictor pod's logs")
         time.sleep(max(0.0, min(poll, deadline - time.monotonic())))

@@ -54,7 +54,7 @@ def load_version(path: Path, number: int) -> Version:
         raise BakeoffError(f"{str(path)!r} holds no loadable SavedModel ({str(error).splitlines()[0]}): publish it with `bakeoff run`") from None
     missing = [name for name in (ARRAYS_SIGNATURE, BYTES_SIGNATURE) if name not in saved_model.signatures]
     if missing:
-        raise BakeoffError(f"the SavedModel in {str(path)!r} lacks the signature {missing[0]!r}: export it with components.modeling.savedmodel")
+        raise BakeoffError(f"the SavedModel in {str(path)!r} lacks the signature {missing[0]!r}: export it with " "components.modeling.savedmodel")
     arrays, encoded = saved_model.signatures[ARRAYS_SIGNATURE], saved_model.signatures[BYTES_SIGNATURE]
     height, width = arrays.structured_input_signature[1][ARRAYS_INPUT].shape[1:]
     classes = arrays.structured_outputs["probabilities"].shape[1]

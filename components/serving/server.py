@@ -1,4 +1,5 @@
-"""`python -m components.serving.server`: serves the newest complete version of a model with KServe and follows newer ones.
+"""`python -m components.serving.server`: serves the newest complete version of a model with KServe and follows newer
+ones.
 
 ``--model-dir DIR`` reads TF Serving's layout ``DIR/<version>/`` (where KServe's
 storage initializer puts a storageUri, /mnt/models); ``--store URI --model-name
@@ -82,7 +83,9 @@ class FolderSource(Source):
                 manifest = self.root / registry.MANIFEST
                 return [Manifest.from_json(manifest.read_text(), str(manifest)).version]
             except (OSError, ValueError, BakeoffError):  # ValueError: not text
-                return [0]  # a bare SavedModel (or one beside a manifest this bakeoff cannot read): one version, whatever its number
+                # a bare SavedModel (or one beside a manifest this bakeoff cannot read): one version, whatever its
+                # number
+                return [0]
         return sorted(int(entry.name) for entry in self.root.iterdir()
                       if entry.name.isdigit() and (entry / registry.MANIFEST).is_file())
 
@@ -161,7 +164,8 @@ def choose(source: Source, version: int | None) -> int:
 
 
 class Watcher(threading.Thread):
-    """Polls the source and swaps in each newer complete version once it is loaded (in this thread, beside the serving one)."""
+    """Polls the source and swaps in each newer complete version once it is loaded (in this thread, beside the
+    serving one)."""
 
     def __init__(self, source: Source, model: ServedModel, poll_seconds: float, load: Callable[[Path, int], Version]) -> None:
         super().__init__(name="version-watcher", daemon=True)
@@ -245,7 +249,8 @@ class BodyLimit:
 
 
 class ClientErrorsInOneLine(logging.Filter):
-    """KServe logs every 4xx with a traceback at ERROR; a client's bad request is one WARNING line, not a server fault."""
+    """KServe logs every 4xx with a traceback at ERROR; a client's bad request is one WARNING line, not a server
+    fault."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         from kserve.errors import InvalidInput, ModelNotFound
@@ -268,7 +273,8 @@ class Settings:
 
 
 def serve(source: Source, settings: Settings) -> int:
-    """Loads the first version, then serves until SIGTERM/SIGINT; must run on the main thread (KServe's own event loop)."""
+    """Loads the first version, then serves until SIGTERM/SIGINT; must run on the main thread (KServe's own event
+    loop)."""
     quiet_tensorflow()
     registry.check_model_name(settings.model_name)  # the name is a URL path segment too
     first = choose(source, settings.version)

@@ -1,4 +1,5 @@
-"""The check step: every run-time parameter checked against the rules and what the pipeline was compiled with, before any work."""
+"""The check step: every run-time parameter checked against the rules and what the pipeline was compiled with, before
+any work."""
 
 
 def check(

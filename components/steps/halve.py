@@ -43,7 +43,8 @@ def halve(
             epochs.append(record.epochs)
         kept, stopped = survivors(scores, keep, metric)
         value = {entry.variant: entry.value for entry in scores}
-        # Which epochs a score averages, when more than one (nothing outside this function ships to the step's container).
+        # Which epochs a score averages, when more than one (nothing outside this function ships to the step's
+        # container).
         averaged = {name: f" (mean of epochs {first}-{max(epochs)})" if first < max(epochs) else "" for name, first in since.items()}
         places = {name: place for place, name in enumerate(kept + stopped, start=1)}
         target.put_bytes(runs.search_key(run_id, rung), RungRecord(

@@ -16,7 +16,8 @@ def select(
     report: dsl.Output[dsl.HTML],
     leaderboard: dsl.Output[dsl.Markdown],
 ) -> str:
-    """Evaluates every variant the run trained on validation, the winner on test, and publishes it past the promotion gate.
+    """Evaluates every variant the run trained on validation, the winner on test, and publishes it past the promotion
+    gate.
 
     The returned summary is a JSON string, which keeps integers integral. The
     KFP UI shows the winner's confusion matrix on test, the run's report page

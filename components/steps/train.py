@@ -18,7 +18,8 @@ def train(
     stop_epoch: int = 0,
     rung: int = 0,
 ) -> str:
-    """Trains one variant as a multi-worker TFJob until epoch ``stop_epoch`` (0: all); returns its candidate record as JSON.
+    """Trains one variant as a multi-worker TFJob until epoch ``stop_epoch`` (0: all); returns its candidate record as
+    JSON.
 
     JSON rather than a dict: KFP would turn every integer of a dict into a float.
     ``metrics`` shows the job's final numbers in the KFP UI.

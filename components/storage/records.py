@@ -36,7 +36,8 @@ class Record:
     """The base of every record: its JSON and the strict way back."""
 
     VERSIONED: ClassVar[bool] = False  # stands alone: its JSON ends with schema_version
-    # (name field, value field): the value is written under the key the name field holds ({"variant": "a", "val_loss": 0.3})
+    # (name field, value field): the value is written under the key the name field holds ({"variant": "a", "val_loss":
+    # 0.3})
     KEYED: ClassVar[tuple[str, str] | tuple[()]] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -64,7 +65,8 @@ class Record:
 
     @classmethod
     def keys(cls) -> list[str]:
-        """The keys of this record's JSON (a KEYED record's value key is named by its data, shown as its field's name)."""
+        """The keys of this record's JSON (a KEYED record's value key is named by its data, shown as its field's
+        name)."""
         names = [field.name for field in dataclasses.fields(cls) if not cls.KEYED or field.name != cls.KEYED[0]]
         return names + ([VERSION_FIELD] if cls.VERSIONED else [])
 
@@ -186,7 +188,8 @@ class _Scored:
 
 @dataclasses.dataclass(frozen=True)
 class WorkerMetrics(Record):
-    """What a job trained: the chief writes it as ``runs/<run>/<variant>/metrics.json``, launch keeps each rung's as ``rung-<k>.json``."""
+    """What a job trained: the chief writes it as ``runs/<run>/<variant>/metrics.json``, launch keeps each rung's as
+    ``rung-<k>.json``."""
 
     VERSIONED: ClassVar[bool] = True
 
@@ -290,7 +293,8 @@ class ScoredCandidate(_Scored, Record):
 
 @dataclasses.dataclass(frozen=True)
 class Stopped(Record):
-    """A variant successive halving stopped before the last rung, ``{"variant", "rung", "epochs", <metric>: value, "reason"}``."""
+    """A variant successive halving stopped before the last rung, ``{"variant", "rung", "epochs", <metric>: value,
+    "reason"}``."""
 
     KEYED: ClassVar[tuple[str, str]] = ("metric", "value")
 
@@ -411,7 +415,8 @@ class DatasetInfo(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Manifest(Record):
-    """A published version's lineage: ``models/<name>/<version>/manifest.json``, written last (the version is complete)."""
+    """A published version's lineage: ``models/<name>/<version>/manifest.json``, written last (the version is
+    complete)."""
 
     VERSIONED: ClassVar[bool] = True
 

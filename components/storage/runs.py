@@ -1,4 +1,5 @@
-"""A run's outputs in the store, one folder per variant: ``runs/<run>/<variant>/{model/, metrics.json, variant.json}``."""
+"""A run's outputs in the store, one folder per variant: ``runs/<run>/<variant>/{model/, metrics.json,
+variant.json}``."""
 from __future__ import annotations
 
 import json

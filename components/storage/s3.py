@@ -114,11 +114,11 @@ class S3Store(Store):
                 raise BakeoffError(f"bucket {self.bucket!r} does not exist on {endpoint!r}: create it first") from None
             if error.code in CREDENTIAL_CODES:
                 raise BakeoffError(
-                    f"S3 endpoint {endpoint!r} refused the credentials ({error.code}): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+                    f"S3 endpoint {endpoint!r} refused the credentials ({error.code}): check AWS_ACCESS_KEY_ID and " "AWS_SECRET_ACCESS_KEY"
                 ) from None
             raise BakeoffError(
-                f"S3 endpoint {endpoint!r} refused these keys a listing of {self.uri!r} ({error.code}): check the bucket and prefix"
-                f" of the store URI (a Kubeflow profile's keys may use {defaults.CLUSTER_STORE}) and what the keys may do there"
+                f"S3 endpoint {endpoint!r} refused these keys a listing of {self.uri!r} ({error.code}): check the " "bucket and prefix"
+                f" of the store URI (a Kubeflow profile's keys may use {defaults.CLUSTER_STORE}) and what the keys " "may do there"
             ) from None
         except minio.error.MinioException as error:
             raise BakeoffError(f"S3 endpoint {endpoint!r} failed ({_reason(error)}): check that it is an S3 server and up") from None
@@ -216,7 +216,8 @@ class S3Store(Store):
         self._call("delete", key, lambda: self.client.remove_object(self.bucket, self._object(key)))
 
     def _create(self, key: str, data: bytes) -> bool:
-        """Writes ``key`` only if it does not exist yet (where the server honours CREATE_ONLY); whether this call wrote it."""
+        """Writes ``key`` only if it does not exist yet (where the server honours CREATE_ONLY); whether this call
+        wrote it."""
         import minio.error
 
         attempts = 0
@@ -272,7 +273,8 @@ class S3Store(Store):
         self.put_bytes(mine, b"")
         if self._list_all(claims) == [mine]:
             return True
-        # Another claim is there: yield. Removing ours lets a later publisher have the number should every claimant yield.
+        # Another claim is there: yield. Removing ours lets a later publisher have the number should every claimant
+        # yield.
         self.delete(mine)
         return False
 

@@ -49,7 +49,8 @@ def _latest(store: Store, prefix: str, digest: str) -> tuple[int, str] | None:
 
 
 def restore(store: Store, prefix: str, digest: str, backup_dir: Path) -> Resume:
-    """Downloads the newest complete backup to where BackupAndRestore reads it; every replica calls this before ``fit``."""
+    """Downloads the newest complete backup to where BackupAndRestore reads it; every replica calls this before
+    ``fit``."""
     latest = _latest(store, prefix, digest)
     if latest is None:
         return Resume(0, {})
@@ -63,7 +64,8 @@ def restore(store: Store, prefix: str, digest: str, backup_dir: Path) -> Resume:
 
 
 def begin_attempt(store: Store, prefix: str, digest: str, stop_epoch: int) -> int:
-    """Counts this start of the job that trains to ``stop_epoch`` (the chief calls it once per start); returns its number, from 1."""
+    """Counts this start of the job that trains to ``stop_epoch`` (the chief calls it once per start); returns its
+    number, from 1."""
     base = f"{backup_prefix(prefix)}/{digest}/{ATTEMPTS}/stop-{stop_epoch:04d}"
     attempt = len(store.list(base)) + 1
     store.put_bytes(f"{base}/{attempt:04d}", b"")

@@ -53,7 +53,8 @@ def check_max_train_examples(count: int) -> int:
 
 
 def check_workers(variant: Variant, shards: int) -> None:
-    """One line when ``variant`` has more workers than the dataset has shards: each worker reads whole shards of its own."""
+    """One line when ``variant`` has more workers than the dataset has shards: each worker reads whole shards of its
+    own."""
     if variant.workers > shards:
         raise BakeoffError(
             f"variant {variant.name!r}: workers={variant.workers} exceeds the dataset's {shards} shards:"

@@ -6,7 +6,8 @@ from components.spec import Variant
 
 
 def stop_epoch(variant: Variant, requested: int) -> int:
-    """The epoch a job of ``variant`` stops after: ``requested``, where 0 means the schedule's end (``training.epochs``)."""
+    """The epoch a job of ``variant`` stops after: ``requested``, where 0 means the schedule's end
+    (``training.epochs``)."""
     schedule = variant.training.epochs
     if not 0 <= requested <= schedule:
         raise BakeoffError(f"variant {variant.name!r}: stop epoch {requested} is outside its schedule of {schedule} epochs:"

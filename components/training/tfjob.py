@@ -44,7 +44,8 @@ THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM
 
 
 def job_name(run_id: str, variant: str, rung: int = 0) -> str:
-    """A DNS-1123 name of at most 63 characters, unique per run, variant and rung (a rung's finished job may still exist)."""
+    """A DNS-1123 name of at most 63 characters, unique per run, variant and rung (a rung's finished job may still
+    exist)."""
     key = f"{run_id}/{variant}" + (f"/rung-{rung}" if rung else "")
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     stem = re.sub(r"[^a-z0-9-]+", "-", f"bakeoff-{variant}".lower()).strip("-")[:50].rstrip("-")

@@ -17,7 +17,7 @@ RUN_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_]{0,127}")  # KFP's ids are UUIDs
 def _connection_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection to the KFP API")
     group.add_argument("--host", metavar="URL",
-                       help=f"KFP API address, e.g. http://localhost:8080 after `kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` (or ${endpoint.HOST_ENV})")
+                       help="KFP API address, e.g. http://localhost:8080 after `kubectl port-forward -n kubeflow svc/ml-pipeline-ui " f"8080:80` (or ${endpoint.HOST_ENV})")
     group.add_argument("--namespace", help="your profile's namespace on a multi-user KFP (default: the pod's own, in a cluster)")
     # A secret on the command line shows in `ps` and the shell's history: each has a file and a variable too.
     token = group.add_mutually_exclusive_group()
@@ -27,7 +27,7 @@ def _connection_args(parser: argparse.ArgumentParser) -> None:
     token.add_argument("--token-file", type=Path, metavar="FILE", help="file holding the bearer token")
     cookies = group.add_mutually_exclusive_group()
     cookies.add_argument("--cookies", metavar="COOKIES",
-                         help="Cookie header of a logged-in browser session, for Dex/oauth2-proxy installs, e.g. 'authservice_session=...'; "
+                         help="Cookie header of a logged-in browser session, for Dex/oauth2-proxy installs, e.g. " "'authservice_session=...'; "
                               f"it shows in `ps`, so prefer --cookies-file or ${endpoint.COOKIES_ENV} "
                               f"(precedence: --cookies or --cookies-file, then ${endpoint.COOKIES_ENV})")
     cookies.add_argument("--cookies-file", type=Path, metavar="FILE", help="file holding the Cookie header")
@@ -133,7 +133,8 @@ def cmd_schedules_list(args: argparse.Namespace) -> int:
     print(f"{'id':<38}{'status':<10}{'trigger':<26}{'max':>4}  name")
     for run in found:
         status = (run.status or "-").lower()
-        print(f"{run.recurring_run_id:<38}{status:<10}{triggers.describe_trigger(run.trigger):<26}{run.max_concurrency or '-':>4}  {run.display_name}")
+        print(f"{run.recurring_run_id:<38}{status:<10}{triggers.describe_trigger(run.trigger):<26}"
+              f"{run.max_concurrency or '-':>4}  {run.display_name}")
     return 0
 
 

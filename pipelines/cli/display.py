@@ -42,7 +42,8 @@ class Row:
 def rows(variants: list[str], events: dict[str, dict], now: float, finished: bool = False) -> list[Row]:
     """Each variant's row, in the run's order: "waiting" until its first event.
 
-    Once the pipeline has returned (``finished``), every variant halving did not stop trained and was scored: it is "done".
+    Once the pipeline has returned (``finished``), every variant halving did not stop trained and was scored: it is
+    "done".
     """
     result = []
     for name in variants:

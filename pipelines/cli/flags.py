@@ -50,12 +50,13 @@ def store_location_args(parser: argparse.ArgumentParser) -> None:
 def pipeline_args(parser: argparse.ArgumentParser, sends: bool = False) -> None:
     """What fixes the compiled pipeline: variants, image, parallelism and the cluster's store.
 
-    ``sends``: the command sends the pipeline to a cluster, so it needs an image someone publishes (see ``compile_settings``).
+    ``sends``: the command sends the pipeline to a cluster, so it needs an image someone publishes (see
+    ``compile_settings``).
     """
     parser.add_argument("--config", type=Path, default=defaults.CONFIG, help="variants YAML; they become the pipeline's default")
     fallback = "required" if sends else f"default {defaults.IMAGE}, which is not published: build and push your own"
     parser.add_argument("--image", default=os.environ.get(IMAGE_ENV) or None,
-                        help=f"runtime image of every step and TFJob replica, your build of images/Dockerfile (or ${IMAGE_ENV}; {fallback})")
+                        help=f"runtime image of every step and TFJob replica, your build of images/Dockerfile (or ${IMAGE_ENV}; " f"{fallback})")
     parser.add_argument("--parallelism", type=positive("--parallelism", MAX_PARALLELISM), default=defaults.CLUSTER_PARALLELISM,
                         help=f"variants trained at once (default {defaults.CLUSTER_PARALLELISM})")
     parser.add_argument("--store", default=defaults.CLUSTER_STORE, help=f"default store of the runs (default {defaults.CLUSTER_STORE})")
@@ -77,7 +78,7 @@ def compile_settings(args: argparse.Namespace, sends: bool = False) -> dict:
         raise BakeoffError(f"--image {args.image!r} is not an image reference: write e.g. registry.example.com/you/bakeoff:0.1.0")
     check_shared(args.store, "--store")
     if sends and args.image is None:
-        raise BakeoffError(f"--image is missing, and nobody publishes the default {defaults.IMAGE}, so every pod would fail to pull it:"
+        raise BakeoffError(f"--image is missing, and nobody publishes the default {defaults.IMAGE}, so every pod would fail to pull " "it:"
                            f" build and push yours (make image IMAGE=REGISTRY/bakeoff:TAG; docker push REGISTRY/bakeoff:TAG),"
                            f" then pass --image REGISTRY/bakeoff:TAG or set {IMAGE_ENV}")
     return {

@@ -31,7 +31,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise BakeoffError(f"--epochs does not apply to {args.config}'s successive halving: set search.halving.max_epochs there")
     if (args.epochs or args.workers) and config.search and config.search.budget_minutes:
         flag = "--epochs" if args.epochs else "--workers"
-        raise BakeoffError(f"{flag} would change what {args.config}'s search.budget planned: set it in the file, where the budget counts it")
+        raise BakeoffError(f"{flag} would change what {args.config}'s search.budget planned: set it in the file, where the budget " "counts it")
     variants = [
         dataclasses.replace(
             variant,
@@ -43,7 +43,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for variant in variants:
         # Local ingest writes the default shard count; more workers would fail only after ingest, in training.
         if variant.workers > defaults.SHARDS:
-            raise BakeoffError(f"variant {variant.name!r}: workers={variant.workers} exceeds the {defaults.SHARDS} shards a local run ingests:"
+            raise BakeoffError(f"variant {variant.name!r}: workers={variant.workers} exceeds the {defaults.SHARDS} shards a local " "run ingests:"
                                f" use at most {defaults.SHARDS} workers")
     selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
     source_digest = digest(args.source)
@@ -118,7 +118,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise BakeoffError(f"cannot write {str(args.output)!r} ({error.strerror}): choose another -o") from None
     print(f"compiled the pipeline to {args.output} (image {settings['image']})", file=sys.stderr)
     if settings["image"] == defaults.IMAGE:
-        print(f"bakeoff: nobody publishes {settings['image']}, the default image: compile with --image REGISTRY/bakeoff:TAG,"
+        print(f"bakeoff: nobody publishes {settings['image']}, the default image: compile with --image " "REGISTRY/bakeoff:TAG,"
               " your build of images/Dockerfile, before you upload this file", file=sys.stderr)
     return 0
 
@@ -135,7 +135,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     elif not args.json:
         print(f"{'version':>7}  {'variant':<16}{'val_acc':>9}{'test_acc':>9}  {'run':<12}created")
         for v in versions:
-            print(f"{v.version:>7}  {v.variant:<16}{v.val_accuracy:>9.4f}{v.test_accuracy:>9.4f}  {v.run_id:<12}{v.created}")
+            print(f"{v.version:>7}  {v.variant:<16}{v.val_accuracy:>9.4f}{v.test_accuracy:>9.4f}  " f"{v.run_id:<12}{v.created}")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The serving commands: `bakeoff serve` runs the model server here, `bakeoff predict` asks one to classify image files."""
+"""The serving commands: `bakeoff serve` runs the model server here, `bakeoff predict` asks one to classify image
+files."""
 from __future__ import annotations
 
 import argparse

@@ -66,7 +66,7 @@ def _read_secret(path: Path, what: str, fix: str) -> str:
     except OSError as error:
         raise BakeoffError(f"cannot read {what} ({error.strerror}): {fix}") from None
     if len(data) > SECRET_FILE_MAX_BYTES:
-        raise BakeoffError(f"{what} is larger than {SECRET_FILE_MAX_BYTES // 1024} KiB, so it holds more than a token or cookies: {fix}")
+        raise BakeoffError(f"{what} is larger than {SECRET_FILE_MAX_BYTES // 1024} KiB, so it holds more than a token or cookies: " f"{fix}")
     try:
         text = data.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -77,7 +77,8 @@ def _read_secret(path: Path, what: str, fix: str) -> str:
 
 
 def resolve_token(flag: str | None, environ: Mapping[str, str] = os.environ, file: Path | None = None) -> str | None:
-    """The bearer token: --token or --token-file, else the file KF_PIPELINES_SA_TOKEN_PATH names, else $KF_PIPELINES_TOKEN.
+    """The bearer token: --token or --token-file, else the file KF_PIPELINES_SA_TOKEN_PATH names, else
+    $KF_PIPELINES_TOKEN.
 
     The file comes before the variable because in a pod it is the projected
     service-account token that the kubelet keeps fresh.

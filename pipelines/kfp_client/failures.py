@@ -12,7 +12,8 @@ from pipelines.kfp_client.endpoint import CONNECT_TIMEOUT_S, CREDENTIALS_HINT, R
 
 
 def server_message(body: Any) -> str:
-    """The one-line reason inside an error body (grpc-gateway's ``message`` or the upload server's ``error_message``)."""
+    """The one-line reason inside an error body (grpc-gateway's ``message`` or the upload server's
+    ``error_message``)."""
     try:
         document = json.loads(body)
     except (TypeError, ValueError):
@@ -57,7 +58,7 @@ def tls_reason(error: BaseException) -> str:
 
 
 def unreachable(host: str, error: BaseException) -> BakeoffError:
-    return BakeoffError(f"cannot reach the KFP API at {host} ({_network_reason(error)}): check --host and that the API is reachable from here, {REACH_HINT}")
+    return BakeoffError(f"cannot reach the KFP API at {host} ({_network_reason(error)}): check --host and that the API is " f"reachable from here, {REACH_HINT}")
 
 
 def tls_failed(host: str, reason: str) -> BakeoffError:
@@ -72,7 +73,7 @@ def refused(target: Target, status: int, message: str) -> BakeoffError:
     if status == 401:
         return BakeoffError(f"the KFP API at {target.host} rejected the credentials ({detail}): pass a fresh token or fresh --cookies")
     where = f"namespace {target.namespace!r}" if target.namespace else "this namespace"
-    return BakeoffError(f"the KFP API at {target.host} denied access ({detail}): use credentials allowed in {where}, or pass --namespace with a profile you belong to")
+    return BakeoffError(f"the KFP API at {target.host} denied access ({detail}): use credentials allowed in {where}, or pass " "--namespace with a profile you belong to")
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ PARAMETER_KINDS = {
 }
 # parameters the pipeline dropped: an old command line is told what replaced them, not just "no such parameter"
 RETIRED = {
-    "direction": f"the metric sets its own direction ({', '.join(f'{m}: {d}' for m, d in METRICS.items())}); drop --param direction",
+    "direction": f"the metric sets its own direction ({', '.join(f'{m}: {d}' for m, d in METRICS.items())}); drop " "--param direction",
 }
 # values the pipeline's steps would refuse only after the cluster started: the step's own check runs here first
 def _trainer(value: str) -> object:

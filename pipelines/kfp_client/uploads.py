@@ -77,7 +77,7 @@ def upload(api: Api, package: Path, name: str, version: str | None = None) -> Up
                         f"{api.host}/#/pipelines/details/{pipeline.pipeline_id}/version/{first.pipeline_version_id}")
     version = version or default_version_name(package)
     if pipeline_id is not None and any(version in (v.display_name, v.name) for v in _versions(api, pipeline_id)):
-            raise BakeoffError(f"pipeline {name!r} already has a version {version!r}: choose another --version, or leave it out for a new name")
+            raise BakeoffError(f"pipeline {name!r} already has a version {version!r}: choose another --version, or leave it out for a " "new name")
     new_pipeline = pipeline_id is None
     if new_pipeline:
         body = kfp_server_api.V2beta1Pipeline(name=name, display_name=name, namespace=api.namespace)

@@ -1,4 +1,5 @@
-"""The control plane itself, as `make cluster` promises it: a Ready node, the CRDs, RBAC enforced, the operator's webhook."""
+"""The control plane itself, as `make cluster` promises it: a Ready node, the CRDs, RBAC enforced, the operator's
+webhook."""
 from __future__ import annotations
 
 import json

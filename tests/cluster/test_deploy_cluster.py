@@ -42,7 +42,8 @@ RBAC_WAIT = 30.0  # seconds for the authorizer's cache to see a changed Role; it
 
 @dataclass(frozen=True)
 class Team:
-    """A fresh namespace whose service account may make exactly deploy's calls; its kube-config holds that account's token."""
+    """A fresh namespace whose service account may make exactly deploy's calls; its kube-config holds that account's
+    token."""
 
     namespace: str
     kubeconfig: Path
@@ -162,7 +163,8 @@ def one_error(err: list[str]) -> str:
 
 
 def test_deploy_creates_the_service_then_patches_it_to_each_new_version(team: Team, s3_env: str, tmp_path: Path, capsys) -> None:
-    """The newest version in the store (SeaweedFS), served from the model's folder there; a new one patches the same object."""
+    """The newest version in the store (SeaweedFS), served from the model's folder there; a new one patches the same
+    object."""
     assert publish(team.namespace, tmp_path) == 1
     code, out, err = bakeoff(capsys, "--store", STORE)
     assert code == 0, err
@@ -227,7 +229,8 @@ def test_a_role_missing_one_of_deploys_verbs_fails_that_call_in_one_line(
 
 
 class Interleaved(client.CustomObjectsApi):
-    """The real client, with ``meanwhile`` run after each of the first ``times`` reads of ``plural``: another writer's turn."""
+    """The real client, with ``meanwhile`` run after each of the first ``times`` reads of ``plural``: another
+    writer's turn."""
 
     def __init__(self, api_client: client.ApiClient, plural: str, meanwhile: Callable[[], Any], times: int = 1) -> None:
         super().__init__(api_client)
@@ -257,7 +260,8 @@ def uri(team: Team) -> str:
 
 
 def test_a_runtime_changed_between_read_and_patch_keeps_the_other_change(team: Team, capsys) -> None:
-    """deploy replaces the runtime's container list: its stale copy must not undo another writer's change (409, read again)."""
+    """deploy replaces the runtime's container list: its stale copy must not undo another writer's change (409, read
+    again)."""
     assert bakeoff(capsys, "--version", "1")[0] == 0
     containers = read(team, RUNTIME, deploy.RUNTIME_NAME)["spec"]["containers"]
     containers[0]["resources"]["limits"]["memory"] = "4Gi"
@@ -270,7 +274,8 @@ def test_a_runtime_changed_between_read_and_patch_keeps_the_other_change(team: T
 
 
 def test_a_service_changed_between_read_and_patch_is_read_again(team: Team, capsys) -> None:
-    """Someone else rolled it to version 5 meanwhile: deploy's stale patch answers 409, and it reports 5 as the previous version."""
+    """Someone else rolled it to version 5 meanwhile: deploy's stale patch answers 409, and it reports 5 as the
+    previous version."""
     assert bakeoff(capsys, "--version", "1")[0] == 0
     other = admin_patch(team, ISVC, MODEL, {"spec": {"predictor": {"annotations": {deploy.VERSION_ANNOTATION: "5"}}}})
 
@@ -282,7 +287,9 @@ def test_a_service_changed_between_read_and_patch_is_read_again(team: Team, caps
 def test_a_service_created_between_read_and_create_is_patched(team: Team) -> None:
     """The name is taken meanwhile (409 AlreadyExists): deploy patches that object instead of failing."""
     body = deploy.as_dict(deploy.inference_service(MODEL, uri(team), 3, IMAGE))
-    other = lambda: team.admin.create_namespaced_custom_object(deploy.GROUP, deploy.ISVC_VERSION, team.namespace, ISVC, body)  # noqa: E731
+
+    def other() -> object:
+        return team.admin.create_namespaced_custom_object(deploy.GROUP, deploy.ISVC_VERSION, team.namespace, ISVC, body)
 
     done = deploy.deploy(interleaved(team, ISVC, other), team.namespace, MODEL, uri(team), 4, IMAGE)
     assert (done.action, done.previous) == ("updated", 3)
@@ -305,7 +312,8 @@ def test_a_service_that_keeps_changing_fails_in_one_line_and_keeps_the_others_ve
 
 def test_a_field_the_crd_schema_refuses_fails_in_one_line_naming_it_before_anything_is_written(
         team: Team, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No flag reaches a field the schema constrains; deploy's own size does (a quantity pattern), so a wrong one stands in."""
+    """No flag reaches a field the schema constrains; deploy's own size does (a quantity pattern), so a wrong one
+    stands in."""
     monkeypatch.setattr(deploy, "LIMITS", {"cpu": "1", "memory": "2 GB"})
     code, out, err = bakeoff(capsys, "--version", "1")
     assert code == 1 and out == []
@@ -368,14 +376,16 @@ def _answer(call: Callable[[], tuple[Any, int, Any]]) -> tuple[int, Any]:
 
 
 def _seen(status: int, body: Any, previous: dict | None) -> dict:
-    """What deploy reads of an answer: status; of an object its fields and whether it was written; of an error its Status."""
+    """What deploy reads of an answer: status; of an object its fields and whether it was written; of an error its
+    Status."""
     if not isinstance(body, dict):
         return {"status": status, "text": body}
     if body.get("kind") == "Status":
         details = {key: value for key, value in (body.get("details") or {}).items() if key in ("name", "kind")}
         seen = {"status": status, "reason": body.get("reason"), "details": details}
         message = body.get("message", "")
-        # Invalid and BadRequest are worded by each validator; deploy shows them, and keeps a strict decoding error's reason.
+        # Invalid and BadRequest are worded by each validator; deploy shows them, and keeps a strict decoding error's
+        # reason.
         seen["message"] = message[message.find(deploy.STRICT_DECODING):] if deploy.STRICT_DECODING in message else (
             "" if status in (400, 422) else message)
         return seen
@@ -388,7 +398,8 @@ def _seen(status: int, body: Any, previous: dict | None) -> dict:
 
 def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str) -> list[tuple[str, dict]]:
     """deploy's calls in the order it makes them, and the answers it handles: taken names, stale and unchanged patches,
-    refused bodies, unknown fields with and without strict validation, a verb the Role lacks, a version no CRD serves."""
+    refused bodies, unknown fields with and without strict validation, a verb the Role lacks, a version no CRD
+    serves."""
     runtime = deploy.as_dict(deploy.serving_runtime(IMAGE))
     service = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 1, IMAGE))
     typo = json.loads(json.dumps(service).replace('"storageUri"', '"storageURI"'))
@@ -397,7 +408,8 @@ def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str)
     last: dict[str, dict] = {}
 
     def step(name: str, verb: str, plural: str, *args: Any, version: str | None = None, **kwargs: Any) -> Any:
-        """One call of ``verb`` on ``plural``; creates and patches validate strictly, as deploy's do, unless told otherwise."""
+        """One call of ``verb`` on ``plural``; creates and patches validate strictly, as deploy's do, unless told
+        otherwise."""
         version = version or (deploy.ISVC_VERSION if plural == ISVC else deploy.RUNTIME_VERSION)
         if verb in ("create", "patch"):
             kwargs.setdefault("field_validation", deploy.FIELD_VALIDATION)
@@ -452,8 +464,10 @@ def _missing_namespace_calls(api: client.CustomObjectsApi, missing: str, model_u
 
 
 def test_the_fake_answers_deploys_calls_as_the_real_api_server_does(team: Team, control_plane: controlplane.ControlPlane) -> None:
-    """The same calls against tests/fake_kubernetes.py and the real server: the same statuses, Status reasons, details and
-    messages deploy reads, and the same objects (generation, written or not). The fake's InferenceService status is its own."""
+    """The same calls against tests/fake_kubernetes.py and the real server: the same statuses, Status reasons, details
+    and
+    messages deploy reads, and the same objects (generation, written or not). The fake's InferenceService status is its
+    own."""
     model_uri = uri(team)
     real = _deploys_calls(team.api, team.namespace, model_uri)
     missing = f"absent-{uuid.uuid4().hex[:8]}"

@@ -113,7 +113,8 @@ def _api_as(plane: controlplane.ControlPlane, namespace: str, account: str) -> c
 
 
 def _calls(api: client.ApiClient, namespace: str) -> dict[tuple[str, str, str], Callable[[], object]]:
-    """One real request per (group, resource, verb) the TFJob backend makes (RUNNER_RULES), in the order it makes them."""
+    """One real request per (group, resource, verb) the TFJob backend makes (RUNNER_RULES), in the order it makes
+    them."""
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     job = build_tfjob(from_dict(VARIANT), name="rbac-probe", image=controlplane.TEST_IMAGE, args=[], env={})
     body = api.sanitize_for_serialization(job)

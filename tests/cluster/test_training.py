@@ -40,7 +40,8 @@ from components.errors import reported
 from components.training.launch import JobSettings, train_variant
 with reported():
     variant, data, store, run = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-    settings = JobSettings(image=sys.argv[5], max_train_examples=int(sys.argv[6]), timeout_seconds=600, backend="kubernetes")
+    settings = JobSettings(image=sys.argv[5], max_train_examples=int(sys.argv[6]), timeout_seconds=600,
+                       backend="kubernetes")
     print(train_variant(variant, data, store, run, settings).to_json())
 """
 

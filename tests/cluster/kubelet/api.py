@@ -1,4 +1,5 @@
-"""The kubelet's calls to the API server, as its node identity: reads that wait out the Node authorizer, tokens, events."""
+"""The kubelet's calls to the API server, as its node identity: reads that wait out the Node authorizer, tokens,
+events."""
 from __future__ import annotations
 
 import base64

@@ -1,4 +1,5 @@
-"""Container logs in the CRI format (`<RFC3339Nano> stdout F line`), written per line and read as the kubelet reads them."""
+"""Container logs in the CRI format (`<RFC3339Nano> stdout F line`), written per line and read as the kubelet reads
+them."""
 from __future__ import annotations
 
 import calendar

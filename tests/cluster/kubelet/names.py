@@ -31,7 +31,8 @@ class AddressPool:
         self._lock = threading.Lock()
 
     def take(self, uid: str, wanted: str | None = None) -> str:
-        """The pod's address: ``wanted`` (what its status already says) when free and in range, else the next free one."""
+        """The pod's address: ``wanted`` (what its status already says) when free and in range, else the next free
+        one."""
         with self._lock:
             if uid in self._taken:
                 return str(self._taken[uid])

@@ -91,7 +91,8 @@ class PodWorker:
         self.stop(0.0)
 
     def stop(self, grace: float) -> None:
-        """SIGTERM every container, SIGKILL what is left after ``grace`` seconds (in a thread: never blocks the watch)."""
+        """SIGTERM every container, SIGKILL what is left after ``grace`` seconds (in a thread: never blocks the
+        watch)."""
         if self.deleting.is_set():
             return
         self.deleting.set()
@@ -286,7 +287,8 @@ class PodWorker:
         self.wake.set()
 
     def _finish(self) -> None:
-        """After the deletion: containers gone, the API object removed with grace 0, the pod's files and address freed."""
+        """After the deletion: containers gone, the API object removed with grace 0, the pod's files and address
+        freed."""
         self.killed.wait()
         for runner in self.runners.values():
             runner.finished.wait()
