@@ -55,8 +55,9 @@ test-fast: $(INSTALLED) system ## the unit lane: trains nothing, starts no serve
 test-cluster: $(INSTALLED) system cluster-binaries ## the cluster lane: the real control plane on loopback (tests/cluster/)
 	$(BIN)/pytest -m cluster $(PYTEST_ARGS)
 
-lint: $(INSTALLED) ## ruff's lint rules and mypy over the whole tree (configured in pyproject.toml)
+lint: $(INSTALLED) ## ruff's lint rules, its formatter's layout and mypy over the whole tree (pyproject.toml)
 	$(BIN)/ruff check
+	$(BIN)/ruff format --check
 	$(BIN)/mypy
 
 format: $(INSTALLED) ## apply ruff's safe fixes and its formatter to the whole tree
