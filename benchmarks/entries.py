@@ -1,4 +1,5 @@
 """The benchmark entries; each returns figures measured side by side in one run."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,20 +35,37 @@ class Job:
     prefix: str
 
 
-def _job(context: Context, variant: dict, workers: int, examples: int, epochs: int = 1, tag: str = "",
-         data: Path | None = None) -> Job:
+def _job(
+    context: Context,
+    variant: dict,
+    workers: int,
+    examples: int,
+    epochs: int = 1,
+    tag: str = "",
+    data: Path | None = None,
+) -> Job:
     """One local TFJob of the real worker program (on ``data``, else the context's dataset); its metrics.json."""
     from components.backends.local import LocalBackend
     from components.spec import from_dict
     from components.storage import open_store
     from components.training.tfjob import build_tfjob, worker_args
 
-    spec = from_dict({**variant, "workers": workers,
-                      "training": {**variant.get("training", {}), "batch_size": GLOBAL_BATCH // workers, "epochs": epochs}})
+    spec = from_dict(
+        {
+            **variant,
+            "workers": workers,
+            "training": {**variant.get("training", {}), "batch_size": GLOBAL_BATCH // workers, "epochs": epochs},
+        }
+    )
     store = open_store(str(context.scratch / "store"))
     prefix = f"bench/{tag or spec.name}-{workers}w-{time.monotonic_ns()}"
-    job = build_tfjob(spec, name=f"bench-{workers}w", image="local", env={},
-                      args=worker_args(spec, str(data or context.dataset()), store.uri, prefix, examples))
+    job = build_tfjob(
+        spec,
+        name=f"bench-{workers}w",
+        image="local",
+        env={},
+        args=worker_args(spec, str(data or context.dataset()), store.uri, prefix, examples),
+    )
     LocalBackend(sink=lambda line: None).run(job)
     return Job(runs.metrics_at(store, prefix), store.uri, prefix)
 
@@ -62,10 +80,27 @@ def _plain(context: Context, variant: dict, examples: int, tuned: bool = False) 
     if tuned:
         env = allocator.with_tcmalloc(env, allocator.tcmalloc()) | {"TF_ENABLE_ONEDNN_OPTS": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.plain_train", "--variant", json.dumps(variant), "--data", str(context.dataset()),
-         "--global-batch", str(GLOBAL_BATCH), "--examples", str(examples), "--threads", str(os.cpu_count()),
-         "--steps-per-execution", str(Training.steps_per_execution if tuned else 1)],
-        capture_output=True, text=True, check=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.plain_train",
+            "--variant",
+            json.dumps(variant),
+            "--data",
+            str(context.dataset()),
+            "--global-batch",
+            str(GLOBAL_BATCH),
+            "--examples",
+            str(examples),
+            "--threads",
+            str(os.cpu_count()),
+            "--steps-per-execution",
+            str(Training.steps_per_execution if tuned else 1),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     return json.loads(result.stdout.strip().splitlines()[-1])["examples_per_second"]
 
@@ -91,22 +126,54 @@ def mwms(context: Context) -> list[Figure]:
     plain = median(samples["plain"])
     replicas = f"replicas on {'/'.join(sorted(allocators))} malloc and {'/'.join(sorted(kernels))} kernels"
     figures = [
-        Figure("plain_examples_per_second", plain, "ex/s",
-               detail=f"one tf-keras process as a script runs it: {os.cpu_count()} threads, global batch {GLOBAL_BATCH}, " "default malloc and kernels"),
-        Figure("plain_tuned_examples_per_second", median(samples["plain_tuned"]), "ex/s",
-               detail=f"the same process with tcmalloc, oneDNN and {Training.steps_per_execution} steps per execution, " "as the replicas run"),
+        Figure(
+            "plain_examples_per_second",
+            plain,
+            "ex/s",
+            detail=f"one tf-keras process as a script runs it: {os.cpu_count()} threads, global batch {GLOBAL_BATCH}, "
+            "default malloc and kernels",
+        ),
+        Figure(
+            "plain_tuned_examples_per_second",
+            median(samples["plain_tuned"]),
+            "ex/s",
+            detail=f"the same process with tcmalloc, oneDNN and {Training.steps_per_execution} steps per execution, "
+            "as the replicas run",
+        ),
     ]
     for workers in (1, 2, 4):
         ratio = median(samples[f"{workers}w"]) / plain
-        figures.append(Figure(f"mwms_efficiency_{workers}w", ratio, "×", goal="≥ 0.9" if workers == 2 else "",
-                              met=ratio >= 0.9 if workers == 2 else None,
-                              detail=f"{workers}-worker local TFJob ÷ plain; median {median(samples[f'{workers}w']):.0f} ex/s; seed " f"CNN, steady state after the first step; {replicas}"))
+        figures.append(
+            Figure(
+                f"mwms_efficiency_{workers}w",
+                ratio,
+                "×",
+                goal="≥ 0.9" if workers == 2 else "",
+                met=ratio >= 0.9 if workers == 2 else None,
+                detail=f"{workers}-worker local TFJob ÷ plain; median {median(samples[f'{workers}w']):.0f} ex/s; seed "
+                f"CNN, steady state after the first step; {replicas}",
+            )
+        )
     strict = median(samples["2w"]) / median(samples["plain_tuned"])
-    figures.append(Figure("mwms_efficiency_2w_vs_tuned_plain", strict, "×",
-                          detail="2 workers ÷ the tuned plain process: what the strategy itself costs"))
+    figures.append(
+        Figure(
+            "mwms_efficiency_2w_vs_tuned_plain",
+            strict,
+            "×",
+            detail="2 workers ÷ the tuned plain process: what the strategy itself costs",
+        )
+    )
     peak = median(rss)
-    figures.append(Figure("peak_rss_mb_2w", 2 * peak, "MB", goal="≤ 3000", met=2 * peak <= 3000,
-                          detail=f"sum over both replicas of a 2-worker job (each {peak:.0f} MB peak RSS)"))
+    figures.append(
+        Figure(
+            "peak_rss_mb_2w",
+            2 * peak,
+            "MB",
+            goal="≤ 3000",
+            met=2 * peak <= 3000,
+            detail=f"sum over both replicas of a 2-worker job (each {peak:.0f} MB peak RSS)",
+        )
+    )
     return figures
 
 
@@ -120,11 +187,30 @@ def ingest(context: Context) -> list[Figure]:
     decode, build = [], []
     for index in range(context.repetitions):
         decode.append(timed(lambda: fashion_mnist.read_idx_dir(Path(defaults.SOURCE))))
-        build.append(timed(functools.partial(dataset.build, defaults.SOURCE, context.scratch / f"ingest-{index}", defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED)))
+        build.append(
+            timed(
+                functools.partial(
+                    dataset.build,
+                    defaults.SOURCE,
+                    context.scratch / f"ingest-{index}",
+                    defaults.VALIDATION_SIZE,
+                    defaults.SHARDS,
+                    defaults.SEED,
+                )
+            )
+        )
     context.samples["ingest_seconds"] = {"decode": decode, "build": build}
     ratio = median(build) / median(decode)
-    return [Figure("ingest_ratio", ratio, "×", goal="≤ 2", met=ratio <= 2,
-                   detail=f"70,000 images → sharded artifact {median(build):.2f} s ÷ decode IDX {median(decode):.2f} s")]
+    return [
+        Figure(
+            "ingest_ratio",
+            ratio,
+            "×",
+            goal="≤ 2",
+            met=ratio <= 2,
+            detail=f"70,000 images → sharded artifact {median(build):.2f} s ÷ decode IDX {median(decode):.2f} s",
+        )
+    ]
 
 
 _KFP_LINE = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - INFO - (?:Executing task '(\w+)'|Task '(\w+)' finished)")
@@ -161,8 +247,13 @@ def pipeline(context: Context) -> list[Figure]:
     work = context.scratch / "pipeline"
     work.mkdir()
     started = time.perf_counter()
-    run = subprocess.run([str(Path(sys.executable).parent / "bakeoff"), "run", "--json"], cwd=work,
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "bakeoff"), "run", "--json"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     pipeline_seconds = time.perf_counter() - started
     summary = Summary.from_json(run.stdout, "bakeoff run --json")
     tasks = _task_seconds(run.stderr)
@@ -175,8 +266,11 @@ def pipeline(context: Context) -> list[Figure]:
         baseline += timed(functools.partial(_job, context, spec, variant.workers, 0, reached[variant.name]))
     ratio = pipeline_seconds / baseline
     breakdown = {
-        "total": pipeline_seconds, "ingest": tasks.get("ingest", 0.0), "train_tasks": tasks.get("train", 0.0),
-        "training_in_fit": training, "select_evaluate_publish": tasks.get("select", 0.0),
+        "total": pipeline_seconds,
+        "ingest": tasks.get("ingest", 0.0),
+        "train_tasks": tasks.get("train", 0.0),
+        "training_in_fit": training,
+        "select_evaluate_publish": tasks.get("select", 0.0),
     }
     breakdown["train_task_overhead"] = breakdown["train_tasks"] - training
     breakdown["orchestration_and_cli"] = pipeline_seconds - sum(tasks.values())
@@ -192,15 +286,36 @@ def pipeline(context: Context) -> list[Figure]:
     seed_accuracy = evaluation.evaluate(model_dir, test.images, test.labels)["accuracy"]
     table = ", ".join(f"{name} {accuracy:.3f}" for name, accuracy in _published_table()[:4])
     return [
-        Figure("pipeline_overhead", ratio, "×", goal="≤ 1.15", met=ratio <= 1.15,
-               detail=f"`bakeoff run` {pipeline_seconds:.0f} s ÷ the same {len(reached)} trainings as plain local jobs " f"{baseline:.0f} s; "
-                      + ", ".join(f"{k} {v:.0f} s" for k, v in breakdown.items() if k != "total")),
-        Figure("winner_test_accuracy", winner.test_accuracy, "", goal="≥ 0.93 within 15 min",
-               met=winner.test_accuracy >= 0.93 and pipeline_seconds <= 900,
-               detail=f"default bake-off winner `{winner.variant}` in {pipeline_seconds / 60:.1f} min, scored as served"
-                      " (variants trained with random_flip average each image and its mirror)"),
-        Figure("seed_setting_test_accuracy", seed_accuracy, "", detail="the seed project's setting: one epoch of 70 steps (global batch 128)"),
-        Figure("published_benchmark_best_cnn", _published_table()[0][1], "", detail=f"Fashion-MNIST README table (Debian's copy): {table}"),
+        Figure(
+            "pipeline_overhead",
+            ratio,
+            "×",
+            goal="≤ 1.15",
+            met=ratio <= 1.15,
+            detail=f"`bakeoff run` {pipeline_seconds:.0f} s ÷ the same {len(reached)} trainings as plain local jobs "
+            f"{baseline:.0f} s; " + ", ".join(f"{k} {v:.0f} s" for k, v in breakdown.items() if k != "total"),
+        ),
+        Figure(
+            "winner_test_accuracy",
+            winner.test_accuracy,
+            "",
+            goal="≥ 0.93 within 15 min",
+            met=winner.test_accuracy >= 0.93 and pipeline_seconds <= 900,
+            detail=f"default bake-off winner `{winner.variant}` in {pipeline_seconds / 60:.1f} min, scored as served"
+            " (variants trained with random_flip average each image and its mirror)",
+        ),
+        Figure(
+            "seed_setting_test_accuracy",
+            seed_accuracy,
+            "",
+            detail="the seed project's setting: one epoch of 70 steps (global batch 128)",
+        ),
+        Figure(
+            "published_benchmark_best_cnn",
+            _published_table()[0][1],
+            "",
+            detail=f"Fashion-MNIST README table (Debian's copy): {table}",
+        ),
     ]
 
 
@@ -247,13 +362,33 @@ def validation(context: Context) -> list[Figure]:
     overhead = median([w / wo - 1 for w, wo in zip(samples["with_seconds"], samples["without_seconds"], strict=True)])
     share = median([v / w for v, w in zip(samples["validation_seconds"], samples["with_seconds"], strict=True)])
     return [
-        Figure("validation_overhead", overhead, "×", goal="≤ 0.05", met=overhead <= 0.05,
-               detail="seconds in fit with the 5,000 validation images scored at every epoch's end ÷ without, − 1; seed " "CNN,"
-                      f" 2 workers, {VALIDATION_EPOCHS} epochs of 55,000; median of {context.repetitions} interleaved pairs"
-                      f" ({median(samples['with_seconds']):.1f} s vs {median(samples['without_seconds']):.1f} s)"),
-        Figure("validation_share_of_training", share, "×",
-               detail="seconds the chief spent scoring its validation shards and all-reducing the totals ÷ seconds in " "fit, same runs"),
+        Figure(
+            "validation_overhead",
+            overhead,
+            "×",
+            goal="≤ 0.05",
+            met=overhead <= 0.05,
+            detail="seconds in fit with the 5,000 validation images scored at every epoch's end ÷ without, − 1; seed "
+            "CNN,"
+            f" 2 workers, {VALIDATION_EPOCHS} epochs of 55,000; median of {context.repetitions} interleaved pairs"
+            f" ({median(samples['with_seconds']):.1f} s vs {median(samples['without_seconds']):.1f} s)",
+        ),
+        Figure(
+            "validation_share_of_training",
+            share,
+            "×",
+            detail="seconds the chief spent scoring its validation shards and all-reducing the totals ÷ seconds in "
+            "fit, same runs",
+        ),
     ]
 
 
-ENTRIES = {"ingest": ingest, "mwms": mwms, "pipeline": pipeline, "serving": serving, "faults": faults, "search": search, "validation": validation}
+ENTRIES = {
+    "ingest": ingest,
+    "mwms": mwms,
+    "pipeline": pipeline,
+    "serving": serving,
+    "faults": faults,
+    "search": search,
+    "validation": validation,
+}

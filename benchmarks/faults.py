@@ -1,5 +1,6 @@
 """Benchmark entry: the time one SIGKILLed replica costs a default variant, resumed from its backup, against the same
 job unharmed."""
+
 from __future__ import annotations
 
 import os
@@ -55,8 +56,14 @@ def _run(context: Context, spec: dict, sink: Callable[[str], None] | None) -> tu
     variant = from_dict(spec)
     store = open_store(str(context.scratch / "faults-store"))
     prefix = f"faults/{time.monotonic_ns()}"
-    job = build_tfjob(variant, name=JOB, image="local", env={}, backoff_limit=1,
-                      args=worker_args(variant, str(context.dataset()), store.uri, prefix, EXAMPLES))
+    job = build_tfjob(
+        variant,
+        name=JOB,
+        image="local",
+        env={},
+        backoff_limit=1,
+        args=worker_args(variant, str(context.dataset()), store.uri, prefix, EXAMPLES),
+    )
     started = time.perf_counter()
     LocalBackend(sink=sink or (lambda line: None)).run(job)
     return time.perf_counter() - started, runs.metrics_at(store, prefix)
@@ -66,8 +73,13 @@ def faults(context: Context) -> list[Figure]:
     """Seconds lost to one SIGKILL mid-training, and what the per-epoch backups cost a job without faults."""
     spec = _variant()
     trigger = f"[{JOB}-worker-0] Epoch {KILLED_IN_EPOCH}/{EPOCHS}"
-    samples: dict[str, list] = {"unharmed_seconds": [], "killed_seconds": [], "resumed_from_epoch": [], "backup_share": [],
-                                "epoch_seconds": []}
+    samples: dict[str, list] = {
+        "unharmed_seconds": [],
+        "killed_seconds": [],
+        "resumed_from_epoch": [],
+        "backup_share": [],
+        "epoch_seconds": [],
+    }
     for _ in range(context.repetitions):  # interleaved, so a noisy minute hits both
         seconds, metrics = _run(context, spec, None)
         samples["unharmed_seconds"].append(seconds)
@@ -82,14 +94,27 @@ def faults(context: Context) -> list[Figure]:
     unharmed, epoch = median(samples["unharmed_seconds"]), median(samples["epoch_seconds"])
     resumed = median(samples["resumed_from_epoch"])
     share = median(samples["backup_share"])
-    setting = (f"`{spec['name']}` (the default bake-off's), {WORKERS} workers, {EPOCHS} epochs of {EXAMPLES} examples,"
-               f" replica 1 SIGKILLed once the chief starts epoch {KILLED_IN_EPOCH}")
+    setting = (
+        f"`{spec['name']}` (the default bake-off's), {WORKERS} workers, {EPOCHS} epochs of {EXAMPLES} examples,"
+        f" replica 1 SIGKILLed once the chief starts epoch {KILLED_IN_EPOCH}"
+    )
     return [
-        Figure("fault_seconds_lost", lost, "s",
-               detail=f"killed job − unharmed job ({unharmed:.0f} s), medians of {context.repetitions}; {setting};"
-                      f" resumed after epoch {resumed:.0f}: the restart (processes, TensorFlow, the join) plus the lost part of " "an epoch"
-                      f" ({epoch:.1f} s each); a restart from scratch would also redo the {resumed:.0f} backed-up epochs"
-                      f" (≈ {lost + resumed * epoch:.0f} s lost)"),
-        Figure("backup_share_of_training", share, "×", goal="≤ 0.03", met=share <= 0.03,
-               detail="seconds saving and uploading the per-epoch backups ÷ seconds in fit, unharmed job, chief"),
+        Figure(
+            "fault_seconds_lost",
+            lost,
+            "s",
+            detail=f"killed job − unharmed job ({unharmed:.0f} s), medians of {context.repetitions}; {setting};"
+            f" resumed after epoch {resumed:.0f}: the restart (processes, TensorFlow, the join) plus the lost part of "
+            "an epoch"
+            f" ({epoch:.1f} s each); a restart from scratch would also redo the {resumed:.0f} backed-up epochs"
+            f" (≈ {lost + resumed * epoch:.0f} s lost)",
+        ),
+        Figure(
+            "backup_share_of_training",
+            share,
+            "×",
+            goal="≤ 0.03",
+            met=share <= 0.03,
+            detail="seconds saving and uploading the per-epoch backups ÷ seconds in fit, unharmed job, chief",
+        ),
     ]

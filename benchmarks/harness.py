@@ -1,4 +1,5 @@
 """What benchmark entries share: a figure, the context they run in, and timing helpers."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,7 +38,13 @@ class Context:
             from components.data import artifact as dataset
 
             self._dataset = self.scratch / "dataset"
-            dataset.build(defaults.SOURCE, self._dataset, validation_size=defaults.VALIDATION_SIZE, shards=defaults.SHARDS, seed=defaults.SEED)
+            dataset.build(
+                defaults.SOURCE,
+                self._dataset,
+                validation_size=defaults.VALIDATION_SIZE,
+                shards=defaults.SHARDS,
+                seed=defaults.SEED,
+            )
         return self._dataset
 
 

@@ -3,6 +3,7 @@
 ``python -m benchmarks.plain_train --variant JSON --data DIR --global-batch N --examples N --threads N``
 prints one JSON line with examples/s measured the same way the worker measures it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,9 +48,21 @@ def main(argv: list[str] | None = None) -> int:
         .batch(args.global_batch, drop_remainder=True)
         .prefetch(tf.data.AUTOTUNE)
     )
-    model = ARCHITECTURES[variant.architecture].build(tuple(metadata["image_shape"]), len(metadata["class_names"]), variant.model_config())
-    model.compile(optimizer=make_optimizer(variant.training.optimizer, variant.training.learning_rate, variant.training.schedule, steps * args.epochs, args.epochs), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                  steps_per_execution=args.steps_per_execution)
+    model = ARCHITECTURES[variant.architecture].build(
+        tuple(metadata["image_shape"]), len(metadata["class_names"]), variant.model_config()
+    )
+    model.compile(
+        optimizer=make_optimizer(
+            variant.training.optimizer,
+            variant.training.learning_rate,
+            variant.training.schedule,
+            steps * args.epochs,
+            args.epochs,
+        ),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        steps_per_execution=args.steps_per_execution,
+    )
     throughput = Throughput(args.global_batch)
     model.fit(data, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=[throughput])
     print(json.dumps({"examples_per_second": throughput.examples_per_second, "steps": steps * args.epochs}))

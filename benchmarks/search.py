@@ -4,6 +4,7 @@ same machine.
 ``python -m benchmarks.search [--samples N --max-epochs N ...]`` runs it alone at any size (a smoke run at a tiny one);
 ``python -m benchmarks.run --only search`` runs it at ``FULL``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,14 @@ def _configs(size: Size, scratch: Path) -> tuple[Path, Path]:
     base["model"] |= {"dropout": {"uniform": [0.0, 0.5]}, "batch_norm": {"choice": [False, True]}}
     halving = {"min_epochs": size.min_epochs, "max_epochs": size.max_epochs, "eta": size.eta}
     searched = scratch / "halving.yaml"
-    searched.write_text(yaml.safe_dump({"search": {"samples": size.samples, "seed": size.seed, "halving": halving},
-                                        "variants": [base | {"workers": size.workers}]}))
+    searched.write_text(
+        yaml.safe_dump(
+            {
+                "search": {"samples": size.samples, "seed": size.seed, "halving": halving},
+                "variants": [base | {"workers": size.workers}],
+            }
+        )
+    )
     every = scratch / "every.yaml"
     every.write_text(yaml.safe_dump({"variants": [variant.to_dict() for variant in load_config(searched).variants]}))
     return searched, every
@@ -63,8 +70,23 @@ def _run(config: Path, size: Size, where: Path) -> tuple[float, Summary]:
     where.mkdir()
     extra = ["--max-train-examples", str(size.max_train_examples)] if size.max_train_examples else []
     started = time.perf_counter()
-    run = subprocess.run([BAKEOFF, "run", "--config", str(config), "--store", str(where / "store"), "--work-dir", str(where / "work"),
-                          "--json", *extra], cwd=where, capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            BAKEOFF,
+            "run",
+            "--config",
+            str(config),
+            "--store",
+            str(where / "store"),
+            "--work-dir",
+            str(where / "work"),
+            "--json",
+            *extra,
+        ],
+        cwd=where,
+        capture_output=True,
+        text=True,
+    )
     seconds = time.perf_counter() - started
     if run.returncode != 0:
         raise RuntimeError(f"bakeoff run --config {config.name} failed: {run.stderr[-2000:]}")
@@ -83,7 +105,11 @@ def _epochs(where: Path, summary: Summary) -> dict:
         metrics = [runs.rung_metrics(store, run_id, name, k) for k, names in enumerate(rungs) for name in names]
     else:  # each variant's one job
         metrics = [runs.metrics(store, run_id, c.variant) for c in summary.candidates]
-    return {"trained": sum(m.epochs_trained for m in metrics), "from_scratch": sum(m.epochs for m in metrics), "jobs": len(metrics)}
+    return {
+        "trained": sum(m.epochs_trained for m in metrics),
+        "from_scratch": sum(m.epochs for m in metrics),
+        "jobs": len(metrics),
+    }
 
 
 def search(context: Context, size: Size = FULL) -> list[Figure]:
@@ -97,26 +123,58 @@ def search(context: Context, size: Size = FULL) -> list[Figure]:
         for side, config in order if repetition % 2 == 0 else order[::-1]:
             where = work / f"{side}-{repetition}"
             seconds, summary = _run(config, size, where)
-            samples[side].append({"seconds": seconds, "winner": summary.winner.variant,
-                                  "test_accuracy": summary.winner.test_accuracy, "epochs": _epochs(where, summary)})
+            samples[side].append(
+                {
+                    "seconds": seconds,
+                    "winner": summary.winner.variant,
+                    "test_accuracy": summary.winner.test_accuracy,
+                    "epochs": _epochs(where, summary),
+                }
+            )
     context.samples["search"] = {"size": dataclasses.asdict(size), **samples}
     halving, everyone = samples["halving"][-1], samples["every"][-1]
     mean = {side: sum(s["seconds"] for s in runs) / len(runs) for side, runs in samples.items()}
     saved = halving["epochs"]["from_scratch"] - halving["epochs"]["trained"]
-    setting = (f"{size.samples} sampled seed-CNN variants (learning rate, dropout, batch norm), {size.workers} worker(s),"
-               f" {size.max_train_examples or 55000} training examples; halving {size.min_epochs}→{size.max_epochs} " f"epochs, eta {size.eta}")
+    setting = (
+        f"{size.samples} sampled seed-CNN variants (learning rate, dropout, batch norm), {size.workers} worker(s),"
+        f" {size.max_train_examples or 55000} training examples; halving {size.min_epochs}→{size.max_epochs} "
+        f"epochs, eta {size.eta}"
+    )
     return [
-        Figure("search_halving_test_accuracy", halving["test_accuracy"], "",
-               detail=f"successive halving's winner `{halving['winner']}` in {mean['halving'] / 60:.1f} min; {setting}"),
-        Figure("search_every_test_accuracy", everyone["test_accuracy"], "",
-               detail=f"every variant to {size.max_epochs} epochs: winner `{everyone['winner']}` in " f"{mean['every'] / 60:.1f} min"),
-        Figure("search_halving_time_ratio", mean["halving"] / mean["every"], "×",
-               detail=f"wall time of the halving run ÷ the every-variant run (mean of {size.repetitions} pair(s), orders " "alternating)"),
-        Figure("search_halving_epochs", halving["epochs"]["trained"], "epochs",
-               detail=f"epochs trained in {halving['epochs']['jobs']} rung jobs, against {everyone['epochs']['trained']} " "training every variant"),
-        Figure("search_epochs_saved_by_resuming", saved, "epochs",
-               detail=f"each rung resumed from the last one's backup: retraining each rung's jobs from scratch would train"
-                      f" {halving['epochs']['from_scratch']}"),
+        Figure(
+            "search_halving_test_accuracy",
+            halving["test_accuracy"],
+            "",
+            detail=f"successive halving's winner `{halving['winner']}` in {mean['halving'] / 60:.1f} min; {setting}",
+        ),
+        Figure(
+            "search_every_test_accuracy",
+            everyone["test_accuracy"],
+            "",
+            detail=f"every variant to {size.max_epochs} epochs: winner `{everyone['winner']}` in "
+            f"{mean['every'] / 60:.1f} min",
+        ),
+        Figure(
+            "search_halving_time_ratio",
+            mean["halving"] / mean["every"],
+            "×",
+            detail=f"wall time of the halving run ÷ the every-variant run (mean of {size.repetitions} pair(s), orders "
+            "alternating)",
+        ),
+        Figure(
+            "search_halving_epochs",
+            halving["epochs"]["trained"],
+            "epochs",
+            detail=f"epochs trained in {halving['epochs']['jobs']} rung jobs, against {everyone['epochs']['trained']} "
+            "training every variant",
+        ),
+        Figure(
+            "search_epochs_saved_by_resuming",
+            saved,
+            "epochs",
+            detail=f"each rung resumed from the last one's backup: retraining each rung's jobs from scratch would train"
+            f" {halving['epochs']['from_scratch']}",
+        ),
     ]
 
 

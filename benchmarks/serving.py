@@ -1,4 +1,5 @@
 """Serving overhead: `:predict` over HTTP against the same SavedModel called in process, on the same images."""
+
 from __future__ import annotations
 
 import base64
@@ -44,16 +45,43 @@ NAME = "bench"
 def _manifest() -> Manifest:
     """The untrained model's manifest: the server needs one to serve a version; none of its numbers is read."""
     metrics = WorkerMetrics(
-        variant=NAME, history={}, epochs=0, schedule_epochs=0, rung=0, attempt=1, resumed_from_epoch=0, epochs_trained=0,
-        optimizer_iterations=0, learning_rate=0.0, workers=1, num_replicas_in_sync=1, global_batch_size=1,
-        steps_per_epoch=0, train_examples=0, train_seconds=0.0, backup_seconds=0.0, validation_seconds=0.0,
-        validation_examples=0, examples_per_second=0.0, examples_per_second_steady=False, peak_rss_mb=0.0,
-        allocator="default", onednn=False)
+        variant=NAME,
+        history={},
+        epochs=0,
+        schedule_epochs=0,
+        rung=0,
+        attempt=1,
+        resumed_from_epoch=0,
+        epochs_trained=0,
+        optimizer_iterations=0,
+        learning_rate=0.0,
+        workers=1,
+        num_replicas_in_sync=1,
+        global_batch_size=1,
+        steps_per_epoch=0,
+        train_examples=0,
+        train_seconds=0.0,
+        backup_seconds=0.0,
+        validation_seconds=0.0,
+        validation_examples=0,
+        examples_per_second=0.0,
+        examples_per_second_steady=False,
+        peak_rss_mb=0.0,
+        allocator="default",
+        onednn=False,
+    )
     return Manifest(
-        model=NAME, run_id=NAME, variant=NAME, spec={"name": NAME, "model": {"type": "cnn", **MODEL}},
-        metrics=PublishedMetrics(0.0, 0.0, 0.0, 0.0, metrics), selection=SelectionBasis("val_accuracy", "max", [NAME]),
-        dataset=DatasetInfo("", {}), promotion=Decision(True, True, 0.0, None, Score(NAME, "val_accuracy", 0.0)),
-        source_uri="", created="1970-01-01T00:00:00+00:00")
+        model=NAME,
+        run_id=NAME,
+        variant=NAME,
+        spec={"name": NAME, "model": {"type": "cnn", **MODEL}},
+        metrics=PublishedMetrics(0.0, 0.0, 0.0, 0.0, metrics),
+        selection=SelectionBasis("val_accuracy", "max", [NAME]),
+        dataset=DatasetInfo("", {}),
+        promotion=Decision(True, True, 0.0, None, Score(NAME, "val_accuracy", 0.0)),
+        source_uri="",
+        created="1970-01-01T00:00:00+00:00",
+    )
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -89,9 +117,23 @@ def _free_port() -> int:
 
 
 def _start_server(store_uri: str, port: int, log: Path) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-m", "components.serving.server", "--store", store_uri, "--model-name", NAME,
-                                "--version", "1", "--http-port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "components.serving.server",
+            "--store",
+            store_uri,
+            "--model-name",
+            NAME,
+            "--version",
+            "1",
+            "--http-port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -120,19 +162,26 @@ def serving(context: Context) -> list[Figure]:
     images = read_idx_dir(Path(defaults.SOURCE))["test"].images
     model_dir = context.scratch / "serving-model"
     # Untrained weights: latency does not depend on them.
-    export(build_cnn((28, 28), 10, CnnConfig(**MODEL)), model_dir, [f"class {i}" for i in range(10)], mirror_average=MIRROR_AVERAGE)
+    export(
+        build_cnn((28, 28), 10, CnnConfig(**MODEL)),
+        model_dir,
+        [f"class {i}" for i in range(10)],
+        mirror_average=MIRROR_AVERAGE,
+    )
     store_uri = f"file://{context.scratch / 'serving-store'}"
     registry.publish(open_store(store_uri), NAME, model_dir, _manifest())
     loaded = tf.saved_model.load(str(model_dir))
 
     # Arrays: clients send uint8 pixels as JSON integers, in process gets the float32 array (serving_default).
     # PNG: both sides get the same PNG files (serving_bytes), as `bakeoff predict` sends them.
-    batches = {n: [images[i * n:(i + 1) * n] for i in range(DISTINCT)] for n in BATCHES}
+    batches = {n: [images[i * n : (i + 1) * n] for i in range(DISTINCT)] for n in BATCHES}
     pngs = [[tf.io.encode_png(image[:, :, None]).numpy() for image in batch] for batch in batches[64]]
     inputs = {("img", n): [{"images": tf.constant(b, tf.float32)} for b in batches[n]] for n in BATCHES}
     inputs[("png", 64)] = [{"image_bytes": tf.constant(batch)} for batch in pngs]
     bodies = {("img", n): [json.dumps({"instances": b.tolist()}).encode() for b in batches[n]] for n in BATCHES}
-    bodies[("png", 64)] = [json.dumps({"instances": [{"b64": base64.b64encode(p).decode()} for p in batch]}).encode() for batch in pngs]
+    bodies[("png", 64)] = [
+        json.dumps({"instances": [{"b64": base64.b64encode(p).decode()} for p in batch]}).encode() for batch in pngs
+    ]
     signatures = {"img": loaded.signatures[ARRAYS_SIGNATURE], "png": loaded.signatures[BYTES_SIGNATURE]}
     port = _free_port()
     server = _start_server(store_uri, port, context.scratch / "serving-server.log")
@@ -150,8 +199,12 @@ def serving(context: Context) -> list[Figure]:
 
                     def served(client: int, i: int, case: tuple = (kind, n), connections: list = connections) -> None:
                         connection = connections[client]
-                        connection.request("POST", f"/v1/models/{NAME}:predict", bodies[case][(client + i) % DISTINCT],
-                                           {"Content-Type": "application/json"})
+                        connection.request(
+                            "POST",
+                            f"/v1/models/{NAME}:predict",
+                            bodies[case][(client + i) % DISTINCT],
+                            {"Content-Type": "application/json"},
+                        )
                         response = connection.getresponse()
                         data = response.read()
                         if response.status != 200:
@@ -160,7 +213,9 @@ def serving(context: Context) -> list[Figure]:
                     for side, call in (("in_process", in_process), ("served", served)):
                         call(0, 0)  # warm: the connection, and the first call of a shape
                         latencies, seconds = _load(clients, REQUESTS[n], call)
-                        entry = samples.setdefault(f"{n}{kind}_c{clients}_{side}", {"latency_ms": [], "images_per_second": []})
+                        entry = samples.setdefault(
+                            f"{n}{kind}_c{clients}_{side}", {"latency_ms": [], "images_per_second": []}
+                        )
                         entry["latency_ms"].extend(1000 * value for value in latencies)
                         entry["images_per_second"].append(n * len(latencies) / seconds)
                     for connection in connections:
@@ -169,29 +224,67 @@ def serving(context: Context) -> list[Figure]:
         gc.unfreeze()
         server.terminate()
         server.wait(30)
-    context.samples["serving"] = {key: {"p50_ms": _percentile(v["latency_ms"], 50), "p99_ms": _percentile(v["latency_ms"], 99),
-                                        "images_per_second": v["images_per_second"]} for key, v in samples.items()}
+    context.samples["serving"] = {
+        key: {
+            "p50_ms": _percentile(v["latency_ms"], 50),
+            "p99_ms": _percentile(v["latency_ms"], 99),
+            "images_per_second": v["images_per_second"],
+        }
+        for key, v in samples.items()
+    }
     figures = []
     for kind, n in CASES:
         for clients in CONCURRENCY:
             here, there = samples[f"{n}{kind}_c{clients}_in_process"], samples[f"{n}{kind}_c{clients}_served"]
-            label = (f"{n} {'PNG file' if kind == 'png' else 'image'}{'s' if n > 1 else ''}, {clients} " f"client{'s' if clients > 1 else ''}")
+            label = (
+                f"{n} {'PNG file' if kind == 'png' else 'image'}{'s' if n > 1 else ''}, {clients} "
+                f"client{'s' if clients > 1 else ''}"
+            )
             for q in (50, 99):
                 served_ms, local_ms = _percentile(there["latency_ms"], q), _percentile(here["latency_ms"], q)
-                figures.append(Figure(f"serving_{n}{kind}_c{clients}_p{q}_ratio", served_ms / local_ms, "×",
-                                      detail=f"{label}: p{q} {served_ms:.2f} ms served ÷ {local_ms:.2f} ms in process"))
-            served_rate, local_rate = statistics.median(there["images_per_second"]), statistics.median(here["images_per_second"])
+                figures.append(
+                    Figure(
+                        f"serving_{n}{kind}_c{clients}_p{q}_ratio",
+                        served_ms / local_ms,
+                        "×",
+                        detail=f"{label}: p{q} {served_ms:.2f} ms served ÷ {local_ms:.2f} ms in process",
+                    )
+                )
+            served_rate, local_rate = (
+                statistics.median(there["images_per_second"]),
+                statistics.median(here["images_per_second"]),
+            )
             # Each repetition's two sides ran back to back: their ratio holds when other load on the machine comes and
             # goes.
-            ratio = statistics.median(s / h for s, h in zip(there["images_per_second"], here["images_per_second"], strict=True))
+            ratio = statistics.median(
+                s / h for s, h in zip(there["images_per_second"], here["images_per_second"], strict=True)
+            )
             goal = n == 64
-            figures.append(Figure(f"serving_{n}{kind}_c{clients}_throughput_ratio", ratio, "×", goal="≥ 0.8" if goal else "",
-                                  met=ratio >= 0.8 if goal else None,
-                                  detail=f"{label}: median of each repetition's images/s served ÷ in process, run back to back;"
-                                         f" medians {served_rate:.0f} and {local_rate:.0f} images/s"))
-    overhead = _percentile(samples["1img_c1_served"]["latency_ms"], 50) - _percentile(samples["1img_c1_in_process"]["latency_ms"], 50)
-    figures.append(Figure("serving_1img_p50_overhead_ms", overhead, "ms", goal="≤ 2", met=overhead <= 2,
-                          detail="one image, one client: p50 of `:predict` over loopback HTTP (JSON in, JSON out) minus p50 of the"
-                                 " serving_default signature called in process; the default winner's shape (batch_norm CNN, " "mirror-averaged),"
-                                 " KServe ModelServer, one uvicorn worker"))
+            figures.append(
+                Figure(
+                    f"serving_{n}{kind}_c{clients}_throughput_ratio",
+                    ratio,
+                    "×",
+                    goal="≥ 0.8" if goal else "",
+                    met=ratio >= 0.8 if goal else None,
+                    detail=f"{label}: median of each repetition's images/s served ÷ in process, run back to back;"
+                    f" medians {served_rate:.0f} and {local_rate:.0f} images/s",
+                )
+            )
+    overhead = _percentile(samples["1img_c1_served"]["latency_ms"], 50) - _percentile(
+        samples["1img_c1_in_process"]["latency_ms"], 50
+    )
+    figures.append(
+        Figure(
+            "serving_1img_p50_overhead_ms",
+            overhead,
+            "ms",
+            goal="≤ 2",
+            met=overhead <= 2,
+            detail="one image, one client: p50 of `:predict` over loopback HTTP (JSON in, JSON out) minus p50 of the"
+            " serving_default signature called in process; the default winner's shape (batch_norm CNN, "
+            "mirror-averaged),"
+            " KServe ModelServer, one uvicorn worker",
+        )
+    )
     return figures

@@ -1,4 +1,5 @@
 """Every default of bakeoff, once: the CLI, the pipeline and the components all read them from here."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,16 +15,24 @@ CONFIG = Path(__file__).resolve().parent.parent / "pipelines" / "variants.yaml"
 METRIC = "val_accuracy"  # its direction comes with it (components/selection/ranking.py)
 MIN_IMPROVEMENT = 0.0  # a new winner must beat the published champion by this much; a tie keeps the champion
 MODEL_NAME = "fashion-mnist"
-SEARCH_SAMPLES = 8  # draws per variant with a uniform/log_uniform/int_uniform space, unless search.samples says otherwise
-HALVING_ETA = 3  # successive halving keeps the best third at each rung and trains it three times as long (Hyperband's choice)
-HALVING_WINDOW = 3  # a rung ranks variants by the mean validation metric over the last third of their epochs (halving.rung_score)
+SEARCH_SAMPLES = (
+    8  # draws per variant with a uniform/log_uniform/int_uniform space, unless search.samples says otherwise
+)
+HALVING_ETA = (
+    3  # successive halving keeps the best third at each rung and trains it three times as long (Hyperband's choice)
+)
+HALVING_WINDOW = (
+    3  # a rung ranks variants by the mean validation metric over the last third of their epochs (halving.rung_score)
+)
 # The plan's cost model (components/search/budget.py): an epoch costs train examples × forward MACs per image ×
 # SECONDS_PER_MAC (backward pass, validation and backups included), a job JOB_START_SECONDS more (all outside fit:
 # processes, TensorFlow, and ingest, halving and select spread over the jobs). From an idle default `make run`:
 # benchmarks/results.md.
 SECONDS_PER_MAC = 3.3e-11
 JOB_START_SECONDS = 13.0
-MISCLASSIFIED = 24  # the winner's most confident test mistakes kept in the selection record: one screenful in the report
+MISCLASSIFIED = (
+    24  # the winner's most confident test mistakes kept in the selection record: one screenful in the report
+)
 
 # Running each TFJob.
 TIMEOUT_SECONDS = 3600  # the TFJob's activeDeadlineSeconds
@@ -44,7 +53,9 @@ REPORT = Path("report.html")  # where `bakeoff report` writes the run's page
 PROGRESS_RUNS = "runs"  # below the work dir, one folder per watched `bakeoff run`: progress events and logs
 REPORTS = "reports"  # below the work dir, where `bakeoff run` writes each run's page as <run id>.html
 WORK_DIR = Path(".bakeoff")  # kfp.local's outputs and cache
-PROGRESS_REFRESH_PER_SECOND = 2.0  # `run`'s live display redraws this often: epochs take seconds, and each redraw reads every event file
+PROGRESS_REFRESH_PER_SECOND = (
+    2.0  # `run`'s live display redraws this often: epochs take seconds, and each redraw reads every event file
+)
 IMAGE = "ghcr.io/bakeoff/bakeoff:0.1.0"  # built from images/Dockerfile; the Makefile reads this line
 CLUSTER_STORE = "s3://mlpipeline/private/{namespace}/bakeoff"  # writable by a profile's keys on multi-user Kubeflow
 CLUSTER_S3_ENDPOINT = "seaweedfs.kubeflow:9000"  # KFP >= 2.16; a run-time parameter for older ones

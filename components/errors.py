@@ -1,4 +1,5 @@
 """User-facing errors: one line that says what is wrong and what to do."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """Progress events: each variant's state as JSON lines in a folder the CLI names, for its live display."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,15 @@ PROGRESS_DIR_ENV = "BAKEOFF_PROGRESS_DIR"
 EVENTS_SUFFIX = ".jsonl"
 LOG_SUFFIX = ".log"
 # The states a variant goes through, in order; "failed" may end any of them.
-STATES = ("waiting", "training", "paused", "stopped", "evaluating", "done", "failed")  # paused: its rung ended, halving decides
+STATES = (
+    "waiting",
+    "training",
+    "paused",
+    "stopped",
+    "evaluating",
+    "done",
+    "failed",
+)  # paused: its rung ended, halving decides
 
 
 def progress_dir() -> Path | None:

@@ -1,5 +1,6 @@
 """Search spaces: a variant field's ``choice``/``uniform``/``log_uniform``/``int_uniform`` as data, its grid or
 seeded samples, and the names they give."""
+
 from __future__ import annotations
 
 import collections.abc
@@ -127,7 +128,9 @@ def assignments(spaces: Mapping[str, Space], samples: int, seed: int, key: str) 
     """
     fields = list(spaces)
     if is_grid(spaces):
-        return [dict(zip(fields, values, strict=True)) for values in itertools.product(*(spaces[f].options for f in fields))]
+        return [
+            dict(zip(fields, values, strict=True)) for values in itertools.product(*(spaces[f].options for f in fields))
+        ]
     rng = random.Random(f"{seed}/{key}")  # a str seed is hashed with SHA-512: the same on every machine and run
     drawn: list[dict[str, Any]] = []
     for _ in range(samples * DRAWS_PER_SAMPLE):

@@ -1,4 +1,5 @@
 """Variant specs: YAML → strictly checked dataclasses, and back to plain dicts."""
+
 from __future__ import annotations
 
 import collections.abc
@@ -48,7 +49,9 @@ class Training:
     learning_rate: float = 0.001
     schedule: str = "constant"
     steps_per_execution: int = 64
-    random_flip: bool = False  # mirror half the training images left-right (clothes are symmetric); serve the mean over both mirrors
+    random_flip: bool = (
+        False  # mirror half the training images left-right (clothes are symmetric); serve the mean over both mirrors
+    )
     validation_freq: int = 1  # score the validation split every this many epochs (and always at a job's last epoch)
 
 
@@ -130,7 +133,11 @@ def _fill(cls: type, data: Any, where: _Where, prefix: str = "") -> Any:
             values[name] = _fill(kind, value, where, f"{prefix}{name}.")
         else:
             values[name] = _check_type(value, kind, where, f"{prefix}{name}")
-    missing = [n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise where.error(f"{prefix}{missing[0]}", "required field is missing")
     return cls(**values)
@@ -203,9 +210,12 @@ def _validate_model(variant: Variant, where: _Where) -> None:
         for index in range(len(model["filters"])):
             side = side - (kernel - 1)
             if side < 1:
-                raise where.error("model.filters", f"{len(model['filters'])} convolutions of kernel_size {kernel} leave no pixels of the"
-                                                   f" {IMAGE_SHAPE[0]}x{IMAGE_SHAPE[1]} image at convolution {index + 1}:"
-                                                   " list fewer filters or use a smaller kernel_size")
+                raise where.error(
+                    "model.filters",
+                    f"{len(model['filters'])} convolutions of kernel_size {kernel} leave no pixels of the"
+                    f" {IMAGE_SHAPE[0]}x{IMAGE_SHAPE[1]} image at convolution {index + 1}:"
+                    " list fewer filters or use a smaller kernel_size",
+                )
             if index < len(model["filters"]) - 1:
                 side //= 2
 
@@ -214,7 +224,9 @@ def _validate(variant: Variant, where: _Where) -> None:
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9_]*[a-z0-9])?", variant.name):
         raise where.error("name", "use lower-case letters, digits, '-' and '_' (it names TFJobs and store paths)")
     if len(variant.name) > MAX_NAME:
-        raise where.error("name", f"must be at most {MAX_NAME} characters (it names TFJobs and store paths), got {len(variant.name)}")
+        raise where.error(
+            "name", f"must be at most {MAX_NAME} characters (it names TFJobs and store paths), got {len(variant.name)}"
+        )
     _bounded(where, "workers", variant.workers, 1, MAX_WORKERS)
     training = variant.training
     _bounded(where, "training.epochs", training.epochs, 1, MAX_EPOCHS)
@@ -226,21 +238,33 @@ def _validate(variant: Variant, where: _Where) -> None:
     if training.learning_rate <= 0:
         raise where.error("training.learning_rate", f"must be positive, got {training.learning_rate}")
     if training.learning_rate > MAX_LEARNING_RATE:
-        raise where.error("training.learning_rate", f"must be at most {MAX_LEARNING_RATE:g}, got {training.learning_rate:g}")
+        raise where.error(
+            "training.learning_rate", f"must be at most {MAX_LEARNING_RATE:g}, got {training.learning_rate:g}"
+        )
     if training.optimizer not in OPTIMIZERS:
-        raise where.error("training.optimizer", f"unknown optimizer {training.optimizer!r} (known: {', '.join(OPTIMIZERS)})")
+        raise where.error(
+            "training.optimizer", f"unknown optimizer {training.optimizer!r} (known: {', '.join(OPTIMIZERS)})"
+        )
     if training.schedule not in SCHEDULES:
-        raise where.error("training.schedule", f"unknown schedule {training.schedule!r} (known: {', '.join(SCHEDULES)})")
+        raise where.error(
+            "training.schedule", f"unknown schedule {training.schedule!r} (known: {', '.join(SCHEDULES)})"
+        )
     _validate_model(variant, where)
     resources = variant.resources
     cpu = _quantity(resources.cpu)
     if cpu is None or not 0 < cpu <= MAX_CPU:
-        raise where.error("resources.cpu", f"must be a CPU quantity above 0 and at most {MAX_CPU} cores, e.g. \"2\" or \"500m\", got {resources.cpu!r}")
+        raise where.error(
+            "resources.cpu",
+            f'must be a CPU quantity above 0 and at most {MAX_CPU} cores, e.g. "2" or "500m", got {resources.cpu!r}',
+        )
     memory, (low, high) = _quantity(resources.memory), map(_quantity, MEMORY_LIMITS)
     assert low is not None and high is not None  # MEMORY_LIMITS are quantities
     if memory is None or not low <= memory <= high:
-        raise where.error("resources.memory", f"must be a memory quantity from {MEMORY_LIMITS[0]} to {MEMORY_LIMITS[1]},"
-                                              f" e.g. \"2Gi\" or \"512Mi\", got {resources.memory!r}")
+        raise where.error(
+            "resources.memory",
+            f"must be a memory quantity from {MEMORY_LIMITS[0]} to {MEMORY_LIMITS[1]},"
+            f' e.g. "2Gi" or "512Mi", got {resources.memory!r}',
+        )
     _bounded(where, "resources.gpu", resources.gpu, 0, MAX_GPUS)
 
 
@@ -287,7 +311,9 @@ def _merge(base: Mapping, override: Mapping) -> dict:
     merged = dict(base)
     for key, value in override.items():
         # A field's space replaces a default's space (or value) whole, as any other value would.
-        nested = isinstance(value, Mapping) and isinstance(merged.get(key), Mapping) and not set(value) & set(spaces.SPACES)
+        nested = (
+            isinstance(value, Mapping) and isinstance(merged.get(key), Mapping) and not set(value) & set(spaces.SPACES)
+        )
         merged[key] = _merge(merged[key], value) if nested else value
     return merged
 
@@ -327,7 +353,9 @@ def _parse_search(data: Any, where: _Where) -> Search:
     if fields.budget is not None:
         budget = _fill(_BudgetFields, fields.budget, where, "search.budget.").minutes
         if not math.isfinite(budget) or not 0 < budget <= MAX_BUDGET_MINUTES:
-            raise where.error("search.budget.minutes", f"must be above 0 and at most {MAX_BUDGET_MINUTES:g} (a week), got {budget}")
+            raise where.error(
+                "search.budget.minutes", f"must be above 0 and at most {MAX_BUDGET_MINUTES:g} (a week), got {budget}"
+            )
     return Search(fields.samples, fields.seed, halving, budget)
 
 
@@ -335,7 +363,13 @@ def _find_spaces(item: Mapping, where: _Where) -> dict[str, spaces.Space]:
     """Every field of a variant written as a search space, by dotted name; unknown fields are left to the strict
     parser."""
     found = {}
-    for key in ("model", "training", "resources", "workers", "name"):  # names and draws list model fields first, whatever the YAML's order
+    for key in (
+        "model",
+        "training",
+        "resources",
+        "workers",
+        "name",
+    ):  # names and draws list model fields first, whatever the YAML's order
         value = item.get(key)
         if key in ("model", "training", "resources") and isinstance(value, Mapping):
             kinds: Mapping[str, Any] = {}
@@ -343,14 +377,18 @@ def _find_spaces(item: Mapping, where: _Where) -> dict[str, spaces.Space]:
                 kinds = typing.get_type_hints(Training)
             elif key == "model":
                 if spaces.is_space(value.get("type")):
-                    raise where.error("model.type", "a search space cannot pick the architecture: write one variant per type")
+                    raise where.error(
+                        "model.type", "a search space cannot pick the architecture: write one variant per type"
+                    )
                 if isinstance(value.get("type"), str) and value["type"] in ARCHITECTURES:
                     kinds = typing.get_type_hints(ARCHITECTURES[value["type"]].config)
             for sub, subvalue in value.items():
                 if not spaces.is_space(subvalue):
                     continue
                 if key == "resources":
-                    raise where.error(f"resources.{sub}", "resources are not searched: they size the pods, not the model")
+                    raise where.error(
+                        f"resources.{sub}", "resources are not searched: they size the pods, not the model"
+                    )
                 if sub in kinds:
                     found[f"{key}.{sub}"] = spaces.parse_space(subvalue, kinds[sub], f"{key}.{sub}", where)
         elif key == "name" and spaces.is_space(value):
@@ -381,7 +419,9 @@ def _expand(item: Any, where: _Where, search: Search) -> list[tuple[Variant, Exp
     found = _find_spaces(item, named)
     if search.halving:
         if "training.epochs" in found:
-            raise named.error("training.epochs", "search.halving trains every variant to its max_epochs: remove this search space")
+            raise named.error(
+                "training.epochs", "search.halving trains every variant to its max_epochs: remove this search space"
+            )
         item = _merge(item, {"training": {"epochs": search.halving.max_epochs}})
     if not found:
         return [(parse_variant(item, where), Expansion(base, {}))]
@@ -392,8 +432,11 @@ def _expand(item: Any, where: _Where, search: Search) -> list[tuple[Variant, Exp
             parse_variant(_assign(item, first | {field: value}), where)
     grid = spaces.is_grid(found)
     if grid and spaces.grid_size(found) > MAX_VARIANTS:
-        raise named.error(" × ".join(found), f"the grid gives {spaces.grid_size(found)} variants, more than {MAX_VARIANTS}:"
-                                            " list fewer choices, or add a uniform space and sample")
+        raise named.error(
+            " × ".join(found),
+            f"the grid gives {spaces.grid_size(found)} variants, more than {MAX_VARIANTS}:"
+            " list fewer choices, or add a uniform space and sample",
+        )
     expanded = []
     for index, values in enumerate(spaces.assignments(found, search.samples, search.seed, base)):
         name = spaces.variant_name(base, values, index, MAX_NAME)
@@ -417,12 +460,18 @@ def parse_config(document: Any, source: str) -> Config:
     if not isinstance(items, list) or not items:
         raise where.error("variants", "expected a non-empty list of variants")
     search = _parse_search(document["search"], where) if document.get("search") is not None else None
-    expanded = [pair for item in items
-                for pair in _expand(_merge(defaults_, item) if isinstance(item, Mapping) else item, where, search or Search())]
+    expanded = [
+        pair
+        for item in items
+        for pair in _expand(_merge(defaults_, item) if isinstance(item, Mapping) else item, where, search or Search())
+    ]
     variants = [variant for variant, _ in expanded]
     _check_unique(variants, where)
     if len(variants) > MAX_VARIANTS:
-        raise where.error("variants", f"expand to {len(variants)} variants, more than {MAX_VARIANTS}: lower search.samples or list fewer choices")
+        raise where.error(
+            "variants",
+            f"expand to {len(variants)} variants, more than {MAX_VARIANTS}: lower search.samples or list fewer choices",
+        )
     return Config(variants, search, {variant.name: expansion for variant, expansion in expanded}, source)
 
 
@@ -456,13 +505,19 @@ def load_config(path: Path) -> Config:
         with path.open("rb") as handle:
             data = handle.read(MAX_CONFIG_BYTES + 1)  # bounded: --config /dev/zero must not fill the memory
     except OSError as error:
-        raise BakeoffError(f"cannot read config {str(path)!r} ({error.strerror}): pass an existing YAML file to --config") from None
+        raise BakeoffError(
+            f"cannot read config {str(path)!r} ({error.strerror}): pass an existing YAML file to --config"
+        ) from None
     if len(data) > MAX_CONFIG_BYTES:
-        raise BakeoffError(f"config {str(path)!r} is larger than {MAX_CONFIG_BYTES // 2**20} MiB: pass the variants YAML to --config")
+        raise BakeoffError(
+            f"config {str(path)!r} is larger than {MAX_CONFIG_BYTES // 2**20} MiB: pass the variants YAML to --config"
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise BakeoffError(f"config {str(path)!r} is not UTF-8 text (byte {error.start}): pass the variants YAML to --config") from None
+        raise BakeoffError(
+            f"config {str(path)!r} is not UTF-8 text (byte {error.start}): pass the variants YAML to --config"
+        ) from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:

@@ -1,4 +1,5 @@
 """TensorFlow's environment, set before its first import: a quiet start, above all on a machine without CUDA."""
+
 from __future__ import annotations
 
 import ctypes.util

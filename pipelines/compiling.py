@@ -1,4 +1,5 @@
 """Compiling the pipeline to KFP IR YAML for a cluster (the file the UI's "Upload pipeline" takes)."""
+
 from __future__ import annotations
 
 import os
@@ -35,7 +36,9 @@ def compile_pipeline(
 
     loaded = planned(config)
     variants = [variant.to_dict() for variant in loaded.variants]
-    pipeline = build_pipeline(parallelism=parallelism, variants=variants, image=image, cluster=cluster, search=loaded.search)
+    pipeline = build_pipeline(
+        parallelism=parallelism, variants=variants, image=image, cluster=cluster, search=loaded.search
+    )
     partial = output.with_name(f".{output.stem}.partial.yaml")
     try:
         compiler.Compiler().compile(pipeline, str(partial))
@@ -67,7 +70,9 @@ def check_backends(ir_yaml: str) -> None:
     for version in conformance.SUPPORTED:
         found = conformance.violations(spec, conformance.BACKENDS[version])
         if found:
-            raise BakeoffError(f"the compiled pipeline would fail on KFP {version} ({found[0]}): fix the pipeline or the config")
+            raise BakeoffError(
+                f"the compiled pipeline would fail on KFP {version} ({found[0]}): fix the pipeline or the config"
+            )
 
 
 def compiled_text(**settings: Any) -> str:

@@ -18,6 +18,7 @@ release tags of ``SUPPORTED`` (the table in docs/kubeflow.md):
   (``dsl.Collected``) from KFP 2.14 on; earlier drivers skip ParallelFor DAGs
   (``getDAGTasks``: "ParallelFor outputs should be handled with dsl.Collected").
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,10 +37,15 @@ KIND_OF_TYPE = {
     "TASK_FINAL_STATUS": "struct",
     "TASK_CONFIG": "struct",
 }
-_PLACEHOLDERS_2_5 = frozenset({
-    "{{$.pipeline_job_name}}", "{{$.pipeline_job_resource_name}}", "{{$.pipeline_job_uuid}}",
-    "{{$.pipeline_task_name}}", "{{$.pipeline_task_uuid}}",
-})
+_PLACEHOLDERS_2_5 = frozenset(
+    {
+        "{{$.pipeline_job_name}}",
+        "{{$.pipeline_job_resource_name}}",
+        "{{$.pipeline_job_uuid}}",
+        "{{$.pipeline_task_name}}",
+        "{{$.pipeline_task_uuid}}",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,10 +65,16 @@ BACKENDS = {
     "2.5.0": KfpBackend("2.5.0", _PLACEHOLDERS_2_5, collected=False),  # Kubeflow 1.10.1, 1.10.2
     "2.14.0": KfpBackend("2.14.0", _PLACEHOLDERS_2_5, collected=True),
     "2.15.0": KfpBackend("2.15.0", _PLACEHOLDERS_2_5, collected=True),  # also Kubeflow 1.11.0
-    "2.16.0": KfpBackend("2.16.0", _PLACEHOLDERS_2_5 | {"{{$.pipeline_job_create_time_utc}}", "{{$.pipeline_job_schedule_time_utc}}"},
-                         collected=True),
-    "2.17.0": KfpBackend("2.17.0", _PLACEHOLDERS_2_5 | {"{{$.pipeline_job_create_time_utc}}", "{{$.pipeline_job_schedule_time_utc}}"},
-                         collected=True),
+    "2.16.0": KfpBackend(
+        "2.16.0",
+        _PLACEHOLDERS_2_5 | {"{{$.pipeline_job_create_time_utc}}", "{{$.pipeline_job_schedule_time_utc}}"},
+        collected=True,
+    ),
+    "2.17.0": KfpBackend(
+        "2.17.0",
+        _PLACEHOLDERS_2_5 | {"{{$.pipeline_job_create_time_utc}}", "{{$.pipeline_job_schedule_time_utc}}"},
+        collected=True,
+    ),
 }
 SUPPORTED = ("2.5.0", "2.14.0", "2.15.0", "2.16.0", "2.17.0")  # 2.4.1 fails the placeholder rule
 
@@ -165,8 +177,9 @@ def _source_elements(source: dict, scope: _Scope) -> str | None:
     return None
 
 
-def _produced_kind(source: dict, scope: _Scope, tasks: dict, components: dict,
-                   backend: KfpBackend) -> tuple[str | None, str | None]:
+def _produced_kind(
+    source: dict, scope: _Scope, tasks: dict, components: dict, backend: KfpBackend
+) -> tuple[str | None, str | None]:
     """(the kind of value a task input resolves to, or why the backend cannot resolve it)."""
     if "componentInputParameter" in source:
         name = source["componentInputParameter"]
@@ -185,9 +198,15 @@ def _produced_kind(source: dict, scope: _Scope, tasks: dict, components: dict,
             return None, f"reads an output of {output['producerTask']!r}, which is not a task of {scope.path}"
         component = components[producer["componentRef"]["name"]]
         if producer.get("parameterIterator") and not backend.collected:
-            return None, f"fans in a ParallelFor's outputs (dsl.Collected), which {backend} does not resolve (needs KFP 2.14)"
+            return (
+                None,
+                f"fans in a ParallelFor's outputs (dsl.Collected), which {backend} does not resolve (needs KFP 2.14)",
+            )
         declared = component.get("outputDefinitions", {}).get("parameters", {}).get(output["outputParameterKey"])
         if declared is None:
-            return None, f"reads output {output['outputParameterKey']!r}, which {output['producerTask']!r} does not declare"
+            return (
+                None,
+                f"reads output {output['outputParameterKey']!r}, which {output['producerTask']!r} does not declare",
+            )
         return KIND_OF_TYPE[declared["parameterType"]], None
     return None, None  # task final status and other sources carry no parameter value to check

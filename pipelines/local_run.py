@@ -1,4 +1,5 @@
 """Runs the pipeline on this machine with kfp.local; each TFJob's replicas become local processes."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,5 +1,6 @@
 """The bake-off pipeline: check → ingest → train-variants (ParallelFor of TFJobs), per rung of a halving search →
 select and publish."""
+
 import dataclasses
 
 from kfp import dsl
@@ -52,9 +53,13 @@ def build_pipeline(
     last rung's variants. Without it there is one sub-pipeline, as always.
     """
     halving = search.halving if search else None
-    compiled = len(variants)  # the rungs' keeps hold for this many; the pipeline's own ``variants`` parameter shadows the list
+    compiled = len(
+        variants
+    )  # the rungs' keeps hold for this many; the pipeline's own ``variants`` parameter shadows the list
     plan: list[Rung | None] = list(schedule(compiled, halving)) if halving else [None]
-    check_op, ingest_op, train_op, halve_op, select_op = (as_component(func, image) for func in (check, ingest, train, halve, select))
+    check_op, ingest_op, train_op, halve_op, select_op = (
+        as_component(func, image) for func in (check, ingest, train, halve, select)
+    )
 
     def on_cluster(task: dsl.PipelineTask) -> dsl.PipelineTask:
         if cluster is not None:
@@ -70,9 +75,12 @@ def build_pipeline(
         resuming."""
         until = {} if rung is None else {"stop_epoch": rung.epochs, "rung": rung.index}
 
-        @dsl.pipeline(name="train-variants" if rung is None else f"rung-{rung.index}",
-                      description="One multi-worker TFJob per variant." if rung is None else
-                      f"Trains {rung.entering} variants until epoch {rung.epochs} and keeps the best {rung.keep}.")
+        @dsl.pipeline(
+            name="train-variants" if rung is None else f"rung-{rung.index}",
+            description="One multi-worker TFJob per variant."
+            if rung is None
+            else f"Trains {rung.entering} variants until epoch {rung.epochs} and keeps the best {rung.keep}.",
+        )
         def trainer(
             variants: list[dict],
             data: dsl.Input[dsl.Dataset],
@@ -86,20 +94,22 @@ def build_pipeline(
             # The items are this sub-pipeline's list[dict] input, so each is typed STRUCT, as train's variant is,
             # also where a halve step's output feeds it (the KFP driver refuses a string item for a STRUCT input).
             with dsl.ParallelFor(variants, parallelism=parallelism) as variant:
-                trained = on_cluster(train_op(
-                    variant=variant,
-                    data=data,
-                    store=store,
-                    s3_endpoint=s3_endpoint,
-                    run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                    image=image,
-                    max_train_examples=max_train_examples,
-                    concurrent_jobs=parallelism,
-                    timeout_seconds=timeout_seconds,
-                    backend=backend,
-                    trainer=trainer,
-                    **until,
-                ))
+                trained = on_cluster(
+                    train_op(
+                        variant=variant,
+                        data=data,
+                        store=store,
+                        s3_endpoint=s3_endpoint,
+                        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                        image=image,
+                        max_train_examples=max_train_examples,
+                        concurrent_jobs=parallelism,
+                        timeout_seconds=timeout_seconds,
+                        backend=backend,
+                        trainer=trainer,
+                        **until,
+                    )
+                )
                 trained.set_caching_options(False)
 
         return trainer
@@ -125,27 +135,36 @@ def build_pipeline(
         trainer: str = defaults.TRAINER,
     ) -> str:
         # What a UI or SDK user may set is checked first, against what was compiled in: a mismatch costs no ingest.
-        checked = on_cluster(check_op(
-            variants=variants,
-            store=store,
-            s3_endpoint=s3_endpoint,
-            model_name=model_name,
-            source=source,
-            validation_size=validation_size,
-            shards=shards,
-            max_train_examples=max_train_examples,
-            metric=metric,
-            min_improvement=min_improvement,
-            force_publish=force_publish,
-            timeout_seconds=timeout_seconds,
-            backend=backend,
-            trainer=trainer,
-            halving=dataclasses.asdict(halving) if halving else {},
-            compiled_variants=compiled,
-        ))
+        checked = on_cluster(
+            check_op(
+                variants=variants,
+                store=store,
+                s3_endpoint=s3_endpoint,
+                model_name=model_name,
+                source=source,
+                validation_size=validation_size,
+                shards=shards,
+                max_train_examples=max_train_examples,
+                metric=metric,
+                min_improvement=min_improvement,
+                force_publish=force_publish,
+                timeout_seconds=timeout_seconds,
+                backend=backend,
+                trainer=trainer,
+                halving=dataclasses.asdict(halving) if halving else {},
+                compiled_variants=compiled,
+            )
+        )
         checked.set_caching_options(False)  # it opens the store, whose reachability a cached success would not prove
-        data = on_cluster(ingest_op(source=source, source_digest=source_digest, validation_size=validation_size,
-                                    shards=shards, seed=defaults.SEED).after(checked))
+        data = on_cluster(
+            ingest_op(
+                source=source,
+                source_digest=source_digest,
+                validation_size=validation_size,
+                shards=shards,
+                seed=defaults.SEED,
+            ).after(checked)
+        )
         entering = variants
         for rung, train_rung in zip(plan, trainers, strict=True):
             trained = train_rung(
@@ -161,28 +180,32 @@ def build_pipeline(
             if rung is None or rung is plan[-1]:
                 break
             # Each next step waits for the whole rung, then reads its results back from the store (no dsl.Collected).
-            halved = on_cluster(halve_op(
-                variants=entering,
-                store=store,
-                s3_endpoint=s3_endpoint,
-                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                rung=rung.index,
-                keep=rung.keep,
-                metric=metric,
-            ).after(trained))
+            halved = on_cluster(
+                halve_op(
+                    variants=entering,
+                    store=store,
+                    s3_endpoint=s3_endpoint,
+                    run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                    rung=rung.index,
+                    keep=rung.keep,
+                    metric=metric,
+                ).after(trained)
+            )
             halved.set_caching_options(False)
             entering = halved.output
-        selected = on_cluster(select_op(
-            variants=entering,
-            data=data.outputs["data"],
-            store=store,
-            s3_endpoint=s3_endpoint,
-            model_name=model_name,
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            metric=metric,
-            min_improvement=min_improvement,
-            force_publish=force_publish,
-        ).after(trained))
+        selected = on_cluster(
+            select_op(
+                variants=entering,
+                data=data.outputs["data"],
+                store=store,
+                s3_endpoint=s3_endpoint,
+                model_name=model_name,
+                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                metric=metric,
+                min_improvement=min_improvement,
+                force_publish=force_publish,
+            ).after(trained)
+        )
         selected.set_caching_options(False)
         return selected.outputs["Output"]
 

@@ -1,4 +1,5 @@
 """Shared fixtures: the real Fashion-MNIST, a pinned SeaweedFS S3 server on loopback, both stores."""
+
 from __future__ import annotations
 
 import io
@@ -28,7 +29,9 @@ WEED_KEYS = {"AWS_ACCESS_KEY_ID": "bakeoff-test", "AWS_SECRET_ACCESS_KEY": "bake
 NO_LOCATION_USER = "no-location"
 WEED_NO_LOCATION_KEYS = {"AWS_ACCESS_KEY_ID": "no-location", "AWS_SECRET_ACCESS_KEY": "no-location-secret"}
 WEED_START_TIMEOUT = 60.0  # seconds; it is ready in about 2 s here
-WEED_STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL: its graceful stop takes ~30 s (gRPC streams), its data is throwaway
+WEED_STOP_GRACE = (
+    2.0  # seconds between SIGTERM and SIGKILL: its graceful stop takes ~30 s (gRPC streams), its data is throwaway
+)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -77,10 +80,13 @@ def small_dataset(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
 
 def _weed_config(keys: dict[str, str], no_location_keys: dict[str, str]) -> dict:
     """SeaweedFS's identities: an admin, and a user whose IAM policy denies exactly GetBucketLocation."""
-    everything_but_location = {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
-        {"Effect": "Deny", "Action": "s3:GetBucketLocation", "Resource": "*"},
-    ]}
+    everything_but_location = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+            {"Effect": "Deny", "Action": "s3:GetBucketLocation", "Resource": "*"},
+        ],
+    }
 
     def identity(name: str, user_keys: dict[str, str], **rights: list[str]) -> dict:
         credentials = [{"accessKey": user_keys["AWS_ACCESS_KEY_ID"], "secretKey": user_keys["AWS_SECRET_ACCESS_KEY"]}]
@@ -91,7 +97,9 @@ def _weed_config(keys: dict[str, str], no_location_keys: dict[str, str]) -> dict
             identity("bakeoff", keys, actions=["Admin"]),
             # An attached policy makes SeaweedFS judge each request by its exact S3 action
             # (GetBucketLocation is otherwise just one more "Read").
-            identity(NO_LOCATION_USER, no_location_keys, actions=["Read", "Write", "List"], policyNames=[NO_LOCATION_USER]),
+            identity(
+                NO_LOCATION_USER, no_location_keys, actions=["Read", "Write", "List"], policyNames=[NO_LOCATION_USER]
+            ),
         ],
         "policies": [{"name": NO_LOCATION_USER, "content": json.dumps(everything_but_location)}],
     }
@@ -108,8 +116,20 @@ class WeedServer:
         self.data.mkdir(parents=True, exist_ok=True)
         # Every listener on a port of its own: weed's defaults (9333, 8080, 8888, 8333, 8111 and +10000 for gRPC)
         # would clash with another suite or server on this machine.
-        self.ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc",
-                                                      "filer", "filer.grpc", "s3", "s3.grpc", "iam")}
+        self.ports = {
+            name: free_port()
+            for name in (
+                "master",
+                "master.grpc",
+                "volume",
+                "volume.grpc",
+                "filer",
+                "filer.grpc",
+                "s3",
+                "s3.grpc",
+                "iam",
+            )
+        }
         self.endpoint = f"127.0.0.1:{self.ports['s3']}"
         self.iam_endpoint = f"127.0.0.1:{self.ports['iam']}"
         self.keys = dict(WEED_KEYS)
@@ -130,15 +150,29 @@ class WeedServer:
         # A file's identities are static: SeaweedFS then ignores those its IAM API writes to the filer.
         identities = ["-iam", f"-iam.port={port['iam']}"] if self.kfp else [f"-s3.config={self.config}"]
         return [
-            self.binary(), "server", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-master.port={port['master']}", f"-master.port.grpc={port['master.grpc']}",
-            f"-volume.port={port['volume']}", f"-volume.port.grpc={port['volume.grpc']}",
-            "-filer", f"-filer.port={port['filer']}", f"-filer.port.grpc={port['filer.grpc']}",
+            self.binary(),
+            "server",
+            f"-dir={self.data}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-master.port={port['master']}",
+            f"-master.port.grpc={port['master.grpc']}",
+            f"-volume.port={port['volume']}",
+            f"-volume.port.grpc={port['volume.grpc']}",
+            "-filer",
+            f"-filer.port={port['filer']}",
+            f"-filer.port.grpc={port['filer.grpc']}",
             f"-filer.localSocket={self.root / 'filer.sock'}",
-            "-s3", f"-s3.port={port['s3']}", f"-s3.port.grpc={port['s3.grpc']}", "-s3.port.iceberg=0",
-            f"-s3.localSocket={self.root / 's3.sock'}", *identities,
+            "-s3",
+            f"-s3.port={port['s3']}",
+            f"-s3.port.grpc={port['s3.grpc']}",
+            "-s3.port.iceberg=0",
+            f"-s3.localSocket={self.root / 's3.sock'}",
+            *identities,
             # Small volumes, and room for every bucket's first growth (7 volumes a collection).
-            "-master.volumeSizeLimitMB=64", "-volume.max=64", "-volume.preStopSeconds=0",
+            "-master.volumeSizeLimitMB=64",
+            "-volume.max=64",
+            "-volume.preStopSeconds=0",
             # A restarted single master re-elects itself only after this timeout (10 s by default).
             "-master.electionTimeout=1s",
         ]
@@ -151,8 +185,13 @@ class WeedServer:
         env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env)
-        client = minio.Minio(self.endpoint, secure=False, access_key=self.keys["AWS_ACCESS_KEY_ID"],
-                             secret_key=self.keys["AWS_SECRET_ACCESS_KEY"], region="us-east-1")
+        client = minio.Minio(
+            self.endpoint,
+            secure=False,
+            access_key=self.keys["AWS_ACCESS_KEY_ID"],
+            secret_key=self.keys["AWS_SECRET_ACCESS_KEY"],
+            region="us-east-1",
+        )
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:
@@ -171,17 +210,28 @@ class WeedServer:
                 time.sleep(0.2)
         if self.kfp:
             # As KFP's postStart hook: the admin pair, through `weed shell` (until then SeaweedFS checks no keys).
-            self.shell(f"s3.configure -user kubeflow-admin -access_key {self.keys['AWS_ACCESS_KEY_ID']}"
-                       f" -secret_key {self.keys['AWS_SECRET_ACCESS_KEY']} -actions Admin -apply")
+            self.shell(
+                f"s3.configure -user kubeflow-admin -access_key {self.keys['AWS_ACCESS_KEY_ID']}"
+                f" -secret_key {self.keys['AWS_SECRET_ACCESS_KEY']} -actions Admin -apply"
+            )
             self.wait_for_keys(self.keys, deadline)
 
     def shell(self, commands: str) -> str:
         """Runs `weed shell` commands (given on its input, keys never on a command line) against this server."""
         port = self.ports
         done = subprocess.run(
-            [self.binary(), "shell", f"-master=127.0.0.1:{port['master']}.{port['master.grpc']}",
-             f"-filer=127.0.0.1:{port['filer']}.{port['filer.grpc']}"],
-            input=f"{commands}\n", capture_output=True, text=True, timeout=WEED_START_TIMEOUT, check=False)
+            [
+                self.binary(),
+                "shell",
+                f"-master=127.0.0.1:{port['master']}.{port['master.grpc']}",
+                f"-filer=127.0.0.1:{port['filer']}.{port['filer.grpc']}",
+            ],
+            input=f"{commands}\n",
+            capture_output=True,
+            text=True,
+            timeout=WEED_START_TIMEOUT,
+            check=False,
+        )
         if done.returncode != 0 or "error" in done.stdout.lower():
             raise RuntimeError(f"weed shell {commands.split()[0]} failed: {(done.stdout + done.stderr).strip()[-500:]}")
         return done.stdout
@@ -191,8 +241,13 @@ class WeedServer:
         import minio
         import minio.error
 
-        client = minio.Minio(self.endpoint, secure=False, access_key=keys["AWS_ACCESS_KEY_ID"],
-                             secret_key=keys["AWS_SECRET_ACCESS_KEY"], region="us-east-1")
+        client = minio.Minio(
+            self.endpoint,
+            secure=False,
+            access_key=keys["AWS_ACCESS_KEY_ID"],
+            secret_key=keys["AWS_SECRET_ACCESS_KEY"],
+            region="us-east-1",
+        )
         while True:
             try:
                 # A GET, not a HEAD: a HEAD's refusal has no body to tell unknown keys from a denial.
@@ -202,7 +257,9 @@ class WeedServer:
                 if error.code not in ("InvalidAccessKeyId", "SignatureDoesNotMatch"):
                     return  # known, merely not allowed there
             if time.monotonic() > deadline:
-                raise RuntimeError(f"weed server did not take keys {keys['AWS_ACCESS_KEY_ID']!r} in time: see {self.log}")
+                raise RuntimeError(
+                    f"weed server did not take keys {keys['AWS_ACCESS_KEY_ID']!r} in time: see {self.log}"
+                )
             time.sleep(0.2)
 
     def kill(self) -> None:
@@ -255,8 +312,10 @@ def kfp_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KfpStore]:
     server = WeedServer(tmp_path_factory.mktemp("weed-kfp"), buckets=buckets, kfp=True)
     try:
         server.start()
-        yield KfpStore(server, {setup.name: store_policies.make_profile_keys(server, setup)
-                                for setup in store_policies.PROFILE_SETUPS})
+        yield KfpStore(
+            server,
+            {setup.name: store_policies.make_profile_keys(server, setup) for setup in store_policies.PROFILE_SETUPS},
+        )
     finally:
         server.stop()
 

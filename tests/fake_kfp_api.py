@@ -1,4 +1,5 @@
 """A stand-in KFP v2beta1 REST API on loopback that checks every request against KFP's own swagger spec."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,7 +66,10 @@ def _strict(schema: Any) -> Any:
         return [_strict(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    schema = {key: _strict(value) if key != "properties" else {k: _strict(v) for k, v in value.items()} for key, value in schema.items()}
+    schema = {
+        key: _strict(value) if key != "properties" else {k: _strict(v) for k, v in value.items()}
+        for key, value in schema.items()
+    }
     if "properties" in schema:
         schema.setdefault("additionalProperties", False)
     return schema
@@ -107,7 +111,11 @@ def _parse_pipeline_spec(document: Any) -> dict:
 
     if not isinstance(document, dict):
         raise ApiError(400, "Invalid input error: pipeline spec is not an object")
-    spec, platform = (document["pipeline_spec"], document.get("platform_spec", {})) if "pipeline_spec" in document else (document, {})
+    spec, platform = (
+        (document["pipeline_spec"], document.get("platform_spec", {}))
+        if "pipeline_spec" in document
+        else (document, {})
+    )
     try:
         json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
         json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())
@@ -195,7 +203,10 @@ class FakeKfpApi:
 
     def created(self) -> dict[str, int]:
         """How many of each thing exist: the tests' measure of "nothing was created"."""
-        return {kind: len(getattr(self, kind)) for kind in ("pipelines", "versions", "experiments", "runs", "recurring_runs")}
+        return {
+            kind: len(getattr(self, kind))
+            for kind in ("pipelines", "versions", "experiments", "runs", "recurring_runs")
+        }
 
     # ------------------------------------------------------------------------------------------ the spec
 
@@ -211,8 +222,9 @@ class FakeKfpApi:
         return sorted(operations, key=lambda op: len(op.path_names))  # literal segments win over parameters
 
     def _validator(self, schema: dict, definitions: dict) -> jsonschema.Draft4Validator:
-        return jsonschema.Draft4Validator({"allOf": [schema], "definitions": definitions},
-                                          format_checker=jsonschema.Draft4Validator.FORMAT_CHECKER)
+        return jsonschema.Draft4Validator(
+            {"allOf": [schema], "definitions": definitions}, format_checker=jsonschema.Draft4Validator.FORMAT_CHECKER
+        )
 
     def _check(self, operation: str, kind: str, schema: dict, value: Any) -> None:
         errors = sorted(self._validator(_protojson(schema), self._request_definitions).iter_errors(value), key=str)
@@ -232,13 +244,19 @@ class FakeKfpApi:
             value = items[-1]
             kind = declared[name].get("type")
             if kind == "integer" and not re.fullmatch(r"-?\d+", value):
-                self.violations.append(Violation(operation.operation_id, "query", f"{name}={value!r} is not an integer"))
+                self.violations.append(
+                    Violation(operation.operation_id, "query", f"{name}={value!r} is not an integer")
+                )
                 raise ApiError(400, f"Invalid input error: {name} is not an integer")
             if kind == "boolean" and value not in ("true", "false"):
                 self.violations.append(Violation(operation.operation_id, "query", f"{name}={value!r} is not a boolean"))
                 raise ApiError(400, f"Invalid input error: {name} is not a boolean")
             if "enum" in declared[name] and value not in declared[name]["enum"]:
-                self.violations.append(Violation(operation.operation_id, "query", f"{name}={value!r} is not one of {declared[name]['enum']}"))
+                self.violations.append(
+                    Violation(
+                        operation.operation_id, "query", f"{name}={value!r} is not one of {declared[name]['enum']}"
+                    )
+                )
                 raise ApiError(400, f"Invalid input error: bad {name}")
             values[name] = value
         if values.get("filter"):
@@ -274,13 +292,20 @@ class FakeKfpApi:
             self.authorization_headers.append(request.headers.get("Authorization"))
         refusal = self._refusal(operation, request.headers)
         if refusal:
-            return self._error(request, operation, refusal, "Unauthenticated" if refusal == 401 else "PermissionDenied: access to the namespace is forbidden")
+            return self._error(
+                request,
+                operation,
+                refusal,
+                "Unauthenticated" if refusal == 401 else "PermissionDenied: access to the namespace is forbidden",
+            )
         try:
             query = self._check_query(operation, urllib.parse.parse_qs(url.query, keep_blank_values=True))
             payload = self._payload(operation, request.headers, body)
             handler: Callable[..., dict] | None = getattr(self, f"op_{operation.operation_id}", None)
             if handler is None:
-                self.violations.append(Violation(operation.operation_id, "unimplemented", "the fake does not serve this operation"))
+                self.violations.append(
+                    Violation(operation.operation_id, "unimplemented", "the fake does not serve this operation")
+                )
                 raise ApiError(501, f"{operation.operation_id} is not implemented by the fake")
             with self._lock:
                 try:
@@ -298,7 +323,9 @@ class FakeKfpApi:
         for operation in self.operations:
             match = operation.pattern.match(path)
             if operation.method == method and match:
-                return operation, dict(zip(operation.path_names, map(urllib.parse.unquote, match.groups()), strict=True))
+                return operation, dict(
+                    zip(operation.path_names, map(urllib.parse.unquote, match.groups()), strict=True)
+                )
         return None, {}
 
     def _refusal(self, operation: Operation, headers: Any) -> int | None:
@@ -306,7 +333,9 @@ class FakeKfpApi:
             return None
         if self.token or self.cookie:
             bearer = self.token is not None and headers.get("Authorization") == f"Bearer {self.token}"
-            cookie = self.cookie is not None and self.cookie in [c.strip() for c in (headers.get("Cookie") or "").split(";")]
+            cookie = self.cookie is not None and self.cookie in [
+                c.strip() for c in (headers.get("Cookie") or "").split(";")
+            ]
             if not (bearer or cookie):
                 return 401
         return 403 if self.forbidden else None
@@ -322,7 +351,9 @@ class FakeKfpApi:
                 raise ApiError(400, "Invalid input error: unexpected body")
             return None
         if not (headers.get("Content-Type") or "").startswith("application/json"):
-            self.violations.append(Violation(operation.operation_id, "body", f"Content-Type {headers.get('Content-Type')!r}"))
+            self.violations.append(
+                Violation(operation.operation_id, "body", f"Content-Type {headers.get('Content-Type')!r}")
+            )
             raise ApiError(400, "Invalid input error: body is not JSON")
         try:
             document = json.loads(body)
@@ -339,15 +370,26 @@ class FakeKfpApi:
             self.violations.append(Violation(operation.operation_id, "upload", f"Content-Type {content_type!r}"))
             raise ApiError(400, "Failed to read pipeline from file")
         message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-            b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
-        files: dict[Any, tuple[str | None, Any]] = {part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
-                 for part in message.iter_parts()}
+            b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body
+        )
+        files: dict[Any, tuple[str | None, Any]] = {
+            part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
+            for part in message.iter_parts()
+        }
         if set(files) != {"uploadfile"} or not files["uploadfile"][0]:
-            self.violations.append(Violation(operation.operation_id, "upload", f"form fields {sorted(map(str, files))}; the spec has one file, uploadfile"))
+            self.violations.append(
+                Violation(
+                    operation.operation_id,
+                    "upload",
+                    f"form fields {sorted(map(str, files))}; the spec has one file, uploadfile",
+                )
+            )
             raise ApiError(400, "Failed to read pipeline from file")
         filename, content = files["uploadfile"]
         if not filename or not filename.endswith((".yaml", ".yml")):
-            self.violations.append(Violation(operation.operation_id, "upload", f"{filename!r}: the fake reads YAML packages only"))
+            self.violations.append(
+                Violation(operation.operation_id, "upload", f"{filename!r}: the fake reads YAML packages only")
+            )
             raise ApiError(400, "Failed to read a pipeline spec file")
         try:
             documents = list(yaml.safe_load_all(content))
@@ -355,7 +397,9 @@ class FakeKfpApi:
             self.violations.append(Violation(operation.operation_id, "upload", "not YAML"))
             raise ApiError(400, "Failed to read a pipeline spec file") from None
         try:
-            spec = _parse_pipeline_spec({"pipeline_spec": documents[0], "platform_spec": documents[1] if len(documents) > 1 else {}})
+            spec = _parse_pipeline_spec(
+                {"pipeline_spec": documents[0], "platform_spec": documents[1] if len(documents) > 1 else {}}
+            )
         except ApiError as error:
             self.violations.append(Violation(operation.operation_id, "upload", error.message))
             raise
@@ -368,7 +412,9 @@ class FakeKfpApi:
         if errors:
             self.violations.append(Violation(operation.operation_id, "response", errors[0].message))
 
-    def _error(self, request: http.server.BaseHTTPRequestHandler, operation: Operation | None, status: int, message: str) -> None:
+    def _error(
+        self, request: http.server.BaseHTTPRequestHandler, operation: Operation | None, status: int, message: str
+    ) -> None:
         document: dict[str, Any]
         if operation is not None and operation.operation_id in UPLOAD_OPERATIONS:
             document = {"error_message": message, "error_details": message}
@@ -377,8 +423,13 @@ class FakeKfpApi:
         self._reply(request, status, json.dumps(document).encode(), "application/json")
 
     @staticmethod
-    def _reply(request: http.server.BaseHTTPRequestHandler, status: int, data: bytes, content_type: str,
-               headers: dict[str, str] | None = None) -> None:
+    def _reply(
+        request: http.server.BaseHTTPRequestHandler,
+        status: int,
+        data: bytes,
+        content_type: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         request.send_response(status)
         for name, value in (headers or {}).items():
             request.send_header(name, value)
@@ -409,7 +460,7 @@ class FakeKfpApi:
             items = sorted(items, key=lambda item: (item.get(field) or "", item["_seq"]), reverse=direction == "desc")
         start = int(query.get("page_token") or 0)
         size = int(query.get("page_size") or 0) or len(items) or 1
-        page = items[start:start + size]
+        page = items[start : start + size]
         answer: dict[str, Any] = {"total_size": len(items)}
         if page:
             answer[key] = [{k: v for k, v in item.items() if not k.startswith("_")} for item in page]
@@ -440,8 +491,14 @@ class FakeKfpApi:
             raise ApiError(400, "Invalid input error: Experiment namespace is empty in multi-user mode")
         if any(e["display_name"] == name and e.get("namespace", "") == namespace for e in self.experiments.values()):
             raise ApiError(409, f"Already exist error: experiment {name!r} exists")
-        experiment = {"experiment_id": str(uuid.uuid4()), "display_name": name, "namespace": namespace,
-                      "created_at": _now(), "storage_state": "AVAILABLE", "_seq": self._seq()}
+        experiment = {
+            "experiment_id": str(uuid.uuid4()),
+            "display_name": name,
+            "namespace": namespace,
+            "created_at": _now(),
+            "storage_state": "AVAILABLE",
+            "_seq": self._seq(),
+        }
         if body.get("description"):
             experiment["description"] = body["description"]
         self.experiments[experiment["experiment_id"]] = experiment
@@ -468,8 +525,14 @@ class FakeKfpApi:
             raise ApiError(400, "Invalid input error: pipeline name is empty")
         if any(p["name"] == name and p.get("namespace", "") == namespace for p in self.pipelines.values()):
             raise ApiError(409, "Failed to create a pipeline and a pipeline version. The pipeline already exists.")
-        pipeline: dict[str, Any] = {"pipeline_id": str(uuid.uuid4()), "name": name, "display_name": display_name or name,
-                    "namespace": namespace, "created_at": _now(), "_seq": self._seq()}
+        pipeline: dict[str, Any] = {
+            "pipeline_id": str(uuid.uuid4()),
+            "name": name,
+            "display_name": display_name or name,
+            "namespace": namespace,
+            "created_at": _now(),
+            "_seq": self._seq(),
+        }
         if description:
             pipeline["description"] = description
         self.pipelines[pipeline["pipeline_id"]] = pipeline
@@ -480,18 +543,29 @@ class FakeKfpApi:
             raise ApiError(404, f"NotFound: pipeline {pipeline_id}")
         if any(v["pipeline_id"] == pipeline_id and v["name"] == name for v in self.versions.values()):
             raise ApiError(409, "Failed to create a pipeline version. The pipeline already exists.")
-        version: dict[str, Any] = {"pipeline_version_id": str(uuid.uuid4()), "pipeline_id": pipeline_id, "name": name,
-                   "display_name": display_name or name, "created_at": _now(), "pipeline_spec": spec, "_seq": self._seq()}
+        version: dict[str, Any] = {
+            "pipeline_version_id": str(uuid.uuid4()),
+            "pipeline_id": pipeline_id,
+            "name": name,
+            "display_name": display_name or name,
+            "created_at": _now(),
+            "pipeline_spec": spec,
+            "_seq": self._seq(),
+        }
         self.versions[version["pipeline_version_id"]] = version
         return version
 
     def op_PipelineService_CreatePipeline(self, path: dict, query: dict, body: dict) -> dict:
-        pipeline = self._new_pipeline(body.get("name", ""), body.get("display_name", ""), body.get("namespace", ""), body.get("description", ""))
+        pipeline = self._new_pipeline(
+            body.get("name", ""), body.get("display_name", ""), body.get("namespace", ""), body.get("description", "")
+        )
         return {k: v for k, v in pipeline.items() if not k.startswith("_")}
 
     def op_UploadPipeline(self, path: dict, query: dict, upload: dict) -> dict:
         name = query.get("name") or query.get("display_name") or upload["filename"]
-        pipeline = self._new_pipeline(name, query.get("display_name", ""), query.get("namespace", ""), query.get("description", ""))
+        pipeline = self._new_pipeline(
+            name, query.get("display_name", ""), query.get("namespace", ""), query.get("description", "")
+        )
         self._new_version(pipeline["pipeline_id"], pipeline["name"], pipeline["display_name"], upload["spec"])
         return {k: v for k, v in pipeline.items() if not k.startswith("_")}
 
@@ -520,8 +594,16 @@ class FakeKfpApi:
 
     def op_RunService_CreateRun(self, path: dict, query: dict, body: dict) -> dict:
         self._runnable(body)
-        run = {**body, "_body": body, "run_id": str(uuid.uuid4()), "state": "PENDING", "created_at": _now(), "storage_state": "AVAILABLE",
-               "_polls": 0, "_seq": self._seq()}
+        run = {
+            **body,
+            "_body": body,
+            "run_id": str(uuid.uuid4()),
+            "state": "PENDING",
+            "created_at": _now(),
+            "storage_state": "AVAILABLE",
+            "_polls": 0,
+            "_seq": self._seq(),
+        }
         self.runs[run["run_id"]] = run
         return {k: v for k, v in run.items() if not k.startswith("_")}
 
@@ -542,13 +624,22 @@ class FakeKfpApi:
         self._runnable(body)
         trigger = body.get("trigger") or {}
         if len([kind for kind in ("cron_schedule", "periodic_schedule") if kind in trigger]) != 1:
-            raise ApiError(400, "Invalid input error: a trigger needs exactly one of cron_schedule and periodic_schedule")
+            raise ApiError(
+                400, "Invalid input error: a trigger needs exactly one of cron_schedule and periodic_schedule"
+            )
         if not 1 <= int(body.get("max_concurrency", 0)) <= 10:
             raise ApiError(400, "Invalid input error: max concurrency of recurring run should be between 1 and 10")
         if body.get("mode") not in ("ENABLE", "DISABLE"):
             raise ApiError(400, "Invalid input error: mode must be ENABLE or DISABLE")
-        recurring = {**body, "_body": body, "recurring_run_id": str(uuid.uuid4()), "created_at": _now(), "updated_at": _now(),
-                     "status": "ENABLED" if body["mode"] == "ENABLE" else "DISABLED", "_seq": self._seq()}
+        recurring = {
+            **body,
+            "_body": body,
+            "recurring_run_id": str(uuid.uuid4()),
+            "created_at": _now(),
+            "updated_at": _now(),
+            "status": "ENABLED" if body["mode"] == "ENABLE" else "DISABLED",
+            "_seq": self._seq(),
+        }
         recurring["max_concurrency"] = str(body["max_concurrency"])  # int64 leaves the server as a string
         if "periodic_schedule" in trigger:
             periodic = dict(trigger["periodic_schedule"])
@@ -569,7 +660,9 @@ class FakeKfpApi:
         self._namespace_required(query, "ListRecurringRuns")
         items = list(self.recurring_runs.values())
         if query.get("namespace"):
-            items = [r for r in items if self.experiments[r["experiment_id"]].get("namespace", "") == query["namespace"]]
+            items = [
+                r for r in items if self.experiments[r["experiment_id"]].get("namespace", "") == query["namespace"]
+            ]
         if query.get("experiment_id"):
             items = [r for r in items if r["experiment_id"] == query["experiment_id"]]
         return self._page(self._filtered(items, query), query, "recurringRuns")

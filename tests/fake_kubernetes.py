@@ -80,6 +80,7 @@ controller's status is played by ``isvc_status``:
   each); anything else answers 403 Forbidden as the authorization filter words it
   (k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go).
 """
+
 from __future__ import annotations
 
 import copy
@@ -107,10 +108,18 @@ TRAINER_CONTAINER = "node"  # the container Trainer fills in (constants.Node)
 TRAINJOB_CRD = f"{TRAINJOBS}.{TRAINER_GROUP}"
 TRAINJOB_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # the CRD's rule on metadata.name, with size <= 63
 # The condition each state gives a TrainJob: (type, reason, message) of the JobSet's, jobset pkg/constants/constants.go.
-TRAINJOB_CONDITIONS = {"Succeeded": ("Complete", "AllJobsCompleted", "jobset completed successfully"),
-                       "Failed": ("Failed", "FailedJobs", "jobset failed due to one or more job failures")}
+TRAINJOB_CONDITIONS = {
+    "Succeeded": ("Complete", "AllJobsCompleted", "jobset completed successfully"),
+    "Failed": ("Failed", "FailedJobs", "jobset failed due to one or more job failures"),
+}
 # The worker pods' phase while the job shows each condition.
-POD_PHASE = {"Created": "Pending", "Running": "Running", "Restarting": "Running", "Succeeded": "Succeeded", "Failed": "Failed"}
+POD_PHASE = {
+    "Created": "Pending",
+    "Running": "Running",
+    "Restarting": "Running",
+    "Succeeded": "Succeeded",
+    "Failed": "Failed",
+}
 LOG_EPOCH = datetime(2026, 11, 29, tzinfo=UTC)
 LINE_SPACING = timedelta(milliseconds=50)  # so stamps like .1 and .15 meet: they do not sort as text
 _LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
@@ -138,7 +147,10 @@ def trainjob_schema() -> dict:
 def trainjob_errors(body: dict) -> list[str]:
     """What the API server refuses in a TrainJob: its schema, unknown fields, metadata, and the CRD's rules on the
     name."""
-    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in jsonschema.Draft7Validator(trainjob_schema()).iter_errors(body)]
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in jsonschema.Draft7Validator(trainjob_schema()).iter_errors(body)
+    ]
     errors += [f"unknown field {name!r}" for name in unknown_fields(trainjob_schema(), body)]
     errors += metadata_errors(body.get("metadata") or {})
     name = (body.get("metadata") or {}).get("name", "")
@@ -152,7 +164,9 @@ def trainjob_errors(body: dict) -> list[str]:
 def trainjob_pod_name(job: str, index: int) -> str:
     """Worker ``index``'s pod: the Job controller's generateName <job>-<index>- for Job <trainjob>-node-0, plus 5
     letters."""
-    return f"{job}-{TRAINER_CONTAINER}-0-{index}-" + "".join("bcdfghjklmnpqrstvwxz"[(len(job) + index * 7 + i) % 20] for i in range(5))
+    return f"{job}-{TRAINER_CONTAINER}-0-{index}-" + "".join(
+        "bcdfghjklmnpqrstvwxz"[(len(job) + index * 7 + i) % 20] for i in range(5)
+    )
 
 
 KSERVE_GROUP = "serving.kserve.io"
@@ -160,7 +174,9 @@ KSERVE_GROUP = "serving.kserve.io"
 KSERVE_KINDS = {"inferenceservices": ("v1beta1", "InferenceService"), "servingruntimes": ("v1alpha1", "ServingRuntime")}
 TFJOB_CRD = f"{PLURAL}.{GROUP}"
 KSERVE_CRDS = frozenset(f"{plural}.{KSERVE_GROUP}" for plural in KSERVE_KINDS)
-PAGE_NOT_FOUND = "404 page not found\n"  # Go's http.NotFound: the API server's answer for a resource type it does not serve
+PAGE_NOT_FOUND = (
+    "404 page not found\n"  # Go's http.NotFound: the API server's answer for a resource type it does not serve
+)
 KSERVE_DOMAIN = "example.com"  # KServe's and Knative's default ingress domain
 _ISVC_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # IsvcNameFmt
 _TRANSITION_TIME = "2026-11-29T00:00:00Z"
@@ -170,7 +186,9 @@ _TRANSITION_TIME = "2026-11-29T00:00:00Z"
 def kserve_schema(plural: str) -> dict:
     """The openAPIV3Schema of KServe's CRD for ``plural`` (``inferenceservices`` or ``servingruntimes``)."""
     version = KSERVE_KINDS[plural][0]
-    crd = yaml.load((CRD.parent / f"{KSERVE_GROUP}_{plural}.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    crd = yaml.load(
+        (CRD.parent / f"{KSERVE_GROUP}_{plural}.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    )
     (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
     return served["schema"]["openAPIV3Schema"]
 
@@ -209,7 +227,9 @@ def pruned(schema: dict, value: Any) -> Any:
     if schema.get("x-kubernetes-preserve-unknown-fields"):
         return value
     if isinstance(value, dict) and "properties" in schema:
-        return {key: pruned(schema["properties"][key], item) for key, item in value.items() if key in schema["properties"]}
+        return {
+            key: pruned(schema["properties"][key], item) for key, item in value.items() if key in schema["properties"]
+        }
     if isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
         return {key: pruned(schema["additionalProperties"], item) for key, item in value.items()}
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
@@ -230,11 +250,16 @@ def kserve_errors(plural: str, body: dict) -> list[str]:
     errors += [f"unknown field {name!r}" for name in unknown_fields(kserve_schema(plural), body)]
     errors += metadata_errors(body.get("metadata") or {})
     if (body.get("apiVersion"), body.get("kind")) != (f"{KSERVE_GROUP}/{version}", kind):
-        errors.append(f"apiVersion/kind {body.get('apiVersion')}/{body.get('kind')} is not {KSERVE_GROUP}/{version}/{kind}")
+        errors.append(
+            f"apiVersion/kind {body.get('apiVersion')}/{body.get('kind')} is not {KSERVE_GROUP}/{version}/{kind}"
+        )
     name = (body.get("metadata") or {}).get("name", "")
     if plural == "inferenceservices" and not _ISVC_NAME.fullmatch(name):
-        errors.append(f"The InferenceService {name!r} is invalid: a InferenceService name must consist of lower case alphanumeric"
-                      " characters or '-', and must start with alphabetical character (regex used for validation is " f"'{_ISVC_NAME.pattern}')")
+        errors.append(
+            f"The InferenceService {name!r} is invalid: a InferenceService name must consist of lower case alphanumeric"
+            " characters or '-', and must start with alphabetical character (regex used for validation is "
+            f"'{_ISVC_NAME.pattern}')"
+        )
     return errors
 
 
@@ -251,7 +276,12 @@ def merge_ports(runtime: list[dict], model: list[dict]) -> list[dict]:
     order = [port["containerPort"] for port in runtime]
     merged, left, right = [], list(server_only), list(patched)
     while left or right:  # mergeSortedSlice
-        if left and right and right[0]["containerPort"] in order and order.index(left[0]["containerPort"]) < order.index(right[0]["containerPort"]):
+        if (
+            left
+            and right
+            and right[0]["containerPort"] in order
+            and order.index(left[0]["containerPort"]) < order.index(right[0]["containerPort"])
+        ):
             merged.append(left.pop(0))
         elif right:
             merged.append(right.pop(0))
@@ -268,8 +298,11 @@ def merge_runtime_container(container: dict, model: dict) -> dict:
     concatenated, the runtime's first. Ports merge by containerPort (``merge_ports``); other fields here are
     replaced whole (env and volumeMounts would merge by name: not used).
     """
-    fields = {key: value for key, value in model.items()
-              if key not in ("modelFormat", "runtime", "runtimeVersion", "storageUri", "protocolVersion")}
+    fields = {
+        key: value
+        for key, value in model.items()
+        if key not in ("modelFormat", "runtime", "runtimeVersion", "storageUri", "protocolVersion")
+    }
     merged = dict(container, **fields)
     merged["args"] = list(container.get("args") or []) + list(model.get("args") or [])
     if container.get("ports") or model.get("ports"):
@@ -284,7 +317,11 @@ def knative_port_errors(containers: list[dict]) -> list[str]:
     knative-v1.21.1, the Knative of Kubeflow 26.03): one port across all containers, TCP, named "", "http1" or "h2c".
     """
     ports = [port for container in containers for port in container.get("ports") or []]
-    errors = ["more than one container port is set: Only a single port is allowed across all containers"] if len(ports) > 1 else []
+    errors = (
+        ["more than one container port is set: Only a single port is allowed across all containers"]
+        if len(ports) > 1
+        else []
+    )
     for port in ports[:1]:
         if port.get("name", "") not in ("", "h2c", "http1"):
             errors.append(f"Port name {port['name']} is not allowed: Name must be empty, or one of: 'h2c', 'http1'")
@@ -296,7 +333,14 @@ def knative_port_errors(containers: list[dict]) -> list[str]:
 def kserve_invalid(plural: str, name: str, errors: list[str]) -> dict:
     """422 Invalid as the API server words a refused object (NewInvalid: the kind, not the resource, in its details)."""
     kind = KSERVE_KINDS[plural][1]
-    return status(422, "Invalid", f'{kind}.{KSERVE_GROUP} "{name}" is invalid: ' + "; ".join(errors), name=name, group=KSERVE_GROUP, kind=kind)
+    return status(
+        422,
+        "Invalid",
+        f'{kind}.{KSERVE_GROUP} "{name}" is invalid: ' + "; ".join(errors),
+        name=name,
+        group=KSERVE_GROUP,
+        kind=kind,
+    )
 
 
 def forbidden_message(call: Call, namespace: str, user: str) -> str:
@@ -304,7 +348,10 @@ def forbidden_message(call: Call, namespace: str, user: str) -> str:
     kind = call.resource.partition("/")[0] + (f".{call.group}" if call.group else "")
     name = f' "{call.name}"' if call.name else ""
     group = f' in API group "{call.group}"'
-    return (f'{kind}{name} is forbidden: User "{user}" cannot {call.verb} resource "{call.resource}"{group} in the ' f'namespace "{namespace}"')
+    return (
+        f'{kind}{name} is forbidden: User "{user}" cannot {call.verb} resource "{call.resource}"{group} in the '
+        f'namespace "{namespace}"'
+    )
 
 
 def condition(kind: str, state: str, reason: str = "", message: str = "") -> dict:
@@ -371,17 +418,27 @@ def metadata_errors(metadata: dict) -> list[str]:
     errors = []
     for key, value in (metadata.get("labels") or {}).items():
         prefix, _, name = key.rpartition("/")
-        if (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix))) or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        if (
+            (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)))
+            or len(name) > 63
+            or not _LABEL_NAME.fullmatch(name)
+        ):
             errors.append(f"metadata.labels: Invalid value: {key!r}: not a qualified name")
         if not isinstance(value, str) or len(value) > 63 or (value and not _LABEL_NAME.fullmatch(value)):
             errors.append(
-                f"metadata.labels: Invalid value: {value!r}: a valid label must be an empty string or consist of " "alphanumeric"
+                f"metadata.labels: Invalid value: {value!r}: a valid label must be an empty string or consist of "
+                "alphanumeric"
                 " characters, '-', '_' or '.', and must start and end with an alphanumeric character (at most 63)"
             )
     controllers = 0
     for ref in metadata.get("ownerReferences") or []:
         version = (ref.get("apiVersion") or "").rpartition("/")[2]
-        for field_name, present in (("apiVersion", version), ("kind", ref.get("kind")), ("name", ref.get("name")), ("uid", ref.get("uid"))):
+        for field_name, present in (
+            ("apiVersion", version),
+            ("kind", ref.get("kind")),
+            ("name", ref.get("name")),
+            ("uid", ref.get("uid")),
+        ):
             if not present:
                 errors.append(f"metadata.ownerReferences.{field_name}: Invalid value: must not be empty")
         if (ref.get("apiVersion"), ref.get("kind")) == ("v1", "Event"):
@@ -394,8 +451,16 @@ def metadata_errors(metadata: dict) -> list[str]:
 
 def status(code: int, reason: str, message: str, **details: str) -> dict:
     """A metav1.Status failure, as the API server answers errors."""
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason,
-            "details": details, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": details,
+        "code": code,
+    }
 
 
 def rfc3339nano(moment: datetime) -> str:
@@ -470,10 +535,14 @@ class FakeKubernetes:
     isvc_ready_after: int | None = 3  # the GET after a spec change from which an InferenceService is Ready; None: never
     isvc_stale_reads: int = 1  # GETs after a spec change that still show the previous status
     isvc_failure: str = "Container failed with: exit code 1"  # why the revision fails when it never gets Ready
-    isvc_observed_offset: int = 0  # observedGeneration minus generation: KServe copies a child's counter (kserve/kserve#6081)
+    isvc_observed_offset: int = (
+        0  # observedGeneration minus generation: KServe copies a child's counter (kserve/kserve#6081)
+    )
     granted: set[tuple[str, str, str]] | None = None  # RBAC (group, resource, verb); None: everything
     user: str = "system:serviceaccount:team-a:default-editor"  # who the 403s name
-    crds: frozenset[str] = frozenset({TFJOB_CRD, TRAINJOB_CRD, *KSERVE_CRDS})  # <plural>.<group> of the custom resources installed
+    crds: frozenset[str] = frozenset(
+        {TFJOB_CRD, TRAINJOB_CRD, *KSERVE_CRDS}
+    )  # <plural>.<group> of the custom resources installed
     runtimes: frozenset[str] = frozenset({"bakeoff-tensorflow"})  # the ClusterTrainingRuntimes installed
     namespaces: set[str] | None = None  # the namespaces that exist; None: every one
 
@@ -491,7 +560,9 @@ class FakeKubernetes:
         self.on_state: dict[int, Callable[[], None]] = {}  # run once when a job first reports that state
         self.failures: list[_Failure] = []
         self.kserve: dict[tuple[str, str, str], _Served] = {}  # (plural, namespace, name) → KServe object
-        self.isvc_reports: list[tuple[int, int | None, bool]] = []  # each InferenceService GET: generation, observed, Ready
+        self.isvc_reports: list[
+            tuple[int, int | None, bool]
+        ] = []  # each InferenceService GET: generation, observed, Ready
         self._version = 0
         self._lock = threading.RLock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -512,8 +583,14 @@ class FakeKubernetes:
         """A pod that is not a TFJob's (a pipeline step's); returns its uid."""
         uid = str(uuid.uuid4())
         self.pods[name] = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": self.namespace, "uid": uid, "resourceVersion": self._next_version()},
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "uid": uid,
+                "resourceVersion": self._next_version(),
+            },
             "spec": {"serviceAccountName": service_account, "containers": [{"name": "main", "image": "bakeoff"}]},
             "status": {"phase": "Running"},
         }
@@ -564,8 +641,13 @@ class FakeKubernetes:
 
     def _kserve_store(self, plural: str, namespace: str, body: dict) -> dict:
         body.pop("status", None)
-        body["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_version(),
-                                creationTimestamp=rfc3339nano(LOG_EPOCH), generation=1)
+        body["metadata"].update(
+            namespace=namespace,
+            uid=str(uuid.uuid4()),
+            resourceVersion=self._next_version(),
+            creationTimestamp=rfc3339nano(LOG_EPOCH),
+            generation=1,
+        )
         self.kserve[(plural, namespace, body["metadata"]["name"])] = _Served(body)
         return body
 
@@ -583,7 +665,9 @@ class FakeKubernetes:
             labels.add(supported["name"])
             if supported.get("version") is not None:
                 labels.add(f"{supported['name']}:{supported['version']}")
-        wanted = model["modelFormat"]["name"] + (f":{model['modelFormat']['version']}" if model["modelFormat"].get("version") else "")
+        wanted = model["modelFormat"]["name"] + (
+            f":{model['modelFormat']['version']}" if model["modelFormat"].get("version") else ""
+        )
         protocol = model.get("protocolVersion", "v1")
         if wanted not in labels or protocol not in (runtime.body["spec"].get("protocolVersions") or ["v1"]):
             return "NoSupportingRuntime", f"Specified runtime {name} does not support specified framework/version"
@@ -598,33 +682,62 @@ class FakeKubernetes:
         revision = f"{name}-predictor-{generation:05d}"  # Knative names a configuration's revisions by its generation
         problem = self._runtime_problem(namespace, body["spec"]["predictor"]["model"])
         ready = problem is None and self.isvc_ready_after is not None and served.reads >= self.isvc_ready_after
-        status: dict = {"observedGeneration": generation + self.isvc_observed_offset, "deploymentMode": "Serverless",
-                        "components": {"predictor": {"latestCreatedRevision": revision}}}
+        status: dict = {
+            "observedGeneration": generation + self.isvc_observed_offset,
+            "deploymentMode": "Serverless",
+            "components": {"predictor": {"latestCreatedRevision": revision}},
+        }
         if ready:
-            status["conditions"] = [condition(kind, "True") for kind in
-                                    ("IngressReady", "LatestDeploymentReady", "PredictorConfigurationReady", "PredictorReady",
-                                     "PredictorRouteReady", "Ready", "RoutesReady")]
+            status["conditions"] = [
+                condition(kind, "True")
+                for kind in (
+                    "IngressReady",
+                    "LatestDeploymentReady",
+                    "PredictorConfigurationReady",
+                    "PredictorReady",
+                    "PredictorRouteReady",
+                    "Ready",
+                    "RoutesReady",
+                )
+            ]
             status["url"] = f"http://{name}.{namespace}.{KSERVE_DOMAIN}"
             status["address"] = {"url": f"http://{name}-predictor.{namespace}.svc.cluster.local"}
             status["components"]["predictor"]["latestReadyRevision"] = revision
-            status["modelStatus"] = {"transitionStatus": "UpToDate", "states": {"activeModelState": "Loaded", "targetModelState": "Loaded"},
-                                     "copies": {"failedCopies": 0, "totalCopies": 1}}
+            status["modelStatus"] = {
+                "transitionStatus": "UpToDate",
+                "states": {"activeModelState": "Loaded", "targetModelState": "Loaded"},
+                "copies": {"failedCopies": 0, "totalCopies": 1},
+            }
             return status
         if problem is not None:
             reason, message = problem
-            status["modelStatus"] = {"transitionStatus": "InvalidSpec", "lastFailureInfo": {"reason": reason, "message": message}}
+            status["modelStatus"] = {
+                "transitionStatus": "InvalidSpec",
+                "lastFailureInfo": {"reason": reason, "message": message},
+            }
             state = "False"
         elif self.isvc_ready_after is None and served.reads > self.isvc_stale_reads + 1:
             reason, message = "RevisionFailed", f'Revision "{revision}" failed with message: {self.isvc_failure}.'
-            status["modelStatus"] = {"transitionStatus": "BlockedByFailedLoad",
-                                     "lastFailureInfo": {"reason": "ModelLoadFailed", "message": self.isvc_failure}}
+            status["modelStatus"] = {
+                "transitionStatus": "BlockedByFailedLoad",
+                "lastFailureInfo": {"reason": "ModelLoadFailed", "message": self.isvc_failure},
+            }
             state = "False"
         else:
-            reason, message = "RevisionMissing", f'Configuration "{name}-predictor" is waiting for a Revision to become ready.'
-            status["modelStatus"] = {"transitionStatus": "InProgress", "states": {"activeModelState": "Pending", "targetModelState": "Loading"}}
+            reason, message = (
+                "RevisionMissing",
+                f'Configuration "{name}-predictor" is waiting for a Revision to become ready.',
+            )
+            status["modelStatus"] = {
+                "transitionStatus": "InProgress",
+                "states": {"activeModelState": "Pending", "targetModelState": "Loading"},
+            }
             state = "Unknown"
-        status["conditions"] = [condition("IngressReady", "Unknown", reason, message), condition("PredictorReady", state, reason, message),
-                                condition("Ready", state, reason, message)]
+        status["conditions"] = [
+            condition("IngressReady", "Unknown", reason, message),
+            condition("PredictorReady", state, reason, message),
+            condition("Ready", state, reason, message),
+        ]
         if served.reported and served.reported.get("url"):
             status["url"] = served.reported["url"]  # the route keeps its address while a new revision comes up
         return status
@@ -644,23 +757,42 @@ class FakeKubernetes:
                 answer["status"] = copy.deepcopy(served.reported)
         return answer
 
-    def _kserve_patch(self, plural: str, namespace: str, name: str, patch: dict, strict: bool = False) -> tuple[int, dict]:
+    def _kserve_patch(
+        self, plural: str, namespace: str, name: str, patch: dict, strict: bool = False
+    ) -> tuple[int, dict]:
         served = self.kserve.get((plural, namespace, name))
         if served is None:
-            return 404, status(404, "NotFound", f'{plural}.{KSERVE_GROUP} "{name}" not found', name=name, group=KSERVE_GROUP, kind=plural)
+            return 404, status(
+                404,
+                "NotFound",
+                f'{plural}.{KSERVE_GROUP} "{name}" not found',
+                name=name,
+                group=KSERVE_GROUP,
+                kind=plural,
+            )
         current = served.body
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
         if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
-            return 409, status(409, "Conflict", f'Operation cannot be fulfilled on {plural}.{KSERVE_GROUP} "{name}": the object has been'
-                                                " modified; please apply your changes to the latest version and try again",
-                               name=name, group=KSERVE_GROUP, kind=plural)
+            return 409, status(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {plural}.{KSERVE_GROUP} "{name}": the object has been'
+                " modified; please apply your changes to the latest version and try again",
+                name=name,
+                group=KSERVE_GROUP,
+                kind=plural,
+            )
         patched = merge_patch(current, {key: value for key, value in patch.items() if key != "status"})
         for immutable in ("name", "namespace", "uid", "creationTimestamp", "generation"):
             patched["metadata"][immutable] = current["metadata"][immutable]
         unknown = unknown_fields(kserve_schema(plural), patched)
         if unknown and strict:
             self.violations.extend(f"unknown field {field!r}" for field in unknown)
-            return 422, status(422, "Invalid", f' "" is invalid: patch: Invalid value: "{json.dumps(patched)}": {strict_decoding(unknown)}')
+            return 422, status(
+                422,
+                "Invalid",
+                f' "" is invalid: patch: Invalid value: "{json.dumps(patched)}": {strict_decoding(unknown)}',
+            )
         self.violations.extend(f"unknown field {field!r} pruned" for field in unknown)
         patched = pruned(kserve_schema(plural), patched)
         errors = kserve_errors(plural, patched)
@@ -684,8 +816,13 @@ class FakeKubernetes:
 
     def _store(self, body: dict, phases: list[str]) -> dict:
         metadata = body["metadata"]
-        metadata.update(namespace=self.namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_version(),
-                        creationTimestamp=rfc3339nano(LOG_EPOCH), generation=1)
+        metadata.update(
+            namespace=self.namespace,
+            uid=str(uuid.uuid4()),
+            resourceVersion=self._next_version(),
+            creationTimestamp=rfc3339nano(LOG_EPOCH),
+            generation=1,
+        )
         self.jobs[metadata["name"]] = body
         pod_phases = self.pod_phases or [POD_PHASE[phase] for phase in phases]
         self.timelines[metadata["uid"]] = _Timeline(list(phases), list(pod_phases))
@@ -700,7 +837,9 @@ class FakeKubernetes:
     def _job_errors(self, plural: str, body: dict) -> list[str]:
         if plural == TRAINJOBS:
             return trainjob_errors(body)
-        return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in self.validator.iter_errors(body)] + metadata_errors(body.get("metadata") or {})
+        return [
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in self.validator.iter_errors(body)
+        ] + metadata_errors(body.get("metadata") or {})
 
     def _trainer_webhook(self, body: dict) -> str | None:
         """Why Trainer's TrainJob webhook denies ``body``: its runtime does not exist (only ClusterTrainingRuntimes
@@ -708,16 +847,21 @@ class FakeKubernetes:
         ref = body["spec"]["runtimeRef"]
         if ref.get("kind", "ClusterTrainingRuntime") == "ClusterTrainingRuntime" and ref["name"] in self.runtimes:
             return None
-        return ('admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: spec.RuntimeRef: ' 'Invalid value:'
-                f' {json.dumps(ref)}: clustertrainingruntimes.trainer.kubeflow.org "{ref["name"]}" not found: specified'
-                " clusterTrainingRuntime must be created before the TrainJob is created")
+        return (
+            'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: spec.RuntimeRef: '
+            "Invalid value:"
+            f' {json.dumps(ref)}: clustertrainingruntimes.trainer.kubeflow.org "{ref["name"]}" not found: specified'
+            " clusterTrainingRuntime must be created before the TrainJob is created"
+        )
 
     def _phases_for(self, body: dict) -> list[str]:
         """The job's states; a TrainJob whose JobSet JobSet's webhook refuses never starts."""
         if body["kind"] == "TrainJob":
             longest = trainjob_pod_name(body["metadata"]["name"], self._workers_of(body) - 1)
             if len(longest) > 63:
-                self.violations.append(f"JobSet {body['metadata']['name']}: pod names generated for this JobSet will exceed 63 characters")
+                self.violations.append(
+                    f"JobSet {body['metadata']['name']}: pod names generated for this JobSet will exceed 63 characters"
+                )
                 return ["Created"]
         return self.phases
 
@@ -728,11 +872,27 @@ class FakeKubernetes:
         types = timeline.phases[: timeline.now + 1]
         if kind == "TrainJob":
             ended = TRAINJOB_CONDITIONS.get(types[-1])
-            return [{"type": ended[0], "status": "True", "reason": ended[1], "message": ended[2],
-                     "lastTransitionTime": _TRANSITION_TIME}] if ended else []
+            return (
+                [
+                    {
+                        "type": ended[0],
+                        "status": "True",
+                        "reason": ended[1],
+                        "message": ended[2],
+                        "lastTransitionTime": _TRANSITION_TIME,
+                    }
+                ]
+                if ended
+                else []
+            )
         return [
-            {"type": kind, "status": "True" if index == len(types) - 1 or kind == "Created" else "False",
-             "reason": f"TFJob{kind}", "message": f"TFJob is {kind.lower()}.", "lastTransitionTime": "2026-11-29T00:00:00Z"}
+            {
+                "type": kind,
+                "status": "True" if index == len(types) - 1 or kind == "Created" else "False",
+                "reason": f"TFJob{kind}",
+                "message": f"TFJob is {kind.lower()}.",
+                "lastTransitionTime": "2026-11-29T00:00:00Z",
+            }
             for index, kind in enumerate(types)
         ]
 
@@ -798,12 +958,23 @@ class FakeKubernetes:
 
     def _live_workers(self) -> list[tuple[str, int, _Timeline]]:
         """(job, index, timeline) of every worker pod that exists now; a job being deleted has lost its pods."""
-        return [(name, index, self._timeline(name)) for name, body in self.jobs.items() if self._timeline(name).linger is None
-                for index in range(self._workers_of(body))]
+        return [
+            (name, index, self._timeline(name))
+            for name, body in self.jobs.items()
+            if self._timeline(name).linger is None
+            for index in range(self._workers_of(body))
+        ]
 
     def _worker(self, pod_name: str) -> tuple[str, int, _Timeline] | None:
         """(job, index, timeline) of the worker pod named ``pod_name`` if it exists now."""
-        return next((worker for worker in self._live_workers() if self._pod_name_of(worker[0], self.jobs[worker[0]], worker[1]) == pod_name), None)
+        return next(
+            (
+                worker
+                for worker in self._live_workers()
+                if self._pod_name_of(worker[0], self.jobs[worker[0]], worker[1]) == pod_name
+            ),
+            None,
+        )
 
     def _restart_count(self, index: int, timeline: _Timeline) -> int:
         return sum(1 for state in self.restarts if state <= timeline.now) if index == 0 else 0
@@ -811,36 +982,84 @@ class FakeKubernetes:
     def _worker_pod(self, job: str, index: int, timeline: _Timeline) -> dict:
         body = self.jobs[job]
         phase = timeline.pod_phase()
-        state = {"Pending": {"waiting": {"reason": "ContainerCreating"}}, "Running": {"running": {"startedAt": "2026-11-29T00:00:00Z"}}}.get(
-            phase, {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1}})
+        state = {
+            "Pending": {"waiting": {"reason": "ContainerCreating"}},
+            "Running": {"running": {"startedAt": "2026-11-29T00:00:00Z"}},
+        }.get(phase, {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1}})
         uid = body["metadata"]["uid"]
         if body["kind"] == "TrainJob":
             container, image = TRAINER_CONTAINER, body["spec"]["trainer"]["image"]
             overrides = [o["spec"] for o in body["spec"].get("podTemplateOverrides") or [] if o.get("spec")]
             account = next((o["serviceAccountName"] for o in overrides if o.get("serviceAccountName")), "default")
             metadata = {  # labelAndAnnotateObject (JobSet) and the Job controller's index annotation
-                "labels": {"jobset.sigs.k8s.io/jobset-name": job, "jobset.sigs.k8s.io/replicatedjob-name": TRAINER_CONTAINER,
-                           "jobset.sigs.k8s.io/job-index": "0", "batch.kubernetes.io/job-completion-index": str(index)},
+                "labels": {
+                    "jobset.sigs.k8s.io/jobset-name": job,
+                    "jobset.sigs.k8s.io/replicatedjob-name": TRAINER_CONTAINER,
+                    "jobset.sigs.k8s.io/job-index": "0",
+                    "batch.kubernetes.io/job-completion-index": str(index),
+                },
                 "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"{job}-{TRAINER_CONTAINER}-0", "uid": f"{uid}-job",
-                                     "controller": True, "blockOwnerDeletion": True}]}
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": f"{job}-{TRAINER_CONTAINER}-0",
+                        "uid": f"{uid}-job",
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            }
         else:
             template = body["spec"]["tfReplicaSpecs"]["Worker"]["template"]
             container, image = CONTAINER, template["spec"]["containers"][0]["image"]
             account = template["spec"].get("serviceAccountName", "default")
             metadata = {
-                "labels": {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": "worker",
-                           "training.kubeflow.org/replica-index": str(index)},
-                "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "TFJob", "name": job, "uid": uid,
-                                     "controller": True, "blockOwnerDeletion": True}]}
+                "labels": {
+                    "training.kubeflow.org/job-name": job,
+                    "training.kubeflow.org/replica-type": "worker",
+                    "training.kubeflow.org/replica-index": str(index),
+                },
+                "ownerReferences": [
+                    {
+                        "apiVersion": f"{GROUP}/{VERSION}",
+                        "kind": "TFJob",
+                        "name": job,
+                        "uid": uid,
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            }
         return {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": self._pod_name_of(job, body, index), "namespace": self.namespace, "uid": f"{uid}-{index}",
-                         "creationTimestamp": rfc3339nano(LOG_EPOCH), **metadata},
-            "spec": {"restartPolicy": "OnFailure", "serviceAccountName": account, "containers": [{"name": container, "image": image}]},
-            "status": {"phase": phase, "containerStatuses": [
-                {"name": container, "restartCount": self._restart_count(index, timeline), "ready": phase == "Running", "state": state,
-                 "image": "bakeoff", "imageID": "", "containerID": f"containerd://{index}"}]},
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": self._pod_name_of(job, body, index),
+                "namespace": self.namespace,
+                "uid": f"{uid}-{index}",
+                "creationTimestamp": rfc3339nano(LOG_EPOCH),
+                **metadata,
+            },
+            "spec": {
+                "restartPolicy": "OnFailure",
+                "serviceAccountName": account,
+                "containers": [{"name": container, "image": image}],
+            },
+            "status": {
+                "phase": phase,
+                "containerStatuses": [
+                    {
+                        "name": container,
+                        "restartCount": self._restart_count(index, timeline),
+                        "ready": phase == "Running",
+                        "state": state,
+                        "image": "bakeoff",
+                        "imageID": "",
+                        "containerID": f"containerd://{index}",
+                    }
+                ],
+            },
         }
 
     def _log_lines(self, index: int, timeline: _Timeline) -> list[str]:
@@ -852,7 +1071,10 @@ class FakeKubernetes:
             logs = [self.log] if isinstance(self.log, str) else list(self.log)
             text = logs[min(container, len(logs) - 1)]
         start = LOG_EPOCH + timedelta(minutes=container)
-        return [f"{rfc3339nano(start + LINE_SPACING * (number + 1))} {line}" for number, line in enumerate(text.splitlines())]
+        return [
+            f"{rfc3339nano(start + LINE_SPACING * (number + 1))} {line}"
+            for number, line in enumerate(text.splitlines())
+        ]
 
     # ------------------------------------------------------------ HTTP
 
@@ -895,20 +1117,37 @@ class FakeKubernetes:
                     fake.calls.append(call)
                     if fake.granted is not None and (call.group, call.resource, call.verb) not in fake.granted:
                         namespace = url.path.split("/namespaces/")[1].split("/")[0]
-                        return self._send(403, status(403, "Forbidden", forbidden_message(call, namespace, fake.user),
-                                                      group=call.group, kind=call.resource, **({"name": call.name} if call.name else {})))
+                        return self._send(
+                            403,
+                            status(
+                                403,
+                                "Forbidden",
+                                forbidden_message(call, namespace, fake.user),
+                                group=call.group,
+                                kind=call.resource,
+                                **({"name": call.name} if call.name else {}),
+                            ),
+                        )
                     if call.group and f"{call.resource.partition('/')[0]}.{call.group}" not in fake.crds:
                         return self._page_not_found()
-                    failure = next((f for f in fake.failures if f.times and (f.verb, f.resource) == (call.verb, call.resource)), None)
+                    failure = next(
+                        (f for f in fake.failures if f.times and (f.verb, f.resource) == (call.verb, call.resource)),
+                        None,
+                    )
                     if failure is not None:
                         failure.times -= 1
                         if failure.answer == "drop":
                             self.close_connection = True
                             return None
-                        return self._send(int(failure.answer), status(int(failure.answer), "InternalError", "etcdserver: request timed out"))
+                        return self._send(
+                            int(failure.answer),
+                            status(int(failure.answer), "InternalError", "etcdserver: request timed out"),
+                        )
                     route = getattr(self, f"_{call.verb}_{call.resource.replace('/', '_')}", None)
                     if route is None:
-                        return self._send(405, status(405, "MethodNotAllowed", f"the fake does not serve {call.verb} {call.resource}"))
+                        return self._send(
+                            405, status(405, "MethodNotAllowed", f"the fake does not serve {call.verb} {call.resource}")
+                        )
                     route(call, body, parse_qs(url.query))
 
             def do_GET(self) -> None:
@@ -933,8 +1172,17 @@ class FakeKubernetes:
                     return self._send(403, status(403, "Forbidden", denied))
                 name = body["metadata"]["name"]
                 if name in fake.jobs:
-                    return self._send(409, status(409, "AlreadyExists", f'{call.resource}.{call.group} "{name}" already exists',
-                                                  name=name, group=call.group, kind=call.resource))
+                    return self._send(
+                        409,
+                        status(
+                            409,
+                            "AlreadyExists",
+                            f'{call.resource}.{call.group} "{name}" already exists',
+                            name=name,
+                            group=call.group,
+                            kind=call.resource,
+                        ),
+                    )
                 self._send(201, fake._store(body, fake._phases_for(body)))
 
             def _not_found(self, resource: str, name: str) -> None:
@@ -948,14 +1196,29 @@ class FakeKubernetes:
 
             def _patch_job(self, call: Call, body: dict, query: dict) -> None:
                 if self.headers.get("Content-Type") != "application/merge-patch+json":
-                    return self._send(415, status(415, "UnsupportedMediaType", f"the fake takes merge patches, not {self.headers.get('Content-Type')}"))
+                    return self._send(
+                        415,
+                        status(
+                            415,
+                            "UnsupportedMediaType",
+                            f"the fake takes merge patches, not {self.headers.get('Content-Type')}",
+                        ),
+                    )
                 if not fake._holds(call):
                     return self._not_found(f"{call.resource}.{call.group}", call.name)
                 current = fake.jobs[call.name]
                 wanted = (body.get("metadata") or {}).get("resourceVersion")
                 if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
-                    return self._send(409, status(409, "Conflict", f'Operation cannot be fulfilled on {call.resource}.{call.group} "{call.name}":'
-                                                  " the object has been modified; please apply your changes to the latest version and try " "again"))
+                    return self._send(
+                        409,
+                        status(
+                            409,
+                            "Conflict",
+                            f'Operation cannot be fulfilled on {call.resource}.{call.group} "{call.name}":'
+                            " the object has been modified; please apply your changes to the latest version and try "
+                            "again",
+                        ),
+                    )
                 patched = merge_patch(current, body)
                 for immutable in ("name", "namespace", "uid", "creationTimestamp"):
                     patched["metadata"][immutable] = current["metadata"][immutable]
@@ -981,8 +1244,20 @@ class FakeKubernetes:
             def _list_pods(self, call: Call, body: None, query: dict) -> None:
                 wanted = dict(pair.split("=", 1) for pair in query.get("labelSelector", [""])[0].split(",") if pair)
                 pods = list(fake.pods.values()) + [fake._worker_pod(*worker) for worker in fake._live_workers()]
-                found = [pod for pod in pods if all((pod["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
-                self._send(200, {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": fake._next_version()}, "items": found})
+                found = [
+                    pod
+                    for pod in pods
+                    if all((pod["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())
+                ]
+                self._send(
+                    200,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "PodList",
+                        "metadata": {"resourceVersion": fake._next_version()},
+                        "items": found,
+                    },
+                )
 
             def _get_pods(self, call: Call, body: None, query: dict) -> None:
                 if call.name in fake.pods:
@@ -1016,25 +1291,54 @@ class FakeKubernetes:
                 namespace = self._kserve_namespace()
                 given = (body.get("metadata") or {}).get("namespace")
                 if given and given != namespace:
-                    return self._send(400, status(400, "BadRequest", "the namespace of the provided object does not match the namespace sent on the request"))
+                    return self._send(
+                        400,
+                        status(
+                            400,
+                            "BadRequest",
+                            "the namespace of the provided object does not match the namespace sent on the request",
+                        ),
+                    )
                 if fake.namespaces is not None and namespace not in fake.namespaces:
-                    return self._send(404, status(404, "NotFound", f'namespaces "{namespace}" not found', name=namespace, kind="namespaces"))
+                    return self._send(
+                        404,
+                        status(
+                            404, "NotFound", f'namespaces "{namespace}" not found', name=namespace, kind="namespaces"
+                        ),
+                    )
                 version, kind = KSERVE_KINDS[call.resource]
                 unknown = unknown_fields(kserve_schema(call.resource), body)
                 if unknown and go_strict(query):
                     fake.violations.extend(f"unknown field {field!r}" for field in unknown)
-                    return self._send(400, status(400, "BadRequest", f'{kind} in version "{version}" cannot be handled as a {kind}:'
-                                                                     f" {strict_decoding(unknown)}"))
+                    return self._send(
+                        400,
+                        status(
+                            400,
+                            "BadRequest",
+                            f'{kind} in version "{version}" cannot be handled as a {kind}: {strict_decoding(unknown)}',
+                        ),
+                    )
                 fake.violations.extend(f"unknown field {field!r} pruned" for field in unknown)
                 body = pruned(kserve_schema(call.resource), body)
                 errors = kserve_errors(call.resource, body)
                 if errors:
                     fake.violations.extend(errors)
-                    return self._send(422, kserve_invalid(call.resource, (body.get("metadata") or {}).get("name", ""), errors))
+                    return self._send(
+                        422, kserve_invalid(call.resource, (body.get("metadata") or {}).get("name", ""), errors)
+                    )
                 name = body["metadata"]["name"]
                 if (call.resource, namespace, name) in fake.kserve:
-                    return self._send(409, status(409, "AlreadyExists", f'{call.resource}.{KSERVE_GROUP} "{name}" already exists',
-                                                  name=name, group=KSERVE_GROUP, kind=call.resource))
+                    return self._send(
+                        409,
+                        status(
+                            409,
+                            "AlreadyExists",
+                            f'{call.resource}.{KSERVE_GROUP} "{name}" already exists',
+                            name=name,
+                            group=KSERVE_GROUP,
+                            kind=call.resource,
+                        ),
+                    )
                 self._send(201, copy.deepcopy(fake._kserve_store(call.resource, namespace, body)))
 
             def _get_kserve(self, call: Call, body: None, query: dict) -> None:
@@ -1042,16 +1346,34 @@ class FakeKubernetes:
                     return None
                 found = fake._kserve_get(call.resource, self._kserve_namespace(), call.name)
                 if found is None:
-                    return self._send(404, status(404, "NotFound", f'{call.resource}.{KSERVE_GROUP} "{call.name}" not found',
-                                                  name=call.name, group=KSERVE_GROUP, kind=call.resource))
+                    return self._send(
+                        404,
+                        status(
+                            404,
+                            "NotFound",
+                            f'{call.resource}.{KSERVE_GROUP} "{call.name}" not found',
+                            name=call.name,
+                            group=KSERVE_GROUP,
+                            kind=call.resource,
+                        ),
+                    )
                 self._send(200, found)
 
             def _patch_kserve(self, call: Call, body: dict, query: dict) -> None:
                 if self._kserve_unserved(call):
                     return None
                 if self.headers.get("Content-Type") != "application/merge-patch+json":
-                    return self._send(415, status(415, "UnsupportedMediaType", f"the fake takes merge patches, not {self.headers.get('Content-Type')}"))
-                self._send(*fake._kserve_patch(call.resource, self._kserve_namespace(), call.name, body, go_strict(query)))
+                    return self._send(
+                        415,
+                        status(
+                            415,
+                            "UnsupportedMediaType",
+                            f"the fake takes merge patches, not {self.headers.get('Content-Type')}",
+                        ),
+                    )
+                self._send(
+                    *fake._kserve_patch(call.resource, self._kserve_namespace(), call.name, body, go_strict(query))
+                )
 
             _create_inferenceservices = _create_servingruntimes = _create_kserve
             _get_inferenceservices = _get_servingruntimes = _get_kserve
@@ -1063,16 +1385,27 @@ class FakeKubernetes:
                     return self._not_found("pods", call.name)
                 job, index, timeline = worker
                 phase = timeline.pod_phase()
-                fake.log_reads.append(LogRead(call.name, phase, fake._restart_count(index, timeline), go_bool(query, "follow")))
+                fake.log_reads.append(
+                    LogRead(call.name, phase, fake._restart_count(index, timeline), go_bool(query, "follow"))
+                )
                 expected = TRAINER_CONTAINER if fake.jobs[job]["kind"] == "TrainJob" else CONTAINER
                 container = query.get("container", [expected])[0]
                 if container != expected:
-                    return self._send(400, status(400, "BadRequest", f"container {container} is not valid for pod {call.name}"))
+                    return self._send(
+                        400, status(400, "BadRequest", f"container {container} is not valid for pod {call.name}")
+                    )
                 if phase == "Pending":
-                    return self._send(400, status(400, "BadRequest", f'container "{expected}" in pod "{call.name}" is waiting to start: ContainerCreating'))
+                    return self._send(
+                        400,
+                        status(
+                            400,
+                            "BadRequest",
+                            f'container "{expected}" in pod "{call.name}" is waiting to start: ContainerCreating',
+                        ),
+                    )
                 lines = fake._log_lines(index, timeline)
                 if "tailLines" in query:
-                    lines = lines[-int(query["tailLines"][0]):] if int(query["tailLines"][0]) else []
+                    lines = lines[-int(query["tailLines"][0]) :] if int(query["tailLines"][0]) else []
                 if not go_bool(query, "timestamps"):
                     lines = [line.partition(" ")[2] for line in lines]
                 self._send(200, "".join(f"{line}\n" for line in lines), "text/plain")

@@ -1,4 +1,5 @@
 """Fixtures of the tests that run cluster commands against the fake KFP API: a clean environment and the fake itself."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -13,7 +14,13 @@ from tests.fake_kfp_api import FakeKfpApi
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No credentials, address or kfp context from the machine running the tests; no pod namespace file."""
-    for name in (endpoint.HOST_ENV, endpoint.TOKEN_ENV, endpoint.TOKEN_FILE_ENV, endpoint.COOKIES_ENV, "KF_PIPELINES_UI_ENDPOINT"):
+    for name in (
+        endpoint.HOST_ENV,
+        endpoint.TOKEN_ENV,
+        endpoint.TOKEN_FILE_ENV,
+        endpoint.COOKIES_ENV,
+        "KF_PIPELINES_UI_ENDPOINT",
+    ):
         monkeypatch.delenv(name, raising=False)
     from kfp.client import client
 

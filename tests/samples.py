@@ -1,5 +1,6 @@
 """Records for the tests to write into stores: the ones bakeoff's own writers wrote (tests/data/records), changed
 where a test says."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -6,6 +6,7 @@ then PutUserPolicy with the document below; from 2.17 on it also sets a bucket p
 transcribed from that file at each release tag (data, not code); ``{bucket}`` stands for its
 ``S3_BUCKET_NAME = 'mlpipeline'`` and ``{namespace}`` for the profile's namespace, as in its f-strings.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -29,31 +30,35 @@ KEY_WAIT = 30.0  # seconds for SeaweedFS's S3 gateway to take a new key from the
 # Put/Get/List below four prefixes; no s3:DeleteObject, nothing on the bucket itself.
 USER_POLICY_2_15 = {
     "Version": "2012-10-17",
-    "Statement": [{
-        "Effect": "Allow",
-        "Action": ["s3:Put*", "s3:Get*", "s3:List*"],
-        "Resource": [
-            "arn:aws:s3:::{bucket}/artifacts/*",
-            "arn:aws:s3:::{bucket}/private-artifacts/{namespace}/*",
-            "arn:aws:s3:::{bucket}/private/{namespace}/*",
-            "arn:aws:s3:::{bucket}/shared/*",
-        ],
-    }],
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Action": ["s3:Put*", "s3:Get*", "s3:List*"],
+            "Resource": [
+                "arn:aws:s3:::{bucket}/artifacts/*",
+                "arn:aws:s3:::{bucket}/private-artifacts/{namespace}/*",
+                "arn:aws:s3:::{bucket}/private/{namespace}/*",
+                "arn:aws:s3:::{bucket}/shared/*",
+            ],
+        }
+    ],
 }
 
 # sync.py at 2.17.0 lines 468-492 (iam.put_user_policy in sync()): the same, plus s3:DeleteObject.
 USER_POLICY_2_17 = {
     "Version": "2012-10-17",
-    "Statement": [{
-        "Effect": "Allow",
-        "Action": ["s3:Put*", "s3:Get*", "s3:List*", "s3:DeleteObject"],
-        "Resource": [
-            "arn:aws:s3:::{bucket}/artifacts/*",
-            "arn:aws:s3:::{bucket}/private-artifacts/{namespace}/*",
-            "arn:aws:s3:::{bucket}/private/{namespace}/*",
-            "arn:aws:s3:::{bucket}/shared/*",
-        ],
-    }],
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Action": ["s3:Put*", "s3:Get*", "s3:List*", "s3:DeleteObject"],
+            "Resource": [
+                "arn:aws:s3:::{bucket}/artifacts/*",
+                "arn:aws:s3:::{bucket}/private-artifacts/{namespace}/*",
+                "arn:aws:s3:::{bucket}/private/{namespace}/*",
+                "arn:aws:s3:::{bucket}/shared/*",
+            ],
+        }
+    ],
 }
 
 # sync.py at 2.17.0 lines 186-236 (`desired` in ensure_bucket_list_policy, put at line 247 with
@@ -70,12 +75,16 @@ BUCKET_POLICY_2_17 = {
             "Principal": "*",
             "Action": "s3:ListBucket",
             "Resource": "arn:aws:s3:::{bucket}",
-            "Condition": {"StringLike": {"s3:prefix": [
-                "private-artifacts/${aws:username}/*",
-                "private/${aws:username}/*",
-                "artifacts/*",
-                "shared/*",
-            ]}},
+            "Condition": {
+                "StringLike": {
+                    "s3:prefix": [
+                        "private-artifacts/${aws:username}/*",
+                        "private/${aws:username}/*",
+                        "artifacts/*",
+                        "shared/*",
+                    ]
+                }
+            },
         },
         {
             "Sid": "AllowHeadBucket",
@@ -104,10 +113,12 @@ BUCKET_POLICY_2_17 = {
             "Resource": "arn:aws:s3:::{bucket}",
             "Condition": {
                 "StringLike": {"s3:prefix": ["private-artifacts/*", "private/*"]},
-                "StringNotLike": {"s3:prefix": [
-                    "private-artifacts/${aws:username}/*",
-                    "private/${aws:username}/*",
-                ]},
+                "StringNotLike": {
+                    "s3:prefix": [
+                        "private-artifacts/${aws:username}/*",
+                        "private/${aws:username}/*",
+                    ]
+                },
             },
         },
     ],
@@ -148,8 +159,12 @@ PROFILE_SETUPS = (
 
 def actions_4_00(user_policy: dict) -> list[str]:
     """The identity actions SeaweedFS 4.00 keeps for ``user_policy`` (see ACTIONS_4_00)."""
-    return [f"{ACTIONS_4_00[action]}:{resource.split(':', 5)[5]}"
-            for statement in user_policy["Statement"] for resource in statement["Resource"] for action in statement["Action"]]
+    return [
+        f"{ACTIONS_4_00[action]}:{resource.split(':', 5)[5]}"
+        for statement in user_policy["Statement"]
+        for resource in statement["Resource"]
+        for action in statement["Action"]
+    ]
 
 
 def make_profile_keys(server: WeedServer, setup: ProfileSetup) -> dict[str, str]:
@@ -160,16 +175,32 @@ def make_profile_keys(server: WeedServer, setup: ProfileSetup) -> dict[str, str]
         policy = filled(USER_POLICY_2_15, setup.bucket, setup.namespace)
         # What 4.00 would have stored; the keys are the test's own (4.00 makes random ones).
         keys = {"AWS_ACCESS_KEY_ID": f"{setup.namespace}-key", "AWS_SECRET_ACCESS_KEY": f"{setup.namespace}-secret"}
-        server.shell(f"s3.configure -user {setup.namespace} -access_key {keys['AWS_ACCESS_KEY_ID']}"
-                     f" -secret_key {keys['AWS_SECRET_ACCESS_KEY']} -actions {','.join(actions_4_00(policy))} -apply")
+        server.shell(
+            f"s3.configure -user {setup.namespace} -access_key {keys['AWS_ACCESS_KEY_ID']}"
+            f" -secret_key {keys['AWS_SECRET_ACCESS_KEY']} -actions {','.join(actions_4_00(policy))} -apply"
+        )
     else:
         policy = filled(USER_POLICY_2_17, setup.bucket, setup.namespace)
         answer = iam_call(server.iam_endpoint, server.keys, "CreateAccessKey", UserName=setup.namespace)
-        keys = {"AWS_ACCESS_KEY_ID": text_of(answer, "AccessKeyId"), "AWS_SECRET_ACCESS_KEY": text_of(answer, "SecretAccessKey")}
-        iam_call(server.iam_endpoint, server.keys, "PutUserPolicy", UserName=setup.namespace,
-                 PolicyName=f"KubeflowProject{setup.namespace}", PolicyDocument=json.dumps(policy))
-        admin = minio.Minio(server.endpoint, secure=False, access_key=server.keys["AWS_ACCESS_KEY_ID"],
-                            secret_key=server.keys["AWS_SECRET_ACCESS_KEY"], region="us-east-1")
+        keys = {
+            "AWS_ACCESS_KEY_ID": text_of(answer, "AccessKeyId"),
+            "AWS_SECRET_ACCESS_KEY": text_of(answer, "SecretAccessKey"),
+        }
+        iam_call(
+            server.iam_endpoint,
+            server.keys,
+            "PutUserPolicy",
+            UserName=setup.namespace,
+            PolicyName=f"KubeflowProject{setup.namespace}",
+            PolicyDocument=json.dumps(policy),
+        )
+        admin = minio.Minio(
+            server.endpoint,
+            secure=False,
+            access_key=server.keys["AWS_ACCESS_KEY_ID"],
+            secret_key=server.keys["AWS_SECRET_ACCESS_KEY"],
+            region="us-east-1",
+        )
         admin.set_bucket_policy(setup.bucket, json.dumps(filled(BUCKET_POLICY_2_17, setup.bucket)))
     server.wait_for_keys(keys, time.monotonic() + KEY_WAIT)
     return keys
@@ -177,6 +208,7 @@ def make_profile_keys(server: WeedServer, setup: ProfileSetup) -> dict[str, str]
 
 def filled(document: dict, bucket: str, namespace: str = "") -> dict:
     """``document`` with sync.py's f-string fields put in (``${aws:username}`` is left for the server)."""
+
     def fill(value: object) -> object:
         if isinstance(value, str):
             return value.replace("{bucket}", bucket).replace("{namespace}", namespace)
@@ -195,18 +227,26 @@ def iam_call(endpoint: str, keys: dict[str, str], action: str, **params: str) ->
     now = datetime.datetime.now(datetime.UTC)
     stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
     payload = hashlib.sha256(body).hexdigest()
-    headers = {"content-type": "application/x-www-form-urlencoded; charset=utf-8", "host": endpoint,
-               "x-amz-content-sha256": payload, "x-amz-date": stamp}
+    headers = {
+        "content-type": "application/x-www-form-urlencoded; charset=utf-8",
+        "host": endpoint,
+        "x-amz-content-sha256": payload,
+        "x-amz-date": stamp,
+    }
     names = sorted(headers)
-    canonical = "\n".join(["POST", "/", "", *(f"{name}:{headers[name]}" for name in names), "", ";".join(names), payload])
+    canonical = "\n".join(
+        ["POST", "/", "", *(f"{name}:{headers[name]}" for name in names), "", ";".join(names), payload]
+    )
     scope = f"{day}/{IAM_REGION}/iam/aws4_request"
     to_sign = "\n".join(["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
     key = f"AWS4{keys['AWS_SECRET_ACCESS_KEY']}".encode()
     for part in (day, IAM_REGION, "iam", "aws4_request"):
         key = hmac.new(key, part.encode(), hashlib.sha256).digest()
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={keys['AWS_ACCESS_KEY_ID']}/{scope},"
-                                f" SignedHeaders={';'.join(names)}, Signature={signature}")
+    headers["authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={keys['AWS_ACCESS_KEY_ID']}/{scope},"
+        f" SignedHeaders={';'.join(names)}, Signature={signature}"
+    )
     request = urllib.request.Request(f"http://{endpoint}/", data=body, headers=headers, method="POST")
     with urllib.request.urlopen(request, timeout=10) as response:
         return ElementTree.fromstring(response.read())

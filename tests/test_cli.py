@@ -1,4 +1,5 @@
 """The real pipeline through kfp.local, driven from the `bakeoff` command line, and its bad inputs."""
+
 from __future__ import annotations
 
 import gzip
@@ -32,7 +33,9 @@ INGEST_EXECUTED = re.compile(r"Executing task (\x1b\[[0-9;]*m)?'ingest'")  # kfp
 
 
 def bakeoff(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([BAKEOFF, *args], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [BAKEOFF, *args], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=900
+    )
 
 
 @pytest.fixture
@@ -54,11 +57,23 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.mark.training
 @pytest.mark.parametrize("store_uri, metric", [("folder", "val_accuracy"), ("s3", "val_loss")], indirect=["store_uri"])
 def test_pipeline_runs_and_publishes_the_best_by_the_metric_with_the_documented_json(
-        tiny_config: Path, store_uri: str, metric: str, tmp_path: Path) -> None:
+    tiny_config: Path, store_uri: str, metric: str, tmp_path: Path
+) -> None:
     """`run --metric M --json` publishes the candidate best by M, and prints a Summary record (read strictly: its
     fields and types)."""
-    run = bakeoff("run", "--config", str(tiny_config), "--store", store_uri, "--metric", metric,
-                  "--max-train-examples", "2048", "--json", cwd=tmp_path)
+    run = bakeoff(
+        "run",
+        "--config",
+        str(tiny_config),
+        "--store",
+        store_uri,
+        "--metric",
+        metric,
+        "--max-train-examples",
+        "2048",
+        "--json",
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     summary = Summary.from_json(run.stdout, "run --json")
     assert summary.to_json() == run.stdout.strip()
@@ -112,7 +127,8 @@ def change_one_pixel(source: Path) -> None:
 
 @pytest.mark.training
 def test_the_cached_ingest_is_reused_for_the_same_files_and_not_after_a_pixel_changed(
-        tiny_config: Path, fashion_dir: Path, tmp_path: Path) -> None:
+    tiny_config: Path, fashion_dir: Path, tmp_path: Path
+) -> None:
     """A rerun on the same files at the same path reuses kfp.local's cached ingest; one changed pixel there re-ingests.
 
     The reruns also pass the promotion gate's flags: a margin no challenger meets keeps the champion (exit 0,
@@ -121,8 +137,22 @@ def test_the_cached_ingest_is_reused_for_the_same_files_and_not_after_a_pixel_ch
     source = tmp_path / "fashion-mnist"
     shutil.copytree(fashion_dir, source)
     store = tmp_path / "store"
-    args = ("run", "--config", str(tiny_config), "--store", str(store), "--source", str(source),
-            "--max-train-examples", "1024", "--epochs", "1", "--workers", "1", "--json")
+    args = (
+        "run",
+        "--config",
+        str(tiny_config),
+        "--store",
+        str(store),
+        "--source",
+        str(source),
+        "--max-train-examples",
+        "1024",
+        "--epochs",
+        "1",
+        "--workers",
+        "1",
+        "--json",
+    )
     first = bakeoff(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert INGEST_EXECUTED.search(first.stderr)
@@ -142,7 +172,10 @@ def test_the_cached_ingest_is_reused_for_the_same_files_and_not_after_a_pixel_ch
     assert INGEST_EXECUTED.search(third.stderr), "a changed file at the same path must not reuse the cached ingest"
     assert Summary.from_json(third.stdout, "run --json").winner.version == 2
     listing = bakeoff("models", "list", "--store", str(store), "--json", cwd=tmp_path)
-    fingerprints = [PublishedVersion.from_dict(entry, "models list --json").dataset_fingerprint for entry in json.loads(listing.stdout)]
+    fingerprints = [
+        PublishedVersion.from_dict(entry, "models list --json").dataset_fingerprint
+        for entry in json.loads(listing.stdout)
+    ]
     assert len(fingerprints) == 2 and fingerprints[0] != fingerprints[1]
 
 
@@ -168,15 +201,35 @@ def assert_one_line_error(result: subprocess.CompletedProcess, message: str) -> 
     assert "Traceback" not in result.stderr.split("bakeoff: error:")[-1]
 
 
-@pytest.mark.parametrize("flags, refusal", [
-    (("--model-name", "../x"), r"bakeoff: error: model name '\.\./x' is not usable in a path"),
-    # either argparse's usage error for --metric's choices, or bakeoff's own line
-    (("--metric", "bogus"), r"(bakeoff run: error: argument --metric: invalid choice: 'bogus'|bakeoff: error: unknown selection " r"metric 'bogus')"),
-])
-def test_a_bad_model_name_or_metric_fails_before_ingest(tiny_config: Path, tmp_path: Path, flags: tuple[str, str], refusal: str) -> None:
+@pytest.mark.parametrize(
+    "flags, refusal",
+    [
+        (("--model-name", "../x"), r"bakeoff: error: model name '\.\./x' is not usable in a path"),
+        # either argparse's usage error for --metric's choices, or bakeoff's own line
+        (
+            ("--metric", "bogus"),
+            r"(bakeoff run: error: argument --metric: invalid choice: 'bogus'|bakeoff: error: unknown selection "
+            r"metric 'bogus')",
+        ),
+    ],
+)
+def test_a_bad_model_name_or_metric_fails_before_ingest(
+    tiny_config: Path, tmp_path: Path, flags: tuple[str, str], refusal: str
+) -> None:
     """A bad --model-name or --metric fails in one error line before any pipeline work: no work dir, no store."""
-    result = bakeoff("run", "--config", str(tiny_config), "--store", str(tmp_path / "store"), "--work-dir", str(tmp_path / "work"),
-                     "--max-train-examples", "10", *flags, cwd=tmp_path)
+    result = bakeoff(
+        "run",
+        "--config",
+        str(tiny_config),
+        "--store",
+        str(tmp_path / "store"),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--max-train-examples",
+        "10",
+        *flags,
+        cwd=tmp_path,
+    )
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
@@ -204,25 +257,46 @@ def test_unwritable_store(tiny_config: Path, tmp_path: Path) -> None:
 
 
 def test_dataset_missing_offline(tiny_config: Path, tmp_path: Path) -> None:
-    result = bakeoff("run", "--config", str(tiny_config), "--source", str(tmp_path / "nothing"), "--store", str(tmp_path / "s"), cwd=tmp_path)
+    result = bakeoff(
+        "run",
+        "--config",
+        str(tiny_config),
+        "--source",
+        str(tmp_path / "nothing"),
+        "--store",
+        str(tmp_path / "s"),
+        cwd=tmp_path,
+    )
     assert_one_line_error(result, "install Debian's dataset-fashion-mnist")
 
 
 def test_s3_endpoint_down(tiny_config: Path, tmp_path: Path, s3_env: str) -> None:
-    result = bakeoff("run", "--config", str(tiny_config), "--store", "s3://bakeoff/x",
-                     "--s3-endpoint", f"127.0.0.1:{free_port()}", cwd=tmp_path)
+    result = bakeoff(
+        "run",
+        "--config",
+        str(tiny_config),
+        "--store",
+        "s3://bakeoff/x",
+        "--s3-endpoint",
+        f"127.0.0.1:{free_port()}",
+        cwd=tmp_path,
+    )
     assert_one_line_error(result, "is unreachable")
 
 
 def test_s3_wrong_keys(tiny_config: Path, tmp_path: Path, s3_env: str) -> None:
-    result = bakeoff("models", "list", "--store", "s3://bakeoff/x", cwd=tmp_path, env={"AWS_SECRET_ACCESS_KEY": "wrong"})
+    result = bakeoff(
+        "models", "list", "--store", "s3://bakeoff/x", cwd=tmp_path, env={"AWS_SECRET_ACCESS_KEY": "wrong"}
+    )
     assert_one_line_error(result, "refused the credentials")
 
 
 @pytest.mark.training
 def test_a_crashing_replica_fails_the_run_and_publishes_nothing(tiny_config: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
-    result = bakeoff("run", "--config", str(tiny_config), "--store", str(store), "--max-train-examples", "10", cwd=tmp_path)
+    result = bakeoff(
+        "run", "--config", str(tiny_config), "--store", str(store), "--max-train-examples", "10", cwd=tmp_path
+    )
     assert_one_line_error(result, "10 training examples make no full global batch of 64")
     assert "TFJob 'bakeoff-" in result.stderr.strip().splitlines()[-1]
     assert not (store / "models").exists()

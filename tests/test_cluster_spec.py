@@ -1,4 +1,5 @@
 """TF_CONFIG from a Trainer v2 pod's JobSet identity, against the names JobSet and the Job controller give pods."""
+
 from __future__ import annotations
 
 import json
@@ -38,9 +39,15 @@ def jobset_pod(jobset: str, replicated_job: str, job_index: int, completion_inde
     k8s.io/kubernetes pkg/controller/job/job_controller.go) sets the hostname ``<job>-<completionIndex>``.
     """
     job = f"{jobset}-{replicated_job}-{job_index}"
-    return {"hostname": f"{job}-{completion_index}", "subdomain": jobset, "service": jobset,
-            "jobset.sigs.k8s.io/jobset-name": jobset, "jobset.sigs.k8s.io/replicatedjob-name": replicated_job,
-            "jobset.sigs.k8s.io/job-index": str(job_index), "completion-index": str(completion_index)}
+    return {
+        "hostname": f"{job}-{completion_index}",
+        "subdomain": jobset,
+        "service": jobset,
+        "jobset.sigs.k8s.io/jobset-name": jobset,
+        "jobset.sigs.k8s.io/replicatedjob-name": replicated_job,
+        "jobset.sigs.k8s.io/job-index": str(job_index),
+        "completion-index": str(completion_index),
+    }
 
 
 def runtime_env(pod: dict[str, str], nodes: int) -> dict[str, str]:
@@ -54,21 +61,34 @@ def runtime_env(pod: dict[str, str], nodes: int) -> dict[str, str]:
 def test_every_worker_is_addressed_by_its_pod_hostname_under_the_headless_service(nodes: int) -> None:
     pods = [jobset_pod(TRAINJOB, "node", 0, index) for index in range(nodes)]
     expected = [f"{pod['hostname']}.{pod['service']}:2222" for pod in pods]
-    assert expected[0] == f"{TRAINJOB}-node-0-0.{TRAINJOB}:2222", "the address Trainer's torch and jax plugins give node 0"
+    assert expected[0] == f"{TRAINJOB}-node-0-0.{TRAINJOB}:2222", (
+        "the address Trainer's torch and jax plugins give node 0"
+    )
     for index, pod in enumerate(pods):
         assert from_jobset(runtime_env(pod, nodes)) == {
-            "cluster": {"worker": expected}, "task": {"type": "worker", "index": index}, "environment": "cloud"}
+            "cluster": {"worker": expected},
+            "task": {"type": "worker", "index": index},
+            "environment": "cloud",
+        }
         assert _DNS1123_LABEL.fullmatch(pod["hostname"]) and pod["subdomain"] == pod["service"]
 
 
 def test_tensorflow_reads_it_as_one_worker_of_the_cluster() -> None:
     """The resolver MultiWorkerMirroredStrategy uses takes the derived TF_CONFIG: this pod is worker 1 of 3."""
     env = runtime_env(jobset_pod(TRAINJOB, "node", 0, 1), 3)
-    program = ("import json, os; from components.backends import cluster_spec; cluster_spec.ensure_tf_config();"
-               " import tensorflow as tf; r = tf.distribute.cluster_resolver.TFConfigClusterResolver();"
-               " print(json.dumps([r.task_type, r.task_id, r.cluster_spec().as_dict()]))")
-    result = subprocess.run([sys.executable, "-c", program], env=env | {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"},
-                            capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    program = (
+        "import json, os; from components.backends import cluster_spec; cluster_spec.ensure_tf_config();"
+        " import tensorflow as tf; r = tf.distribute.cluster_resolver.TFConfigClusterResolver();"
+        " print(json.dumps([r.task_type, r.task_id, r.cluster_spec().as_dict()]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        env=env | {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert result.returncode == 0, result.stderr
     task_type, task_id, cluster = json.loads(result.stdout.splitlines()[-1])
     assert (task_type, task_id) == ("worker", 1)
@@ -87,16 +107,31 @@ def test_a_tf_config_already_set_wins_and_a_pod_of_no_jobset_gets_none() -> None
     assert json.loads(derived[TF_CONFIG]) == from_jobset(derived)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({NODES_ENV: None}, f"{JOBSET_ENV} is set but {NODES_ENV} is not: submit the TrainJob with bakeoff's runtime"
-                        f" (manifests/trainer-v2/) and {NODES_ENV} equal to trainer.numNodes, or set TF_CONFIG"),
-    ({REPLICATED_JOB_ENV: None, COMPLETION_INDEX_ENV: None},
-     f"{JOBSET_ENV} is set but {REPLICATED_JOB_ENV}, {COMPLETION_INDEX_ENV} are not: submit the TrainJob with " "bakeoff's"
-     f" runtime (manifests/trainer-v2/) and {NODES_ENV} equal to trainer.numNodes, or set TF_CONFIG"),
-    ({JOB_INDEX_ENV: "first"}, f"{JOB_INDEX_ENV}='first' is not a whole number: this pod does not look like one of"
-                               " bakeoff's Trainer v2 runtime (manifests/trainer-v2/); set TF_CONFIG instead"),
-    ({COMPLETION_INDEX_ENV: "2"}, f"{COMPLETION_INDEX_ENV}=2 is not below {NODES_ENV}=2: set {NODES_ENV} to the TrainJob's trainer.numNodes"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {NODES_ENV: None},
+            f"{JOBSET_ENV} is set but {NODES_ENV} is not: submit the TrainJob with bakeoff's runtime"
+            f" (manifests/trainer-v2/) and {NODES_ENV} equal to trainer.numNodes, or set TF_CONFIG",
+        ),
+        (
+            {REPLICATED_JOB_ENV: None, COMPLETION_INDEX_ENV: None},
+            f"{JOBSET_ENV} is set but {REPLICATED_JOB_ENV}, {COMPLETION_INDEX_ENV} are not: submit the TrainJob with "
+            "bakeoff's"
+            f" runtime (manifests/trainer-v2/) and {NODES_ENV} equal to trainer.numNodes, or set TF_CONFIG",
+        ),
+        (
+            {JOB_INDEX_ENV: "first"},
+            f"{JOB_INDEX_ENV}='first' is not a whole number: this pod does not look like one of"
+            " bakeoff's Trainer v2 runtime (manifests/trainer-v2/); set TF_CONFIG instead",
+        ),
+        (
+            {COMPLETION_INDEX_ENV: "2"},
+            f"{COMPLETION_INDEX_ENV}=2 is not below {NODES_ENV}=2: set {NODES_ENV} to the TrainJob's trainer.numNodes",
+        ),
+    ],
+)
 def test_an_identity_that_does_not_add_up_is_one_line_and_nothing_is_set(change: dict, message: str) -> None:
     env = runtime_env(jobset_pod(TRAINJOB, "node", 0, 1), 2)
     for key, value in change.items():
@@ -112,9 +147,28 @@ def test_an_identity_that_does_not_add_up_is_one_line_and_nothing_is_set(change:
 def test_the_worker_program_derives_it_before_training() -> None:
     """Started as the runtime starts it, the worker checks its identity first: a broken one is its one error line."""
     env = runtime_env(jobset_pod(TRAINJOB, "node", 0, 2), 2)
-    result = subprocess.run([sys.executable, "-m", "components.training.worker", "--variant", "{}", "--data", "nowhere",
-                             "--store", "nowhere", "--prefix", "x"], env=env | {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"},
-                            capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "components.training.worker",
+            "--variant",
+            "{}",
+            "--data",
+            "nowhere",
+            "--store",
+            "nowhere",
+            "--prefix",
+            "x",
+        ],
+        env=env | {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert result.returncode == 1
-    assert result.stderr.splitlines()[-1] == (f"bakeoff: error: {COMPLETION_INDEX_ENV}=2 is not below {NODES_ENV}=2:"
-                                              f" set {NODES_ENV} to the TrainJob's trainer.numNodes")
+    assert result.stderr.splitlines()[-1] == (
+        f"bakeoff: error: {COMPLETION_INDEX_ENV}=2 is not below {NODES_ENV}=2:"
+        f" set {NODES_ENV} to the TrainJob's trainer.numNodes"
+    )

@@ -1,4 +1,5 @@
 """The compiled pipeline: what KFP will run on a cluster, and the committed copy kept current."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,22 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     document["variants"] = [v for v in document["variants"] if v["name"] in ("cnn", "dropout", "batch_norm")]
     (folder / "plain.yaml").write_text(yaml.safe_dump(document))
     out = folder / "bakeoff.yaml"
-    assert main(["compile", "--config", str(folder / "plain.yaml"), "-o", str(out), "--image", "registry.example/bakeoff:7",
-                 "--parallelism", "2"]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                "--config",
+                str(folder / "plain.yaml"),
+                "-o",
+                str(out),
+                "--image",
+                "registry.example/bakeoff:7",
+                "--parallelism",
+                "2",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -53,8 +68,9 @@ def test_fan_out_with_parallelism_and_a_fan_in_every_supported_backend_runs(comp
     assert loop["parameterIterator"]["items"] == {"inputParameter": "pipelinechannel--variants"}
     assert "train-variants" in tasks["select"]["dependentTasks"]
     assert tasks["select"]["inputs"]["parameters"]["variants"] == {"componentInputParameter": "variants"}
-    assert ir["components"]["comp-for-loop-1"]["inputDefinitions"]["parameters"]["pipelinechannel--variants-loop-item"] == {
-        "parameterType": "STRUCT"}, "a STRING item reaches train's STRUCT input as text and the driver rejects it"
+    assert ir["components"]["comp-for-loop-1"]["inputDefinitions"]["parameters"][
+        "pipelinechannel--variants-loop-item"
+    ] == {"parameterType": "STRUCT"}, "a STRING item reaches train's STRUCT input as text and the driver rejects it"
     defaults = [v["name"] for v in ir["root"]["inputDefinitions"]["parameters"]["variants"]["defaultValue"]]
     assert defaults == ["cnn", "dropout", "batch_norm"]
 
@@ -63,7 +79,8 @@ def test_every_step_runs_the_image_and_the_tfjob_gets_it_too(compiled: Path) -> 
     ir, _ = documents(compiled)
     executors = ir["deploymentSpec"]["executors"]
     assert {name: e["container"]["image"] for name, e in executors.items()} == {
-        f"exec-{step}": "registry.example/bakeoff:7" for step in ("check", "ingest", "train", "select")}
+        f"exec-{step}": "registry.example/bakeoff:7" for step in ("check", "ingest", "train", "select")
+    }
     train = ir["components"]["comp-for-loop-1"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
     assert train["image"] == {"runtimeValue": {"constant": "registry.example/bakeoff:7"}}
     assert train["concurrent_jobs"] == {"runtimeValue": {"constant": 2}}
@@ -79,7 +96,10 @@ def test_store_credentials_come_from_the_secret_only(compiled: Path, which: str)
     for name in executors:
         (secret,) = executors[name]["secretAsEnv"]
         assert secret["secretName"] == "mlpipeline-minio-artifact"
-        assert {m["secretKey"]: m["envVar"] for m in secret["keyToEnv"]} == {"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"}
+        assert {m["secretKey"]: m["envVar"] for m in secret["keyToEnv"]} == {
+            "accesskey": "AWS_ACCESS_KEY_ID",
+            "secretkey": "AWS_SECRET_ACCESS_KEY",
+        }
         env = {e["name"]: e["value"] for e in ir["deploymentSpec"]["executors"][name]["container"]["env"]}
         assert env == {"BAKEOFF_S3_INSECURE": "1"}
     assert "AWS_SECRET_ACCESS_KEY=" not in compiled.read_text()
@@ -102,14 +122,20 @@ def test_only_ingest_is_cached(compiled: Path, which: str) -> None:
     """Of the container tasks (KFP caches no DAG), ingest alone: trainings, halving and selection always run."""
     ir, _ = documents(compiled if which == "plain" else COMPILED)
     dags = [ir["root"]["dag"]] + [c["dag"] for c in ir["components"].values() if "dag" in c]
-    cached = {name: task.get("cachingOptions") == {"enableCache": True}
-              for dag in dags for name, task in dag["tasks"].items() if "componentRef" in task and "dag" not in ir["components"][task["componentRef"]["name"]]}
+    cached = {
+        name: task.get("cachingOptions") == {"enableCache": True}
+        for dag in dags
+        for name, task in dag["tasks"].items()
+        if "componentRef" in task and "dag" not in ir["components"][task["componentRef"]["name"]]
+    }
     assert cached.pop("ingest") and not any(cached.values()), cached
     assert {"select", "train"} <= set(cached)
 
 
 @pytest.mark.parametrize("which", ["plain", "committed default (halving)"])
-def test_the_first_step_checks_every_run_time_parameter_against_what_was_compiled_in(compiled: Path, which: str) -> None:
+def test_the_first_step_checks_every_run_time_parameter_against_what_was_compiled_in(
+    compiled: Path, which: str
+) -> None:
     """Every parameter a UI or SDK user sets reaches the check step, which all work waits for, with the compiled-in
     search."""
     ir, _ = documents(compiled if which == "plain" else COMPILED)
@@ -118,19 +144,28 @@ def test_the_first_step_checks_every_run_time_parameter_against_what_was_compile
     assert "dependentTasks" not in check
 
     def waits_for_check(name: str) -> bool:
-        return any(upstream == "check" or waits_for_check(upstream) for upstream in tasks[name].get("dependentTasks", []))
+        return any(
+            upstream == "check" or waits_for_check(upstream) for upstream in tasks[name].get("dependentTasks", [])
+        )
 
     assert tasks["ingest"]["dependentTasks"] == ["check"]
     assert all(waits_for_check(name) for name in tasks if name != "check")
     parameters = check["inputs"]["parameters"]
-    run_time = set(ir["root"]["inputDefinitions"]["parameters"]) - {"source_digest"}  # the digest only keys ingest's cache
-    assert {name: parameters[name] for name in run_time} == {name: {"componentInputParameter": name} for name in run_time}
+    run_time = set(ir["root"]["inputDefinitions"]["parameters"]) - {
+        "source_digest"
+    }  # the digest only keys ingest's cache
+    assert {name: parameters[name] for name in run_time} == {
+        name: {"componentInputParameter": name} for name in run_time
+    }
     compiled_in = {name: parameters[name]["runtimeValue"]["constant"] for name in ("halving", "compiled_variants")}
     defaults = ir["root"]["inputDefinitions"]["parameters"]["variants"]["defaultValue"]
     if which == "plain":
         assert compiled_in == {"halving": {}, "compiled_variants": 3}
     else:
-        assert compiled_in == {"halving": {"min_epochs": 3, "max_epochs": 20, "eta": 3}, "compiled_variants": len(defaults)}
+        assert compiled_in == {
+            "halving": {"min_epochs": 3, "max_epochs": 20, "eta": 3},
+            "compiled_variants": len(defaults),
+        }
     assert check.get("cachingOptions") != {"enableCache": True}, "a cached check would not prove the store reachable"
 
 
@@ -151,5 +186,8 @@ def test_bad_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[st
     bad = tmp_path / "bad.yaml"
     bad.write_text("variants:\n  - {name: a, model: {type: rnn}}\n")
     assert main(["compile", "--config", str(bad), "-o", str(tmp_path / "x.yaml")]) == 1
-    assert capsys.readouterr().err.strip() == f"bakeoff: error: {bad}: variant 'a': model.type: unknown architecture 'rnn' (known: cnn, mlp)"
+    assert (
+        capsys.readouterr().err.strip()
+        == f"bakeoff: error: {bad}: variant 'a': model.type: unknown architecture 'rnn' (known: cnn, mlp)"
+    )
     assert not (tmp_path / "x.yaml").exists()

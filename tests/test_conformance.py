@@ -5,6 +5,7 @@ Rules from ``backend/src/v2/driver/resolve.go`` (``resolveInputs`` →
 placeholder ``switch``; ``driver.go`` in 2.4.1 and 2.5.0) at each release tag
 of ``pipelines.conformance.BACKENDS``; see that module's docstring.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -58,7 +59,9 @@ def test_a_string_loop_item_feeding_a_struct_input_is_rejected_as_the_driver_doe
 def test_collected_fan_in_is_rejected_before_kfp_2_14() -> None:
     found = conformance.violations(ir(STRING_ITEM_IR), conformance.BACKENDS["2.5.0"])
     assert any(line.startswith("root/select: input 'candidates': fans in a ParallelFor's outputs") for line in found)
-    assert not any("fans in" in line for line in conformance.violations(ir(STRING_ITEM_IR), conformance.BACKENDS["2.14.0"]))
+    assert not any(
+        "fans in" in line for line in conformance.violations(ir(STRING_ITEM_IR), conformance.BACKENDS["2.14.0"])
+    )
 
 
 def test_kfp_2_4_leaves_the_run_id_placeholder_unsubstituted() -> None:
@@ -67,12 +70,24 @@ def test_kfp_2_4_leaves_the_run_id_placeholder_unsubstituted() -> None:
     assert found and all("'{{$.pipeline_job_uuid}}' is not substituted by KFP 2.4.1" in line for line in found)
 
 
-@pytest.mark.parametrize("declared,kind,accepted", [
-    ("STRING", "struct", True), ("STRING", "number", True), ("STRING", "list", True),
-    ("STRUCT", "string", False), ("STRUCT", "struct", True), ("LIST", "string", False), ("LIST", "list", True),
-    ("NUMBER_INTEGER", "number", True), ("NUMBER_DOUBLE", "number", True), ("NUMBER_INTEGER", "string", False),
-    ("BOOLEAN", "bool", True), ("BOOLEAN", "number", False), ("TASK_FINAL_STATUS", "struct", True),
-])
+@pytest.mark.parametrize(
+    "declared,kind,accepted",
+    [
+        ("STRING", "struct", True),
+        ("STRING", "number", True),
+        ("STRING", "list", True),
+        ("STRUCT", "string", False),
+        ("STRUCT", "struct", True),
+        ("LIST", "string", False),
+        ("LIST", "list", True),
+        ("NUMBER_INTEGER", "number", True),
+        ("NUMBER_DOUBLE", "number", True),
+        ("NUMBER_INTEGER", "string", False),
+        ("BOOLEAN", "bool", True),
+        ("BOOLEAN", "number", False),
+        ("TASK_FINAL_STATUS", "struct", True),
+    ],
+)
 def test_type_rule_matches_the_drivers_switch(declared: str, kind: str, accepted: bool) -> None:
     """STRING takes any value (as JSON text); every other type only its own protobuf kind."""
     assert conformance.accepts(declared, kind) is accepted
@@ -92,7 +107,10 @@ def test_the_store_uri_takes_the_pods_namespace(tmp_path: Path) -> None:
     """One compiled default writes below private/<namespace>/, where a multi-user profile's keys may write."""
     namespace_file = tmp_path / "namespace"
     namespace_file.write_text("team-a\n")
-    assert resolve_namespace("s3://mlpipeline/private/{namespace}/bakeoff", namespace_file) == "s3://mlpipeline/private/team-a/bakeoff"
+    assert (
+        resolve_namespace("s3://mlpipeline/private/{namespace}/bakeoff", namespace_file)
+        == "s3://mlpipeline/private/team-a/bakeoff"
+    )
     assert resolve_namespace("s3://mlpipeline/shared/bakeoff", tmp_path / "absent") == "s3://mlpipeline/shared/bakeoff"
     with pytest.raises(BakeoffError, match="only a pod can resolve"):
         resolve_namespace("s3://mlpipeline/private/{namespace}/bakeoff", tmp_path / "absent")

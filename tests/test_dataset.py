@@ -1,4 +1,5 @@
 """Ingest on the real Fashion-MNIST files: counts, splits, shards, fingerprint."""
+
 from __future__ import annotations
 
 import gzip
@@ -19,15 +20,18 @@ pytestmark = pytest.mark.unit
 
 def examples(*splits: fashion_mnist.Split) -> np.ndarray:
     """The (image, label) pairs of ``splits``, one opaque value per example."""
-    rows = np.concatenate([np.concatenate([split.images.reshape(len(split), -1), split.labels[:, None]], axis=1)
-                           for split in splits])
+    rows = np.concatenate(
+        [np.concatenate([split.images.reshape(len(split), -1), split.labels[:, None]], axis=1) for split in splits]
+    )
     return np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()
 
 
 def unmatched(these: np.ndarray, those: np.ndarray) -> tuple[int, int]:
     """Compared as multisets: how many of ``these`` are not among ``those``, and the other way round."""
     values, inverse = np.unique(np.concatenate([these, those]), return_inverse=True)
-    surplus = np.bincount(inverse[:len(these)], minlength=len(values)) - np.bincount(inverse[len(these):], minlength=len(values))
+    surplus = np.bincount(inverse[: len(these)], minlength=len(values)) - np.bincount(
+        inverse[len(these) :], minlength=len(values)
+    )
     return int(surplus[surplus > 0].sum()), int(-surplus[surplus < 0].sum())
 
 

@@ -1,4 +1,5 @@
 """`bakeoff deploy` against a fake Kubernetes API that holds KServe's CRDs and plays its InferenceService controller."""
+
 from __future__ import annotations
 
 import json
@@ -28,12 +29,18 @@ IMAGE = "registry.example/you/bakeoff:1"  # the user's build: deploy creates no 
 def kubeconfig(path: Path, server: str, namespace: str | None = NAMESPACE) -> Path:
     """A kube-config whose current context is ``server``, as `kubectl config` writes one."""
     context = {"cluster": "fake", "user": "someone"} | ({"namespace": namespace} if namespace else {})
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": server}}],
-        "users": [{"name": "someone", "user": {}}],
-        "contexts": [{"name": "fake", "context": context}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": {"server": server}}],
+                "users": [{"name": "someone", "user": {}}],
+                "contexts": [{"name": "fake", "context": context}],
+            }
+        )
+    )
     return path
 
 
@@ -97,7 +104,16 @@ def test_first_deploy_creates_the_runtime_and_the_service_valid_against_the_crds
     # KServe's ports, and declares the one port Knative (the default Serverless mode) takes.
     container = fake.effective_container("fashion-mnist")
     assert container["command"] == ["python", "-m", "components.serving.server"]
-    assert container["args"] == ["--model-dir", "/mnt/models", "--model-name", "fashion-mnist", "--http-port", "8080", "--grpc-port", "8081"]
+    assert container["args"] == [
+        "--model-dir",
+        "/mnt/models",
+        "--model-name",
+        "fashion-mnist",
+        "--http-port",
+        "8080",
+        "--grpc-port",
+        "8081",
+    ]
     assert container["ports"] == [{"containerPort": 8080, "name": "http1", "protocol": "TCP"}]
     assert knative_port_errors([container]) == []
     assert out[0] == f"created servingruntime bakeoff in {NAMESPACE} (image {IMAGE})"
@@ -108,8 +124,14 @@ def test_a_new_version_patches_the_same_service_so_kserve_rolls_it(fake: FakeKub
     assert bakeoff(capsys, "--image", IMAGE, "--version", "1")[0] == 0
     first = service(fake)
     # The user resizes the predictor meanwhile; deploy must not undo it.
-    api(fake).patch_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, "fashion-mnist",
-                                             {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "4Gi"}}}}}})
+    api(fake).patch_namespaced_custom_object(
+        deploy.GROUP,
+        "v1beta1",
+        NAMESPACE,
+        ISVC,
+        "fashion-mnist",
+        {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "4Gi"}}}}}},
+    )
 
     code, out, err = bakeoff(capsys, "--version", "2")
     assert code == 0, err
@@ -120,8 +142,12 @@ def test_a_new_version_patches_the_same_service_so_kserve_rolls_it(fake: FakeKub
     assert version_of(second) == "2" and second["metadata"]["generation"] == first["metadata"]["generation"] + 2
     assert second["spec"]["predictor"]["model"]["resources"]["limits"]["memory"] == "4Gi"
     assert second["spec"]["predictor"]["model"]["storageUri"] == STORE_URI
-    assert out == [f"updated inferenceservice fashion-mnist in {NAMESPACE}: version 1 -> version 2; the old revision serves " "until the new"
-                   " one is Ready", f"follow it with `kubectl get inferenceservice fashion-mnist -n {NAMESPACE} -w`, or run deploy with --wait"]
+    assert out == [
+        f"updated inferenceservice fashion-mnist in {NAMESPACE}: version 1 -> version 2; the old revision serves "
+        "until the new"
+        " one is Ready",
+        f"follow it with `kubectl get inferenceservice fashion-mnist -n {NAMESPACE} -w`, or run deploy with --wait",
+    ]
 
     # The same version again changes nothing, so nothing restarts.
     generation = second["metadata"]["generation"]
@@ -149,9 +175,12 @@ def test_without_an_image_deploy_creates_no_runtime(fake: FakeKubernetes, capsys
     """Nobody publishes the project's default image: a runtime made with it would never start."""
     code, out, err = bakeoff(capsys, "--version", "1")
     assert (code, out) == (1, [])
-    assert err == [f"bakeoff: error: there is no servingruntime 'bakeoff' in '{NAMESPACE}' yet, and deploy would create it with"
-                   f" {defaults.IMAGE}, which nobody publishes: pass --image REGISTRY/bakeoff:TAG, your build of " "images/Dockerfile,"
-                   " or apply manifests/kserve first"]
+    assert err == [
+        f"bakeoff: error: there is no servingruntime 'bakeoff' in '{NAMESPACE}' yet, and deploy would create it with"
+        f" {defaults.IMAGE}, which nobody publishes: pass --image REGISTRY/bakeoff:TAG, your build of "
+        "images/Dockerfile,"
+        " or apply manifests/kserve first"
+    ]
     assert verbs(fake) == [("get", RUNTIME)]
 
 
@@ -160,15 +189,29 @@ def test_grpc_in_standard_mode_comes_from_the_services_ports_and_survives_deploy
     keeps port 80 for HTTP and gives 8081 to gRPC (createDefaultSvc and isGrpcPort, pkg/controller/v1beta1/
     inferenceservice/reconcilers/service/service_reconciler.go); Knative could not take them."""
     assert bakeoff(capsys, "--image", IMAGE, "--version", "1")[0] == 0
-    ports = [{"containerPort": 8080, "name": "http1", "protocol": "TCP"}, {"containerPort": 8081, "name": "grpc", "protocol": "TCP"}]
-    api(fake).patch_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, "fashion-mnist", {
-        "metadata": {"annotations": {"serving.kserve.io/deploymentMode": "Standard"}}, "spec": {"predictor": {"model": {"ports": ports}}}})
+    ports = [
+        {"containerPort": 8080, "name": "http1", "protocol": "TCP"},
+        {"containerPort": 8081, "name": "grpc", "protocol": "TCP"},
+    ]
+    api(fake).patch_namespaced_custom_object(
+        deploy.GROUP,
+        "v1beta1",
+        NAMESPACE,
+        ISVC,
+        "fashion-mnist",
+        {
+            "metadata": {"annotations": {"serving.kserve.io/deploymentMode": "Standard"}},
+            "spec": {"predictor": {"model": {"ports": ports}}},
+        },
+    )
     code, _, err = bakeoff(capsys, "--version", "2")
     assert code == 0, err
     assert service(fake)["spec"]["predictor"]["model"]["ports"] == ports
     container = fake.effective_container("fashion-mnist")
     assert container["ports"] == ports and "grpc" in container["ports"][1]["name"]
-    assert knative_port_errors([container]) == ["more than one container port is set: Only a single port is allowed across all containers"]
+    assert knative_port_errors([container]) == [
+        "more than one container port is set: Only a single port is allowed across all containers"
+    ]
     # Listing only the gRPC port would put it before the runtime's, where KServe's Service sends port 80.
     assert [port["containerPort"] for port in merge_ports([ports[0]], [ports[1]])] == [8081, 8080]
 
@@ -177,7 +220,10 @@ def test_the_namespace_flag_and_the_store_follow_each_other(fake: FakeKubernetes
     code, _, err = bakeoff(capsys, "--image", IMAGE, "--version", "3", "--namespace", "team-b")
     assert code == 0, err
     isvc = stored(fake, ISVC, "fashion-mnist", namespace="team-b")
-    assert isvc["spec"]["predictor"]["model"]["storageUri"] == "s3://mlpipeline/private/team-b/bakeoff/models/fashion-mnist"
+    assert (
+        isvc["spec"]["predictor"]["model"]["storageUri"]
+        == "s3://mlpipeline/private/team-b/bakeoff/models/fashion-mnist"
+    )
     assert fake.kserve_object(RUNTIME, "bakeoff", namespace="team-b") is not None
     assert fake.kserve_object(ISVC, "fashion-mnist") is None, "nothing in the kube-config's namespace"
 
@@ -219,16 +265,20 @@ def test_wait_fails_in_one_line_naming_the_conditions_when_never_ready(fake: Fak
     errors = [line for line in err if line.startswith("bakeoff: error:")]
     assert len(errors) == 1, err
     assert "inferenceservice 'fashion-mnist' in 'team-a' is not Ready after 1 s" in errors[0]
-    assert "PredictorReady=False (RevisionFailed: Revision \"fashion-mnist-predictor-00001\" failed with message:" \
-           " Container failed with:" \
-           " Op type not registered 'DisableCopyOnRead'.)" in errors[0]
+    assert (
+        'PredictorReady=False (RevisionFailed: Revision "fashion-mnist-predictor-00001" failed with message:'
+        " Container failed with:"
+        " Op type not registered 'DisableCopyOnRead'.)" in errors[0]
+    )
     assert "kubectl describe inferenceservice fashion-mnist -n team-a" in errors[0]
     assert not [line for line in out if line.startswith("http")]
 
 
 def test_a_runtime_that_cannot_serve_the_model_never_gets_ready(fake: FakeKubernetes, capsys) -> None:
     """The fake's controller checks the named runtime as KServe does; so deploy's Ready above means they fit."""
-    fake.add_kserve(json.loads(json.dumps(deploy.as_dict(deploy.serving_runtime(defaults.IMAGE))).replace('"tensorflow"', '"onnx"')))
+    fake.add_kserve(
+        json.loads(json.dumps(deploy.as_dict(deploy.serving_runtime(defaults.IMAGE))).replace('"tensorflow"', '"onnx"'))
+    )
     code, _, err = bakeoff(capsys, "--version", "1", "--wait", "--timeout", "1")
     assert code == 1
     assert "NoSupportingRuntime: Specified runtime bakeoff does not support specified framework/version" in err[-1]
@@ -236,7 +286,10 @@ def test_a_runtime_that_cannot_serve_the_model_never_gets_ready(fake: FakeKubern
 
 # ---------------------------------------------------------------- the store
 
-def test_the_version_comes_from_the_store_when_not_given(fake: FakeKubernetes, capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+
+def test_the_version_comes_from_the_store_when_not_given(
+    fake: FakeKubernetes, capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The newest complete version, read from the store the flags name (a folder stands in for S3:
     tests/test_store.py covers both)."""
     folder = open_store(f"file://{tmp_path / 'store'}")
@@ -260,11 +313,15 @@ def test_the_version_comes_from_the_store_when_not_given(fake: FakeKubernetes, c
     assert version_of(service(fake)) == "2"
 
     code, _, err = bakeoff(capsys, "--model-name", "other")
-    assert code == 1 and err == [f"bakeoff: error: no published version of 'other' in s3://mlpipeline/private/{NAMESPACE}/bakeoff:"
-                                 " run the pipeline first, or check --store and --model-name"]
+    assert code == 1 and err == [
+        f"bakeoff: error: no published version of 'other' in s3://mlpipeline/private/{NAMESPACE}/bakeoff:"
+        " run the pipeline first, or check --store and --model-name"
+    ]
 
 
-def test_without_a_version_or_an_s3_endpoint_it_says_what_to_pass(fake: FakeKubernetes, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_version_or_an_s3_endpoint_it_says_what_to_pass(
+    fake: FakeKubernetes, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("BAKEOFF_S3_ENDPOINT", raising=False)
     code, _, err = bakeoff(capsys)
     assert code == 1 and len(err) == 1
@@ -272,12 +329,20 @@ def test_without_a_version_or_an_s3_endpoint_it_says_what_to_pass(fake: FakeKube
     assert ("create", ISVC) not in verbs(fake)
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--model-name", "Fashion_MNIST"], "model name 'Fashion_MNIST' cannot name an InferenceService"),
-    (["--store", "./bakeoff-store"], "store './bakeoff-store' is not one KServe can read: pass --store s3://BUCKET/PREFIX"),
-    (["--namespace", " "], "--namespace is empty"),
-])
-def test_bad_flags_fail_in_one_line_before_writing(fake: FakeKubernetes, capsys, flags: list[str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model-name", "Fashion_MNIST"], "model name 'Fashion_MNIST' cannot name an InferenceService"),
+        (
+            ["--store", "./bakeoff-store"],
+            "store './bakeoff-store' is not one KServe can read: pass --store s3://BUCKET/PREFIX",
+        ),
+        (["--namespace", " "], "--namespace is empty"),
+    ],
+)
+def test_bad_flags_fail_in_one_line_before_writing(
+    fake: FakeKubernetes, capsys, flags: list[str], message: str
+) -> None:
     code, _, err = bakeoff(capsys, "--version", "1", *flags)
     assert code == 1 and len(err) == 1 and err[0].startswith(f"bakeoff: error: {message}"), err
     assert not [call for call in fake.calls if call.verb != "get"]
@@ -299,13 +364,19 @@ def every_deploy(capsys) -> list[tuple[int, list[str]]]:
     """Create with a new runtime, roll a new version and image (both patched), then the same again (nothing to
     write)."""
     runs = []
-    for flags in (["--version", "1", "--image", IMAGE], ["--version", "2", "--image", "registry.example/bakeoff:2"], ["--version", "2"]):
+    for flags in (
+        ["--version", "1", "--image", IMAGE],
+        ["--version", "2", "--image", "registry.example/bakeoff:2"],
+        ["--version", "2"],
+    ):
         code, _, err = bakeoff(capsys, *flags, "--wait", "--timeout", "5")
         runs.append((code, err))
     return runs
 
 
-def test_the_roles_rules_allow_every_call_deploy_makes_and_nothing_more(fake: FakeKubernetes, capsys, role_rules) -> None:
+def test_the_roles_rules_allow_every_call_deploy_makes_and_nothing_more(
+    fake: FakeKubernetes, capsys, role_rules
+) -> None:
     fake.granted = set(role_rules)
     assert [code for code, _ in every_deploy(capsys)] == [0, 0, 0]
     calls = {(call.group, call.resource, call.verb) for call in fake.calls}
@@ -318,31 +389,45 @@ def test_each_rule_of_the_role_is_needed(capsys, role_rules, tmp_path: Path, mon
         with FakeKubernetes(phases=["Created"], namespace=NAMESPACE, granted=role_rules - {rule}) as api:
             monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / f"{rule[1]}-{rule[2]}", api.url)))
             refusals = [err for code, err in every_deploy(capsys) if code == 1]
-        assert refusals and len(refusals[0]) == 1 and f'cannot {rule[2]} resource "{rule[1]}"' in refusals[0][0], (rule, refusals)
+        assert refusals and len(refusals[0]) == 1 and f'cannot {rule[2]} resource "{rule[1]}"' in refusals[0][0], (
+            rule,
+            refusals,
+        )
 
 
 def test_forbidden_is_one_line(fake: FakeKubernetes, capsys, role_rules) -> None:
     fake.granted = role_rules - {(deploy.GROUP, ISVC, "create")}
     code, _, err = bakeoff(capsys, "--image", IMAGE, "--version", "1")
     assert code == 1 and len(err) == 1, err
-    assert err[0].startswith("bakeoff: error: not allowed to write inferenceservices.serving.kserve.io 'fashion-mnist' in namespace 'team-a'"
-                             ' (HTTP 403: inferenceservices.serving.kserve.io is forbidden: User ' '"system:serviceaccount:team-a:default-editor"'
-                             ' cannot create resource "inferenceservices" in API group "serving.kserve.io" in the namespace "team-a")')
-    assert err[0].endswith("you need get, create and patch on inferenceservices and servingruntimes (serving.kserve.io) there, or " "another --namespace")
+    assert err[0].startswith(
+        "bakeoff: error: not allowed to write inferenceservices.serving.kserve.io 'fashion-mnist' in namespace 'team-a'"
+        " (HTTP 403: inferenceservices.serving.kserve.io is forbidden: User "
+        '"system:serviceaccount:team-a:default-editor"'
+        ' cannot create resource "inferenceservices" in API group "serving.kserve.io" in the namespace "team-a")'
+    )
+    assert err[0].endswith(
+        "you need get, create and patch on inferenceservices and servingruntimes (serving.kserve.io) there, or "
+        "another --namespace"
+    )
 
 
 def test_kserve_missing_is_one_line(fake: FakeKubernetes, capsys) -> None:
     fake.crds = frozenset()  # no KServe CRDs: the API server's plain 404, which names no object
     code, _, err = bakeoff(capsys, "--version", "1")
-    assert code == 1 and err == ["bakeoff: error: cannot read servingruntimes.serving.kserve.io 'bakeoff': the API at"
-                                 f" {fake.url} has no serving.kserve.io resources (HTTP 404: Not Found): install KServe on the cluster first"]
+    assert code == 1 and err == [
+        "bakeoff: error: cannot read servingruntimes.serving.kserve.io 'bakeoff': the API at"
+        f" {fake.url} has no serving.kserve.io resources (HTTP 404: Not Found): install KServe on the cluster first"
+    ]
 
 
 def test_a_namespace_that_does_not_exist_is_one_line_not_install_kserve(fake: FakeKubernetes, capsys) -> None:
     fake.namespaces = {NAMESPACE}
     code, _, err = bakeoff(capsys, "--version", "1", "--namespace", "team-b", "--image", IMAGE)
     assert code == 1 and len(err) == 1, err
-    assert err[0].startswith("bakeoff: error: cannot create servingruntimes.serving.kserve.io 'bakeoff': namespace 'team-b' does not " f"exist on {fake.url}")
+    assert err[0].startswith(
+        "bakeoff: error: cannot create servingruntimes.serving.kserve.io 'bakeoff': namespace 'team-b' does not "
+        f"exist on {fake.url}"
+    )
     assert err[0].endswith("pass --namespace with your profile's namespace, or leave it out for the kube-config's")
 
 
@@ -351,18 +436,28 @@ def test_an_unreachable_api_is_one_line(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "kubeconfig", server)))
     code, _, err = bakeoff(capsys, "--version", "1")
     assert code == 1 and len(err) == 1, err
-    assert err[0].startswith(f"bakeoff: error: cannot reach the Kubernetes API at {server} to read servingruntimes.serving.kserve.io " "'bakeoff'")
-    assert "ConnectionRefusedError" in err[0] and err[0].endswith("check the kube-config context (kubectl config current-context) and the network")
+    assert err[0].startswith(
+        f"bakeoff: error: cannot reach the Kubernetes API at {server} to read servingruntimes.serving.kserve.io "
+        "'bakeoff'"
+    )
+    assert "ConnectionRefusedError" in err[0] and err[0].endswith(
+        "check the kube-config context (kubectl config current-context) and the network"
+    )
 
 
 def test_no_kube_config_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     code, _, err = bakeoff(capsys, "--version", "1")
     assert code == 1 and len(err) == 1
-    assert err[0].startswith("bakeoff: error: no Kubernetes API to deploy to: not in a pod, and no usable kube-config at " f"{tmp_path / 'absent'}")
+    assert err[0].startswith(
+        "bakeoff: error: no Kubernetes API to deploy to: not in a pod, and no usable kube-config at "
+        f"{tmp_path / 'absent'}"
+    )
 
 
-def test_the_kube_config_namespace_is_the_default_and_default_without_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_kube_config_namespace_is_the_default_and_default_without_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "with", "http://127.0.0.1:1")))
     assert deploy.connect().namespace == NAMESPACE
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "without", "http://127.0.0.1:1", namespace=None)))
@@ -388,7 +483,10 @@ def test_the_fake_refuses_what_the_api_server_and_kserve_refuse(fake: FakeKubern
 
     no_predictor = dict(body, metadata={"name": "other"}, spec={})
     bad_name = dict(body, metadata={"name": "Fashion_MNIST"})
-    for wrong, why in ((no_predictor, "'predictor' is a required property"), (bad_name, "a InferenceService name must consist of lower case")):
+    for wrong, why in (
+        (no_predictor, "'predictor' is a required property"),
+        (bad_name, "a InferenceService name must consist of lower case"),
+    ):
         with pytest.raises(client.ApiException) as refused:
             objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, wrong)
         assert refused.value.status == 422 and why in json.loads(refused.value.body)["message"]
@@ -397,9 +495,12 @@ def test_the_fake_refuses_what_the_api_server_and_kserve_refuse(fake: FakeKubern
     typo = json.loads(json.dumps(body).replace('"storageUri"', '"storageURI"'))
     typo["metadata"]["name"] = "typo"
     with pytest.raises(client.ApiException) as refused:
-        objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, typo, field_validation="Strict")
+        objects.create_namespaced_custom_object(
+            deploy.GROUP, "v1beta1", NAMESPACE, ISVC, typo, field_validation="Strict"
+        )
     assert refused.value.status == 400 and json.loads(refused.value.body)["message"].endswith(
-        'strict decoding error: unknown field "spec.predictor.model.storageURI"')
+        'strict decoding error: unknown field "spec.predictor.model.storageURI"'
+    )
     stored = objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, typo)
     assert "storageURI" not in stored["spec"]["predictor"]["model"] and fake.violations[-1].endswith("pruned")
 
@@ -407,11 +508,23 @@ def test_the_fake_refuses_what_the_api_server_and_kserve_refuse(fake: FakeKubern
 def test_the_fakes_controller_reports_ready_after_the_configured_reads(fake: FakeKubernetes) -> None:
     fake.isvc_ready_after = 4
     objects = api(fake)
-    objects.create_namespaced_custom_object(deploy.GROUP, "v1alpha1", NAMESPACE, RUNTIME, deploy.as_dict(deploy.serving_runtime(defaults.IMAGE)))
-    objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC,
-                                            deploy.as_dict(deploy.inference_service("fashion-mnist", STORE_URI, 1, defaults.IMAGE)))
+    objects.create_namespaced_custom_object(
+        deploy.GROUP, "v1alpha1", NAMESPACE, RUNTIME, deploy.as_dict(deploy.serving_runtime(defaults.IMAGE))
+    )
+    objects.create_namespaced_custom_object(
+        deploy.GROUP,
+        "v1beta1",
+        NAMESPACE,
+        ISVC,
+        deploy.as_dict(deploy.inference_service("fashion-mnist", STORE_URI, 1, defaults.IMAGE)),
+    )
     states = []
     for _ in range(5):
-        status = objects.get_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, "fashion-mnist").get("status") or {}
+        status = (
+            objects.get_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, "fashion-mnist").get(
+                "status"
+            )
+            or {}
+        )
         states.append({c["type"]: c["status"] for c in status.get("conditions") or []}.get("Ready"))
     assert states == [None, "Unknown", "Unknown", "True", "True"]

@@ -1,4 +1,5 @@
 """The documentation: README.md, docs/ and benchmarks/results.md link only to files and headings that exist."""
+
 from __future__ import annotations
 
 import re
@@ -74,7 +75,9 @@ def test_the_first_run_trains_the_default_files_baselines_with_the_command_its_f
     readme_runs = re.findall(r'^make run ARGS="(.+)"', (ROOT / "README.md").read_text(), re.M)
     assert len(readme_runs) == 1, "README shows one first run"
     (config,) = re.findall(r"--config (\S+)", readme_runs[0])
-    assert f'make run ARGS="{readme_runs[0]}"' in (ROOT / config).read_text(), f"{config} names the command README shows"
+    assert f'make run ARGS="{readme_runs[0]}"' in (ROOT / config).read_text(), (
+        f"{config} names the command README shows"
+    )
     quick = {variant.name: variant.model_config() for variant in load_variants(ROOT / config)}
     baselines = {variant.name: variant.model_config() for variant in load_variants(DEFAULT_CONFIG)[:3]}
     assert quick == baselines

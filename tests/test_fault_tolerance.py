@@ -1,5 +1,6 @@
 """Faults injected for real into running 2-worker jobs: a killed replica resumes from the backup, a stopped one is
 named."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,12 @@ from tests.conftest import still_running
 EPOCHS = 6
 EXAMPLES = 2048  # 32 steps of the global batch 64 per epoch
 STEPS = EXAMPLES // 64
-TINY_CNN: dict[str, Any] = {"name": "tiny", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
-            "training": {"epochs": EPOCHS, "batch_size": 32, "schedule": "cosine"}, "workers": 2}
+TINY_CNN: dict[str, Any] = {
+    "name": "tiny",
+    "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
+    "training": {"epochs": EPOCHS, "batch_size": 32, "schedule": "cosine"},
+    "workers": 2,
+}
 JOB = "ft-job"
 PREFIX = "runs/r1/tiny"
 # The chief starts its third epoch only after the second is backed up: a fault sent then lands mid-epoch.
@@ -67,19 +72,30 @@ class Injector:
 
 def tiny_job(data: Path, store: Store, backoff_limit: int):
     variant = from_dict(TINY_CNN)
-    return build_tfjob(variant, name=JOB, image="unused", args=worker_args(variant, str(data), store.uri, PREFIX, EXAMPLES),
-                       env={}, backoff_limit=backoff_limit, active_deadline_seconds=600)
+    return build_tfjob(
+        variant,
+        name=JOB,
+        image="unused",
+        args=worker_args(variant, str(data), store.uri, PREFIX, EXAMPLES),
+        env={},
+        backoff_limit=backoff_limit,
+        active_deadline_seconds=600,
+    )
 
 
 @pytest.mark.training
-def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(small_dataset: Path, s3_env: str, tmp_path: Path) -> None:
+def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(
+    small_dataset: Path, s3_env: str, tmp_path: Path
+) -> None:
     """SIGKILL one replica in epoch 3 of 6: the restarted job restores the backup and trains only the epochs left."""
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     injector = Injector(TRIGGER, VICTIM, signal.SIGKILL)
     LocalBackend(sink=injector).run(tiny_job(small_dataset, store, backoff_limit=1))
 
     assert injector.sent
-    assert any(line == f"[{JOB}] replica {VICTIM} was killed by SIGKILL; restarting the job (1/1)" for line in injector.lines)
+    assert any(
+        line == f"[{JOB}] replica {VICTIM} was killed by SIGKILL; restarting the job (1/1)" for line in injector.lines
+    )
     metrics = runs.metrics_at(store, PREFIX)
     resumed = metrics.resumed_from_epoch
     assert metrics.attempt == 2 and 2 <= resumed < EPOCHS, metrics
@@ -96,12 +112,17 @@ def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(sma
 
 
 @pytest.mark.training
-@pytest.mark.parametrize(("signum", "what", "hint"), [
-    (signal.SIGKILL, "was killed by SIGKILL", "OOM killer"),
-    (signal.SIGSTOP, r"stopped responding \(no heartbeat for \d+ s\)", "SIGSTOP"),
-], ids=["SIGKILL", "SIGSTOP"])
+@pytest.mark.parametrize(
+    ("signum", "what", "hint"),
+    [
+        (signal.SIGKILL, "was killed by SIGKILL", "OOM killer"),
+        (signal.SIGSTOP, r"stopped responding \(no heartbeat for \d+ s\)", "SIGSTOP"),
+    ],
+    ids=["SIGKILL", "SIGSTOP"],
+)
 def test_a_lost_replica_past_the_backoff_limit_fails_the_job_in_one_line_and_publishes_nothing(
-        small_dataset: Path, tmp_path: Path, signum: int, what: str, hint: str) -> None:
+    small_dataset: Path, tmp_path: Path, signum: int, what: str, hint: str
+) -> None:
     """A stopped replica is found out within bounds, not at the deadline, and named, not its peer that gave up on it."""
     store = open_store(str(tmp_path / "store"))
     injector = Injector(TRIGGER, VICTIM, signum)
@@ -110,7 +131,9 @@ def test_a_lost_replica_past_the_backoff_limit_fails_the_job_in_one_line_and_pub
 
     message = str(error.value)
     assert "\n" not in message
-    assert re.fullmatch(rf"TFJob '{JOB}' failed: replica {VICTIM} {what} after 0 restart\(s\): .*{hint}.*", message), message
+    assert re.fullmatch(rf"TFJob '{JOB}' failed: replica {VICTIM} {what} after 0 restart\(s\): .*{hint}.*", message), (
+        message
+    )
     assert [key for key in store.list(PREFIX) if not key.startswith(backup.backup_prefix(PREFIX) + "/")] == []
     assert still_running(injector.every_pid, "components.training.worker") == []
 
@@ -134,9 +157,20 @@ time.sleep(120)
 def test_a_replica_that_goes_quiet_with_no_peer_to_notice_is_stopped_by_the_watchdog(tmp_path: Path) -> None:
     """Before TensorFlow's coordination service runs nothing else notices a stopped replica: the watchdog does."""
     variant = from_dict({"name": "probe", "model": {"type": "mlp"}, "workers": 2})
-    job = build_tfjob(variant, name="probe-job", image="unused", args=[str(tmp_path)], env={}, backoff_limit=0, active_deadline_seconds=20)
+    job = build_tfjob(
+        variant,
+        name="probe-job",
+        image="unused",
+        args=[str(tmp_path)],
+        env={},
+        backoff_limit=0,
+        active_deadline_seconds=20,
+    )
     job.spec.tf_replica_specs["Worker"].template.spec.containers[0].command = ["python", "-c", STOPS_ITSELF]
-    with pytest.raises(BakeoffError, match=r"^TFJob 'probe-job' failed: replica probe-job-worker-1 stopped responding \(no heartbeat for 3 s\)"):
+    with pytest.raises(
+        BakeoffError,
+        match=r"^TFJob 'probe-job' failed: replica probe-job-worker-1 stopped responding \(no heartbeat for 3 s\)",
+    ):
         LocalBackend(sink=lambda line: None, stall_seconds=3).run(job)
     pids = [int((tmp_path / f"replica-{index}.pid").read_text()) for index in (0, 1)]
     assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
@@ -161,11 +195,17 @@ def test_the_store_keeps_only_the_newest_complete_backup_of_this_job(store: Stor
         backup.upload(store, "v", "job-a", _checkpoint(local, epochs_done), epochs_done, {"loss": [1.0] * epochs_done})
     backup.upload(store, "v", "job-b", _checkpoint(tmp_path / "other", 9), 9, {"loss": [0.5] * 9})
     assert [key for key in store.list("v/backup/job-a") if "/epoch-" in key] == [
-        f"v/backup/job-a/epoch-0003/{name}" for name in ("backup.json", "checkpoint", "ckpt-3.data-00000-of-00001", "ckpt-3.index")]
+        f"v/backup/job-a/epoch-0003/{name}"
+        for name in ("backup.json", "checkpoint", "ckpt-3.data-00000-of-00001", "ckpt-3.index")
+    ]
 
     restored = backup.restore(store, "v", "job-a", tmp_path / "replica")
     assert restored == backup.Resume(3, {"loss": [1.0] * 3})
-    assert sorted(p.name for p in (tmp_path / "replica" / "chief").iterdir()) == ["checkpoint", "ckpt-3.data-00000-of-00001", "ckpt-3.index"]
+    assert sorted(p.name for p in (tmp_path / "replica" / "chief").iterdir()) == [
+        "checkpoint",
+        "ckpt-3.data-00000-of-00001",
+        "ckpt-3.index",
+    ]
     assert backup.restore(store, "v", "job-c", tmp_path / "fresh") == backup.Resume(0, {})
     assert [backup.begin_attempt(store, "v", "job-a", 3) for _ in range(2)] == [1, 2]
     assert backup.begin_attempt(store, "v", "job-a", 6) == 1  # the next rung's job counts its own starts
@@ -203,6 +243,8 @@ else:
 def test_a_replica_waiting_for_its_peers_is_not_taken_for_stalled(tmp_path: Path) -> None:
     """A replica blocked in joining the cluster beats no more than a stopped one, yet is healthy: the watchdog waits."""
     variant = from_dict({"name": "probe", "model": {"type": "mlp"}, "workers": 2})
-    job = build_tfjob(variant, name="probe-job", image="unused", args=[], env={}, backoff_limit=0, active_deadline_seconds=60)
+    job = build_tfjob(
+        variant, name="probe-job", image="unused", args=[], env={}, backoff_limit=0, active_deadline_seconds=60
+    )
     job.spec.tf_replica_specs["Worker"].template.spec.containers[0].command = ["python", "-c", WAITS_FOR_PEERS]
     LocalBackend(sink=lambda line: None, stall_seconds=3).run(job)

@@ -1,5 +1,6 @@
 """upload, submit, schedule and schedules through the real CLI and kfp.Client, against a fake KFP API held to KFP's
 spec."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,7 +33,9 @@ pytestmark = pytest.mark.unit
 
 NOTHING = {"pipelines": 0, "versions": 0, "experiments": 0, "runs": 0, "recurring_runs": 0}
 REACH = "e.g. `kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` and --host http://localhost:8080"
-CREDENTIALS = "pass --token, set KF_PIPELINES_TOKEN or KF_PIPELINES_SA_TOKEN_PATH, or pass --cookies from a browser login"
+CREDENTIALS = (
+    "pass --token, set KF_PIPELINES_TOKEN or KF_PIPELINES_SA_TOKEN_PATH, or pass --cookies from a browser login"
+)
 TOKEN = "tok-3f9c1d7e-never-print-me"
 
 
@@ -87,22 +90,36 @@ def only(mapping: dict) -> dict:
 
 # ------------------------------------------------------------------------------------------------ upload
 
+
 def test_upload_creates_the_pipeline_then_the_same_name_adds_versions(fake: FakeKfpApi, bakeoff) -> None:
     result = bakeoff("upload", "--host", fake.url)
     assert result.code == 0, result.err
     pipeline, version = only(fake.pipelines), only(fake.versions)
-    assert (pipeline["name"], version["name"], version["pipeline_id"]) == ("bakeoff", "bakeoff", pipeline["pipeline_id"])
-    assert result.out == (f"created pipeline 'bakeoff' (id {pipeline['pipeline_id']}) with version 'bakeoff' (id " f"{version['pipeline_version_id']})\n"
-                          f"{fake.url}/#/pipelines/details/{pipeline['pipeline_id']}/version/{version['pipeline_version_id']}\n")
+    assert (pipeline["name"], version["name"], version["pipeline_id"]) == (
+        "bakeoff",
+        "bakeoff",
+        pipeline["pipeline_id"],
+    )
+    assert result.out == (
+        f"created pipeline 'bakeoff' (id {pipeline['pipeline_id']}) with version 'bakeoff' (id "
+        f"{version['pipeline_version_id']})\n"
+        f"{fake.url}/#/pipelines/details/{pipeline['pipeline_id']}/version/{version['pipeline_version_id']}\n"
+    )
     assert version["pipeline_spec"]["pipelineInfo"]["name"] == "bakeoff"
 
-    result = bakeoff("upload", "--host", fake.url, "--version", "v2", "--image", "registry.example/bakeoff:2", "--parallelism", "2")
+    result = bakeoff(
+        "upload", "--host", fake.url, "--version", "v2", "--image", "registry.example/bakeoff:2", "--parallelism", "2"
+    )
     assert result.code == 0, result.err
     assert len(fake.pipelines) == 1 and len(fake.versions) == 2
     (v2,) = [v for v in fake.versions.values() if v["name"] == "v2"]
-    assert result.out == (f"added version 'v2' (id {v2['pipeline_version_id']}) to pipeline 'bakeoff' (id {pipeline['pipeline_id']})\n"
-                          f"{fake.url}/#/pipelines/details/{pipeline['pipeline_id']}/version/{v2['pipeline_version_id']}\n")
-    images = {executor["container"]["image"] for executor in v2["pipeline_spec"]["deploymentSpec"]["executors"].values()}
+    assert result.out == (
+        f"added version 'v2' (id {v2['pipeline_version_id']}) to pipeline 'bakeoff' (id {pipeline['pipeline_id']})\n"
+        f"{fake.url}/#/pipelines/details/{pipeline['pipeline_id']}/version/{v2['pipeline_version_id']}\n"
+    )
+    images = {
+        executor["container"]["image"] for executor in v2["pipeline_spec"]["deploymentSpec"]["executors"].values()
+    }
     assert images == {"registry.example/bakeoff:2"}, "upload compiles with the same options as `bakeoff compile`"
 
     result = bakeoff("upload", "--host", fake.url)
@@ -112,7 +129,10 @@ def test_upload_creates_the_pipeline_then_the_same_name_adds_versions(fake: Fake
 
     result = bakeoff("upload", "--host", fake.url, "--version", "v2")
     assert (result.code, result.out) == (1, "")
-    assert result.error == ("bakeoff: error: pipeline 'bakeoff' already has a version 'v2': choose another --version, or leave it out " "for a new name")
+    assert result.error == (
+        "bakeoff: error: pipeline 'bakeoff' already has a version 'v2': choose another --version, or leave it out "
+        "for a new name"
+    )
     assert len(fake.versions) == 3
     assert fake.validated.count("UploadPipeline") == 1 and fake.validated.count("UploadPipelineVersion") == 2
 
@@ -121,40 +141,56 @@ SENDING = {"upload": ["upload"], "submit": ["submit"], "schedule": ["schedule", 
 
 
 @pytest.mark.parametrize("command", SENDING.values(), ids=SENDING.keys())
-def test_no_image_is_refused_in_one_line_before_anything_is_sent(fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch,
-                                                                  command: list[str]) -> None:
+def test_no_image_is_refused_in_one_line_before_anything_is_sent(
+    fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
     """Without --image or its variable the pipeline would name the project's default image, which nobody publishes."""
     monkeypatch.delenv(IMAGE_ENV)
     result = bakeoff(*command, "--host", fake.url)
     assert (result.code, result.out) == (1, "")
-    assert result.error == ("bakeoff: error: --image is missing, and nobody publishes the default ghcr.io/bakeoff/bakeoff:0.1.0, so " "every pod"
-                            " would fail to pull it: build and push yours (make image IMAGE=REGISTRY/bakeoff:TAG; docker push"
-                            " REGISTRY/bakeoff:TAG), then pass --image REGISTRY/bakeoff:TAG or set BAKEOFF_IMAGE")
+    assert result.error == (
+        "bakeoff: error: --image is missing, and nobody publishes the default ghcr.io/bakeoff/bakeoff:0.1.0, so "
+        "every pod"
+        " would fail to pull it: build and push yours (make image IMAGE=REGISTRY/bakeoff:TAG; docker push"
+        " REGISTRY/bakeoff:TAG), then pass --image REGISTRY/bakeoff:TAG or set BAKEOFF_IMAGE"
+    )
     assert fake.calls == [] and fake.created() == NOTHING
 
 
 def test_the_flag_names_the_image_over_the_variable(fake: FakeKfpApi, bakeoff) -> None:
     def images(version: dict) -> set[str]:
-        return {executor["container"]["image"] for executor in version["pipeline_spec"]["deploymentSpec"]["executors"].values()}
+        return {
+            executor["container"]["image"]
+            for executor in version["pipeline_spec"]["deploymentSpec"]["executors"].values()
+        }
 
     assert bakeoff("upload", "--host", fake.url, "--version", "from-the-variable").code == 0
-    assert bakeoff("upload", "--host", fake.url, "--version", "from-the-flag", "--image", "registry.example/other:2").code == 0
+    assert (
+        bakeoff("upload", "--host", fake.url, "--version", "from-the-flag", "--image", "registry.example/other:2").code
+        == 0
+    )
     by_name = {version["name"]: version for version in fake.versions.values()}
     assert images(by_name["from-the-variable"]) == {IMAGE}
     assert images(by_name["from-the-flag"]) == {"registry.example/other:2"}
 
 
-def test_compile_says_when_the_file_names_the_unpublished_default_image(bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_compile_says_when_the_file_names_the_unpublished_default_image(
+    bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The file is for the UI's "Upload pipeline", which no check of ours sees: compile says so while it still can."""
     monkeypatch.delenv(IMAGE_ENV)
     result = bakeoff("compile", "-o", str(tmp_path / "default.yaml"))
     assert result.code == 0, result.err
     assert result.err.splitlines() == [
         f"compiled the pipeline to {tmp_path / 'default.yaml'} (image ghcr.io/bakeoff/bakeoff:0.1.0)",
-        "bakeoff: nobody publishes ghcr.io/bakeoff/bakeoff:0.1.0, the default image: compile with --image " "REGISTRY/bakeoff:TAG,"
-        " your build of images/Dockerfile, before you upload this file"]
+        "bakeoff: nobody publishes ghcr.io/bakeoff/bakeoff:0.1.0, the default image: compile with --image "
+        "REGISTRY/bakeoff:TAG,"
+        " your build of images/Dockerfile, before you upload this file",
+    ]
     result = bakeoff("compile", "-o", str(tmp_path / "yours.yaml"), "--image", IMAGE)
-    assert result.code == 0 and result.err.splitlines() == [f"compiled the pipeline to {tmp_path / 'yours.yaml'} (image {IMAGE})"]
+    assert result.code == 0 and result.err.splitlines() == [
+        f"compiled the pipeline to {tmp_path / 'yours.yaml'} (image {IMAGE})"
+    ]
 
 
 def test_upload_of_a_new_pipeline_names_its_first_version(fake: FakeKfpApi, bakeoff) -> None:
@@ -162,26 +198,56 @@ def test_upload_of_a_new_pipeline_names_its_first_version(fake: FakeKfpApi, bake
     assert result.code == 0, result.err
     pipeline, version = only(fake.pipelines), only(fake.versions)
     assert (pipeline["name"], version["name"]) == ("nightly", "first")
-    assert result.out.startswith(f"created pipeline 'nightly' (id {pipeline['pipeline_id']}) with version 'first' (id " f"{version['pipeline_version_id']})\n")
+    assert result.out.startswith(
+        f"created pipeline 'nightly' (id {pipeline['pipeline_id']}) with version 'first' (id "
+        f"{version['pipeline_version_id']})\n"
+    )
     assert "PipelineService_CreatePipeline" in fake.validated
 
 
 # ------------------------------------------------------------------------------------------------ submit
 
+
 def test_submit_prints_the_run_and_its_url_and_sends_typed_parameters(fake: FakeKfpApi, bakeoff) -> None:
     variants = [{"name": "tiny", "model": {"type": "mlp", "hidden_units": [16]}}]
-    result = bakeoff("submit", "--host", fake.url, "--name", "nightly check", "--param", "shards=4", "--param", "metric=val_loss",
-                     "--param", "max_train_examples=2048", "--param", f"variants={json.dumps(variants)}")
+    result = bakeoff(
+        "submit",
+        "--host",
+        fake.url,
+        "--name",
+        "nightly check",
+        "--param",
+        "shards=4",
+        "--param",
+        "metric=val_loss",
+        "--param",
+        "max_train_examples=2048",
+        "--param",
+        f"variants={json.dumps(variants)}",
+    )
     assert result.code == 0, result.err
     run, experiment = only(fake.runs), only(fake.experiments)
-    assert result.out == (f"submitted run {run['run_id']} ('nightly check') to experiment 'bakeoff'\n"
-                          f"{fake.url}/#/runs/details/{run['run_id']}\n")
+    assert result.out == (
+        f"submitted run {run['run_id']} ('nightly check') to experiment 'bakeoff'\n"
+        f"{fake.url}/#/runs/details/{run['run_id']}\n"
+    )
     body = run["_body"]
-    assert body["runtime_config"]["parameters"] == {"shards": 4, "metric": "val_loss", "max_train_examples": 2048, "variants": variants}
+    assert body["runtime_config"]["parameters"] == {
+        "shards": 4,
+        "metric": "val_loss",
+        "max_train_examples": 2048,
+        "variants": variants,
+    }
     assert type(body["runtime_config"]["parameters"]["shards"]) is int
-    assert (body["display_name"], body["experiment_id"], experiment["display_name"]) == ("nightly check", experiment["experiment_id"], "bakeoff")
+    assert (body["display_name"], body["experiment_id"], experiment["display_name"]) == (
+        "nightly check",
+        experiment["experiment_id"],
+        "bakeoff",
+    )
     assert body["pipeline_spec"]["pipeline_spec"]["pipelineInfo"]["name"] == "bakeoff"
-    assert "kubernetes" in json.dumps(body["pipeline_spec"]["platform_spec"]), "the store secret travels as kfp-kubernetes platform spec"
+    assert "kubernetes" in json.dumps(body["pipeline_spec"]["platform_spec"]), (
+        "the store secret travels as kfp-kubernetes platform spec"
+    )
     assert "RunService_CreateRun" in fake.validated and "ExperimentService_CreateExperiment" in fake.validated
 
     assert bakeoff("submit", "--host", fake.url).code == 0
@@ -205,26 +271,56 @@ def test_submit_wait_exits_1_with_the_reason_when_the_run_fails(fake: FakeKfpApi
     assert result.code == 1
     assert result.err.splitlines() == [
         f"run {run_id}: FAILED",
-        f"bakeoff: error: run {run_id} ended FAILED ({fake.run_error}): see its logs at " f"{fake.url}/#/runs/details/{run_id}",
+        f"bakeoff: error: run {run_id} ended FAILED ({fake.run_error}): see its logs at "
+        f"{fake.url}/#/runs/details/{run_id}",
     ]
 
 
 # ---------------------------------------------------------------------------------------------- schedule
 
+
 def test_schedule_with_cron_maps_every_option_into_the_recurring_run(fake: FakeKfpApi, bakeoff) -> None:
-    result = bakeoff("schedule", "--host", fake.url, "--cron", "0 0 3 * * *", "--max-concurrency", "2", "--no-catchup",
-                     "--start", "2030-01-01T00:00:00Z", "--end", "2031-01-01T02:00:00+02:00", "--experiment", "nightly",
-                     "--param", "shards=4")
+    result = bakeoff(
+        "schedule",
+        "--host",
+        fake.url,
+        "--cron",
+        "0 0 3 * * *",
+        "--max-concurrency",
+        "2",
+        "--no-catchup",
+        "--start",
+        "2030-01-01T00:00:00Z",
+        "--end",
+        "2031-01-01T02:00:00+02:00",
+        "--experiment",
+        "nightly",
+        "--param",
+        "shards=4",
+    )
     assert result.code == 0, result.err
     recurring, experiment = only(fake.recurring_runs), only(fake.experiments)
     body = recurring["_body"]
-    assert body["trigger"] == {"cron_schedule": {"cron": "0 0 3 * * *", "start_time": "2030-01-01T00:00:00Z", "end_time": "2031-01-01T00:00:00Z"}}
+    assert body["trigger"] == {
+        "cron_schedule": {
+            "cron": "0 0 3 * * *",
+            "start_time": "2030-01-01T00:00:00Z",
+            "end_time": "2031-01-01T00:00:00Z",
+        }
+    }
     assert (body["max_concurrency"], body["no_catchup"], body["mode"]) == (2, True, "ENABLE")
     assert body["runtime_config"]["parameters"] == {"shards": 4}
-    assert (body["display_name"], body["experiment_id"], experiment["display_name"]) == ("bakeoff cron 0 0 3 * * *", experiment["experiment_id"], "nightly")
-    assert result.out == (f"created recurring run {recurring['recurring_run_id']} ('bakeoff cron 0 0 3 * * *': cron 0 0 3 * * *, "
-                          "from 2030-01-01T00:00:00Z, until 2031-01-01T00:00:00Z, at most 2 at a time, no catch-up) in experiment " "'nightly'\n"
-                          f"{fake.url}/#/recurringrun/details/{recurring['recurring_run_id']}\n")
+    assert (body["display_name"], body["experiment_id"], experiment["display_name"]) == (
+        "bakeoff cron 0 0 3 * * *",
+        experiment["experiment_id"],
+        "nightly",
+    )
+    assert result.out == (
+        f"created recurring run {recurring['recurring_run_id']} ('bakeoff cron 0 0 3 * * *': cron 0 0 3 * * *, "
+        "from 2030-01-01T00:00:00Z, until 2031-01-01T00:00:00Z, at most 2 at a time, no catch-up) in experiment "
+        "'nightly'\n"
+        f"{fake.url}/#/recurringrun/details/{recurring['recurring_run_id']}\n"
+    )
     assert "RecurringRunService_CreateRecurringRun" in fake.validated
 
 
@@ -261,56 +357,111 @@ def test_schedules_list_enable_disable_delete(fake: FakeKfpApi, bakeoff) -> None
 
     missing = bakeoff("schedules", "enable", "no-such-id", "--host", fake.url)
     assert missing.code == 1
-    assert missing.error == f"bakeoff: error: no recurring run 'no-such-id' on {fake.url}: `bakeoff schedules list` shows the ids"
+    assert (
+        missing.error
+        == f"bakeoff: error: no recurring run 'no-such-id' on {fake.url}: `bakeoff schedules list` shows the ids"
+    )
 
 
 # ---------------------------------------------------------------------------------- bad input, refused early
 
 CRON_EXAMPLE = "e.g. '0 0 3 * * *' for 03:00 every day"
 LOCAL_ERRORS = {
-    "five-field cron": (["schedule", "--cron", "0 3 * * *"],
-                        "--cron '0 3 * * *' has 5 fields; KFP's cron has 6, seconds first "
-                        f"(second minute hour day-of-month month day-of-week): {CRON_EXAMPLE}"),
-    "hour out of range": (["schedule", "--cron", "0 0 25 * * *"],
-                          f"--cron '0 0 25 * * *': hour field '25' is invalid (25 is outside 0-23): {CRON_EXAMPLE}"),
-    "unknown weekday": (["schedule", "--cron", "0 0 3 * * MON-FUN"],
-                        f"--cron '0 0 3 * * MON-FUN': day-of-week field 'MON-FUN' is invalid ('FUN' is not a number): {CRON_EXAMPLE}"),
-    "cron and every": (["schedule", "--cron", "0 0 3 * * *", "--every", "6h"], "--cron and --every are both given: choose one trigger"),
+    "five-field cron": (
+        ["schedule", "--cron", "0 3 * * *"],
+        "--cron '0 3 * * *' has 5 fields; KFP's cron has 6, seconds first "
+        f"(second minute hour day-of-month month day-of-week): {CRON_EXAMPLE}",
+    ),
+    "hour out of range": (
+        ["schedule", "--cron", "0 0 25 * * *"],
+        f"--cron '0 0 25 * * *': hour field '25' is invalid (25 is outside 0-23): {CRON_EXAMPLE}",
+    ),
+    "unknown weekday": (
+        ["schedule", "--cron", "0 0 3 * * MON-FUN"],
+        f"--cron '0 0 3 * * MON-FUN': day-of-week field 'MON-FUN' is invalid ('FUN' is not a number): {CRON_EXAMPLE}",
+    ),
+    "cron and every": (
+        ["schedule", "--cron", "0 0 3 * * *", "--every", "6h"],
+        "--cron and --every are both given: choose one trigger",
+    ),
     "no trigger": (["schedule"], f"a schedule needs a trigger: pass --cron ({CRON_EXAMPLE}) or --every (e.g. 6h)"),
-    "bad interval": (["schedule", "--every", "6 hours"],
-                     "--every '6 hours' is not an interval: write a whole number above 0 and s, m, h or d, e.g. 90s, 30m, 6h, 1d"),
-    "zero interval": (["schedule", "--every", "0m"],
-                      "--every '0m' is not an interval: write a whole number above 0 and s, m, h or d, e.g. 90s, 30m, 6h, 1d"),
-    "end before start": (["schedule", "--every", "1d", "--start", "2031-01-01", "--end", "2030-06-01T00:00:00Z"],
-                         "--end 2030-06-01T00:00:00Z is not after --start 2031-01-01T00:00:00Z: choose a later --end"),
-    "end in the past": (["schedule", "--every", "1d", "--end", "2001-01-01T00:00:00Z"],
-                        "--end 2001-01-01T00:00:00Z is in the past, so nothing would ever run: choose a later --end"),
-    "bad start": (["schedule", "--every", "1d", "--start", "tomorrow"],
-                  "--start 'tomorrow' is not an ISO 8601 time: write e.g. 2030-01-31T03:00:00Z"),
-    "too much concurrency": (["schedule", "--every", "1d", "--max-concurrency", "11"],
-                             "--max-concurrency 11 is outside 1-10, the range KFP accepts: choose one within it"),
-    "unknown param": (["submit", "--param", "epochs=3"],
-                      "--param 'epochs': the pipeline has no such parameter: use one of {parameters}"),
-    "param of the wrong type": (["submit", "--param", "shards=four"],
-                                "--param shards='four': shards takes a whole number (NUMBER_INTEGER): write e.g. --param shards=8"),
-    "float for an integer": (["schedule", "--every", "1d", "--param", "timeout_seconds=1.5"],
-                             "--param timeout_seconds='1.5': timeout_seconds takes a whole number (NUMBER_INTEGER): write e.g. --param " "timeout_seconds=8"),
-    "object for a list": (["submit", "--param", 'variants={"name": "x"}'],
-                          "--param variants='{\"name\": \"x\"}': variants takes a JSON list (LIST): write e.g. --param variants='[1, 2]'"),
-    "param without value": (["submit", "--param", "shards"], "--param 'shards' is not KEY=VALUE: write e.g. --param shards=4"),
-    "param twice": (["submit", "--param", "shards=4", "--param", "shards=5"], "--param 'shards' is given twice: give each parameter once"),
-    "direction, now the metric's": (["submit", "--param", "direction=min"],
-                                    "--param direction: the metric sets its own direction (val_accuracy: max, val_loss: min); drop --param " "direction"),
-    "unknown metric": (["schedule", "--every", "1d", "--param", "metric=bogus"], "unknown selection metric 'bogus': use one of val_accuracy, val_loss"),
-    "insecure and ca-cert": (["upload", "--insecure", "--ca-cert", "ca.pem"],
-                             "--insecure and --ca-cert are both given: verify with --ca-cert, or skip verification with --insecure"),
-    "empty token": (["submit", "--token", " "], "--token is empty: pass the token itself, or leave --token out and set KF_PIPELINES_TOKEN"),
-    "empty experiment": (["submit", "--experiment", ""], "--experiment is empty: pass a name, or leave --experiment out for the default"),
+    "bad interval": (
+        ["schedule", "--every", "6 hours"],
+        "--every '6 hours' is not an interval: write a whole number above 0 and s, m, h or d, e.g. 90s, 30m, 6h, 1d",
+    ),
+    "zero interval": (
+        ["schedule", "--every", "0m"],
+        "--every '0m' is not an interval: write a whole number above 0 and s, m, h or d, e.g. 90s, 30m, 6h, 1d",
+    ),
+    "end before start": (
+        ["schedule", "--every", "1d", "--start", "2031-01-01", "--end", "2030-06-01T00:00:00Z"],
+        "--end 2030-06-01T00:00:00Z is not after --start 2031-01-01T00:00:00Z: choose a later --end",
+    ),
+    "end in the past": (
+        ["schedule", "--every", "1d", "--end", "2001-01-01T00:00:00Z"],
+        "--end 2001-01-01T00:00:00Z is in the past, so nothing would ever run: choose a later --end",
+    ),
+    "bad start": (
+        ["schedule", "--every", "1d", "--start", "tomorrow"],
+        "--start 'tomorrow' is not an ISO 8601 time: write e.g. 2030-01-31T03:00:00Z",
+    ),
+    "too much concurrency": (
+        ["schedule", "--every", "1d", "--max-concurrency", "11"],
+        "--max-concurrency 11 is outside 1-10, the range KFP accepts: choose one within it",
+    ),
+    "unknown param": (
+        ["submit", "--param", "epochs=3"],
+        "--param 'epochs': the pipeline has no such parameter: use one of {parameters}",
+    ),
+    "param of the wrong type": (
+        ["submit", "--param", "shards=four"],
+        "--param shards='four': shards takes a whole number (NUMBER_INTEGER): write e.g. --param shards=8",
+    ),
+    "float for an integer": (
+        ["schedule", "--every", "1d", "--param", "timeout_seconds=1.5"],
+        "--param timeout_seconds='1.5': timeout_seconds takes a whole number (NUMBER_INTEGER): write e.g. --param "
+        "timeout_seconds=8",
+    ),
+    "object for a list": (
+        ["submit", "--param", 'variants={"name": "x"}'],
+        "--param variants='{\"name\": \"x\"}': variants takes a JSON list (LIST): write e.g. --param variants='[1, 2]'",
+    ),
+    "param without value": (
+        ["submit", "--param", "shards"],
+        "--param 'shards' is not KEY=VALUE: write e.g. --param shards=4",
+    ),
+    "param twice": (
+        ["submit", "--param", "shards=4", "--param", "shards=5"],
+        "--param 'shards' is given twice: give each parameter once",
+    ),
+    "direction, now the metric's": (
+        ["submit", "--param", "direction=min"],
+        "--param direction: the metric sets its own direction (val_accuracy: max, val_loss: min); drop --param "
+        "direction",
+    ),
+    "unknown metric": (
+        ["schedule", "--every", "1d", "--param", "metric=bogus"],
+        "unknown selection metric 'bogus': use one of val_accuracy, val_loss",
+    ),
+    "insecure and ca-cert": (
+        ["upload", "--insecure", "--ca-cert", "ca.pem"],
+        "--insecure and --ca-cert are both given: verify with --ca-cert, or skip verification with --insecure",
+    ),
+    "empty token": (
+        ["submit", "--token", " "],
+        "--token is empty: pass the token itself, or leave --token out and set KF_PIPELINES_TOKEN",
+    ),
+    "empty experiment": (
+        ["submit", "--experiment", ""],
+        "--experiment is empty: pass a name, or leave --experiment out for the default",
+    ),
 }
 
 
 @pytest.mark.parametrize("args, message", LOCAL_ERRORS.values(), ids=LOCAL_ERRORS.keys())
-def test_bad_input_is_one_line_and_nothing_reaches_the_server(fake: FakeKfpApi, bakeoff, parameters: str, args: list[str], message: str) -> None:
+def test_bad_input_is_one_line_and_nothing_reaches_the_server(
+    fake: FakeKfpApi, bakeoff, parameters: str, args: list[str], message: str
+) -> None:
     result = bakeoff(*args, "--host", fake.url)
     assert (result.code, result.out) == (1, "")
     assert result.error == f"bakeoff: error: {message}".replace("{parameters}", parameters)
@@ -319,18 +470,28 @@ def test_bad_input_is_one_line_and_nothing_reaches_the_server(fake: FakeKfpApi, 
 
 def test_a_host_without_scheme_or_no_host_at_all(bakeoff) -> None:
     result = bakeoff("submit", "--host", "localhost:8080")
-    assert (result.code, result.error) == (1, "bakeoff: error: --host 'localhost:8080' is not an http(s) URL: "
-                                              "write e.g. http://localhost:8080 or https://kubeflow.example.com/pipeline")
+    assert (result.code, result.error) == (
+        1,
+        "bakeoff: error: --host 'localhost:8080' is not an http(s) URL: "
+        "write e.g. http://localhost:8080 or https://kubeflow.example.com/pipeline",
+    )
     result = bakeoff("schedules", "list")
-    assert (result.code, result.error) == (1, f"bakeoff: error: no KFP API address: pass --host URL or set KF_PIPELINES_ENDPOINT ({REACH})")
+    assert (result.code, result.error) == (
+        1,
+        f"bakeoff: error: no KFP API address: pass --host URL or set KF_PIPELINES_ENDPOINT ({REACH})",
+    )
 
 
-def test_an_unreadable_token_file_is_missing_credentials(fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_an_unreadable_token_file_is_missing_credentials(
+    fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(tmp_path / "token"))
     result = bakeoff("upload", "--host", fake.url)
     assert result.code == 1
-    assert result.error == (f"bakeoff: error: cannot read the token file '{tmp_path / 'token'}' that KF_PIPELINES_SA_TOKEN_PATH names "
-                            "(No such file or directory): fix or unset KF_PIPELINES_SA_TOKEN_PATH, or pass --token")
+    assert result.error == (
+        f"bakeoff: error: cannot read the token file '{tmp_path / 'token'}' that KF_PIPELINES_SA_TOKEN_PATH names "
+        "(No such file or directory): fix or unset KF_PIPELINES_SA_TOKEN_PATH, or pass --token"
+    )
     assert fake.calls == [] and fake.created() == NOTHING
 
 
@@ -351,8 +512,10 @@ def test_an_unreachable_host_fails_in_seconds(bakeoff, command: list[str]) -> No
     result = bakeoff(*command, "--host", host)
     assert time.monotonic() - started < 5
     assert result.code == 1
-    assert result.error == (f"bakeoff: error: cannot reach the KFP API at {host} (connection refused): "
-                            f"check --host and that the API is reachable from here, {REACH}")
+    assert result.error == (
+        f"bakeoff: error: cannot reach the KFP API at {host} (connection refused): "
+        f"check --host and that the API is reachable from here, {REACH}"
+    )
 
 
 @pytest.mark.parametrize("answer, seen", [("html", "HTTP 200 text/html"), ("not-found", "HTTP 404 text/plain")])
@@ -360,19 +523,27 @@ def test_a_host_that_is_not_a_kfp_api(fake: FakeKfpApi, bakeoff, answer: str, se
     fake.answer = answer
     result = bakeoff("submit", "--host", fake.url)
     assert result.code == 1
-    assert result.error == (f"bakeoff: error: {fake.url} is not a Kubeflow Pipelines API (GET /apis/v2beta1/healthz answered {seen}): "
-                            f"pass the KFP API address as --host, {REACH}")
+    assert result.error == (
+        f"bakeoff: error: {fake.url} is not a Kubeflow Pipelines API (GET /apis/v2beta1/healthz answered {seen}): "
+        f"pass the KFP API address as --host, {REACH}"
+    )
 
 
 def test_a_login_redirect_or_an_unhealthy_api(fake: FakeKfpApi, bakeoff) -> None:
     fake.answer = "login"
     result = bakeoff("schedule", "--host", fake.url, "--every", "1d")
-    assert (result.code, result.error) == (1, f"bakeoff: error: the KFP API at {fake.url} redirects to {fake.url}/dex/auth, most likely a login page: "
-                                              "pass --token, or --cookies with the session cookie of a browser login")
+    assert (result.code, result.error) == (
+        1,
+        f"bakeoff: error: the KFP API at {fake.url} redirects to {fake.url}/dex/auth, most likely a login page: "
+        "pass --token, or --cookies with the session cookie of a browser login",
+    )
     fake.answer = "unavailable"
     result = bakeoff("schedule", "--host", fake.url, "--every", "1d")
-    assert (result.code, result.error) == (1, f"bakeoff: error: the KFP API at {fake.url} is not healthy (GET /apis/v2beta1/healthz answered HTTP 503): "
-                                              "check the ml-pipeline deployment, e.g. `kubectl -n kubeflow get pods`")
+    assert (result.code, result.error) == (
+        1,
+        f"bakeoff: error: the KFP API at {fake.url} is not healthy (GET /apis/v2beta1/healthz answered HTTP 503): "
+        "check the ml-pipeline deployment, e.g. `kubectl -n kubeflow get pods`",
+    )
 
 
 @pytest.mark.parametrize("command", COMMANDS.values(), ids=COMMANDS.keys())
@@ -380,7 +551,10 @@ def test_401_without_credentials(fake: FakeKfpApi, bakeoff, command: list[str]) 
     fake.token = TOKEN
     result = bakeoff(*command, "--host", fake.url)
     assert result.code == 1
-    assert result.error == f"bakeoff: error: the KFP API at {fake.url} requires credentials (HTTP 401: Unauthenticated): {CREDENTIALS}"
+    assert (
+        result.error
+        == f"bakeoff: error: the KFP API at {fake.url} requires credentials (HTTP 401: Unauthenticated): {CREDENTIALS}"
+    )
     assert fake.created() == NOTHING
 
 
@@ -388,8 +562,10 @@ def test_401_with_a_rejected_token_does_not_show_it(fake: FakeKfpApi, bakeoff) -
     fake.token = TOKEN
     result = bakeoff("submit", "--host", fake.url, "--token", "tok-stale-0000-never-print-me")
     assert result.code == 1
-    assert result.error == (f"bakeoff: error: the KFP API at {fake.url} rejected the credentials (HTTP 401: Unauthenticated): "
-                            "pass a fresh token or fresh --cookies")
+    assert result.error == (
+        f"bakeoff: error: the KFP API at {fake.url} rejected the credentials (HTTP 401: Unauthenticated): "
+        "pass a fresh token or fresh --cookies"
+    )
     assert "never-print-me" not in result.out + result.err
     assert fake.created() == NOTHING
 
@@ -398,9 +574,11 @@ def test_403_from_kfp_itself_stops_before_anything_is_created(fake: FakeKfpApi, 
     fake.healthz_open, fake.forbidden = True, True  # KFP's healthz needs no login; its authorization says no later
     result = bakeoff("submit", "--host", fake.url, "--namespace", "team-a", "--token", TOKEN)
     assert result.code == 1
-    assert result.error == (f"bakeoff: error: the KFP API at {fake.url} denied access "
-                            "(HTTP 403: PermissionDenied: access to the namespace is forbidden): "
-                            "use credentials allowed in namespace 'team-a', or pass --namespace with a profile you belong to")
+    assert result.error == (
+        f"bakeoff: error: the KFP API at {fake.url} denied access "
+        "(HTTP 403: PermissionDenied: access to the namespace is forbidden): "
+        "use credentials allowed in namespace 'team-a', or pass --namespace with a profile you belong to"
+    )
     assert "ExperimentService_ListExperiments" in fake.calls
     assert fake.created() == NOTHING
 
@@ -409,30 +587,40 @@ def test_403_from_a_proxy_in_front(fake: FakeKfpApi, bakeoff) -> None:
     fake.forbidden = True
     result = bakeoff("upload", "--host", fake.url)
     assert result.code == 1
-    assert result.error == (f"bakeoff: error: the KFP API at {fake.url} denied access "
-                            "(HTTP 403: PermissionDenied: access to the namespace is forbidden): "
-                            "use credentials allowed in this namespace, or pass --namespace with a profile you belong to")
+    assert result.error == (
+        f"bakeoff: error: the KFP API at {fake.url} denied access "
+        "(HTTP 403: PermissionDenied: access to the namespace is forbidden): "
+        "use credentials allowed in this namespace, or pass --namespace with a profile you belong to"
+    )
     assert fake.calls == ["HealthzService_GetHealthz"] and fake.created() == NOTHING
 
 
 def test_multi_user_kfp_needs_a_namespace(fake: FakeKfpApi, bakeoff) -> None:
     fake.multi_user = True
     result = bakeoff("schedule", "--host", fake.url, "--every", "1d")
-    assert (result.code, result.error) == (1, f"bakeoff: error: the KFP API at {fake.url} is multi-user: pass --namespace with your profile's namespace")
+    assert (result.code, result.error) == (
+        1,
+        f"bakeoff: error: the KFP API at {fake.url} is multi-user: pass --namespace with your profile's namespace",
+    )
     assert fake.created() == NOTHING
 
     assert bakeoff("schedule", "--host", fake.url, "--every", "1d", "--namespace", "team-a").code == 0
     assert only(fake.experiments)["namespace"] == "team-a"
     listing = bakeoff("schedules", "list", "--host", fake.url, "--namespace", "team-a")
     assert listing.code == 0 and "bakeoff every 1d" in listing.out
-    assert bakeoff("schedules", "list", "--host", fake.url, "--namespace", "team-b").out == f"no recurring runs on {fake.url} in namespace 'team-b'\n"
+    assert (
+        bakeoff("schedules", "list", "--host", fake.url, "--namespace", "team-b").out
+        == f"no recurring runs on {fake.url} in namespace 'team-b'\n"
+    )
 
 
 # ------------------------------------------------------------------------------------------- credentials
 
+
 @pytest.mark.parametrize("source", ["flag", "token file", "variable"])
-def test_the_token_reaches_the_server_as_bearer_and_is_never_printed(fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch,
-                                                                   tmp_path: Path, source: str) -> None:
+def test_the_token_reaches_the_server_as_bearer_and_is_never_printed(
+    fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, source: str
+) -> None:
     fake.token = TOKEN
     flags = []
     if source == "flag":
@@ -452,7 +640,9 @@ def test_the_token_reaches_the_server_as_bearer_and_is_never_printed(fake: FakeK
 
 def test_cookies_of_a_browser_session(fake: FakeKfpApi, bakeoff) -> None:
     fake.cookie = "authservice_session=MTcwOTk-never-print-me"
-    result = bakeoff("schedule", "--host", fake.url, "--every", "1d", "--cookies", "authservice_session=MTcwOTk-never-print-me")
+    result = bakeoff(
+        "schedule", "--host", fake.url, "--every", "1d", "--cookies", "authservice_session=MTcwOTk-never-print-me"
+    )
     assert result.code == 0, result.err
     assert len(fake.recurring_runs) == 1
     assert "never-print-me" not in result.out + result.err
@@ -469,16 +659,23 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     folder = tmp_path_factory.mktemp("tls")
     (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                      serialization.NoEncryption()))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return folder / "cert.pem", folder / "key.pem"
 
 
@@ -486,13 +683,18 @@ def test_tls_verification_ca_cert_and_insecure(certificate: tuple[Path, Path], b
     with FakeKfpApi(tls=certificate) as fake:
         refused = bakeoff("upload", "--host", fake.url)
         assert refused.code == 1
-        assert re.fullmatch(rf"bakeoff: error: TLS to {re.escape(fake.url)} failed \(self[- ]signed certificate\): "
-                            r"pass --ca-cert FILE with the CA that signed its certificate, or --insecure", refused.error)
+        assert re.fullmatch(
+            rf"bakeoff: error: TLS to {re.escape(fake.url)} failed \(self[- ]signed certificate\): "
+            r"pass --ca-cert FILE with the CA that signed its certificate, or --insecure",
+            refused.error,
+        )
         assert fake.created() == NOTHING
 
         missing = bakeoff("upload", "--host", fake.url, "--ca-cert", "/nonexistent/ca.pem")
-        assert missing.error == ("bakeoff: error: --ca-cert '/nonexistent/ca.pem' is not a file: "
-                                 "pass the PEM file of the CA that signed the API's certificate")
+        assert missing.error == (
+            "bakeoff: error: --ca-cert '/nonexistent/ca.pem' is not a file: "
+            "pass the PEM file of the CA that signed the API's certificate"
+        )
 
         assert bakeoff("upload", "--host", fake.url, "--ca-cert", str(certificate[0])).code == 0
         insecure = bakeoff("upload", "--host", fake.url, "--insecure", "--version", "v2")
@@ -502,17 +704,22 @@ def test_tls_verification_ca_cert_and_insecure(certificate: tuple[Path, Path], b
 
 # ------------------------------------------------------------------------------------ pieces on their own
 
+
 def test_parameter_types_the_pipeline_does_not_use_yet() -> None:
     types = {"rate": "NUMBER_DOUBLE", "fast": "BOOLEAN", "extra": "STRUCT", "tags": "LIST", "note": "STRING"}
     values = parse_params(["rate=0.25", "fast=True", 'extra={"a": [1]}', "tags=[]", "note=a=b"], types)
     assert values == {"rate": 0.25, "fast": True, "extra": {"a": [1]}, "tags": [], "note": "a=b"}
-    with pytest.raises(BakeoffError, match=r"^--param fast='yes': fast takes true or false \(BOOLEAN\): write e.g. --param fast=true$"):
+    with pytest.raises(
+        BakeoffError, match=r"^--param fast='yes': fast takes true or false \(BOOLEAN\): write e.g. --param fast=true$"
+    ):
         parse_params(["fast=yes"], types)
     with pytest.raises(BakeoffError, match=r"^--param rate='nan': rate takes a number \(NUMBER_DOUBLE\)"):
         parse_params(["rate=nan"], types)
 
 
-@pytest.mark.parametrize("cron", ["0 0 3 * * *", "*/15 * * * * ?", "0 0 9 ? * 2-6", "0 0,30 8-18/2 1 JAN-MAR sun", "@daily"])
+@pytest.mark.parametrize(
+    "cron", ["0 0 3 * * *", "*/15 * * * * ?", "0 0 9 ? * 2-6", "0 0,30 8-18/2 1 JAN-MAR sun", "@daily"]
+)
 def test_valid_crons_pass(cron: str) -> None:
     expected = cron.lower() if cron.startswith("@") else cron
     assert validate_cron(cron) == expected
@@ -520,9 +727,11 @@ def test_valid_crons_pass(cron: str) -> None:
 
 def test_the_fake_rejects_what_kfp_would(fake: FakeKfpApi) -> None:
     """The checks above mean something only if the fake really refuses a body off the spec."""
+
     def post(path: str, body: dict) -> int:
-        request = urllib.request.Request(fake.url + path, data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            fake.url + path, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
                 return response.status
@@ -533,7 +742,13 @@ def test_the_fake_rejects_what_kfp_would(fake: FakeKfpApi) -> None:
     assert post("/apis/v2beta1/recurringruns", {"display_name": "x", "max_concurrency": "many"}) == 400
     assert post("/apis/v2beta1/recurringruns", {"display_name": "x", "mode": "SOMETIMES"}) == 400
     assert post("/apis/v2beta1/runs", {"display_name": "x", "created_at": "yesterday"}) == 400
-    assert post("/apis/v2beta1/runs", {"display_name": "x", "pipeline_spec": {"pipelineInfo": {"name": "x"}, "root": {}, "colour": 1}}) == 400
+    assert (
+        post(
+            "/apis/v2beta1/runs",
+            {"display_name": "x", "pipeline_spec": {"pipelineInfo": {"name": "x"}, "root": {}, "colour": 1}},
+        )
+        == 400
+    )
     problems = [violation.problem for violation in fake.violations]
     assert len(problems) == 5 and "colour" in problems[0] and "many" in problems[1] and "SOMETIMES" in problems[2]
     assert fake.created() == NOTHING
@@ -544,8 +759,13 @@ def test_the_fake_rejects_what_kfp_would(fake: FakeKfpApi) -> None:
 def test_the_console_script(fake: FakeKfpApi, tmp_path: Path) -> None:
     """The installed `bakeoff` entry point, in its own process, as a user runs it."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("KF_PIPELINES")}, "HOME": str(tmp_path)}
-    result = subprocess.run([str(Path(sys.executable).parent / "bakeoff"), "upload", "--host", fake.url],
-                            capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "bakeoff"), "upload", "--host", fake.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     pipeline = only(fake.pipelines)
     assert result.stdout.startswith(f"created pipeline 'bakeoff' (id {pipeline['pipeline_id']})")

@@ -1,4 +1,5 @@
 """The local backend runs a TFJob's replicas as real processes, as the Training Operator would."""
+
 from __future__ import annotations
 
 import json
@@ -16,11 +17,25 @@ from tests.conftest import still_running
 pytestmark = pytest.mark.unit
 
 
-def job_running(script: str, tmp_path: Path, workers: int = 2, backoff_limit: int = 0, deadline: int = 60, restart: str = "OnFailure"):
+def job_running(
+    script: str,
+    tmp_path: Path,
+    workers: int = 2,
+    backoff_limit: int = 0,
+    deadline: int = 60,
+    restart: str = "OnFailure",
+):
     """A TFJob whose replicas run ``script`` (with the replica's out-dir as argv[1])."""
     variant = from_dict({"name": "probe", "model": {"type": "mlp"}, "workers": workers})
-    job = build_tfjob(variant, name="probe-job", image="unused", args=[str(tmp_path)], env={"PROBE": "yes"},
-                      backoff_limit=backoff_limit, active_deadline_seconds=deadline)
+    job = build_tfjob(
+        variant,
+        name="probe-job",
+        image="unused",
+        args=[str(tmp_path)],
+        env={"PROBE": "yes"},
+        backoff_limit=backoff_limit,
+        active_deadline_seconds=deadline,
+    )
     spec = job.spec.tf_replica_specs["Worker"]
     spec.restart_policy = restart
     spec.template.spec.containers[0].command = ["python", "-c", script]
@@ -67,7 +82,9 @@ def test_replicas_run_on_tcmalloc_when_the_machine_has_it(tmp_path: Path) -> Non
     assert "[probe-job-worker-0] malloc tcmalloc" in lines and "[probe-job-worker-1] malloc tcmalloc" in lines
 
 
-def test_without_tcmalloc_the_job_still_runs_and_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_tcmalloc_the_job_still_runs_and_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import ctypes.util
 
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)  # a machine without libtcmalloc-minimal4
@@ -106,7 +123,8 @@ def test_a_failed_replica_stops_the_others_and_says_why(tmp_path: Path) -> None:
     with pytest.raises(BakeoffError) as error:
         LocalBackend(sink=lambda line: None).run(job_running(CRASH_ONE, tmp_path))
     assert str(error.value) == (
-        "TFJob 'probe-job' failed: replica probe-job-worker-1 exited with code 3 after 0 restart(s): replica one " "cannot go on"
+        "TFJob 'probe-job' failed: replica probe-job-worker-1 exited with code 3 after 0 restart(s): replica one "
+        "cannot go on"
     )
     assert left_running(tmp_path / "survivor.pid") == []
 
@@ -129,7 +147,9 @@ def test_on_failure_restarts_within_the_backoff_limit(tmp_path: Path) -> None:
 
 def test_never_means_no_restart(tmp_path: Path) -> None:
     with pytest.raises(BakeoffError, match=r"exited with code 1 after 0 restart\(s\)"):
-        LocalBackend(sink=lambda line: None).run(job_running(FLAKY, tmp_path, workers=1, backoff_limit=3, restart="Never"))
+        LocalBackend(sink=lambda line: None).run(
+            job_running(FLAKY, tmp_path, workers=1, backoff_limit=3, restart="Never")
+        )
     assert (tmp_path / "attempts").read_text() == "x"
 
 
@@ -161,7 +181,9 @@ if index == 1:
 """
 
 
-def test_when_watched_the_lines_go_to_the_variants_log_and_a_failure_is_its_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_when_watched_the_lines_go_to_the_variants_log_and_a_failure_is_its_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`bakeoff run` on a terminal: the table shows the variant's state; its replicas' lines are in its log file."""
     folder = tmp_path / "progress"
     folder.mkdir()

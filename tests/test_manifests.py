@@ -5,6 +5,7 @@ dependency); the ones whose secret comes from a git-ignored env file are rendere
 their committed `*.env.example` (manifests/kserve's settings filled in as its instructions say). The Training
 Operator base is remote: its pin is checked, and its patch against a stand-in of upstream's Deployment.
 """
+
 from __future__ import annotations
 
 import base64
@@ -188,8 +189,12 @@ def role_gaps(role: str, calls: set[tuple[str, str, str]]) -> dict[str, tuple[li
     for overlay in ("overlays/standalone", "overlays/multi-user"):
         rules = granted(named(render(MANIFESTS / overlay), "Role", role))
         denied = sorted(call for call in calls if call[2] not in rules.get(call[:2], set()))
-        unused = sorted((group, resource, verb) for (group, resource), verbs in rules.items() for verb in verbs
-                        if (group, resource, verb) not in calls)
+        unused = sorted(
+            (group, resource, verb)
+            for (group, resource), verbs in rules.items()
+            for verb in verbs
+            if (group, resource, verb) not in calls
+        )
         gaps[overlay] = (denied, unused)
     return gaps
 
@@ -202,12 +207,17 @@ def test_roles_grant_exactly_what_each_backend_needs(rendered, overlay):
     for role in roles.values():
         assert not [rule for rule in role["rules"] if rule.get("resourceNames")], "the job names are generated per run"
     assert {name: granted(role) for name, role in roles.items()} == {
-        "bakeoff-tfjob-runner": RUNNER_RULES, "bakeoff-trainjob-runner": TRAINJOB_RUNNER_RULES}
+        "bakeoff-tfjob-runner": RUNNER_RULES,
+        "bakeoff-trainjob-runner": TRAINJOB_RUNNER_RULES,
+    }
 
 
 @pytest.mark.parametrize(
     ("overlay", "service_account", "namespace"),
-    [("overlays/standalone", "pipeline-runner", "kubeflow"), ("overlays/multi-user", "default-editor", "kubeflow-user-example-com")],
+    [
+        ("overlays/standalone", "pipeline-runner", "kubeflow"),
+        ("overlays/multi-user", "default-editor", "kubeflow-user-example-com"),
+    ],
 )
 def test_binding_gives_the_role_to_the_pipeline_runner(rendered, overlay, service_account, namespace):
     docs = rendered[overlay]
@@ -230,7 +240,9 @@ def test_multi_user_namespace_is_set_in_one_place(tmp_path):
     assert {doc["metadata"]["namespace"] for doc in docs} == {"team-a"}
     bindings = [doc for doc in docs if doc["kind"] == "RoleBinding"]
     assert len(bindings) == 2 and all(
-        binding["subjects"] == [{"kind": "ServiceAccount", "name": "default-editor", "namespace": "team-a"}] for binding in bindings)
+        binding["subjects"] == [{"kind": "ServiceAccount", "name": "default-editor", "namespace": "team-a"}]
+        for binding in bindings
+    )
 
 
 # ---------------------------------------------------------------- KFP settings and the store secret
@@ -253,7 +265,9 @@ def test_store_secret_has_the_name_and_keys_the_code_reads(rendered_from_example
 
 def test_compiled_pipeline_reads_the_same_secret_keys():
     compiled = list(yaml.safe_load_all((ROOT / "pipelines" / "bakeoff.yaml").read_text()))
-    executors = next(doc for doc in compiled if "platforms" in doc)["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    executors = next(doc for doc in compiled if "platforms" in doc)["platforms"]["kubernetes"]["deploymentSpec"][
+        "executors"
+    ]
     assert executors
     for name, spec in executors.items():
         (secret,) = [entry for entry in spec["secretAsEnv"] if entry["secretName"] == "mlpipeline-minio-artifact"]
@@ -282,7 +296,11 @@ def test_secrets_are_generated_from_an_ignored_env_file(name):
 
 
 def test_no_credential_is_committed():
-    files = [path for path in [*MANIFESTS.rglob("*"), *DOCKERFILE.parent.rglob("*")] if path.is_file() and path.suffix != ".env"]
+    files = [
+        path
+        for path in [*MANIFESTS.rglob("*"), *DOCKERFILE.parent.rglob("*")]
+        if path.is_file() and path.suffix != ".env"
+    ]
     assert files
     for path in files:
         text = path.read_text()
@@ -290,7 +308,9 @@ def test_no_credential_is_committed():
         for doc in yaml.safe_load_all(text) if path.suffix == ".yaml" else []:
             if doc and doc.get("kind") == "Secret":
                 raise AssertionError(f"{path}: a Secret object in a committed file; use a secretGenerator")
-    assert not re.search(r"(?im)^\s*(ENV|ARG)\s+\S*(SECRET|PASSWORD|TOKEN|ACCESS_KEY|ACCESSKEY)", DOCKERFILE.read_text())
+    assert not re.search(
+        r"(?im)^\s*(ENV|ARG)\s+\S*(SECRET|PASSWORD|TOKEN|ACCESS_KEY|ACCESSKEY)", DOCKERFILE.read_text()
+    )
 
 
 # ---------------------------------------------------------------- KServe
@@ -322,7 +342,11 @@ def test_kserve_service_account_reads_the_model_from_the_pipeline_store(rendered
     assert service["apiVersion"] == "serving.kserve.io/v1beta1"
     namespace = service["metadata"]["namespace"]
     store = cluster["store"].replace("{namespace}", namespace)  # what the pipeline's steps resolve in that namespace
-    assert model["storageUri"] == f"{store}/{model_prefix(model_name)}" == f"s3://mlpipeline/private/{namespace}/bakeoff/models/fashion-mnist"
+    assert (
+        model["storageUri"]
+        == f"{store}/{model_prefix(model_name)}"
+        == f"s3://mlpipeline/private/{namespace}/bakeoff/models/fashion-mnist"
+    )
     assert model["modelFormat"]["name"] == "tensorflow"
     assert model["runtime"] == one(docs, "ServingRuntime")["metadata"]["name"]
 
@@ -346,7 +370,9 @@ def test_kserve_service_selects_bakeoffs_runtime_by_name(rendered_from_examples)
     runtime, service = kserve_objects(rendered_from_examples["kserve"])
     model = service["spec"]["predictor"]["model"]
     assert model["runtime"] == runtime["metadata"]["name"] == "bakeoff"
-    assert runtime["metadata"]["namespace"] == service["metadata"]["namespace"], "KServe looks the runtime up in the service's namespace"
+    assert runtime["metadata"]["namespace"] == service["metadata"]["namespace"], (
+        "KServe looks the runtime up in the service's namespace"
+    )
     formats = runtime["spec"]["supportedModelFormats"]
     assert model["modelFormat"]["name"] in {f["name"] for f in formats} and "version" not in model["modelFormat"]
     assert all(f["autoSelect"] is False for f in formats), "never chosen for another TensorFlow model"
@@ -361,19 +387,34 @@ def test_kserve_runtime_runs_the_server_module_the_image_contains(rendered_from_
     (container,) = runtime["spec"]["containers"]
     assert container["name"] == "kserve-container", "the container KServe merges the predictor's model spec into"
     assert container["command"] == ["python", "-m", "components.serving.server"]
-    copied = {source for instruction, args in dockerfile_instructions() if instruction == "COPY" for source in args.split()[:-1]}
-    assert (ROOT / "components" / "serving" / "server.py").is_file() and "components" in copied, "the image holds the module"
+    copied = {
+        source
+        for instruction, args in dockerfile_instructions()
+        if instruction == "COPY"
+        for source in args.split()[:-1]
+    }
+    assert (ROOT / "components" / "serving" / "server.py").is_file() and "components" in copied, (
+        "the image holds the module"
+    )
     # KServe fills {{.Name}} with the service's name (ReplacePlaceholders); the server must take the result.
-    args = server.parser().parse_args([arg.replace("{{.Name}}", service["metadata"]["name"]) for arg in container["args"]])
+    args = server.parser().parse_args(
+        [arg.replace("{{.Name}}", service["metadata"]["name"]) for arg in container["args"]]
+    )
     assert args.model_dir == Path("/mnt/models"), "where KServe's storage initializer puts storageUri"
     assert args.model_name == service["metadata"]["name"] == defaults.MODEL_NAME
-    assert args.http_port == 8080 and args.grpc_port == 8081, "KServe's ModelServer ports, where its Python runtimes serve"
+    assert args.http_port == 8080 and args.grpc_port == 8081, (
+        "KServe's ModelServer ports, where its Python runtimes serve"
+    )
     # The one port KServe's default Serverless mode lets through Knative; gRPC needs Standard mode
     # (inferenceservice.yaml).
     assert container["ports"] == [{"containerPort": args.http_port, "name": "http1", "protocol": "TCP"}]
     assert runtime["spec"]["annotations"]["prometheus.kserve.io/port"] == str(args.http_port)
     security = container["securityContext"]
-    assert security["runAsNonRoot"] is True and security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+    assert (
+        security["runAsNonRoot"] is True
+        and security["allowPrivilegeEscalation"] is False
+        and security["capabilities"] == {"drop": ["ALL"]}
+    )
     assert container["resources"]["requests"] and container["resources"]["limits"]
 
 
@@ -384,12 +425,19 @@ def test_kserve_settings_stop_the_build_until_the_user_chose_image_and_endpoint(
     assert env_file_keys(example) == {}, "every choice is commented out"
     assert set(example_choices(example)) == {"IMAGE", "S3_ENDPOINT"}
     assert subprocess.run(["git", "check-ignore", "-q", "manifests/kserve/settings.env"], cwd=ROOT).returncode == 0
-    assert subprocess.run(["git", "check-ignore", "-q", "manifests/kserve/settings.env.example"], cwd=ROOT).returncode == 1
-    for name, settings in (("as-copied", example.read_text()), ("image-only", example.read_text() + f"IMAGE={USER_IMAGE}\n")):
+    assert (
+        subprocess.run(["git", "check-ignore", "-q", "manifests/kserve/settings.env.example"], cwd=ROOT).returncode == 1
+    )
+    for name, settings in (
+        ("as-copied", example.read_text()),
+        ("image-only", example.read_text() + f"IMAGE={USER_IMAGE}\n"),
+    ):
         result = kubectl_result("kustomize", str(kserve_copy(tmp_path / name, settings)))
         missing = "IMAGE" if name == "as-copied" else "S3_ENDPOINT"
         assert result.returncode != 0 and f"fieldPath `data.{missing}` is missing" in result.stderr, result.stderr
-    assert kubectl_result("kustomize", str(kserve_copy(tmp_path / "none", None))).returncode != 0, "no settings.env at all"
+    assert kubectl_result("kustomize", str(kserve_copy(tmp_path / "none", None))).returncode != 0, (
+        "no settings.env at all"
+    )
 
 
 def test_kserve_image_is_the_users_and_the_settings_are_never_applied(rendered_from_examples):
@@ -403,8 +451,8 @@ def test_kserve_image_is_the_users_and_the_settings_are_never_applied(rendered_f
 def readme_backend_endpoints() -> set[str]:
     """The in-cluster S3 endpoints of the "Supported KFP backends" table in docs/kubeflow.md."""
     text = KUBEFLOW_DOC.read_text()
-    table = text[text.index("\n## Supported KFP backends"):]
-    table = table[table.index("\n| backend"):]
+    table = text[text.index("\n## Supported KFP backends") :]
+    table = table[table.index("\n| backend") :]
     rows = table[: table.index("\n\n")].splitlines()[3:]
     return {endpoint for row in rows for endpoint in re.findall(r"`([a-z0-9-]+\.kubeflow:\d+)`", row.split("|")[2])}
 
@@ -414,7 +462,11 @@ def test_kserve_endpoint_choices_are_the_backend_tables_and_reach_the_storage_in
     annotation
     KServe's storage initializer reads (serving.kserve.io/s3-endpoint: the only place KServe 0.15 looks)."""
     offered = example_choices(SETTINGS.with_name("settings.env.example"))["S3_ENDPOINT"]
-    assert sorted(offered) == sorted(readme_backend_endpoints()) == ["minio-service.kubeflow:9000", "seaweedfs.kubeflow:9000"]
+    assert (
+        sorted(offered)
+        == sorted(readme_backend_endpoints())
+        == ["minio-service.kubeflow:9000", "seaweedfs.kubeflow:9000"]
+    )
     for index, endpoint in enumerate(offered):
         secret = one(render_kserve(tmp_path / str(index), s3_endpoint=endpoint), "Secret")
         assert secret["metadata"]["annotations"]["serving.kserve.io/s3-endpoint"] == endpoint
@@ -429,12 +481,18 @@ def test_deploy_builds_the_objects_the_manifests_hold(rendered_from_examples):
     runtime, service = kserve_objects(rendered_from_examples["kserve"])
     namespace = service["metadata"]["namespace"]
     built_runtime = deploy.as_dict(deploy.serving_runtime(USER_IMAGE))
-    assert built_runtime == dict(runtime, metadata={key: value for key, value in runtime["metadata"].items() if key != "namespace"})
+    assert built_runtime == dict(
+        runtime, metadata={key: value for key, value in runtime["metadata"].items() if key != "namespace"}
+    )
 
     model = service["spec"]["predictor"]["model"]
-    built = deploy.as_dict(deploy.inference_service(service["metadata"]["name"], model["storageUri"], 7, defaults.IMAGE))
+    built = deploy.as_dict(
+        deploy.inference_service(service["metadata"]["name"], model["storageUri"], 7, defaults.IMAGE)
+    )
     assert built["spec"]["predictor"].pop("annotations") == {"bakeoff/version": "7", "bakeoff/image": defaults.IMAGE}
-    assert built == dict(service, metadata={key: value for key, value in service["metadata"].items() if key != "namespace"})
+    assert built == dict(
+        service, metadata={key: value for key, value in service["metadata"].items() if key != "namespace"}
+    )
     assert deploy.storage_uri(defaults.CLUSTER_STORE, namespace, defaults.MODEL_NAME) == model["storageUri"]
 
 
@@ -447,9 +505,15 @@ def test_deploy_role_is_namespaced_and_bound_to_deploys_own_account_only(rendere
     namespace = one(docs, "InferenceService")["metadata"]["namespace"]
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
     assert not [rule for rule in role["rules"] if rule.get("resourceNames")], "create cannot be limited by name"
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
     account = named(docs, "ServiceAccount", "bakeoff-deploy")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": namespace}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": namespace}
+    ]
     assert one(docs, "InferenceService")["spec"]["predictor"]["serviceAccountName"] != account["metadata"]["name"]
 
 
@@ -481,51 +545,95 @@ def restricted_violations(pod: dict) -> list[str]:
             found.append(f"{name}: runAsUser=0")
         if (context.get("seccompProfile") or {}).get("type", pod_seccomp) not in ("RuntimeDefault", "Localhost"):
             found.append(f"{name}: seccompProfile")
-    allowed_volumes = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
-    found += [f"volume {volume['name']}" for volume in pod.get("volumes") or [] if not set(volume) - {"name"} <= allowed_volumes]
+    allowed_volumes = {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+    found += [
+        f"volume {volume['name']}"
+        for volume in pod.get("volumes") or []
+        if not set(volume) - {"name"} <= allowed_volumes
+    ]
     return found
 
 
 # The operator's Deployment as kubeflow/trainer's manifests/base/deployment.yaml at v1.9.3 shapes it, in the fields
 # that matter here: the remote base is not fetched in tests.
 UPSTREAM_OPERATOR: dict[str, Any] = {
-    "apiVersion": "apps/v1", "kind": "Deployment",
-    "metadata": {"name": "training-operator", "namespace": "kubeflow", "labels": {"control-plane": "kubeflow-training-operator"}},
-    "spec": {"selector": {"matchLabels": {"control-plane": "kubeflow-training-operator"}}, "template": {
-        "metadata": {"labels": {"control-plane": "kubeflow-training-operator"}, "annotations": {"sidecar.istio.io/inject": "false"}},
-        "spec": {"containers": [{"name": "training-operator", "image": "ghcr.io/kubeflow/training-v1/training-operator:v1-d6eb98e",
-                                 "command": ["/manager"], "securityContext": {"allowPrivilegeEscalation": False},
-                                 "volumeMounts": [{"mountPath": "/tmp/k8s-webhook-server/serving-certs", "name": "cert", "readOnly": True}]}],
-                 "serviceAccountName": "training-operator",
-                 "volumes": [{"name": "cert", "secret": {"defaultMode": 420, "secretName": "training-operator-webhook-cert"}}]}}},
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {
+        "name": "training-operator",
+        "namespace": "kubeflow",
+        "labels": {"control-plane": "kubeflow-training-operator"},
+    },
+    "spec": {
+        "selector": {"matchLabels": {"control-plane": "kubeflow-training-operator"}},
+        "template": {
+            "metadata": {
+                "labels": {"control-plane": "kubeflow-training-operator"},
+                "annotations": {"sidecar.istio.io/inject": "false"},
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "training-operator",
+                        "image": "ghcr.io/kubeflow/training-v1/training-operator:v1-d6eb98e",
+                        "command": ["/manager"],
+                        "securityContext": {"allowPrivilegeEscalation": False},
+                        "volumeMounts": [
+                            {"mountPath": "/tmp/k8s-webhook-server/serving-certs", "name": "cert", "readOnly": True}
+                        ],
+                    }
+                ],
+                "serviceAccountName": "training-operator",
+                "volumes": [
+                    {"name": "cert", "secret": {"defaultMode": 420, "secretName": "training-operator-webhook-cert"}}
+                ],
+            },
+        },
+    },
 }
 
 
 def test_training_operator_runs_where_kubeflow_enforces_restricted_pod_security(tmp_path):
     """Kubeflow 1.11 and 26.03 enforce "restricted" in `kubeflow`; the operator as v1.9.3 ships it would get no pod."""
     (tmp_path / "upstream.yaml").write_text(yaml.safe_dump(UPSTREAM_OPERATOR))
-    assert restricted_violations(UPSTREAM_OPERATOR["spec"]["template"]["spec"]), "the stand-in is as refused as upstream's"
+    assert restricted_violations(UPSTREAM_OPERATOR["spec"]["template"]["spec"]), (
+        "the stand-in is as refused as upstream's"
+    )
     config = kustomization(MANIFESTS / "training-operator")
     config["resources"] = ["upstream.yaml"]
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(config))
     operator = one(render(tmp_path), "Deployment")
     pod = operator["spec"]["template"]["spec"]
     assert restricted_violations(pod) == []
-    assert pod["containers"][0]["image"] == UPSTREAM_OPERATOR["spec"]["template"]["spec"]["containers"][0]["image"], "the pin's image"
+    assert pod["containers"][0]["image"] == UPSTREAM_OPERATOR["spec"]["template"]["spec"]["containers"][0]["image"], (
+        "the pin's image"
+    )
     assert pod["containers"][0]["securityContext"]["runAsUser"] != 0, "distroless/static would run as root"
 
 
 def test_training_operator_is_pinned_to_the_sdk_release():
     (resource,) = kustomization(MANIFESTS / "training-operator")["resources"]
     match = re.fullmatch(
-        r"https://github\.com/kubeflow/(training-operator|trainer)\.git/manifests/overlays/standalone\?ref=(?P<tag>\S+)", resource
+        r"https://github\.com/kubeflow/(training-operator|trainer)\.git/manifests/overlays/standalone\?ref=(?P<tag>\S+)",
+        resource,
     )
     assert match, resource
     tag = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", match["tag"])
     assert tag, f"{match['tag']!r} is not a release tag (a branch would move under the user)"
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     (sdk,) = [dep for dep in dependencies if dep.startswith("kubeflow-training==")]
-    assert tag.group(1, 2) == tuple(sdk.split("==")[1].split(".")[:2]), "operator and SDK from the same v1 minor release"
+    assert tag.group(1, 2) == tuple(sdk.split("==")[1].split(".")[:2]), (
+        "operator and SDK from the same v1 minor release"
+    )
 
 
 # ---------------------------------------------------------------- Kubeflow Trainer v2
@@ -542,7 +650,7 @@ def test_trainer_runtime_is_bakeoffs_plainml_runtime():
     from components.training.tfjob import WORKER_PROGRAM
     from tests.fake_kubernetes import crd_schema, unknown_fields
 
-    (kind, crd), = PLATFORM.items()
+    ((kind, crd),) = PLATFORM.items()
     runtime = one(render(MANIFESTS / kind), "ClusterTrainingRuntime")
     schema = crd_schema(f"{crd.split('.', 1)[1]}_{crd.split('.')[0]}.yaml", "v1alpha1")
     assert [error.message for error in jsonschema.Draft7Validator(schema).iter_errors(runtime)] == []
@@ -551,7 +659,9 @@ def test_trainer_runtime_is_bakeoffs_plainml_runtime():
     assert runtime["metadata"]["name"] == trainjob.RUNTIME and "namespace" not in runtime["metadata"]
     assert runtime["spec"]["mlPolicy"] == {"numNodes": 1}, "neither torch nor mpi: the PlainML plugin"
     network = runtime["spec"]["template"]["spec"]["network"]
-    assert network == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}, "no subdomain: peers live under the JobSet's name"
+    assert network == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}, (
+        "no subdomain: peers live under the JobSet's name"
+    )
     (replicated,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
     assert replicated["name"] == trainjob.NODE and replicated["replicas"] == 1
     assert replicated["template"]["metadata"]["labels"] == {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
@@ -565,7 +675,8 @@ def test_trainer_runtime_is_bakeoffs_plainml_runtime():
     assert container["image"] == defaults.IMAGE and container["command"] == ["python", "-m", WORKER_PROGRAM]
     assert [port["containerPort"] for port in container["ports"]] == [PORT]
     assert {env["name"]: env["valueFrom"]["fieldRef"]["fieldPath"] for env in container["env"]} == {
-        variable: f"metadata.labels['{label}']" for variable, label in cluster_spec.LABELS.items()}
+        variable: f"metadata.labels['{label}']" for variable, label in cluster_spec.LABELS.items()
+    }
 
 
 # ---------------------------------------------------------------- the image
@@ -573,7 +684,11 @@ def test_trainer_runtime_is_bakeoffs_plainml_runtime():
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
-    joined = re.sub(r"\\\n", " ", "\n".join(line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")))
+    joined = re.sub(
+        r"\\\n",
+        " ",
+        "\n".join(line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")),
+    )
     return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in joined.splitlines() if line.strip()]
 
 
@@ -600,9 +715,13 @@ def test_dockerfile_installs_the_project_without_pinning_versions():
     runs = " ".join(args for instruction, args in instructions if instruction == "RUN")
     assert "pip install --no-cache-dir /tmp/bakeoff" in runs
     assert "pip install --no-cache-dir --no-deps --force-reinstall /tmp/bakeoff" in runs
-    assert not re.search(r"[A-Za-z0-9_.\[\]-]+(==|>=|~=)\d", DOCKERFILE.read_text()), "versions belong in pyproject.toml"
+    assert not re.search(r"[A-Za-z0-9_.\[\]-]+(==|>=|~=)\d", DOCKERFILE.read_text()), (
+        "versions belong in pyproject.toml"
+    )
     assert "apt-get install -y --no-install-recommends dataset-fashion-mnist" in runs
-    assert defaults.SOURCE == "/usr/share/datasets/fashion-mnist", "where Debian's dataset-fashion-mnist puts the IDX files"
+    assert defaults.SOURCE == "/usr/share/datasets/fashion-mnist", (
+        "where Debian's dataset-fashion-mnist puts the IDX files"
+    )
 
 
 def test_the_image_installs_the_debian_packages_make_system_installs():
@@ -624,7 +743,9 @@ def test_dockerfile_base_user_and_workdir():
     users = [arg for instruction, arg in instructions if instruction == "USER"]
     assert users == ["${UID}:0"] and args["UID"].isdigit() and int(args["UID"]) != 0, "a numeric non-root user"
     assert ("WORKDIR", "/home/bakeoff") in instructions
-    assert instructions[-1][0] == "CMD" and not [i for i, _ in instructions if i == "ENTRYPOINT"], "KFP and the TFJob give the command"
+    assert instructions[-1][0] == "CMD" and not [i for i, _ in instructions if i == "ENTRYPOINT"], (
+        "KFP and the TFJob give the command"
+    )
 
 
 def test_makefile_builds_the_image_the_pipeline_defaults_to():

@@ -1,4 +1,5 @@
 """What `bakeoff run` shows while it works: progress events, the live display on a terminal, plain lines elsewhere."""
+
 from __future__ import annotations
 
 import fcntl
@@ -45,13 +46,18 @@ def emitted(folder: Path, monkeypatch: pytest.MonkeyPatch, *events: tuple[str, d
     return progress.read_events(folder)
 
 
-def test_a_variants_events_merge_in_order_and_done_keeps_the_last_epochs_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    states = emitted(tmp_path, monkeypatch,
-                     ("mlp", {"state": "training", "restarts": 0}),
-                     ("mlp", {"state": "training", "epoch": 1, "epochs": 3, "loss": 0.9, "accuracy": 0.6}),
-                     ("cnn", {"state": "training", "epoch": 1, "epochs": 2, "loss": 1.5}),
-                     ("mlp", {"state": "training", "epoch": 2, "epochs": 3, "loss": 0.7, "accuracy": 0.7, "val_accuracy": 0.65}),
-                     ("mlp", {"state": "done"}))
+def test_a_variants_events_merge_in_order_and_done_keeps_the_last_epochs_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    states = emitted(
+        tmp_path,
+        monkeypatch,
+        ("mlp", {"state": "training", "restarts": 0}),
+        ("mlp", {"state": "training", "epoch": 1, "epochs": 3, "loss": 0.9, "accuracy": 0.6}),
+        ("cnn", {"state": "training", "epoch": 1, "epochs": 2, "loss": 1.5}),
+        ("mlp", {"state": "training", "epoch": 2, "epochs": 3, "loss": 0.7, "accuracy": 0.7, "val_accuracy": 0.65}),
+        ("mlp", {"state": "done"}),
+    )
     assert sorted(states) == ["cnn", "mlp"]
     mlp = states["mlp"]
     assert (mlp["state"], mlp["epoch"], mlp["loss"], mlp["val_accuracy"]) == ("done", 2, 0.7, 0.65)
@@ -111,20 +117,40 @@ def test_rows_follow_the_runs_variants_waiting_until_their_first_event() -> None
 
 
 def test_halving_shows_who_waits_for_its_rung_and_who_it_stopped() -> None:
-    events = {"kept": {"first_time": 100.0, "time": 130.0, "state": "paused", "epoch": 3, "epochs": 3},
-              "dropped": {"first_time": 100.0, "time": 131.0, "state": "stopped", "epoch": 3, "epochs": 3}}
+    events = {
+        "kept": {"first_time": 100.0, "time": 130.0, "state": "paused", "epoch": 3, "epochs": 3},
+        "dropped": {"first_time": 100.0, "time": 131.0, "state": "stopped", "epoch": 3, "epochs": 3},
+    }
     assert [row.state for row in rows(["kept", "dropped"], events, now=150.0)] == ["paused", "stopped"]
     # A variant halving stopped was never scored by select: it stays stopped when the run ends.
     assert [row.state for row in rows(["kept", "dropped"], events, now=150.0, finished=True)] == ["done", "stopped"]
 
 
-def test_the_table_shows_each_variants_epoch_metrics_speed_and_where_the_logs_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    emitted(tmp_path, monkeypatch,
-            ("wide", {"state": "training", "epoch": 3, "epochs": 10, "loss": 0.4321, "accuracy": 0.8765,
-                      "val_loss": 0.5, "val_accuracy": 0.8642, "examples_per_second": 1234.5}),
-            ("broken", {"state": "failed", "error": "TFJob 'bakeoff-broken' failed: replica exited with code 1"}))
+def test_the_table_shows_each_variants_epoch_metrics_speed_and_where_the_logs_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emitted(
+        tmp_path,
+        monkeypatch,
+        (
+            "wide",
+            {
+                "state": "training",
+                "epoch": 3,
+                "epochs": 10,
+                "loss": 0.4321,
+                "accuracy": 0.8765,
+                "val_loss": 0.5,
+                "val_accuracy": 0.8642,
+                "examples_per_second": 1234.5,
+            },
+        ),
+        ("broken", {"state": "failed", "error": "TFJob 'bakeoff-broken' failed: replica exited with code 1"}),
+    )
     screen = io.StringIO()
-    Console(file=screen, width=160).print(LiveDisplay(["wide", "broken", "later"], tmp_path, Console(file=io.StringIO())).render())
+    Console(file=screen, width=160).print(
+        LiveDisplay(["wide", "broken", "later"], tmp_path, Console(file=io.StringIO())).render()
+    )
     text = screen.getvalue()
     assert re.search(r"^wide\s+training\s+3/10\s+0\.4321\s+0\.8765\s+0\.8642\s+1234\s+0:0\d$", text, re.M), text
     assert re.search(r"^broken\s+failed\b", text, re.M) and re.search(r"^later\s+waiting\s*$", text, re.M), text
@@ -135,7 +161,10 @@ def test_the_table_shows_each_variants_epoch_metrics_speed_and_where_the_logs_ar
 def test_plain_text_loses_kfps_colours_and_every_control_character() -> None:
     from kfp.local import logging_utils, status
 
-    coloured = (f"Task {logging_utils.format_task_name('ingest')} finished with status " f"{logging_utils.format_status(status.Status.SUCCESS)}")
+    coloured = (
+        f"Task {logging_utils.format_task_name('ingest')} finished with status "
+        f"{logging_utils.format_status(status.Status.SUCCESS)}"
+    )
     assert "\x1b" in coloured
     assert plain(coloured + "\r\n\tdone\x07") == "Task 'ingest' finished with status SUCCESS\n\tdone"
 
@@ -159,7 +188,9 @@ def on_terminal(args: list[str], cwd: Path, timeout: float = 600) -> tuple[int, 
     """Runs ``args`` with stdin, stdout and stderr on a 120×40 pseudo-terminal; its exit code and all it wrote."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    process = subprocess.Popen(args, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, env={**os.environ, "TERM": "xterm-256color"})
+    process = subprocess.Popen(
+        args, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, env={**os.environ, "TERM": "xterm-256color"}
+    )
     os.close(slave)
     chunks = []
     try:
@@ -181,19 +212,33 @@ def on_terminal(args: list[str], cwd: Path, timeout: float = 600) -> tuple[int, 
 
 
 def run_args(config_path: Path, tmp_path: Path, work_dir: Path, examples: str) -> list[str]:
-    return [BAKEOFF, "run", "--config", str(config_path), "--store", str(tmp_path / "store"), "--work-dir", str(work_dir),
-            "--max-train-examples", examples]
+    return [
+        BAKEOFF,
+        "run",
+        "--config",
+        str(config_path),
+        "--store",
+        str(tmp_path / "store"),
+        "--work-dir",
+        str(work_dir),
+        "--max-train-examples",
+        examples,
+    ]
 
 
 @pytest.mark.training
-def test_on_a_terminal_a_live_table_shows_every_variant_and_the_leaderboard_follows(tmp_path: Path, work_dir: Path) -> None:
+def test_on_a_terminal_a_live_table_shows_every_variant_and_the_leaderboard_follows(
+    tmp_path: Path, work_dir: Path
+) -> None:
     code, output = on_terminal(run_args(config(tmp_path, TWO), tmp_path, work_dir, "512"), tmp_path)
     text = plain(output.replace("\r\n", "\n"))
     assert code == 0, text
     assert "\x1b[1A" in output  # the table was redrawn in place, cursor up line by line
     (folder,) = [path for path in (work_dir / "runs").iterdir() if (path / "small_cnn.log").exists()]
-    last_frame = text[text.rindex("bakeoff run: 2 variant(s)"):]
-    assert re.search(r"^mlp\s+done\b", last_frame, re.M) and re.search(r"^small_cnn\s+done\b", last_frame, re.M), last_frame
+    last_frame = text[text.rindex("bakeoff run: 2 variant(s)") :]
+    assert re.search(r"^mlp\s+done\b", last_frame, re.M) and re.search(r"^small_cnn\s+done\b", last_frame, re.M), (
+        last_frame
+    )
     assert f"logs: {folder}/<variant>.log" in last_frame
     lines = text.strip().splitlines()
     assert lines[-4].startswith("winner: ") and lines[-1].startswith("serve it: bakeoff serve"), text[-2000:]
@@ -201,7 +246,9 @@ def test_on_a_terminal_a_live_table_shows_every_variant_and_the_leaderboard_foll
     # The replicas' lines went to each variant's log, not over the table.
     assert "[bakeoff-mlp-" not in text and "[bakeoff-small-cnn-" not in text
     for name in ("mlp", "small-cnn"):
-        assert re.search(rf"^\[bakeoff-{name}-\w+-worker-0\] ", (folder / f"{name.replace('-', '_')}.log").read_text(), re.M)
+        assert re.search(
+            rf"^\[bakeoff-{name}-\w+-worker-0\] ", (folder / f"{name.replace('-', '_')}.log").read_text(), re.M
+        )
     assert "Executing task" in (folder / "pipeline.log").read_text()
 
 
@@ -213,11 +260,17 @@ def assert_report_line(line: str, work_dir: Path) -> None:
 
 
 @pytest.mark.training
-def test_off_a_terminal_every_line_is_plain_text_and_the_replicas_lines_are_there(tmp_path: Path, work_dir: Path) -> None:
+def test_off_a_terminal_every_line_is_plain_text_and_the_replicas_lines_are_there(
+    tmp_path: Path, work_dir: Path
+) -> None:
     one = config(tmp_path, TWO.split("  - {name: small_cnn")[0])
-    result = subprocess.run(run_args(one, tmp_path, work_dir, "512"), cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        run_args(one, tmp_path, work_dir, "512"), cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr
-    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", result.stderr + result.stdout), "a control character in plain output"
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", result.stderr + result.stdout), (
+        "a control character in plain output"
+    )
     assert re.search(r"^\s*\[bakeoff-mlp-\w+-worker-0\] ", result.stderr, re.M), result.stderr[-2000:]
     assert "Pipeline 'bakeoff' finished with status SUCCESS" in result.stderr  # kfp.local's colours, gone
     lines = result.stdout.splitlines()
@@ -226,7 +279,9 @@ def test_off_a_terminal_every_line_is_plain_text_and_the_replicas_lines_are_ther
 
 
 @pytest.mark.training
-def test_a_failed_variants_whole_log_is_printed_and_named_before_the_one_line_error(tmp_path: Path, work_dir: Path) -> None:
+def test_a_failed_variants_whole_log_is_printed_and_named_before_the_one_line_error(
+    tmp_path: Path, work_dir: Path
+) -> None:
     code, output = on_terminal(run_args(config(tmp_path, FAILING), tmp_path, work_dir, "100"), tmp_path)
     text = plain(output.replace("\r\n", "\n"))
     assert code == 1, text
@@ -234,8 +289,8 @@ def test_a_failed_variants_whole_log_is_printed_and_named_before_the_one_line_er
     assert header, text[-3000:]
     log = Path(header.group(1))
     assert log.name == "too_big.log" and log.read_text().strip() in text  # all of it, not a tail
-    printed = text[header.end():]
+    printed = text[header.end() :]
     assert "100 training examples make no full global batch of 256" in printed
     assert printed.count("replica bakeoff-too-big-") >= 3  # the first attempt and both restarts
-    assert re.search(r"^too_big\s+failed\b", text[:header.start()], re.M)
+    assert re.search(r"^too_big\s+failed\b", text[: header.start()], re.M)
     assert text.strip().splitlines()[-1].startswith("bakeoff: error: TFJob 'bakeoff-too-big-")

@@ -1,4 +1,5 @@
 """The typed records: the JSON the store holds, byte for byte; strict reading; the version field."""
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,11 @@ def versioned(text: str) -> str:
     """``text``, a JSON object without a version, as this bakeoff writes it: the version field last."""
     indented = text.rstrip().endswith("\n}")
     body = text.rstrip()[:-1].rstrip()
-    return body + (f',\n  "{records.VERSION_FIELD}": {records.SCHEMA_VERSION}\n}}' if indented
-                   else f', "{records.VERSION_FIELD}": {records.SCHEMA_VERSION}}}')
+    return body + (
+        f',\n  "{records.VERSION_FIELD}": {records.SCHEMA_VERSION}\n}}'
+        if indented
+        else f', "{records.VERSION_FIELD}": {records.SCHEMA_VERSION}}}'
+    )
 
 
 def written(record: records.Record, compact: bool) -> str:
@@ -76,8 +80,10 @@ def test_a_missing_field_is_one_line_naming_the_source_and_the_field() -> None:
     del data["onednn"]
     with pytest.raises(RecordError) as refused:
         WorkerMetrics.from_dict(data, "runs/r/mlp/metrics.json")
-    assert str(refused.value) == ("runs/r/mlp/metrics.json: is a WorkerMetrics record that lacks 'onednn': written by another"
-                                  " version of bakeoff or by hand: rerun what wrote it with this version")
+    assert str(refused.value) == (
+        "runs/r/mlp/metrics.json: is a WorkerMetrics record that lacks 'onednn': written by another"
+        " version of bakeoff or by hand: rerun what wrote it with this version"
+    )
 
 
 def test_an_unknown_field_and_a_missing_one_deep_inside_are_one_line_with_the_path() -> None:
@@ -85,28 +91,35 @@ def test_an_unknown_field_and_a_missing_one_deep_inside_are_one_line_with_the_pa
     data["metrics"]["training"]["one_dnn"] = data["metrics"]["training"].pop("onednn")
     with pytest.raises(RecordError) as refused:
         Manifest.from_dict(data, "models/m/2/manifest.json")
-    assert str(refused.value).startswith("models/m/2/manifest.json: metrics.training is a WorkerMetrics record that lacks 'onednn'"
-                                         " and has unknown 'one_dnn': ")
+    assert str(refused.value).startswith(
+        "models/m/2/manifest.json: metrics.training is a WorkerMetrics record that lacks 'onednn'"
+        " and has unknown 'one_dnn': "
+    )
     assert "\n" not in str(refused.value)
 
 
 def test_a_metric_named_entry_needs_exactly_one_key_besides_its_fields() -> None:
     data = sample("rung-record.json")
     data["stopped"][1]["val_loss"] = 0.5
-    with pytest.raises(RecordError, match=r"^rung: stopped\[1\] is a RungStop record that has unknown 'val_accuracy', 'val_loss': "):
+    with pytest.raises(
+        RecordError, match=r"^rung: stopped\[1\] is a RungStop record that has unknown 'val_accuracy', 'val_loss': "
+    ):
         RungRecord.from_dict(data, "rung")
     data["stopped"][1] = {"variant": "slow", "reason": "why"}
     with pytest.raises(RecordError, match=r"^rung: stopped\[1\] is a RungStop record that lacks '<metric>': "):
         RungRecord.from_dict(data, "rung")
 
 
-@pytest.mark.parametrize("path, value, problem", [
-    (("epochs",), "2", "epochs is a string, not an integer"),
-    (("examples_per_second_steady",), 1, "examples_per_second_steady is a number, not a boolean"),
-    (("epochs",), True, "epochs is a boolean, not an integer"),
-    (("history", "loss"), {"0": 1.0}, "history.loss is an object, not a list"),
-    (("history", "loss", 0), None, "history.loss[0] is null, not a number"),
-])
+@pytest.mark.parametrize(
+    "path, value, problem",
+    [
+        (("epochs",), "2", "epochs is a string, not an integer"),
+        (("examples_per_second_steady",), 1, "examples_per_second_steady is a number, not a boolean"),
+        (("epochs",), True, "epochs is a boolean, not an integer"),
+        (("history", "loss"), {"0": 1.0}, "history.loss is an object, not a list"),
+        (("history", "loss", 0), None, "history.loss[0] is null, not a number"),
+    ],
+)
 def test_a_value_of_the_wrong_type_is_one_line_with_its_path(path: tuple, value: object, problem: str) -> None:
     data = sample("metrics.json")
     holder = data
@@ -128,8 +141,10 @@ def test_a_version_this_bakeoff_does_not_read_is_refused_in_one_line(version: ob
     data = sample("summary.json") | {records.VERSION_FIELD: version}
     with pytest.raises(RecordError) as refused:
         Summary.from_dict(data, "run --json")
-    assert str(refused.value) == (f"run --json: a Summary record of schema_version {version!r}, and this bakeoff reads version 1:"
-                                  " read it with the bakeoff that wrote it, or rerun what wrote it with this version")
+    assert str(refused.value) == (
+        f"run --json: a Summary record of schema_version {version!r}, and this bakeoff reads version 1:"
+        " read it with the bakeoff that wrote it, or rerun what wrote it with this version"
+    )
 
 
 def test_the_version_is_written_once_at_the_top_and_refused_in_a_nested_record() -> None:
@@ -142,10 +157,13 @@ def test_the_version_is_written_once_at_the_top_and_refused_in_a_nested_record()
         Candidate.from_dict(data, "c")
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("[]", "is a list, not a Summary record"),
-    ("{", "not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("[]", "is a list, not a Summary record"),
+        ("{", "not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+    ],
+)
 def test_what_is_no_record_at_all_is_one_line(text: str, problem: str) -> None:
     with pytest.raises(RecordError) as refused:
         Summary.from_json(text, "select")

@@ -1,4 +1,5 @@
 """Publishing: next integer version, TF-Serving layout, all or nothing."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,7 +69,9 @@ def test_versions_count_up_in_serving_layout(store: Store, tmp_path: Path) -> No
     assert [(m.version, m.run_id) for m in registry.list_versions(store, "fm")] == [(1, "r1"), (2, "r2")]
 
 
-def test_the_published_manifest_is_the_record_given_numbered_and_read_back_strictly(store: Store, tmp_path: Path) -> None:
+def test_the_published_manifest_is_the_record_given_numbered_and_read_back_strictly(
+    store: Store, tmp_path: Path
+) -> None:
     """What publish writes is the manifest record with its version; one the registry cannot read is one line naming
     it."""
     given = manifest(run_id="r1")
@@ -80,7 +83,9 @@ def test_the_published_manifest_is_the_record_given_numbered_and_read_back_stric
     store.put_bytes("models/fm/1/manifest.json", json.dumps({**written, "stage": "prod"}).encode())
     with pytest.raises(BakeoffError) as refused:
         registry.list_versions(store, "fm")
-    assert str(refused.value).startswith(f"{store.uri_for('models/fm/1/manifest.json')}: is a Manifest record that has unknown 'stage': ")
+    assert str(refused.value).startswith(
+        f"{store.uri_for('models/fm/1/manifest.json')}: is a Manifest record that has unknown 'stage': "
+    )
 
 
 def test_a_half_written_version_is_never_listed_nor_reused(store: Store, tmp_path: Path) -> None:
@@ -90,15 +95,30 @@ def test_a_half_written_version_is_never_listed_nor_reused(store: Store, tmp_pat
     assert registry.publish(store, "fm", model_dir(tmp_path), manifest(run_id="r3")) == 3
 
 
-def start_publisher(store: Store, model: Path, run_id: str, tmp: Path, priority: str = "normal",
-                    create_only: str = "honoured") -> subprocess.Popen:
+def start_publisher(
+    store: Store, model: Path, run_id: str, tmp: Path, priority: str = "normal", create_only: str = "honoured"
+) -> subprocess.Popen:
     """A publisher process of model "fm", waiting for "go" once it has said "ready"."""
     tmp.mkdir(parents=True, exist_ok=True)
     # Its own TMPDIR: the scratch copy a killed publisher leaves goes away with tmp_path.
     env = {**os.environ, "TMPDIR": str(tmp)}
     return subprocess.Popen(
-        [sys.executable, "-c", PUBLISHER, store.uri, "fm", str(model), manifest(run_id=run_id).to_json(), priority, create_only],
-        cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            PUBLISHER,
+            store.uri,
+            "fm",
+            str(model),
+            manifest(run_id=run_id).to_json(),
+            priority,
+            create_only,
+        ],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -110,7 +130,9 @@ def scheme_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Store,
     request.getfixturevalue("s3_env")
     from components.storage import open_store
 
-    return open_store(f"s3://bakeoff/{tmp_path.name}"), "ignored" if request.param == "s3-without-create-only" else "honoured"
+    return open_store(
+        f"s3://bakeoff/{tmp_path.name}"
+    ), "ignored" if request.param == "s3-without-create-only" else "honoured"
 
 
 def go(publisher: subprocess.Popen) -> None:
@@ -162,7 +184,11 @@ def test_a_publisher_killed_midway_leaves_nothing_in_a_folder_store(tmp_path: Pa
     assert registry.publish(store, "fm", model_dir(tmp_path / "next", b"after"), manifest(run_id="next")) == 1
     assert [(m.version, m.run_id) for m in registry.list_versions(store, "fm")] == [(1, "next")]
     assert store.get_bytes("models/fm/1/saved_model.pb") == b"after"
-    assert store.list("models/fm/1") == ["models/fm/1/manifest.json", "models/fm/1/saved_model.pb", "models/fm/1/variables/variables.index"]
+    assert store.list("models/fm/1") == [
+        "models/fm/1/manifest.json",
+        "models/fm/1/saved_model.pb",
+        "models/fm/1/variables/variables.index",
+    ]
 
 
 def test_concurrent_publishers_each_get_their_own_version(scheme_store: tuple[Store, str], tmp_path: Path) -> None:
@@ -240,7 +266,11 @@ def test_a_publisher_killed_midway_leaves_no_version_in_an_s3_store(s3_env: str,
     assert registry.publish(store, "fm", model_dir(tmp_path / "next", b"after"), manifest(run_id="next")) == 2
     assert [(m.version, m.run_id) for m in registry.list_versions(store, "fm")] == [(2, "next")]
     assert store.get_bytes("models/fm/2/saved_model.pb") == b"after"
-    assert store.list("models/fm/2") == ["models/fm/2/manifest.json", "models/fm/2/saved_model.pb", "models/fm/2/variables/variables.index"]
+    assert store.list("models/fm/2") == [
+        "models/fm/2/manifest.json",
+        "models/fm/2/saved_model.pb",
+        "models/fm/2/variables/variables.index",
+    ]
 
 
 class CrashingStore:

@@ -1,5 +1,6 @@
 """The run report: one self-contained page with the leaderboard, per-epoch curves, the confusion matrix and the
 mistakes."""
+
 from __future__ import annotations
 
 import base64
@@ -34,7 +35,10 @@ pytestmark = pytest.mark.unit
 RUN_ID = "report-run"
 # Two small real models on real data, trained here so their metrics.json holds a real tf-keras history:
 # `mlp` is validated every epoch, `every_other` only at epochs 2 and 4 (validation_freq), as contract 1 allows.
-TRAINED = {"mlp": {"epochs": 3, "validation_freq": 1, "units": 32}, "every_other": {"epochs": 4, "validation_freq": 2, "units": 8}}
+TRAINED = {
+    "mlp": {"epochs": 3, "validation_freq": 1, "units": 32},
+    "every_other": {"epochs": 4, "validation_freq": 2, "units": 8},
+}
 TEST_SIZE = 700
 CHROMIUM = shutil.which("chromium")
 
@@ -53,23 +57,48 @@ def run_store(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     validation = Split(original["train"].images[3000:3500], original["train"].labels[3000:3500])
     test = Split(original["test"].images[:TEST_SIZE], original["test"].labels[:TEST_SIZE])
     names = class_names()
-    artifact.write({"train": train, "validation": validation, "test": test}, root / "data", shards=2, names=names, source="test")
+    artifact.write(
+        {"train": train, "validation": validation, "test": test}, root / "data", shards=2, names=names, source="test"
+    )
     store_uri = f"file://{root / 'store'}"
     store = open_store(store_uri)
     keras.utils.set_random_seed(0)
     for variant, settings in TRAINED.items():
-        model = keras.Sequential([keras.layers.Input((28, 28)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
-                                  keras.layers.Dense(settings["units"], activation="relu"), keras.layers.Dense(10, activation="softmax")])
+        model = keras.Sequential(
+            [
+                keras.layers.Input((28, 28)),
+                keras.layers.Rescaling(1 / 255),
+                keras.layers.Flatten(),
+                keras.layers.Dense(settings["units"], activation="relu"),
+                keras.layers.Dense(10, activation="softmax"),
+            ]
+        )
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
-        fit = model.fit(train.images, train.labels, epochs=settings["epochs"], batch_size=128, verbose=0,
-                        validation_data=(validation.images, validation.labels), validation_freq=settings["validation_freq"])
+        fit = model.fit(
+            train.images,
+            train.labels,
+            epochs=settings["epochs"],
+            batch_size=128,
+            verbose=0,
+            validation_data=(validation.images, validation.labels),
+            validation_freq=settings["validation_freq"],
+        )
         history = {key: [float(v) for v in values] for key, values in fit.history.items()}
-        history["val_epochs"] = list(range(settings["validation_freq"], settings["epochs"] + 1, settings["validation_freq"]))
+        history["val_epochs"] = list(
+            range(settings["validation_freq"], settings["epochs"] + 1, settings["validation_freq"])
+        )
         prefix = runs.variant_prefix(RUN_ID, variant)
         export(model, root / "export" / variant, names)
         store.put_dir(root / "export" / variant, f"{prefix}/{runs.MODEL}")
-        metrics = samples.metrics(variant=variant, workers=1, num_replicas_in_sync=1, epochs=settings["epochs"], train_seconds=1.0,
-                                  examples_per_second=3000.0, history=history)
+        metrics = samples.metrics(
+            variant=variant,
+            workers=1,
+            num_replicas_in_sync=1,
+            epochs=settings["epochs"],
+            train_seconds=1.0,
+            examples_per_second=3000.0,
+            history=history,
+        )
         store.put_bytes(f"{prefix}/{runs.METRICS}", metrics.to_json().encode())
         store.put_bytes(f"{prefix}/{runs.SPEC}", json.dumps({"name": variant}).encode())
     select_run(list(TRAINED), str(root / "data"), store_uri, RUN_ID, SelectionSettings("fashion-mnist", "val_accuracy"))
@@ -136,8 +165,12 @@ def test_the_page_is_self_contained_and_every_image_is_a_png(page: Path, record:
     text = page.read_text()
     assert not re.search(r"https?:|<link|<script|<iframe|url\(|@import", text, re.IGNORECASE)
     parsed = Page(text)
-    references = [value for _, attributes in parsed.tags for name, value in attributes.items()
-                  if name in ("src", "href", "srcset", "action", "poster", "data")]
+    references = [
+        value
+        for _, attributes in parsed.tags
+        for name, value in attributes.items()
+        if name in ("src", "href", "srcset", "action", "poster", "data")
+    ]
     assert references and all(value.startswith("data:") for value in references)
     sources = [attributes.get("src") for tag, attributes in parsed.tags if tag == "img"]
     # The curves, the confusion matrix, and one image per kept mistake.
@@ -150,7 +183,9 @@ def test_the_page_is_self_contained_and_every_image_is_a_png(page: Path, record:
 
 
 @pytest.mark.training
-def test_the_leaderboard_has_every_candidate_best_first_the_winner_marked_and_the_decision(page: Path, record: SelectionRecord) -> None:
+def test_the_leaderboard_has_every_candidate_best_first_the_winner_marked_and_the_decision(
+    page: Path, record: SelectionRecord
+) -> None:
     parsed = Page(page.read_text())
     assert [attributes["data-variant"] for attributes, _ in parsed.rows[1:]] == [c.variant for c in record.candidates]
     assert sorted(c.variant for c in record.candidates) == sorted(TRAINED)
@@ -187,12 +222,16 @@ def test_the_curves_have_one_point_per_recorded_epoch(page: Path, histories: dic
 def test_a_history_without_validation_draws_its_training_curves_only() -> None:
     """metrics.json written before contract 1 has no val_* keys: the report still draws what there is."""
     drawn = figures.series(figures.curves({"old": {"loss": [0.9, 0.6], "accuracy": [0.6, 0.8]}}))
-    assert drawn == {"old/loss": {"epoch": [1, 2], "value": [0.9, 0.6]}, "old/accuracy": {"epoch": [1, 2], "value": [0.6, 0.8]}}
+    assert drawn == {
+        "old/loss": {"epoch": [1, 2], "value": [0.9, 0.6]},
+        "old/accuracy": {"epoch": [1, 2], "value": [0.6, 0.8]},
+    }
 
 
 @pytest.mark.training
 def test_the_confusion_matrix_is_the_winners_on_the_whole_test_split_labelled_with_class_names(
-        page: Path, record: SelectionRecord, run_store: tuple[str, Path]) -> None:
+    page: Path, record: SelectionRecord, run_store: tuple[str, Path]
+) -> None:
     test = artifact.read_shards(open_store(str(run_store[1])), "test")
     matrix = np.array(record.confusion_matrix)
     assert matrix.shape == (10, 10) and matrix.sum() == TEST_SIZE
@@ -201,14 +240,22 @@ def test_the_confusion_matrix_is_the_winners_on_the_whole_test_split_labelled_wi
     assert json.loads(Page(page.read_text()).attribute("confusion", "data-confusion")) == record.confusion_matrix
     figure = figures.confusion(record.confusion_matrix, record.class_names)
     (ax,) = [ax for ax in figure.axes if ax.get_ylabel()]
-    assert [t.get_text() for t in ax.get_xticklabels()] == [t.get_text() for t in ax.get_yticklabels()] == record.class_names
+    assert (
+        [t.get_text() for t in ax.get_xticklabels()]
+        == [t.get_text() for t in ax.get_yticklabels()]
+        == record.class_names
+    )
     assert (ax.get_ylabel(), ax.get_xlabel()) == ("true", "predicted")
     drawn = ax.images[0].get_array()
-    assert drawn is not None and np.array_equal(drawn, matrix), "the heat map's rows are the matrix's rows (true labels)"
+    assert drawn is not None and np.array_equal(drawn, matrix), (
+        "the heat map's rows are the matrix's rows (true labels)"
+    )
 
 
 @pytest.mark.training
-def test_the_mistakes_grid_shows_each_kept_mistake_with_its_true_and_predicted_names(page: Path, record: SelectionRecord) -> None:
+def test_the_mistakes_grid_shows_each_kept_mistake_with_its_true_and_predicted_names(
+    page: Path, record: SelectionRecord
+) -> None:
     names = record.class_names
     text = " ".join(Page(page.read_text()).text)
     for mistake in record.misclassified:
@@ -230,28 +277,44 @@ def test_the_markdown_leaderboard_lists_every_candidate_and_marks_the_winner(rec
 def test_the_page_renders_in_headless_chromium(page: Path, record: SelectionRecord, tmp_path: Path) -> None:
     """A real browser draws the page (not blank) and its DOM holds the leaderboard."""
     assert CHROMIUM, "chromium is not installed: `make test` installs it (Debian's chromium)"
-    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}"]
+    flags = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
     shot = tmp_path / "shot.png"
-    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [*flags, f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     with Image.open(shot) as image:
         pixels = np.asarray(image.convert("L"), np.float64)
     assert pixels.shape == (1600, 1200) and pixels.std() > 20, "the screenshot is blank"
-    dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], check=True, capture_output=True, text=True, timeout=120).stdout
+    dom = subprocess.run(
+        [*flags, "--dump-dom", page.as_uri()], check=True, capture_output=True, text=True, timeout=120
+    ).stdout
     rows = Page(dom).rows
     assert [cells[1].replace(" ★ winner", "") for _, cells in rows[1:]] == [c.variant for c in record.candidates]
     assert record.promotion.message in dom
 
 
 @pytest.mark.training
-def test_bakeoff_report_writes_the_latest_run_or_a_named_one(run_store: tuple[str, Path], tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture) -> None:
+def test_bakeoff_report_writes_the_latest_run_or_a_named_one(
+    run_store: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """`latest` is the run whose selection record is newest, whatever its id."""
     store_uri, _ = run_store
     store_root = tmp_path / "store"
-    shutil.copytree(store_uri[len("file://"):], store_root)
+    shutil.copytree(store_uri[len("file://") :], store_root)
     newer = runs.selection(open_store(str(store_root)), RUN_ID)
-    newer = dataclasses.replace(newer, run_id="a-newer-run", created="2999-01-01T00:00:00+00:00")  # sorts before RUN_ID by name
+    newer = dataclasses.replace(
+        newer, run_id="a-newer-run", created="2999-01-01T00:00:00+00:00"
+    )  # sorts before RUN_ID by name
     shutil.copytree(store_root / "runs" / RUN_ID, store_root / "runs" / "a-newer-run")
     (store_root / "runs" / "a-newer-run" / "selection.json").write_text(newer.to_json())
 
@@ -259,22 +322,40 @@ def test_bakeoff_report_writes_the_latest_run_or_a_named_one(run_store: tuple[st
     assert "bakeoff run a-newer-run" in (tmp_path / "latest.html").read_text()
     umask = os.umask(0)
     os.umask(umask)
-    assert (tmp_path / "latest.html").stat().st_mode & 0o777 == 0o666 & ~umask, "an ordinary file, as any other the user writes"
+    assert (tmp_path / "latest.html").stat().st_mode & 0o777 == 0o666 & ~umask, (
+        "an ordinary file, as any other the user writes"
+    )
     assert main(["report", RUN_ID, "--store", str(store_root), "-o", str(tmp_path / "named.html")]) == 0
     assert f"bakeoff run {RUN_ID}</h1>" in (tmp_path / "named.html").read_text()
     assert capsys.readouterr().err.splitlines()[-1] == f"wrote the report of run {RUN_ID} to {tmp_path / 'named.html'}"
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["unknown-run"], "cannot report run 'unknown-run' in file://{store}: no such run;"
-                      " `bakeoff report latest` reports the newest run that has one"),
-    (["trained-only"], "cannot report run 'trained-only' in file://{store}: it has no selection record (it did not reach select);"
-                       " `bakeoff report latest` reports the newest run that has one"),
-    (["../outside"], "run id '../outside' is not one bakeoff writes: pass the run id `bakeoff run` printed, or latest"),
-    (["latest"], "no run in file://{store} has a selection record: run a bake-off (`bakeoff run`) or check --store"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (
+            ["unknown-run"],
+            "cannot report run 'unknown-run' in file://{store}: no such run;"
+            " `bakeoff report latest` reports the newest run that has one",
+        ),
+        (
+            ["trained-only"],
+            "cannot report run 'trained-only' in file://{store}: it has no selection record (it did not reach select);"
+            " `bakeoff report latest` reports the newest run that has one",
+        ),
+        (
+            ["../outside"],
+            "run id '../outside' is not one bakeoff writes: pass the run id `bakeoff run` printed, or latest",
+        ),
+        (
+            ["latest"],
+            "no run in file://{store} has a selection record: run a bake-off (`bakeoff run`) or check --store",
+        ),
+    ],
+)
 def test_bakeoff_report_refuses_what_it_cannot_report_in_one_line_and_writes_nothing(
-        arguments: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    arguments: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     store = tmp_path / "store"
     (store / "runs" / "trained-only" / "mlp").mkdir(parents=True)
     (store / "runs" / "trained-only" / "mlp" / "metrics.json").write_text("{}")
@@ -287,14 +368,22 @@ def test_bakeoff_report_refuses_what_it_cannot_report_in_one_line_and_writes_not
 @pytest.mark.training
 def test_a_report_that_cannot_be_written_is_one_line(run_store: tuple[str, Path], tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(BakeoffError, match=r"^cannot write '.*/a-file/report.html' \(File exists\): choose another -o$"):
+    with pytest.raises(
+        BakeoffError, match=r"^cannot write '.*/a-file/report.html' \(File exists\): choose another -o$"
+    ):
         write_report(open_store(run_store[0]), RUN_ID, tmp_path / "a-file" / "report.html")
-    assert write_report(open_store(run_store[0]), RUN_ID, tmp_path / "new" / "report.html").is_file()  # missing folders are made
+    assert write_report(
+        open_store(run_store[0]), RUN_ID, tmp_path / "new" / "report.html"
+    ).is_file()  # missing folders are made
 
 
 @pytest.mark.training
-def test_the_winner_mark_follows_the_records_winner_not_the_first_row(record: SelectionRecord, histories: dict[str, dict]) -> None:
-    swapped = dataclasses.replace(record, winner=dataclasses.replace(record.winner, variant=record.candidates[1].variant))
+def test_the_winner_mark_follows_the_records_winner_not_the_first_row(
+    record: SelectionRecord, histories: dict[str, dict]
+) -> None:
+    swapped = dataclasses.replace(
+        record, winner=dataclasses.replace(record.winner, variant=record.candidates[1].variant)
+    )
     rows = Page(render(swapped, histories)).rows
     assert [attributes.get("class") for attributes, _ in rows[1:]] == [None, "winner"]
 
@@ -312,7 +401,9 @@ def assert_select_artifacts(work_dir: Path, store_uri: str, summary: Summary) ->
     assert np.trace(rows) / rows.sum() == summary.winner.test_accuracy
     page = Page((select_dir / "report").read_text())
     assert [attributes["data-variant"] for attributes, _ in page.rows[1:]] == [c.variant for c in summary.candidates]
-    assert [attributes.get("class") for attributes, _ in page.rows[1:]] == ["winner"] + [None] * (len(summary.candidates) - 1)
+    assert [attributes.get("class") for attributes, _ in page.rows[1:]] == ["winner"] + [None] * (
+        len(summary.candidates) - 1
+    )
     assert summary.promotion.message in "".join(page.text)
     leaderboard = (select_dir / "leaderboard").read_text()
     assert f"| 1 ★ winner | {summary.winner.variant} |" in leaderboard

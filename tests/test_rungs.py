@@ -1,5 +1,6 @@
 """Rung training and per-epoch validation: a real 2-worker variant trained to epoch 1, then resumed to epoch 3 of its
 schedule."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,7 +57,9 @@ def rungs(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Rung
         final = train_variant(TINY, str(small_dataset), store.uri, RUN, JOB, stop_epoch=EPOCHS, rung=1)
     rung = [runs.rung_metrics(store, RUN, "tiny", index) for index in (0, 1)]
     events = [json.loads(line) for line in (watched / "tiny.jsonl").read_text().splitlines()]
-    return Rungs(root / "store", rung, final, backup_after_first, events, (watched / "tiny.log").read_text().splitlines())
+    return Rungs(
+        root / "store", rung, final, backup_after_first, events, (watched / "tiny.log").read_text().splitlines()
+    )
 
 
 @pytest.mark.training
@@ -92,7 +95,9 @@ def test_the_backup_outlives_an_early_stop_and_goes_with_the_last_rung(rungs: Ru
 
 
 @pytest.mark.training
-def test_a_later_rung_replaces_the_model_leaving_no_file_of_the_earlier(rungs: Rungs, small_dataset: Path, tmp_path: Path) -> None:
+def test_a_later_rung_replaces_the_model_leaving_no_file_of_the_earlier(
+    rungs: Rungs, small_dataset: Path, tmp_path: Path
+) -> None:
     """The stored model is exactly the last rung's export: nothing of an earlier model survives beside it."""
     store = open_store(str(rungs.store_root))
     assert not store.exists(STALE)
@@ -123,8 +128,14 @@ def test_every_replica_gets_the_same_validation_numbers(rungs: Rungs) -> None:
         if match:
             lines[match[1]].append(match[2])
     history = rungs.rung[1].history
-    assert lines["0"] == lines["1"] == [f"val_loss: {loss:.4f} - val_accuracy: {accuracy:.4f}"
-                                        for loss, accuracy in zip(history["val_loss"], history["val_accuracy"], strict=True)]
+    assert (
+        lines["0"]
+        == lines["1"]
+        == [
+            f"val_loss: {loss:.4f} - val_accuracy: {accuracy:.4f}"
+            for loss, accuracy in zip(history["val_loss"], history["val_accuracy"], strict=True)
+        ]
+    )
 
 
 @pytest.mark.training
@@ -132,30 +143,57 @@ def test_the_chief_reports_each_epoch_and_the_stored_model_to_a_live_display(run
     chief = [event for event in rungs.events if "epoch" in event or event["state"] in ("paused", "done")]
     # Rung 0 ends before the schedule does: the variant is paused until halving decides, not done.
     assert [(event["state"], event.get("epoch"), event.get("epochs")) for event in chief] == [
-        ("training", 1, 1), ("paused", None, None), ("training", 2, EPOCHS), ("training", 3, EPOCHS), ("done", None, None)]
+        ("training", 1, 1),
+        ("paused", None, None),
+        ("training", 2, EPOCHS),
+        ("training", 3, EPOCHS),
+        ("done", None, None),
+    ]
     history = rungs.rung[1].history
     for event, index in zip([event for event in chief if event["state"] == "training"], range(EPOCHS), strict=False):
         assert event["variant"] == "tiny" and event["examples_per_second"] > 0
         assert (event["loss"], event["val_loss"], event["val_accuracy"]) == (
-            history["loss"][index], history["val_loss"][index], history["val_accuracy"][index])
+            history["loss"][index],
+            history["val_loss"][index],
+            history["val_accuracy"][index],
+        )
 
 
 @pytest.mark.training
 def test_the_train_step_shows_the_final_numbers(rungs: Rungs) -> None:
     record = rungs.rung[1]
     assert final_metrics(record) == {
-        "val_accuracy": record.history["val_accuracy"][-1], "val_loss": record.history["val_loss"][-1],
-        "train_seconds": record.train_seconds, "examples_per_second": record.examples_per_second,
-        "replicas": 2, "epochs": EPOCHS}
+        "val_accuracy": record.history["val_accuracy"][-1],
+        "val_loss": record.history["val_loss"][-1],
+        "train_seconds": record.train_seconds,
+        "examples_per_second": record.examples_per_second,
+        "replicas": 2,
+        "epochs": EPOCHS,
+    }
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize(("stop_epoch", "rung", "message"), [
-    (EPOCHS + 1, 0, f"variant 'tiny': stop epoch {EPOCHS + 1} is outside its schedule of {EPOCHS} epochs: pass 1 to " "training.epochs (0: the whole schedule)"),
-    (-1, 0, f"variant 'tiny': stop epoch -1 is outside its schedule of {EPOCHS} epochs: pass 1 to training.epochs (0: " "the whole schedule)"),
-    (1, -1, "variant 'tiny': rung=-1 must be 0 or more"),
-])
-def test_a_stop_epoch_off_the_schedule_fails_before_anything_runs(tmp_path: Path, stop_epoch: int, rung: int, message: str) -> None:
+@pytest.mark.parametrize(
+    ("stop_epoch", "rung", "message"),
+    [
+        (
+            EPOCHS + 1,
+            0,
+            f"variant 'tiny': stop epoch {EPOCHS + 1} is outside its schedule of {EPOCHS} epochs: pass 1 to "
+            "training.epochs (0: the whole schedule)",
+        ),
+        (
+            -1,
+            0,
+            f"variant 'tiny': stop epoch -1 is outside its schedule of {EPOCHS} epochs: pass 1 to training.epochs (0: "
+            "the whole schedule)",
+        ),
+        (1, -1, "variant 'tiny': rung=-1 must be 0 or more"),
+    ],
+)
+def test_a_stop_epoch_off_the_schedule_fails_before_anything_runs(
+    tmp_path: Path, stop_epoch: int, rung: int, message: str
+) -> None:
     with pytest.raises(BakeoffError) as error:
         train_variant(TINY, str(tmp_path / "no-data"), str(tmp_path / "store"), RUN, JOB, stop_epoch, rung)
     assert str(error.value) == message

@@ -1,5 +1,6 @@
 """Search: spaces expanded into named variants, bad spaces in one line, the halving rungs, survivors, the budget,
 `bakeoff plan`."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -66,7 +67,11 @@ def test_sampling_is_deterministic_for_a_seed_and_differs_for_another(tmp_path: 
 
 def test_a_variant_s_samples_do_not_depend_on_the_other_variants(tmp_path: Path) -> None:
     alone = names(write(tmp_path, SEARCH.replace("SEED", "0"), "a.yaml"))
-    text = SEARCH.replace("SEED", "0").replace("variants:\n", "variants:\n  - {name: first, model: {type: mlp, hidden_units: {choice: [[64], [128]]}, dropout: {uniform: " "[0.0, 0.4]}}}\n")
+    text = SEARCH.replace("SEED", "0").replace(
+        "variants:\n",
+        "variants:\n  - {name: first, model: {type: mlp, hidden_units: {choice: [[64], [128]]}, dropout: {uniform: "
+        "[0.0, 0.4]}}}\n",
+    )
     crowded = names(write(tmp_path, text, "b.yaml"))
     assert [n for n in crowded if n.startswith("cnn-")] == [n for n in alone if n.startswith("cnn-")]
 
@@ -85,26 +90,50 @@ def test_samples_carry_their_values_in_the_spec_and_the_name(tmp_path: Path) -> 
             continue
         assert 0.0005 <= variant.training.learning_rate <= 0.005 and 0 <= variant.model["dropout"] <= 0.5
         assert variant.model["filters"] in ([32, 64, 64], [64, 128, 128]) and variant.model["dense_units"] in (64, 128)
-        assert values == {"model.filters": variant.model["filters"], "model.dense_units": variant.model["dense_units"],
-                          "model.dropout": variant.model["dropout"], "training.learning_rate": variant.training.learning_rate}
+        assert values == {
+            "model.filters": variant.model["filters"],
+            "model.dense_units": variant.model["dense_units"],
+            "model.dropout": variant.model["dropout"],
+            "training.learning_rate": variant.training.learning_rate,
+        }
         assert variant.model["batch_norm"] is True  # fixed fields stay as written
         text = lambda v: str(v).replace(".", "p")  # noqa: E731
-        assert variant.name == (f"cnn-f{'_'.join(map(str, variant.model['filters']))}-du{variant.model['dense_units']}"
-                                f"-d{text(variant.model['dropout'])}-lr{text(variant.training.learning_rate)}")
+        assert variant.name == (
+            f"cnn-f{'_'.join(map(str, variant.model['filters']))}-du{variant.model['dense_units']}"
+            f"-d{text(variant.model['dropout'])}-lr{text(variant.training.learning_rate)}"
+        )
 
 
 def test_choices_alone_expand_to_their_grid_in_order(tmp_path: Path) -> None:
     variants = [v for v in load_variants(write(tmp_path, SEARCH.replace("SEED", "0"))) if v.name.startswith("grid-")]
     assert [(v.model["filters"], v.model["dense_units"]) for v in variants] == [
-        ([16, 32], 32), ([16, 32], 64), ([16, 32], 128), ([32, 64], 32), ([32, 64], 64), ([32, 64], 128)]
-    assert [v.name for v in variants] == ["grid-f16_32-du32", "grid-f16_32-du64", "grid-f16_32-du128",
-                                          "grid-f32_64-du32", "grid-f32_64-du64", "grid-f32_64-du128"]
+        ([16, 32], 32),
+        ([16, 32], 64),
+        ([16, 32], 128),
+        ([32, 64], 32),
+        ([32, 64], 64),
+        ([32, 64], 128),
+    ]
+    assert [v.name for v in variants] == [
+        "grid-f16_32-du32",
+        "grid-f16_32-du64",
+        "grid-f16_32-du128",
+        "grid-f32_64-du32",
+        "grid-f32_64-du64",
+        "grid-f32_64-du128",
+    ]
 
 
 def test_a_variant_without_a_space_is_unchanged_and_halving_sets_every_schedule(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, SEARCH.replace("SEED", "0")))
-    plain = load_variants(write(tmp_path, "defaults: {workers: 2, training: {epochs: 15, learning_rate: 0.002, schedule: cosine}}\n"
-                                          "variants:\n  - {name: base, model: {type: cnn, filters: [32, 64, 64], dense_units: 64}}\n", "plain.yaml"))
+    plain = load_variants(
+        write(
+            tmp_path,
+            "defaults: {workers: 2, training: {epochs: 15, learning_rate: 0.002, schedule: cosine}}\n"
+            "variants:\n  - {name: base, model: {type: cnn, filters: [32, 64, 64], dense_units: 64}}\n",
+            "plain.yaml",
+        )
+    )
     assert [v for v in config.variants if v.name == "base"] == plain
     assert {v.training.epochs for v in config.variants} == {15}  # max_epochs, not the 10 of defaults
     assert config.search is not None and config.search.halving == Halving(2, 15, 3)
@@ -112,21 +141,33 @@ def test_a_variant_without_a_space_is_unchanged_and_halving_sets_every_schedule(
 
 
 def test_without_halving_variants_train_their_epochs_and_choice_takes_strings(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, "variants:\n  - {name: a, model: {type: mlp}, training: {epochs: 4, optimizer: {choice: [adam, sgd]},"
-                                         " random_flip: {choice: [true, false]}}, workers: {int_uniform: [1, 3]}}\n"
-                                         "search: {samples: 3, seed: 5}\n"))
+    config = load_config(
+        write(
+            tmp_path,
+            "variants:\n  - {name: a, model: {type: mlp}, training: {epochs: 4, optimizer: {choice: [adam, sgd]},"
+            " random_flip: {choice: [true, false]}}, workers: {int_uniform: [1, 3]}}\n"
+            "search: {samples: 3, seed: 5}\n",
+        )
+    )
     assert config.search is not None and config.search.halving is None
     assert {v.training.epochs for v in config.variants} == {4}
     assert len(config.variants) == 3
-    assert all(v.name == f"a-o{v.training.optimizer}-rf{int(v.training.random_flip)}-w{v.workers}" for v in config.variants)
+    assert all(
+        v.name == f"a-o{v.training.optimizer}-rf{int(v.training.random_flip)}-w{v.workers}" for v in config.variants
+    )
 
 
 def test_a_space_in_defaults_applies_to_every_variant_unless_one_replaces_it(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, "defaults: {training: {learning_rate: {log_uniform: [0.0001, 0.0002]}}}\nvariants:\n"
-                                         "  - {name: a, model: {type: mlp}}\n"
-                                         "  - {name: b, model: {type: mlp}, training: {learning_rate: {uniform: [0.003, 0.004]}}}\n"
-                                         "  - {name: c, model: {type: mlp}, training: {learning_rate: 0.001}}\n"
-                                         "search: {samples: 2}\n"))
+    config = load_config(
+        write(
+            tmp_path,
+            "defaults: {training: {learning_rate: {log_uniform: [0.0001, 0.0002]}}}\nvariants:\n"
+            "  - {name: a, model: {type: mlp}}\n"
+            "  - {name: b, model: {type: mlp}, training: {learning_rate: {uniform: [0.003, 0.004]}}}\n"
+            "  - {name: c, model: {type: mlp}, training: {learning_rate: 0.001}}\n"
+            "search: {samples: 2}\n",
+        )
+    )
     rates = {v.name.split("-")[0]: v.training.learning_rate for v in config.variants}
     assert [v.name.split("-")[0] for v in config.variants] == ["a", "a", "b", "b", "c"]
     assert 0.0001 <= rates["a"] <= 0.0002 and 0.003 <= rates["b"] <= 0.004 and rates["c"] == 0.001
@@ -135,35 +176,89 @@ def test_a_space_in_defaults_applies_to_every_variant_unless_one_replaces_it(tmp
 @pytest.mark.parametrize(
     ("variant", "message"),
     [
-        ("model: {type: cnn, dropout: {uniform: [0.5, 0.1]}}", "model.dropout: uniform needs low < high, got [0.5, 0.1]: for one value write it plainly"),
-        ("model: {type: cnn, dropout: {uniform: [0.3, 0.3]}}", "model.dropout: uniform needs low < high, got [0.3, 0.3]: for one value write it plainly"),
-        ("model: {type: cnn}, training: {learning_rate: {log_uniform: [0, 0.01]}}", "training.learning_rate: log_uniform needs bounds above 0, got [0, 0.01]"),
-        ("model: {type: cnn, dense_units: {choice: []}}", "model.dense_units: choice takes a non-empty list of values, got []"),
+        (
+            "model: {type: cnn, dropout: {uniform: [0.5, 0.1]}}",
+            "model.dropout: uniform needs low < high, got [0.5, 0.1]: for one value write it plainly",
+        ),
+        (
+            "model: {type: cnn, dropout: {uniform: [0.3, 0.3]}}",
+            "model.dropout: uniform needs low < high, got [0.3, 0.3]: for one value write it plainly",
+        ),
+        (
+            "model: {type: cnn}, training: {learning_rate: {log_uniform: [0, 0.01]}}",
+            "training.learning_rate: log_uniform needs bounds above 0, got [0, 0.01]",
+        ),
+        (
+            "model: {type: cnn, dense_units: {choice: []}}",
+            "model.dense_units: choice takes a non-empty list of values, got []",
+        ),
         ("model: {type: cnn, dense_units: {choice: [64, 64]}}", "model.dense_units: choice lists 64 twice"),
-        ("model: {type: cnn, dropout: {normal: [0.1, 0.2]}}", "model.dropout: unknown search space 'normal' (known: choice, uniform, log_uniform, int_uniform)"),
-        ("model: {type: cnn, dropout: {uniform: [0.1, 0.2], choice: [0.3]}}", "model.dropout: one search space per field, got uniform, choice"),
-        ("model: {type: cnn, dropout: {uniform: [0.1]}}", "model.dropout: uniform takes [low, high], two finite numbers, got [0.1]"),
-        ("model: {type: {choice: [cnn, mlp]}}", "model.type: a search space cannot pick the architecture: write one variant per type"),
-        ("model: {type: cnn}, training: {optimizer: {uniform: [0, 1]}}", "training.optimizer: uniform does not fit this field (str): use choice"),
-        ("model: {type: cnn, dense_units: {uniform: [32, 128]}}", "model.dense_units: uniform does not fit this field (int): use choice or int_uniform"),
-        ("model: {type: cnn, filters: {int_uniform: [32, 64]}}", "model.filters: int_uniform does not fit this field (list): use choice"),
-        ("model: {type: cnn, dense_units: {int_uniform: [32.5, 64]}}", "model.dense_units: int_uniform takes whole numbers, got [32.5, 64]"),
-        ("model: {type: cnn}, resources: {cpu: {choice: ['1', '2']}}", "resources.cpu: resources are not searched: they size the pods, not the model"),
+        (
+            "model: {type: cnn, dropout: {normal: [0.1, 0.2]}}",
+            "model.dropout: unknown search space 'normal' (known: choice, uniform, log_uniform, int_uniform)",
+        ),
+        (
+            "model: {type: cnn, dropout: {uniform: [0.1, 0.2], choice: [0.3]}}",
+            "model.dropout: one search space per field, got uniform, choice",
+        ),
+        (
+            "model: {type: cnn, dropout: {uniform: [0.1]}}",
+            "model.dropout: uniform takes [low, high], two finite numbers, got [0.1]",
+        ),
+        (
+            "model: {type: {choice: [cnn, mlp]}}",
+            "model.type: a search space cannot pick the architecture: write one variant per type",
+        ),
+        (
+            "model: {type: cnn}, training: {optimizer: {uniform: [0, 1]}}",
+            "training.optimizer: uniform does not fit this field (str): use choice",
+        ),
+        (
+            "model: {type: cnn, dense_units: {uniform: [32, 128]}}",
+            "model.dense_units: uniform does not fit this field (int): use choice or int_uniform",
+        ),
+        (
+            "model: {type: cnn, filters: {int_uniform: [32, 64]}}",
+            "model.filters: int_uniform does not fit this field (list): use choice",
+        ),
+        (
+            "model: {type: cnn, dense_units: {int_uniform: [32.5, 64]}}",
+            "model.dense_units: int_uniform takes whole numbers, got [32.5, 64]",
+        ),
+        (
+            "model: {type: cnn}, resources: {cpu: {choice: ['1', '2']}}",
+            "resources.cpu: resources are not searched: they size the pods, not the model",
+        ),
         # Each choice and both bounds go through the strict parser, named where they are written.
         ("model: {type: cnn, dropout: {uniform: [0.0, 1.0]}}", "model.dropout: must be in [0, 1), got 1.0"),
         ("model: {type: cnn, filters: {choice: [64, 128]}}", "model.filters: expected a list, got 64"),
         ("model: {type: cnn, dense_units: {int_uniform: [0, 64]}}", "model.dense_units: must be at least 1, got 0"),
-        ("model: {type: cnn}, training: {schedule: {choice: [cosine, linear]}}",
-         "training.schedule: unknown schedule 'linear' (known: constant, cosine, exponential)"),
-        ("model: {type: cnn}, training: {epochs: {int_uniform: [2, 5]}}",
-         "training.epochs: search.halving trains every variant to its max_epochs: remove this search space"),
-        ("model: {type: cnn, filters: {choice: [[8], [9], [10], [11], [12], [13], [14]]}, kernel_size: {choice: " "[1, 2, 3, 4, 5, 6]},"
-         " dense_units: {choice: [1, 2, 3, 4, 5, 6, 7]}}",
-         "model.filters × model.kernel_size × model.dense_units: the grid gives 294 variants, more than 256: list " "fewer choices, or add a uniform space and sample"),
+        (
+            "model: {type: cnn}, training: {schedule: {choice: [cosine, linear]}}",
+            "training.schedule: unknown schedule 'linear' (known: constant, cosine, exponential)",
+        ),
+        (
+            "model: {type: cnn}, training: {epochs: {int_uniform: [2, 5]}}",
+            "training.epochs: search.halving trains every variant to its max_epochs: remove this search space",
+        ),
+        (
+            "model: {type: cnn, filters: {choice: [[8], [9], [10], [11], [12], [13], [14]]}, kernel_size: {choice: "
+            "[1, 2, 3, 4, 5, 6]},"
+            " dense_units: {choice: [1, 2, 3, 4, 5, 6, 7]}}",
+            "model.filters × model.kernel_size × model.dense_units: the grid gives 294 variants, more than 256: list "
+            "fewer choices, or add a uniform space and sample",
+        ),
     ],
 )
-def test_a_malformed_space_is_one_line_naming_file_variant_and_field(tmp_path: Path, variant: str, message: str) -> None:
-    refused(write(tmp_path, f"variants:\n  - {{name: a, {variant}}}\nsearch: {{halving: {{min_epochs: 1, max_epochs: 3}}}}\n"), f"variant 'a': {message}")
+def test_a_malformed_space_is_one_line_naming_file_variant_and_field(
+    tmp_path: Path, variant: str, message: str
+) -> None:
+    refused(
+        write(
+            tmp_path, f"variants:\n  - {{name: a, {variant}}}\nsearch: {{halving: {{min_epochs: 1, max_epochs: 3}}}}\n"
+        ),
+        f"variant 'a': {message}",
+    )
 
 
 @pytest.mark.parametrize(
@@ -212,7 +307,10 @@ def test_a_rungs_score_averages_only_the_validated_epochs_of_its_last_third() ->
 
     history = {"val_accuracy": [0.1, 0.2, 0.3, 0.4, 0.6, 0.8], "val_epochs": [2, 4, 6, 8, 10, 12]}
     assert rung_score(history, "val_accuracy", 12) == pytest.approx((0.7, 9))
-    assert rung_score({"val_accuracy": [0.5, 0.7], "val_epochs": [1, 2]}, "val_accuracy", 2) == (0.7, 2)  # under 3 epochs: the last
+    assert rung_score({"val_accuracy": [0.5, 0.7], "val_epochs": [1, 2]}, "val_accuracy", 2) == (
+        0.7,
+        2,
+    )  # under 3 epochs: the last
 
 
 def test_survivors_follow_the_metric_s_direction_and_ties_go_by_name() -> None:
@@ -226,9 +324,14 @@ def test_survivors_follow_the_metric_s_direction_and_ties_go_by_name() -> None:
 
 
 def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, "variants:\n  - {name: small, model: {type: mlp}}\n  - {name: mid, model: {type: cnn, filters: [8, 16]}}\n"
-                                         "  - {name: big, model: {type: cnn, filters: [64, 128, 128]}}\n"
-                                         "search: {halving: {min_epochs: 2, max_epochs: 6, eta: 3}}\n"))
+    config = load_config(
+        write(
+            tmp_path,
+            "variants:\n  - {name: small, model: {type: mlp}}\n  - {name: mid, model: {type: cnn, filters: [8, 16]}}\n"
+            "  - {name: big, model: {type: cnn, filters: [64, 128, 128]}}\n"
+            "search: {halving: {min_epochs: 2, max_epochs: 6, eta: 3}}\n",
+        )
+    )
     small, mid, big = (epoch_seconds(v, 1000) for v in config.variants)
     assert small < mid < big
     rungs, seconds = estimate(config, 1000)
@@ -243,17 +346,23 @@ def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tm
 
 def budgeted(tmp_path: Path, minutes: float, samples: int = 8) -> Path:
     text = SEARCH.replace("SEED", "0").replace("samples: 4", f"samples: {samples}")
-    return write(tmp_path, text.replace("eta: 3}", f"eta: 3}}, budget: {{minutes: {minutes!r}}}"), f"budget-{minutes}.yaml")
+    return write(
+        tmp_path, text.replace("eta: 3}", f"eta: 3}}, budget: {{minutes: {minutes!r}}}"), f"budget-{minutes}.yaml"
+    )
 
 
 def test_a_budget_drops_draws_first(tmp_path: Path) -> None:
     three = load_config(budgeted(tmp_path, 10000.0, samples=3))
     minutes = estimate(three, 55000)[1] / 60 + 0.01  # just what three draws per variant cost
     plan = fit(load_config(budgeted(tmp_path, minutes)))
-    assert [v.name for v in plan.config.variants] == [v.name for v in three.variants]  # the first three draws, grid and base kept
+    assert [v.name for v in plan.config.variants] == [
+        v.name for v in three.variants
+    ]  # the first three draws, grid and base kept
     assert plan.config.search is not None and plan.config.search.samples == 3
     assert plan.seconds <= minutes * 60
-    assert len(plan.shrunk) == 1 and plan.shrunk[0].startswith("search.samples 8 -> 3: 8 draws per sampled variant take an estimated ")
+    assert len(plan.shrunk) == 1 and plan.shrunk[0].startswith(
+        "search.samples 8 -> 3: 8 draws per sampled variant take an estimated "
+    )
     assert plan.shrunk[0].endswith(f", over the budget of {minutes:g} min")
     assert fit(load_config(budgeted(tmp_path, 10000.0))).shrunk == []
 
@@ -267,10 +376,16 @@ def test_a_budget_then_lowers_max_epochs_and_refuses_what_cannot_fit(tmp_path: P
     assert plan.config.search is not None and plan.config.search.samples == 1
     assert plan.config.search.halving == Halving(2, 9, 3)
     assert {v.training.epochs for v in plan.config.variants} == {9}
-    assert [line.split(":")[0] for line in plan.shrunk] == ["search.samples 8 -> 1", "search.halving.max_epochs 15 -> 9"]
+    assert [line.split(":")[0] for line in plan.shrunk] == [
+        "search.samples 8 -> 1",
+        "search.halving.max_epochs 15 -> 9",
+    ]
     path = budgeted(tmp_path, 0.01)
-    with pytest.raises(BakeoffError, match=rf"^{path}: search.budget.minutes: 0.01 min cannot hold even 8 variants at 1 epoch"
-                                           r" \(an estimated [0-9.]+ min here\): raise the budget or list fewer variants$"):
+    with pytest.raises(
+        BakeoffError,
+        match=rf"^{path}: search.budget.minutes: 0.01 min cannot hold even 8 variants at 1 epoch"
+        r" \(an estimated [0-9.]+ min here\): raise the budget or list fewer variants$",
+    ):
         fit(load_config(path))
 
 
@@ -289,8 +404,11 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(tmp_path: Path, cap
     assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert [v["name"] for v in document["variants"]] == [v.name for v in config.variants]
-    assert document["rungs"] == [{"index": 0, "epochs": 2, "entering": 11, "keep": 3}, {"index": 1, "epochs": 6, "entering": 3, "keep": 1},
-                                 {"index": 2, "epochs": 15, "entering": 1, "keep": 1}]
+    assert document["rungs"] == [
+        {"index": 0, "epochs": 2, "entering": 11, "keep": 3},
+        {"index": 1, "epochs": 6, "entering": 3, "keep": 1},
+        {"index": 2, "epochs": 15, "entering": 1, "keep": 1},
+    ]
     assert document["estimated_seconds"] < estimate(config, 55000)[1]
 
 
@@ -299,7 +417,9 @@ def test_plan_on_the_default_config(capsys: pytest.CaptureFixture) -> None:
     out = capsys.readouterr().out
     assert out.startswith(f"6 variants from {DEFAULT_CONFIG}:\n")
     listed = [line.split() for line in out.splitlines()[1:7]]
-    assert [line[0] for line in listed[:3]] == ["cnn", "dropout", "batch_norm"] and all(line[1:] == ["(as", "written)"] for line in listed[:3])
+    assert [line[0] for line in listed[:3]] == ["cnn", "dropout", "batch_norm"] and all(
+        line[1:] == ["(as", "written)"] for line in listed[:3]
+    )
     assert all(line[0].startswith("wide-") and line[1].startswith("model.dense_units=") for line in listed[3:])
     assert "     0       3         6     2\n     1       9         2     1\n     2      20         1     1\n" in out
 
@@ -309,4 +429,7 @@ def test_plan_on_a_bad_config_is_one_line(tmp_path: Path, capsys: pytest.Capture
     assert main(["plan", "--config", str(path)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == (f"bakeoff: error: {path}: variant 'a': model.dropout: uniform needs low < high, got [0.5, 0.1]: for one " "value write it plainly\n")
+    assert captured.err == (
+        f"bakeoff: error: {path}: variant 'a': model.dropout: uniform needs low < high, got [0.5, 0.1]: for one "
+        "value write it plainly\n"
+    )

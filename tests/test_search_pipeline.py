@@ -1,5 +1,6 @@
 """Successive halving in the pipeline: rungs unrolled into the compiled IR, the halve step, and a real run through
 kfp.local."""
+
 from __future__ import annotations
 
 import json
@@ -67,18 +68,26 @@ def test_a_halving_config_compiles_to_one_loop_per_rung_that_every_supported_bac
         (loop,) = components[rung["componentRef"]["name"]]["dag"]["tasks"].values()
         assert loop["parameterIterator"]["items"] == {"inputParameter": "pipelinechannel--variants"}
         (train,) = components[loop["componentRef"]["name"]]["dag"]["tasks"].values()
-        constants = {name: value["runtimeValue"]["constant"] for name, value in train["inputs"]["parameters"].items()
-                     if name in ("stop_epoch", "rung")}
+        constants = {
+            name: value["runtimeValue"]["constant"]
+            for name, value in train["inputs"]["parameters"].items()
+            if name in ("stop_epoch", "rung")
+        }
         assert constants == {"stop_epoch": epochs, "rung": index}
         if producer is None:
             assert source(rung) == {"componentInputParameter": "variants"}
         else:
             assert source(rung)["taskOutputParameter"]["producerTask"] == producer
-    assert [tasks[name]["inputs"]["parameters"]["keep"]["runtimeValue"]["constant"] for name in ("halve", "halve-2", "halve-3")] == [4, 2, 1]
+    assert [
+        tasks[name]["inputs"]["parameters"]["keep"]["runtimeValue"]["constant"]
+        for name in ("halve", "halve-2", "halve-3")
+    ] == [4, 2, 1]
     # each halving ranks the variants that entered its rung, no others
     assert source(tasks["halve"]) == {"componentInputParameter": "variants"}
     assert [source(tasks[name]) for name in ("halve-2", "halve-3")] == [
-        {"taskOutputParameter": {"outputParameterKey": "Output", "producerTask": producer}} for producer in ("halve", "halve-2")]
+        {"taskOutputParameter": {"outputParameterKey": "Output", "producerTask": producer}}
+        for producer in ("halve", "halve-2")
+    ]
     assert "rung-4" not in tasks and "halve-4" not in tasks  # no halving after the last rung
     # select waits for the last rung and takes its variants; halve k waits for rung k
     assert source(tasks["select"])["taskOutputParameter"]["producerTask"] == "halve-3"
@@ -95,7 +104,9 @@ def test_without_halving_the_pipeline_keeps_its_one_sub_pipeline(tmp_path: Path)
     assert sorted(tasks) == ["check", "ingest", "select", "train-variants"]
 
 
-def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """Eight draws do not fit 3 minutes: plan shrinks them, and the compiled pipeline trains exactly that plan."""
     config = tmp_path / "budget.yaml"
     config.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 3}}"))
@@ -109,7 +120,9 @@ def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(tmp
     compiled = spec["root"]["inputDefinitions"]["parameters"]["variants"]["defaultValue"]
     assert [variant["name"] for variant in compiled] == [variant["name"] for variant in plan["variants"]]
     tasks, components = spec["root"]["dag"]["tasks"], spec["components"]
-    assert sorted(name for name in tasks if name.startswith("rung-")) == [f"rung-{rung['index']}" for rung in plan["rungs"]]
+    assert sorted(name for name in tasks if name.startswith("rung-")) == [
+        f"rung-{rung['index']}" for rung in plan["rungs"]
+    ]
     for rung in plan["rungs"]:
         (loop,) = components[tasks[f"rung-{rung['index']}"]["componentRef"]["name"]]["dag"]["tasks"].values()
         (train,) = components[loop["componentRef"]["name"]]["dag"]["tasks"].values()
@@ -118,15 +131,24 @@ def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(tmp
 
 def write_rung(store, run_id: str, variant: str, rung: int, accuracy: float, loss: float) -> None:
     """A rung's record as the worker leaves it (contract 3): per-epoch history, validation included."""
-    history = {"loss": [1.0, loss], "accuracy": [0.5, accuracy], "val_loss": [1.1, loss], "val_accuracy": [0.4, accuracy], "val_epochs": [1, 2]}
-    record = samples.metrics(variant=variant, history=history, epochs=2, schedule_epochs=4, epochs_trained=2, resumed_from_epoch=0)
+    history = {
+        "loss": [1.0, loss],
+        "accuracy": [0.5, accuracy],
+        "val_loss": [1.1, loss],
+        "val_accuracy": [0.4, accuracy],
+        "val_epochs": [1, 2],
+    }
+    record = samples.metrics(
+        variant=variant, history=history, epochs=2, schedule_epochs=4, epochs_trained=2, resumed_from_epoch=0
+    )
     store.put_bytes(f"runs/{run_id}/{variant}/rung-{rung}.json", record.to_json().encode())
     store.put_bytes(f"runs/{run_id}/{variant}/backup/abc/epoch-0002/backup.json", b"{}")
 
 
 @pytest.mark.parametrize("metric", ["val_accuracy", "val_loss"])
 def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_backups(
-        metric: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    metric: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = open_store(str(tmp_path / "store"))
     monkeypatch.setenv(progress.PROGRESS_DIR_ENV, str(tmp_path / "progress"))
     (tmp_path / "progress").mkdir()
@@ -140,7 +162,9 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
 
     value = {name: pair[0] if metric == "val_accuracy" else pair[1] for name, pair in scores.items()}
     order = sorted(value, key=lambda name: value[name], reverse=BETTER[metric] is max)
-    assert kept == [next(v for v in variants if v["name"] == name) for name in order[:2]]  # the specs as given, best first
+    assert kept == [
+        next(v for v in variants if v["name"] == name) for name in order[:2]
+    ]  # the specs as given, best first
     (record,) = runs.search_records(store, "run1")
     assert record.rung == 1 and record.epochs == 2 and record.metric == metric
     assert record.entered == list(scores)
@@ -148,7 +172,9 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
     assert [(s.variant, s.score(metric)) for s in record.stopped] == [(name, value[name]) for name in order[2:]]
     assert record.stopped[0].reason.startswith(f"{metric} {value[order[2]]:.4f} placed 3 of 4 after epoch 2")
     # A live display shows the stopped as stopped (the kept were left paused by their jobs).
-    assert {name: event["state"] for name, event in progress.read_events(tmp_path / "progress").items()} == dict.fromkeys(order[2:], "stopped")
+    assert {
+        name: event["state"] for name, event in progress.read_events(tmp_path / "progress").items()
+    } == dict.fromkeys(order[2:], "stopped")
     # The stopped never resume: their backups go; the kept keep theirs for the next rung.
     for name in scores:
         assert bool(store.list(f"runs/run1/{name}/backup")) == (name in order[:2]), name
@@ -160,46 +186,71 @@ def test_halve_ranks_by_the_last_third_of_the_epochs_so_one_dip_does_not_decide(
     By the last value the smaller one went on (and published 0.922 on test); over epochs 7-9 the wider one leads.
     """
     store = open_store(str(tmp_path / "store"))
-    curves = {"wide": [0.671, 0.879, 0.889, 0.905, 0.91, 0.889, 0.915, 0.92, 0.903],
-              "small": [0.845, 0.874, 0.89, 0.885, 0.9, 0.904, 0.896, 0.909, 0.911]}
+    curves = {
+        "wide": [0.671, 0.879, 0.889, 0.905, 0.91, 0.889, 0.915, 0.92, 0.903],
+        "small": [0.845, 0.874, 0.89, 0.885, 0.9, 0.904, 0.896, 0.909, 0.911],
+    }
     for name, accuracy in curves.items():
         history = {"val_accuracy": accuracy, "val_loss": [1 - a for a in accuracy], "val_epochs": list(range(1, 10))}
-        store.put_bytes(f"runs/run1/{name}/rung-1.json", samples.metrics(variant=name, history=history, epochs=9).to_json().encode())
+        store.put_bytes(
+            f"runs/run1/{name}/rung-1.json", samples.metrics(variant=name, history=history, epochs=9).to_json().encode()
+        )
     variants = [{"name": name, "model": {"type": "mlp"}} for name in curves]
     assert [v["name"] for v in halve(variants, store.uri, "", "run1", 1, 1, "val_accuracy")] == ["wide"]
     (record,) = runs.search_records(store, "run1")
     (kept,) = record.kept
     assert kept == Score("wide", "val_accuracy", kept.value) and kept.value == pytest.approx((0.915 + 0.92 + 0.903) / 3)
-    assert record.stopped[0].reason == "val_accuracy 0.9053 (mean of epochs 7-9) placed 2 of 2 after epoch 9; rung 1 keeps 1"
+    assert (
+        record.stopped[0].reason
+        == "val_accuracy 0.9053 (mean of epochs 7-9) placed 2 of 2 after epoch 9; rung 1 keeps 1"
+    )
 
 
 def test_halve_refuses_a_record_without_validation(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     store = open_store(str(tmp_path / "store"))
-    store.put_bytes("runs/r/a/rung-0.json", samples.metrics(variant="a", history={"loss": [1.0]}, epochs=1).to_json().encode())
+    store.put_bytes(
+        "runs/r/a/rung-0.json", samples.metrics(variant="a", history={"loss": [1.0]}, epochs=1).to_json().encode()
+    )
     with pytest.raises(SystemExit):
         halve([{"name": "a"}], store.uri, "", "r", 0, 1, "val_accuracy")
-    assert capsys.readouterr().err.strip().endswith(
-        "variant 'a' has no val_accuracy in its record of rung 0: halving ranks on validation, which the worker " "scores at every"
-        " job's last epoch: run an image built from this bakeoff")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "variant 'a' has no val_accuracy in its record of rung 0: halving ranks on validation, which the worker "
+            "scores at every"
+            " job's last epoch: run an image built from this bakeoff"
+        )
+    )
     assert runs.search_records(store, "r") == []
 
 
 def test_run_refuses_a_budget_that_holds_nothing_before_ingest(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     config = tmp_path / "budget.yaml"
     config.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 0.001}}"))
-    assert main(["run", "--config", str(config), "--store", str(tmp_path / "store"), "--work-dir", str(tmp_path / "work")]) == 1
+    assert (
+        main(["run", "--config", str(config), "--store", str(tmp_path / "store"), "--work-dir", str(tmp_path / "work")])
+        == 1
+    )
     assert "search.budget.minutes: 0.001 min cannot hold even 1 variant at 1 epoch" in capsys.readouterr().err
     assert not (tmp_path / "store").exists() and not (tmp_path / "work").exists()
 
 
 @pytest.mark.parametrize("flag", ["--epochs", "--workers"])
-def test_a_flag_that_changes_the_cost_is_refused_for_a_budgeted_config(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_flag_that_changes_the_cost_is_refused_for_a_budgeted_config(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """A budget plans the epochs and workers the file holds: a flag changing them afterwards would overrun it unseen."""
     config = tmp_path / "budgeted.yaml"
-    config.write_text("variants:\n  - {name: a, model: {type: mlp}, training: {epochs: 2}, workers: 1}\nsearch: {budget: " "{minutes: 60}}\n")
+    config.write_text(
+        "variants:\n  - {name: a, model: {type: mlp}, training: {epochs: 2}, workers: 1}\nsearch: {budget: "
+        "{minutes: 60}}\n"
+    )
     assert main(["run", "--config", str(config), flag, "2", "--store", str(tmp_path / "store")]) == 1
-    assert capsys.readouterr().err == (f"bakeoff: error: {flag} would change what {config}'s search.budget planned:"
-                                       " set it in the file, where the budget counts it\n")
+    assert capsys.readouterr().err == (
+        f"bakeoff: error: {flag} would change what {config}'s search.budget planned:"
+        " set it in the file, where the budget counts it\n"
+    )
     assert not (tmp_path / "store").exists()
 
 
@@ -217,8 +268,14 @@ def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_
     config = tmp_path / "search.yaml"
     config.write_text(SEARCH)
     store_uri = f"file://{tmp_path / 'store'}"
-    run = subprocess.run([BAKEOFF, "run", "--config", str(config), "--store", store_uri, "--max-train-examples", "512", "--json"],
-                         cwd=tmp_path, env=os.environ, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [BAKEOFF, "run", "--config", str(config), "--store", store_uri, "--max-train-examples", "512", "--json"],
+        cwd=tmp_path,
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     summary = Summary.from_json(run.stdout, "run --json")
     store = open_store(store_uri)
@@ -254,7 +311,9 @@ def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_
     for name in set(everyone) - set(best_two):
         assert rung(name, 0).epochs == 1
     # The leaderboard and the report show who stopped where, and why.
-    assert {(s.variant, s.rung, s.epochs) for s in summary.stopped} == {(name, 0, 1) for name in set(everyone) - set(best_two)}
+    assert {(s.variant, s.rung, s.epochs) for s in summary.stopped} == {
+        (name, 0, 1) for name in set(everyone) - set(best_two)
+    }
     for entry in summary.stopped:
         assert entry.variant in run.stderr.split("stopped by successive halving")[1]
     page = Path(run.stderr.rsplit("\nreport: ", 1)[1].split()[0]).read_text()

@@ -1,4 +1,5 @@
 """Secrets stay secret: store keys and KFP tokens never reach a file, an object, a TFJob, a log or a line we print."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -97,11 +98,14 @@ def file_leaks(root: Path, secrets: dict[str, str]) -> tuple[list[str], int]:
     found, count = [], 0
     for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
         count += 1
-        found += leaks(f"{path} (name)", str(path.relative_to(root)), secrets) + leaks(str(path), path.read_bytes(), secrets)
+        found += leaks(f"{path} (name)", str(path.relative_to(root)), secrets) + leaks(
+            str(path), path.read_bytes(), secrets
+        )
     return found, count
 
 
 # ------------------------------------------------------------------------------ store keys: a whole bake-off
+
 
 @pytest.fixture(scope="module")
 def canary_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -132,15 +136,22 @@ def bucket_leaks(endpoint_: str) -> tuple[list[str], int]:
         finally:
             response.close()
             response.release_conn()
-        found += leaks(f"{where} (name)", item.object_name, CANARY_KEYS) + leaks(f"{where} (metadata)", repr(dict(stat.metadata or {})), CANARY_KEYS)
+        found += leaks(f"{where} (name)", item.object_name, CANARY_KEYS) + leaks(
+            f"{where} (metadata)", repr(dict(stat.metadata or {})), CANARY_KEYS
+        )
         found += leaks(where, body, CANARY_KEYS)
     return found, count
 
 
 @pytest.mark.s3
 @pytest.mark.training
-def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(canary_s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                      capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(
+    canary_s3: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Run, then models list, compile and upload, with the keys in the environment; then read back everything they made.
 
     Scanned: the output of each command (the run as a process with --debug and --json, TensorFlow's logs on; the
@@ -155,13 +166,40 @@ def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(canary_s3:
         folder.mkdir()
     (hook / "sitecustomize.py").write_text(TFJOB_RECORDER)
     settings = {**CANARY_KEYS, "BAKEOFF_S3_ENDPOINT": canary_s3, "BAKEOFF_S3_INSECURE": "1"}
-    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}  # every log line TensorFlow has
-    env.update(settings, BAKEOFF_TEST_TFJOB_DIR=str(tfjobs), TMPDIR=str(scratch), HOME=str(home),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    env = {
+        key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"
+    }  # every log line TensorFlow has
+    env.update(
+        settings,
+        BAKEOFF_TEST_TFJOB_DIR=str(tfjobs),
+        TMPDIR=str(scratch),
+        HOME=str(home),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+    )
     store = f"s3://{BUCKET}/bakeoff"
-    run = subprocess.run([BAKEOFF, "--debug", "run", "--config", str(config), "--store", store, "--work-dir", str(tmp_path / "work"),
-                          "--max-train-examples", "1024", "--epochs", "1", "--json"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            BAKEOFF,
+            "--debug",
+            "run",
+            "--config",
+            str(config),
+            "--store",
+            store,
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--max-train-examples",
+            "1024",
+            "--epochs",
+            "1",
+            "--json",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert Summary.from_json(run.stdout, "run --json").winner.version == 1
     outputs = {"`bakeoff run` stdout": run.stdout, "`bakeoff run` stderr": run.stderr}
@@ -178,7 +216,17 @@ def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(canary_s3:
         outputs[f"`bakeoff {' '.join(args[:2])}` output"] = out + err
 
     bakeoff("models", "list", "--store", store, "--json")
-    bakeoff("compile", "--config", str(config), "-o", str(tmp_path / "compiled" / "bakeoff.yaml"), "--store", store, "--s3-endpoint", canary_s3)
+    bakeoff(
+        "compile",
+        "--config",
+        str(config),
+        "-o",
+        str(tmp_path / "compiled" / "bakeoff.yaml"),
+        "--store",
+        store,
+        "--s3-endpoint",
+        canary_s3,
+    )
     with FakeKfpApi() as kfp_api:
         bakeoff("upload", "--host", kfp_api.url, "--config", str(config), "--store", store)
         outputs["the pipeline package the KFP API received"] = json.dumps([kfp_api.pipelines, kfp_api.versions])
@@ -186,8 +234,13 @@ def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(canary_s3:
 
     found = [hit for where, text in outputs.items() for hit in leaks(where, text, CANARY_KEYS)]
     counts = {}
-    for what, folder in (("work dir", tmp_path / "work"), ("TFJobs", tfjobs), ("compiled", tmp_path / "compiled"),
-                         ("temporary files", scratch), ("home", home)):
+    for what, folder in (
+        ("work dir", tmp_path / "work"),
+        ("TFJobs", tfjobs),
+        ("compiled", tmp_path / "compiled"),
+        ("temporary files", scratch),
+        ("home", home),
+    ):
         hits, counts[what] = file_leaks(folder, CANARY_KEYS)
         found += hits
     hits, counts["objects"] = bucket_leaks(canary_s3)
@@ -205,12 +258,21 @@ def test_a_whole_bake_off_on_s3_never_writes_or_prints_the_store_keys(canary_s3:
 
 
 @pytest.mark.s3
-@pytest.mark.parametrize("keys", [
-    {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": "wrong-CANARY-secret-0a9b8c7d6e5f"},
-    {"AWS_ACCESS_KEY_ID": "AKIAUNKNOWNCANARY0001", "AWS_SECRET_ACCESS_KEY": SECRET_KEY},
-], ids=["wrong secret", "unknown access key"])
-def test_refused_store_keys_are_not_repeated_in_the_error(canary_s3: str, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture,
-                                                          monkeypatch: pytest.MonkeyPatch, keys: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "keys",
+    [
+        {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": "wrong-CANARY-secret-0a9b8c7d6e5f"},
+        {"AWS_ACCESS_KEY_ID": "AKIAUNKNOWNCANARY0001", "AWS_SECRET_ACCESS_KEY": SECRET_KEY},
+    ],
+    ids=["wrong secret", "unknown access key"],
+)
+def test_refused_store_keys_are_not_repeated_in_the_error(
+    canary_s3: str,
+    capsys: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    keys: dict[str, str],
+) -> None:
     """The server's refusal becomes one line that names the variables, never their values."""
     for name, value in {**keys, "BAKEOFF_S3_ENDPOINT": canary_s3, "BAKEOFF_S3_INSECURE": "1"}.items():
         monkeypatch.setenv(name, value)
@@ -224,6 +286,7 @@ def test_refused_store_keys_are_not_repeated_in_the_error(canary_s3: str, capsys
 
 
 # ----------------------------------------------------------------------------- KFP tokens and cookies
+
 
 @dataclasses.dataclass
 class Result:
@@ -266,12 +329,18 @@ def secret_file(tmp_path: Path, name: str, text: str) -> Path:
 
 TOKEN_SOURCES = {
     # the source that must win, and every source of lower precedence set to a wrong token
-    "--token over everything": (lambda d: ["--token", TOKEN],
-                                {"KF_PIPELINES_SA_TOKEN_PATH": "sa-token:wrong-1", "KF_PIPELINES_TOKEN": "wrong-2"}),
-    "--token-file over the variables": (lambda d: ["--token-file", str(secret_file(d, "token", f"  {TOKEN}\n"))],
-                                        {"KF_PIPELINES_SA_TOKEN_PATH": "sa-token:wrong-1", "KF_PIPELINES_TOKEN": "wrong-2"}),
-    "KF_PIPELINES_SA_TOKEN_PATH over KF_PIPELINES_TOKEN": (lambda d: [], {"KF_PIPELINES_SA_TOKEN_PATH": f"sa-token:{TOKEN}\n",
-                                                                         "KF_PIPELINES_TOKEN": "wrong-2"}),
+    "--token over everything": (
+        lambda d: ["--token", TOKEN],
+        {"KF_PIPELINES_SA_TOKEN_PATH": "sa-token:wrong-1", "KF_PIPELINES_TOKEN": "wrong-2"},
+    ),
+    "--token-file over the variables": (
+        lambda d: ["--token-file", str(secret_file(d, "token", f"  {TOKEN}\n"))],
+        {"KF_PIPELINES_SA_TOKEN_PATH": "sa-token:wrong-1", "KF_PIPELINES_TOKEN": "wrong-2"},
+    ),
+    "KF_PIPELINES_SA_TOKEN_PATH over KF_PIPELINES_TOKEN": (
+        lambda d: [],
+        {"KF_PIPELINES_SA_TOKEN_PATH": f"sa-token:{TOKEN}\n", "KF_PIPELINES_TOKEN": "wrong-2"},
+    ),
     "KF_PIPELINES_TOKEN alone": (lambda d: [], {"KF_PIPELINES_TOKEN": f" {TOKEN} "}),
 }
 
@@ -287,7 +356,8 @@ def set_sources(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variables: dict
 
 @pytest.mark.parametrize("flags, variables", TOKEN_SOURCES.values(), ids=TOKEN_SOURCES.keys())
 def test_the_token_comes_from_the_source_of_highest_precedence_and_is_never_printed(
-        fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flags, variables: dict[str, str]) -> None:
+    fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flags, variables: dict[str, str]
+) -> None:
     fake.token = TOKEN
     set_sources(monkeypatch, tmp_path, variables)
     result = bakeoff("submit", "--host", fake.url, *flags(tmp_path))
@@ -298,16 +368,22 @@ def test_the_token_comes_from_the_source_of_highest_precedence_and_is_never_prin
 
 
 COOKIE_SOURCES = {
-    "--cookies over the variable": (lambda d: ["--cookies", COOKIE], {"BAKEOFF_KFP_COOKIES": "authservice_session=wrong"}),
-    "--cookies-file over the variable": (lambda d: ["--cookies-file", str(secret_file(d, "cookies", COOKIE + "\n"))],
-                                         {"BAKEOFF_KFP_COOKIES": "authservice_session=wrong"}),
+    "--cookies over the variable": (
+        lambda d: ["--cookies", COOKIE],
+        {"BAKEOFF_KFP_COOKIES": "authservice_session=wrong"},
+    ),
+    "--cookies-file over the variable": (
+        lambda d: ["--cookies-file", str(secret_file(d, "cookies", COOKIE + "\n"))],
+        {"BAKEOFF_KFP_COOKIES": "authservice_session=wrong"},
+    ),
     "BAKEOFF_KFP_COOKIES alone": (lambda d: [], {"BAKEOFF_KFP_COOKIES": COOKIE}),
 }
 
 
 @pytest.mark.parametrize("flags, variables", COOKIE_SOURCES.values(), ids=COOKIE_SOURCES.keys())
 def test_the_cookies_come_from_the_source_of_highest_precedence_and_are_never_printed(
-        fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flags, variables: dict[str, str]) -> None:
+    fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flags, variables: dict[str, str]
+) -> None:
     fake.cookie = COOKIE
     set_sources(monkeypatch, tmp_path, variables)
     result = bakeoff("schedule", "--host", fake.url, "--every", "1d", *flags(tmp_path))
@@ -319,8 +395,15 @@ def test_the_cookies_come_from_the_source_of_highest_precedence_and_are_never_pr
 def test_a_token_and_cookies_from_files_together(fake: FakeKfpApi, bakeoff, tmp_path: Path) -> None:
     """Either one is enough for the fake; both are sent, and neither is printed."""
     fake.token = TOKEN
-    result = bakeoff("upload", "--host", fake.url, "--token-file", str(secret_file(tmp_path, "t", TOKEN)),
-                     "--cookies-file", str(secret_file(tmp_path, "c", COOKIE)))
+    result = bakeoff(
+        "upload",
+        "--host",
+        fake.url,
+        "--token-file",
+        str(secret_file(tmp_path, "t", TOKEN)),
+        "--cookies-file",
+        str(secret_file(tmp_path, "c", COOKIE)),
+    )
     assert result.code == 0, result.err
     assert set(fake.authorization_headers) == {f"Bearer {TOKEN}"}
     assert "CANARY" not in result.everything
@@ -329,25 +412,40 @@ def test_a_token_and_cookies_from_files_together(fake: FakeKfpApi, bakeoff, tmp_
 def unreadable(kind: str) -> dict[str, tuple[Callable[[Path], str], str]]:
     """Broken files for --token-file or --cookies-file: (make the file, the error line after 'bakeoff: error: ')."""
     flag = f"--{kind}-file"
-    fix = "pass a file that holds the token on one line" if kind == "token" else \
-        "pass a file that holds the Cookie header on one line, e.g. authservice_session=..."
+    fix = (
+        "pass a file that holds the token on one line"
+        if kind == "token"
+        else "pass a file that holds the Cookie header on one line, e.g. authservice_session=..."
+    )
     return {
         "missing": (lambda d: str(d / "none"), f"cannot read {flag} '{{path}}' (No such file or directory): {fix}"),
         "a folder": (lambda d: str(d), f"cannot read {flag} '{{path}}' (Is a directory): {fix}"),
         "empty": (lambda d: str(secret_file(d, "empty", " \n\n")), f"{flag} '{{path}}' is empty: {fix}"),
-        "not UTF-8": (lambda d: (str(d / "bin"), (d / "bin").write_bytes(b"\xff\xfeCANARY"))[0], f"{flag} '{{path}}' is not UTF-8 text: {fix}"),
-        "two lines": (lambda d: str(secret_file(d, "two", "CANARY-1\nCANARY-2\n")),
-                      f"{flag} '{{path}}' holds a line break, a control or a non-ASCII character, which no HTTP header can " f"carry: {fix}"),
-        "endless": (lambda d: "/dev/zero", f"{flag} '{{path}}' is larger than 64 KiB, so it holds more than a token or cookies: {fix}"),
+        "not UTF-8": (
+            lambda d: (str(d / "bin"), (d / "bin").write_bytes(b"\xff\xfeCANARY"))[0],
+            f"{flag} '{{path}}' is not UTF-8 text: {fix}",
+        ),
+        "two lines": (
+            lambda d: str(secret_file(d, "two", "CANARY-1\nCANARY-2\n")),
+            f"{flag} '{{path}}' holds a line break, a control or a non-ASCII character, which no HTTP header can "
+            f"carry: {fix}",
+        ),
+        "endless": (
+            lambda d: "/dev/zero",
+            f"{flag} '{{path}}' is larger than 64 KiB, so it holds more than a token or cookies: {fix}",
+        ),
     }
 
 
-BROKEN_FILES = {f"{kind} file {case}": (kind, *spec) for kind in ("token", "cookies") for case, spec in unreadable(kind).items()}
+BROKEN_FILES = {
+    f"{kind} file {case}": (kind, *spec) for kind in ("token", "cookies") for case, spec in unreadable(kind).items()
+}
 
 
 @pytest.mark.parametrize("kind, make, message", BROKEN_FILES.values(), ids=BROKEN_FILES.keys())
 def test_a_missing_empty_or_unreadable_secret_file_is_one_line_and_nothing_is_sent(
-        fake: FakeKfpApi, bakeoff, tmp_path: Path, kind: str, make: Callable[[Path], str], message: str) -> None:
+    fake: FakeKfpApi, bakeoff, tmp_path: Path, kind: str, make: Callable[[Path], str], message: str
+) -> None:
     path = make(tmp_path)
     for command in (["upload"], ["schedules", "list"]):
         result = bakeoff(*command, "--host", fake.url, f"--{kind}-file", path)
@@ -357,18 +455,39 @@ def test_a_missing_empty_or_unreadable_secret_file_is_one_line_and_nothing_is_se
     assert fake.calls == []
 
 
-@pytest.mark.parametrize("variable, value, message", [
-    ("KF_PIPELINES_TOKEN", "CANARY\nX-Admin: yes", "$KF_PIPELINES_TOKEN holds a line break, a control or a non-ASCII character, which no HTTP "
-                                                   "header can carry: set KF_PIPELINES_TOKEN to the token alone"),
-    ("BAKEOFF_KFP_COOKIES", "a=CANARY\r\nb=c", "$BAKEOFF_KFP_COOKIES holds a line break, a control or a non-ASCII character, which no HTTP "
-                                               "header can carry: set BAKEOFF_KFP_COOKIES to the Cookie header on one line"),
-    ("KF_PIPELINES_SA_TOKEN_PATH", "{tmp}/none", "cannot read the token file '{tmp}/none' that KF_PIPELINES_SA_TOKEN_PATH names "
-                                                 "(No such file or directory): fix or unset KF_PIPELINES_SA_TOKEN_PATH, or pass --token"),
-    ("KF_PIPELINES_SA_TOKEN_PATH", "/dev/zero", "the token file '/dev/zero' that KF_PIPELINES_SA_TOKEN_PATH names is larger than 64 KiB, so it "
-                                                "holds more than a token or cookies: fix or unset KF_PIPELINES_SA_TOKEN_PATH, or pass --token"),
-], ids=["token variable", "cookies variable", "token path missing", "token path endless"])
-def test_a_bad_secret_variable_is_one_line_without_its_value(fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                             variable: str, value: str, message: str) -> None:
+@pytest.mark.parametrize(
+    "variable, value, message",
+    [
+        (
+            "KF_PIPELINES_TOKEN",
+            "CANARY\nX-Admin: yes",
+            "$KF_PIPELINES_TOKEN holds a line break, a control or a non-ASCII character, which no HTTP "
+            "header can carry: set KF_PIPELINES_TOKEN to the token alone",
+        ),
+        (
+            "BAKEOFF_KFP_COOKIES",
+            "a=CANARY\r\nb=c",
+            "$BAKEOFF_KFP_COOKIES holds a line break, a control or a non-ASCII character, which no HTTP "
+            "header can carry: set BAKEOFF_KFP_COOKIES to the Cookie header on one line",
+        ),
+        (
+            "KF_PIPELINES_SA_TOKEN_PATH",
+            "{tmp}/none",
+            "cannot read the token file '{tmp}/none' that KF_PIPELINES_SA_TOKEN_PATH names "
+            "(No such file or directory): fix or unset KF_PIPELINES_SA_TOKEN_PATH, or pass --token",
+        ),
+        (
+            "KF_PIPELINES_SA_TOKEN_PATH",
+            "/dev/zero",
+            "the token file '/dev/zero' that KF_PIPELINES_SA_TOKEN_PATH names is larger than 64 KiB, so it "
+            "holds more than a token or cookies: fix or unset KF_PIPELINES_SA_TOKEN_PATH, or pass --token",
+        ),
+    ],
+    ids=["token variable", "cookies variable", "token path missing", "token path endless"],
+)
+def test_a_bad_secret_variable_is_one_line_without_its_value(
+    fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str, message: str
+) -> None:
     monkeypatch.setenv(variable, value.format(tmp=tmp_path))
     result = bakeoff("submit", "--host", fake.url)
     assert (result.code, result.error) == (1, "bakeoff: error: " + message.format(tmp=tmp_path))
@@ -394,7 +513,9 @@ CLUSTER_COMMANDS = {
 @pytest.mark.parametrize("credentials", ["token", "cookies"])
 @pytest.mark.parametrize("outcome", ["accepted", "rejected", "forbidden"])
 @pytest.mark.parametrize("command", CLUSTER_COMMANDS.values(), ids=CLUSTER_COMMANDS.keys())
-def test_no_cluster_command_prints_or_logs_the_token_or_cookies(fake: FakeKfpApi, bakeoff, command: list[str], outcome: str, credentials: str) -> None:
+def test_no_cluster_command_prints_or_logs_the_token_or_cookies(
+    fake: FakeKfpApi, bakeoff, command: list[str], outcome: str, credentials: str
+) -> None:
     """Success, a failed run, a 404, a 401 with stale credentials and a 403: neither is in stdout, stderr or any log
     record."""
     fake.run_outcome = "FAILED"
@@ -404,7 +525,12 @@ def test_no_cluster_command_prints_or_logs_the_token_or_cookies(fake: FakeKfpApi
         fake.forbidden = True
     flags = ["--token", TOKEN] if credentials == "token" else ["--cookies", COOKIE]
     result = bakeoff(*command, "--host", fake.url, *flags)
-    if outcome == "accepted" and command[:2] in (["upload"], ["submit", "--param"], ["schedule", "--every"], ["schedules", "list"]):
+    if outcome == "accepted" and command[:2] in (
+        ["upload"],
+        ["submit", "--param"],
+        ["schedule", "--every"],
+        ["schedules", "list"],
+    ):
         assert result.code == 0, result.err
     else:
         assert result.code == 1 and result.err.count("bakeoff: error:") == 1, result.err

@@ -1,4 +1,5 @@
 """Selection: candidates scored on validation only, ranked by the metric in its own direction, the winner tested."""
+
 from __future__ import annotations
 
 import base64
@@ -85,7 +86,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     root = tmp_path_factory.mktemp("exported")
     for variant, predicted, logit in MODELS:
-        model = keras.Sequential([keras.layers.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")])
+        model = keras.Sequential(
+            [keras.layers.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")]
+        )
         bias = np.zeros(10, np.float32)
         bias[predicted] = logit
         model.layers[-1].set_weights([np.zeros((28 * 28, 10), np.float32), bias])
@@ -99,14 +102,30 @@ def candidates(exported: Path, store_root: Path) -> list[Candidate]:
     for variant, _, _ in MODELS:
         prefix = f"runs/{RUN_ID}/{variant}"
         shutil.copytree(exported / variant, store_root / prefix / "model")
-        records.append(samples.candidate(variant, prefix, f"file://{store_root / prefix / 'model'}", workers=1, num_replicas_in_sync=1,
-                                         epochs=1, train_seconds=1.5, examples_per_second=100.0))
+        records.append(
+            samples.candidate(
+                variant,
+                prefix,
+                f"file://{store_root / prefix / 'model'}",
+                workers=1,
+                num_replicas_in_sync=1,
+                epochs=1,
+                train_seconds=1.5,
+                examples_per_second=100.0,
+            )
+        )
     return records
 
 
 def select(exported: Path, data_dir: Path, tmp_path: Path, metric: str) -> Summary:
     store_root = tmp_path / "store"
-    return select_winner(candidates(exported, store_root), str(data_dir), f"file://{store_root}", RUN_ID, SelectionSettings(MODEL, metric))
+    return select_winner(
+        candidates(exported, store_root),
+        str(data_dir),
+        f"file://{store_root}",
+        RUN_ID,
+        SelectionSettings(MODEL, metric),
+    )
 
 
 def published_manifest(tmp_path: Path, version: int = 1) -> Manifest:
@@ -116,8 +135,10 @@ def published_manifest(tmp_path: Path, version: int = 1) -> Manifest:
 
 def by_metric(metric: str, data: Split) -> str:
     """The variant that ``metric`` should pick on ``data``, from the independently computed scores."""
-    scores = {variant: expected(predicted, logit, data)["accuracy" if metric == "val_accuracy" else "loss"]
-              for variant, predicted, logit in MODELS}
+    scores = {
+        variant: expected(predicted, logit, data)["accuracy" if metric == "val_accuracy" else "loss"]
+        for variant, predicted, logit in MODELS
+    }
     pick = max if metric == "val_accuracy" else min
     return pick(scores, key=lambda variant: scores[variant])
 
@@ -129,7 +150,9 @@ def test_the_two_metrics_disagree_on_validation_and_test_reverses_accuracy() -> 
     assert by_metric("val_accuracy", SPLITS["test"]) == "unsure_one"
 
 
-def test_selection_scores_on_validation_and_only_the_winner_on_test(exported: Path, data_dir: Path, tmp_path: Path) -> None:
+def test_selection_scores_on_validation_and_only_the_winner_on_test(
+    exported: Path, data_dir: Path, tmp_path: Path
+) -> None:
     """Selection never touches the test split: the validation favourite wins though test favours the other."""
     summary = select(exported, data_dir, tmp_path, "val_accuracy")
 
@@ -147,7 +170,9 @@ def test_selection_scores_on_validation_and_only_the_winner_on_test(exported: Pa
     assert manifest.selection == SelectionBasis("val_accuracy", "max", ["sure_zero", "unsure_one"])
 
 
-def test_val_loss_picks_the_lowest_loss_not_the_highest_accuracy(exported: Path, data_dir: Path, tmp_path: Path) -> None:
+def test_val_loss_picks_the_lowest_loss_not_the_highest_accuracy(
+    exported: Path, data_dir: Path, tmp_path: Path
+) -> None:
     """metric=val_loss publishes the candidate with the lowest validation loss, here the less accurate one."""
     summary = select(exported, data_dir, tmp_path, "val_loss")
 
@@ -162,14 +187,19 @@ def test_val_loss_picks_the_lowest_loss_not_the_highest_accuracy(exported: Path,
     assert manifest.selection == SelectionBasis("val_loss", "min", ["unsure_one", "sure_zero"])
 
 
-@pytest.mark.parametrize("metric, best_first", [
-    ("val_accuracy", ["b", "a", "a2", "c"]),
-    ("val_loss", ["c", "a", "a2", "b"]),
-])
+@pytest.mark.parametrize(
+    "metric, best_first",
+    [
+        ("val_accuracy", ["b", "a", "a2", "c"]),
+        ("val_loss", ["c", "a", "a2", "b"]),
+    ],
+)
 def test_rank_orders_best_first_in_the_metric_direction(metric: str, best_first: list[str]) -> None:
     """rank: highest val_accuracy first, lowest val_loss first; ties go to the name that sorts first."""
-    scored = [Champion(1, name, accuracy, loss, "") for name, accuracy, loss in (("c", 0.5, 0.2), ("b", 0.9, 0.9), ("a", 0.7, 0.4),
-                                                                                ("a2", 0.7, 0.4))]
+    scored = [
+        Champion(1, name, accuracy, loss, "")
+        for name, accuracy, loss in (("c", 0.5, 0.2), ("b", 0.9, 0.9), ("a", 0.7, 0.4), ("a2", 0.7, 0.4))
+    ]
     assert [c.variant for c in rank(scored, metric)] == best_first
 
 
@@ -186,8 +216,10 @@ def test_an_unknown_metric_is_refused_in_one_line_before_any_evaluation() -> Non
             call()
         assert str(refused.value) == "unknown selection metric 'accuracy': use one of val_accuracy, val_loss"
     # A selection's settings refuse it (and a model name no path can hold) when made: no selection starts with them.
-    for settings, message in ((lambda: SelectionSettings(MODEL, "accuracy"), "unknown selection metric 'accuracy'"),
-                              (lambda: SelectionSettings("../m"), "model name '../m' is not usable in a path")):
+    for settings, message in (
+        (lambda: SelectionSettings(MODEL, "accuracy"), "unknown selection metric 'accuracy'"),
+        (lambda: SelectionSettings("../m"), "model name '../m' is not usable in a path"),
+    ):
         with pytest.raises(BakeoffError) as refused:
             settings()
         assert "\n" not in str(refused.value) and str(refused.value).startswith(message)
@@ -199,12 +231,20 @@ def test_an_unknown_metric_is_refused_in_one_line_before_any_evaluation() -> Non
 def publish_champion(exported: Path, store_root: Path, variant: str) -> None:
     """Publishes a MODELS entry as version 1, as an earlier run would have."""
     earlier = samples.manifest()
-    manifest = dataclasses.replace(earlier, model=MODEL, run_id="earlier", variant=variant, dataset=DatasetInfo("earlier-data", {}),
-                                   metrics=dataclasses.replace(earlier.metrics, val_accuracy=0.99, val_loss=0.01))  # stale numbers on purpose
+    manifest = dataclasses.replace(
+        earlier,
+        model=MODEL,
+        run_id="earlier",
+        variant=variant,
+        dataset=DatasetInfo("earlier-data", {}),
+        metrics=dataclasses.replace(earlier.metrics, val_accuracy=0.99, val_loss=0.01),
+    )  # stale numbers on purpose
     registry.publish(open_store(f"file://{store_root}"), MODEL, exported / variant, manifest)
 
 
-def gated(exported: Path, data_dir: Path, tmp_path: Path, variants: tuple[str, ...], gate: Gate, metric: str = "val_accuracy") -> Summary:
+def gated(
+    exported: Path, data_dir: Path, tmp_path: Path, variants: tuple[str, ...], gate: Gate, metric: str = "val_accuracy"
+) -> Summary:
     store_root = tmp_path / "store"
     records = [c for c in candidates(exported, store_root) if c.variant in variants]
     return select_winner(records, str(data_dir), f"file://{store_root}", RUN_ID, SelectionSettings(MODEL, metric, gate))
@@ -227,13 +267,17 @@ def test_a_better_challenger_is_published_over_the_champion(exported: Path, data
     assert summary.promotion.message == "published version 2: sure_zero (val_accuracy 0.7500) over version 1 (0.2500)"
 
 
-@pytest.mark.parametrize("champion, challenger, margin", [
-    ("sure_zero", "unsure_one", 0.0),  # worse (0.25 against 0.75)
-    ("sure_zero", "sure_zero", 0.0),  # the same model: a tie keeps the champion
-    ("unsure_one", "sure_zero", 0.51),  # better by 0.5, less than the margin
-])
+@pytest.mark.parametrize(
+    "champion, challenger, margin",
+    [
+        ("sure_zero", "unsure_one", 0.0),  # worse (0.25 against 0.75)
+        ("sure_zero", "sure_zero", 0.0),  # the same model: a tie keeps the champion
+        ("unsure_one", "sure_zero", 0.51),  # better by 0.5, less than the margin
+    ],
+)
 def test_a_challenger_that_does_not_beat_the_champion_by_the_margin_is_not_published(
-        exported: Path, data_dir: Path, tmp_path: Path, champion: str, challenger: str, margin: float) -> None:
+    exported: Path, data_dir: Path, tmp_path: Path, champion: str, challenger: str, margin: float
+) -> None:
     """The champion stays: nothing is published, the store is unchanged, and the summary says which version was kept."""
     publish_champion(exported, tmp_path / "store", champion)
     summary = gated(exported, data_dir, tmp_path, (challenger,), Gate(min_improvement=margin))
@@ -242,7 +286,10 @@ def test_a_challenger_that_does_not_beat_the_champion_by_the_margin_is_not_publi
     assert versions(tmp_path) == [1], "the store is unchanged"
     assert summary.promotion.champion is not None
     kept = summary.promotion.champion.val_accuracy
-    assert summary.promotion.message == f"kept version 1 (val_accuracy {kept:.4f}) over {challenger} ({summary.winner.val_accuracy:.4f})"
+    assert (
+        summary.promotion.message
+        == f"kept version 1 (val_accuracy {kept:.4f}) over {challenger} ({summary.winner.val_accuracy:.4f})"
+    )
 
 
 def test_the_gate_follows_the_metrics_direction(exported: Path, data_dir: Path, tmp_path: Path) -> None:
@@ -279,7 +326,8 @@ def decoded(png: str) -> np.ndarray:
 
 
 def test_the_selection_record_is_the_summary_with_the_winners_test_confusion_matrix_and_mistakes(
-        exported: Path, data_dir: Path, tmp_path: Path) -> None:
+    exported: Path, data_dir: Path, tmp_path: Path
+) -> None:
     """sure_zero wins and calls every test image class 0: the 48 shirts of class 1 land in row 1 (true), column 0."""
     summary = select(exported, data_dir, tmp_path, "val_accuracy")
     record = selection_record(tmp_path)
@@ -314,8 +362,12 @@ def test_the_kept_mistakes_are_the_most_confident_first(tmp_path: Path) -> None:
     values = np.random.default_rng(7).permutation(n) * 4  # every image one grey level of its own: no ties
     labels = np.where(np.arange(n) % 3 == 0, 0, 2).astype(np.uint8)  # a third truly 0, the rest 2: mistakes
     test = Split(np.repeat(values.astype(np.uint8), 28 * 28).reshape(n, 28, 28), labels)
-    artifact.write({"train": test, "validation": test, "test": test}, tmp_path / "data", shards=2, names=NAMES, source="synthetic")
-    model = keras.Sequential([keras.layers.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")])
+    artifact.write(
+        {"train": test, "validation": test, "test": test}, tmp_path / "data", shards=2, names=NAMES, source="synthetic"
+    )
+    model = keras.Sequential(
+        [keras.layers.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")]
+    )
     kernel = np.zeros((28 * 28, 10), np.float32)
     kernel[:, 0] = 1 / (28 * 28 * 64)  # logit of class 0 = grey level / 64, from 0 to 4; the others 0
     model.layers[-1].set_weights([kernel, np.full(10, -0.5, np.float32) * (np.arange(10) != 0)])
@@ -333,8 +385,9 @@ def test_the_kept_mistakes_are_the_most_confident_first(tmp_path: Path) -> None:
     assert all((m.true, m.predicted) == (2, 0) for m in mistakes)
 
 
-def test_select_reports_each_candidate_as_evaluating(exported: Path, data_dir: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_select_reports_each_candidate_as_evaluating(
+    exported: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """For `bakeoff run`'s live display (contract 2): one "evaluating" event per candidate, in its own file."""
     monkeypatch.setenv("BAKEOFF_PROGRESS_DIR", str(tmp_path / "progress"))
     (tmp_path / "progress").mkdir()

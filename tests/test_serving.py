@@ -1,5 +1,6 @@
 """Serving: real Fashion-MNIST images through `bakeoff predict`, V1, V2 and gRPC; bad requests; a version swapped in
 under load."""
+
 from __future__ import annotations
 
 import base64
@@ -47,8 +48,14 @@ def _trained(fashion_dir: Path, tmp: Path) -> Path:
 
     train = read_idx_dir(fashion_dir)["train"]
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.layers.Input((28, 28)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
-                              keras.layers.Dense(10, activation="softmax")])
+    model = keras.Sequential(
+        [
+            keras.layers.Input((28, 28)),
+            keras.layers.Rescaling(1 / 255),
+            keras.layers.Flatten(),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     model.fit(train.images[:2048].astype("float32"), train.labels[:2048], batch_size=128, epochs=1, verbose=0)
     return _export(tmp, "trained", model)
@@ -60,9 +67,15 @@ def _constant(tmp: Path, class_id: int) -> Path:
 
     bias = np.zeros(10, np.float32)
     bias[class_id] = 5.0
-    model = keras.Sequential([keras.layers.Input((28, 28)), keras.layers.Flatten(),
-                              keras.layers.Dense(10, activation="softmax", kernel_initializer="zeros",
-                                                 bias_initializer=keras.initializers.Constant(bias))])
+    model = keras.Sequential(
+        [
+            keras.layers.Input((28, 28)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(
+                10, activation="softmax", kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(bias)
+            ),
+        ]
+    )
     return _export(tmp, f"constant-{class_id}-{time.monotonic_ns()}", model)
 
 
@@ -111,14 +124,50 @@ def setup(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     registry.publish(store, NAME, trained, manifest(variant="trained"))
     registry.publish(store, WATCHED, _constant(tmp, 3), manifest(variant="always-3"))
     http_port, grpc_port, watched_port = free_port(), free_port(), free_port()
-    folder = Server([sys.executable, "-m", "components.serving.server", "--model-dir", str(tmp / "store" / "models" / NAME),
-                     "--model-name", NAME, "--http-port", str(http_port), "--grpc-port", str(grpc_port),
-                     "--max-request-bytes", str(MAX_REQUEST_BYTES)], http_port, tmp / "folder-server.log")
-    watched = Server([BAKEOFF, "serve", "--store", store.uri, "--model-name", WATCHED, "--port", str(watched_port), "--poll-seconds", "0.2"],
-                     watched_port, tmp / "watched-server.log")
+    folder = Server(
+        [
+            sys.executable,
+            "-m",
+            "components.serving.server",
+            "--model-dir",
+            str(tmp / "store" / "models" / NAME),
+            "--model-name",
+            NAME,
+            "--http-port",
+            str(http_port),
+            "--grpc-port",
+            str(grpc_port),
+            "--max-request-bytes",
+            str(MAX_REQUEST_BYTES),
+        ],
+        http_port,
+        tmp / "folder-server.log",
+    )
+    watched = Server(
+        [
+            BAKEOFF,
+            "serve",
+            "--store",
+            store.uri,
+            "--model-name",
+            WATCHED,
+            "--port",
+            str(watched_port),
+            "--poll-seconds",
+            "0.2",
+        ],
+        watched_port,
+        tmp / "watched-server.log",
+    )
     try:
-        yield {"tmp": tmp, "store": store, "trained": trained, "folder": folder.wait_ready(), "grpc_port": grpc_port,
-               "watched": watched.wait_ready()}
+        yield {
+            "tmp": tmp,
+            "store": store,
+            "trained": trained,
+            "folder": folder.wait_ready(),
+            "grpc_port": grpc_port,
+            "watched": watched.wait_ready(),
+        }
     finally:
         for server in (folder, watched):  # both at once: each takes seconds to tear TensorFlow down
             server.process.terminate()
@@ -131,7 +180,9 @@ def in_process(setup: dict, test_images: np.ndarray) -> dict[str, np.ndarray]:
     """The published SavedModel's own answers on the test images, called in this process."""
     import tensorflow as tf
 
-    outputs = tf.saved_model.load(str(setup["trained"])).signatures[ARRAYS_SIGNATURE](images=tf.constant(test_images, tf.float32))
+    outputs = tf.saved_model.load(str(setup["trained"])).signatures[ARRAYS_SIGNATURE](
+        images=tf.constant(test_images, tf.float32)
+    )
     return {name: tensor.numpy() for name, tensor in outputs.items()}
 
 
@@ -163,13 +214,18 @@ def assert_same(probabilities: object, class_ids: Iterable[int], expected: dict[
 
 @pytest.mark.serving
 def test_predict_cli_answers_as_the_savedmodel_in_process_on_real_images(
-        setup: dict, test_images: np.ndarray, in_process: dict, tmp_path: Path) -> None:
+    setup: dict, test_images: np.ndarray, in_process: dict, tmp_path: Path
+) -> None:
     paths = []
     for index, image in enumerate(test_images):
         paths.append(tmp_path / f"test-{index}.png")
         paths[-1].write_bytes(png(image))
-    result = subprocess.run([BAKEOFF, "predict", *map(str, paths), "--url", setup["folder"].url, "--model-name", NAME, "--json"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [BAKEOFF, "predict", *map(str, paths), "--url", setup["folder"].url, "--model-name", NAME, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     answers = json.loads(result.stdout)
     assert [answer["image"] for answer in answers] == list(map(str, paths))
@@ -178,31 +234,53 @@ def test_predict_cli_answers_as_the_savedmodel_in_process_on_real_images(
         best = np.argsort(-probabilities)[:3]
         assert [entry["class_id"] for entry in answer["top"]] == best.tolist()
         assert [entry["class_name"] for entry in answer["top"]] == [CLASS_NAMES[i] for i in best]
-        np.testing.assert_allclose([entry["probability"] for entry in answer["top"]], probabilities[best], rtol=0, atol=1e-6)
-    human = subprocess.run([BAKEOFF, "predict", str(paths[0]), "--url", setup["folder"].url, "--model-name", NAME, "--top", "2"],
-                           capture_output=True, text=True, timeout=120)
+        np.testing.assert_allclose(
+            [entry["probability"] for entry in answer["top"]], probabilities[best], rtol=0, atol=1e-6
+        )
+    human = subprocess.run(
+        [BAKEOFF, "predict", str(paths[0]), "--url", setup["folder"].url, "--model-name", NAME, "--top", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert human.returncode == 0, human.stderr
     first = np.argsort(-in_process["probabilities"][0])[:2]
-    assert human.stdout == f"{paths[0]}: {CLASS_NAMES[first[0]]} {in_process['probabilities'][0][first[0]]:.3f}, " \
-                           f"{CLASS_NAMES[first[1]]} {in_process['probabilities'][0][first[1]]:.3f}\n"
+    assert (
+        human.stdout == f"{paths[0]}: {CLASS_NAMES[first[0]]} {in_process['probabilities'][0][first[0]]:.3f}, "
+        f"{CLASS_NAMES[first[1]]} {in_process['probabilities'][0][first[1]]:.3f}\n"
+    )
 
 
 @pytest.mark.serving
-def test_v1_and_v2_answer_as_the_savedmodel_in_process_on_real_images(setup: dict, test_images: np.ndarray, in_process: dict) -> None:
+def test_v1_and_v2_answer_as_the_savedmodel_in_process_on_real_images(
+    setup: dict, test_images: np.ndarray, in_process: dict
+) -> None:
     url = setup["folder"].url
     pixels = test_images.tolist()
-    for body in ({"instances": pixels},
-                 {"signature_name": "serving_default", "instances": [{"images": image} for image in pixels]},
-                 {"instances": [{"b64": b64(png(image))} for image in test_images]},
-                 {"signature_name": "serving_bytes", "instances": [{"image_bytes": {"b64": b64(png(image))}} for image in test_images]}):
+    for body in (
+        {"instances": pixels},
+        {"signature_name": "serving_default", "instances": [{"images": image} for image in pixels]},
+        {"instances": [{"b64": b64(png(image))} for image in test_images]},
+        {
+            "signature_name": "serving_bytes",
+            "instances": [{"image_bytes": {"b64": b64(png(image))}} for image in test_images],
+        },
+    ):
         status, answer = post(f"{url}/v1/models/{NAME}:predict", body)
         assert status == 200, answer
         predictions = answer["predictions"]
         assert_same([p["probabilities"] for p in predictions], [p["class_id"] for p in predictions], in_process)
         assert [p["class_name"] for p in predictions] == [CLASS_NAMES[i] for i in in_process["class_id"]]
 
-    for tensor in ({"name": "images", "shape": [IMAGES, 28, 28], "datatype": "FP32", "data": test_images.ravel().tolist()},
-                   {"name": "image_bytes", "shape": [IMAGES], "datatype": "BYTES", "data": [b64(png(image)) for image in test_images]}):
+    for tensor in (
+        {"name": "images", "shape": [IMAGES, 28, 28], "datatype": "FP32", "data": test_images.ravel().tolist()},
+        {
+            "name": "image_bytes",
+            "shape": [IMAGES],
+            "datatype": "BYTES",
+            "data": [b64(png(image)) for image in test_images],
+        },
+    ):
         status, answer = post(f"{url}/v2/models/{NAME}/infer", {"inputs": [tensor]})
         assert status == 200, answer
         outputs = {output["name"]: output for output in answer["outputs"]}
@@ -210,7 +288,10 @@ def test_v1_and_v2_answer_as_the_savedmodel_in_process_on_real_images(setup: dic
         assert outputs["probabilities"]["shape"] == [IMAGES, 10]
         assert_same(np.reshape(outputs["probabilities"]["data"], (IMAGES, 10)), outputs["class_id"]["data"], in_process)
         assert outputs["class_name"]["data"] == [CLASS_NAMES[i] for i in in_process["class_id"]]
-    with urllib.request.urlopen(f"{url}/v2/health/ready") as ready, urllib.request.urlopen(f"{url}/v1/models/{NAME}") as model:
+    with (
+        urllib.request.urlopen(f"{url}/v2/health/ready") as ready,
+        urllib.request.urlopen(f"{url}/v1/models/{NAME}") as model,
+    ):
         assert json.loads(ready.read()) == {"ready": True} and json.loads(model.read())["ready"] is True
 
 
@@ -220,11 +301,22 @@ def test_grpc_v2_answers_as_the_savedmodel_in_process(setup: dict, test_images: 
     from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc as pb_grpc
 
-    request = pb.ModelInferRequest(model_name=NAME, inputs=[pb.ModelInferRequest.InferInputTensor(
-        name="images", datatype="FP32", shape=[IMAGES, 28, 28], contents=pb.InferTensorContents(fp32_contents=test_images.ravel().tolist()))])
+    request = pb.ModelInferRequest(
+        model_name=NAME,
+        inputs=[
+            pb.ModelInferRequest.InferInputTensor(
+                name="images",
+                datatype="FP32",
+                shape=[IMAGES, 28, 28],
+                contents=pb.InferTensorContents(fp32_contents=test_images.ravel().tolist()),
+            )
+        ],
+    )
     with grpc.insecure_channel(f"127.0.0.1:{setup['grpc_port']}") as channel:
         response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
-    outputs = {output.name: (output, raw) for output, raw in zip(response.outputs, response.raw_output_contents, strict=True)}
+    outputs = {
+        output.name: (output, raw) for output, raw in zip(response.outputs, response.raw_output_contents, strict=True)
+    }
     probabilities = np.frombuffer(outputs["probabilities"][1], np.float32).reshape(IMAGES, 10)
     assert_same(probabilities, np.frombuffer(outputs["class_id"][1], np.int64).tolist(), in_process)
 
@@ -234,32 +326,78 @@ BAD_REQUESTS = {
     "v1 wrong shape": ("v1", {"instances": [[[0] * 27] * 28]}, 400, "28×28"),
     "v1 ragged": ("v1", {"instances": [[[0] * 28] * 27 + [[0] * 3]]}, 400, "ragged"),
     "v1 non-image bytes": ("v1", {"instances": [{"b64": b64(b"just some text")}]}, 400, "not a PNG or JPEG"),
-    "v1 truncated png": ("v1", {"instances": [{"b64": b64(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)}]}, 400, "image 0 could not be decoded"),
+    "v1 truncated png": (
+        "v1",
+        {"instances": [{"b64": b64(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)}]},
+        400,
+        "image 0 could not be decoded",
+    ),
     "v1 not base64": ("v1", {"instances": [{"b64": "%%%"}]}, 400, "not valid base64"),
     "v1 empty instances": ("v1", {"instances": []}, 400, "at least one image"),
     "v1 no instances": ("v1", {"inputs": {"images": []}}, 400, "instances"),
-    "v1 wrong signature name": ("v1", {"signature_name": "predict", "instances": [[[0] * 28] * 28]}, 400, "unknown signature_name 'predict'"),
-    "v1 arrays to serving_bytes": ("v1", {"signature_name": "serving_bytes", "instances": [[[0] * 28] * 28]}, 400, "encoded images only"),
+    "v1 wrong signature name": (
+        "v1",
+        {"signature_name": "predict", "instances": [[[0] * 28] * 28]},
+        400,
+        "unknown signature_name 'predict'",
+    ),
+    "v1 arrays to serving_bytes": (
+        "v1",
+        {"signature_name": "serving_bytes", "instances": [[[0] * 28] * 28]},
+        400,
+        "encoded images only",
+    ),
     "v1 not json": ("v1", b"{not json", 400, "Unrecognized request format"),
     "v1 oversized body": ("v1", {"instances": [[[255] * 28] * 28] * 120}, 413, "over the limit"),
     "unknown model": ("other", {"instances": [[[0] * 28] * 28]}, 404, "does not exist"),
-    "v2 wrong shape": ("v2", {"inputs": [{"name": "images", "shape": [1, 28, 27], "datatype": "FP32", "data": [0] * 756}]}, 400, "28×28"),
-    "v2 data short of its shape": ("v2", {"inputs": [{"name": "images", "shape": [2, 28, 28], "datatype": "FP32", "data": [0] * 784}]},
-                                   400, "does not fill"),
-    "v2 non-image bytes": ("v2", {"inputs": [{"name": "image_bytes", "shape": [1], "datatype": "BYTES", "data": [b64(b"text")]}]},
-                           400, "not a PNG or JPEG"),
-    "v2 no images": ("v2", {"inputs": [{"name": "images", "shape": [0, 28, 28], "datatype": "FP32", "data": []}]}, 400, "at least one image"),
-    "v2 unknown output": ("v2", {"inputs": [{"name": "images", "shape": [1, 28, 28], "datatype": "FP32", "data": [0] * 784}],
-                                 "outputs": [{"name": "logits"}]}, 400, "unknown output 'logits'"),
+    "v2 wrong shape": (
+        "v2",
+        {"inputs": [{"name": "images", "shape": [1, 28, 27], "datatype": "FP32", "data": [0] * 756}]},
+        400,
+        "28×28",
+    ),
+    "v2 data short of its shape": (
+        "v2",
+        {"inputs": [{"name": "images", "shape": [2, 28, 28], "datatype": "FP32", "data": [0] * 784}]},
+        400,
+        "does not fill",
+    ),
+    "v2 non-image bytes": (
+        "v2",
+        {"inputs": [{"name": "image_bytes", "shape": [1], "datatype": "BYTES", "data": [b64(b"text")]}]},
+        400,
+        "not a PNG or JPEG",
+    ),
+    "v2 no images": (
+        "v2",
+        {"inputs": [{"name": "images", "shape": [0, 28, 28], "datatype": "FP32", "data": []}]},
+        400,
+        "at least one image",
+    ),
+    "v2 unknown output": (
+        "v2",
+        {
+            "inputs": [{"name": "images", "shape": [1, 28, 28], "datatype": "FP32", "data": [0] * 784}],
+            "outputs": [{"name": "logits"}],
+        },
+        400,
+        "unknown output 'logits'",
+    ),
 }
 
 
 @pytest.mark.serving
 @pytest.mark.parametrize("case", list(BAD_REQUESTS))
-def test_a_bad_request_answers_4xx_with_a_message_and_the_next_good_one_succeeds(setup: dict, test_images: np.ndarray, case: str) -> None:
+def test_a_bad_request_answers_4xx_with_a_message_and_the_next_good_one_succeeds(
+    setup: dict, test_images: np.ndarray, case: str
+) -> None:
     protocol, body, status, message = BAD_REQUESTS[case]
     url = setup["folder"].url
-    path = {"v1": f"/v1/models/{NAME}:predict", "v2": f"/v2/models/{NAME}/infer", "other": "/v1/models/no-such-model:predict"}[protocol]
+    path = {
+        "v1": f"/v1/models/{NAME}:predict",
+        "v2": f"/v2/models/{NAME}/infer",
+        "other": "/v1/models/no-such-model:predict",
+    }[protocol]
     got, answer = post(url + path, body)
     assert (got, message in answer.get("error", "")) == (status, True), answer
     good, answer = post(f"{url}/v1/models/{NAME}:predict", {"instances": test_images[:2].tolist()})
@@ -278,7 +416,9 @@ def _looping_client(index: int, url: str, image: list, answers: list, stop: thre
                 connection.request("POST", f"/v1/models/{WATCHED}:predict", body, {"Content-Type": "application/json"})
                 response = connection.getresponse()
                 answer = json.loads(response.read())
-                answers.append((index, response.status, answer["predictions"][0]["class_id"] if response.status == 200 else answer))
+                answers.append(
+                    (index, response.status, answer["predictions"][0]["class_id"] if response.status == 200 else answer)
+                )
             except (OSError, http.client.HTTPException, ValueError) as error:
                 answers.append((index, None, repr(error)))
                 connection.close()
@@ -295,7 +435,8 @@ def _wait_for(condition, what: str, timeout: float = 120) -> None:
 
 @pytest.mark.serving
 def test_a_newer_version_is_swapped_in_under_load_never_a_partial_one_and_no_request_fails(
-        setup: dict, test_images: np.ndarray) -> None:
+    setup: dict, test_images: np.ndarray
+) -> None:
     store, tmp = setup["store"], setup["tmp"]
     (first,) = [m.version for m in registry.list_versions(store, WATCHED)]
     # A publisher caught mid-copy: a higher version folder whose manifest (the completeness mark) is not there yet.
@@ -303,8 +444,10 @@ def test_a_newer_version_is_swapped_in_under_load_never_a_partial_one_and_no_req
     subprocess.run(["cp", "-r", str(_constant(tmp, 9)), str(partial)], check=True)
     answers: list = []
     stop = threading.Event()
-    clients = [threading.Thread(target=_looping_client, args=(i, setup["watched"].url, test_images[i].tolist(), answers, stop))
-               for i in range(2)]
+    clients = [
+        threading.Thread(target=_looping_client, args=(i, setup["watched"].url, test_images[i].tolist(), answers, stop))
+        for i in range(2)
+    ]
     for client in clients:
         client.start()
     try:
@@ -344,7 +487,9 @@ def test_a_model_folder_offers_its_complete_versions_or_is_one_savedmodel(tmp_pa
     assert FolderSource(single).versions() == [0] and FolderSource(single).fetch(0) == single
     (single / registry.MANIFEST).write_text(manifest(version=10).to_json())
     assert FolderSource(single).versions() == [10]
-    (single / registry.MANIFEST).write_text('{"version": 10}')  # no manifest of this bakeoff's: a bare SavedModel's number
+    (single / registry.MANIFEST).write_text(
+        '{"version": 10}'
+    )  # no manifest of this bakeoff's: a bare SavedModel's number
     assert FolderSource(single).versions() == [0]
 
 
@@ -385,7 +530,9 @@ def test_serve_fails_in_one_line_before_loading_anything(problem: str, tmp_path:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1] if problem == "port in use" else free_port()
-        result = subprocess.run([BAKEOFF, "serve", "--store", str(store), "--port", str(port)], capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [BAKEOFF, "serve", "--store", str(store), "--port", str(port)], capture_output=True, text=True, timeout=120
+        )
     assert result.returncode == 1
     # One line and nothing else: TensorFlow and KServe, which log as they start, were never imported.
     assert result.stderr.splitlines() == [result.stderr.strip()] and result.stdout == ""
@@ -401,8 +548,16 @@ def test_predict_fails_in_one_line(problem: str, tmp_path: Path) -> None:
         image.write_text("hello")
     elif problem == "server down":
         image.write_bytes(b"\x89PNG\r\n\x1a\n")
-    result = subprocess.run([BAKEOFF, "predict", str(image), "--url", f"http://127.0.0.1:{free_port()}"],
-                            capture_output=True, text=True, timeout=60)
-    expected = {"unreadable file": "cannot read", "not an image": "is not a PNG or JPEG file", "server down": "no model server answers"}
+    result = subprocess.run(
+        [BAKEOFF, "predict", str(image), "--url", f"http://127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    expected = {
+        "unreadable file": "cannot read",
+        "not an image": "is not a PNG or JPEG file",
+        "server down": "no model server answers",
+    }
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.splitlines() == [result.stderr.strip()] and expected[problem] in result.stderr, result.stderr

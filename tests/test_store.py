@@ -1,4 +1,5 @@
 """Both stores, one suite: what every layer above relies on."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -64,7 +65,9 @@ def test_publish_refuses_a_taken_prefix(store: Store, tmp_path: Path) -> None:
     assert_publish_refuses_a_taken_prefix(store, tmp_path)
 
 
-def test_s3_publish_without_create_only_refuses_a_taken_prefix(s3_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_publish_without_create_only_refuses_a_taken_prefix(
+    s3_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same on a server that ignores If-None-Match (MinIO 2019): claims by listing refuse a taken prefix too."""
     monkeypatch.setattr(s3, "CREATE_ONLY", INERT_CREATE_ONLY)
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
@@ -77,7 +80,9 @@ def test_s3_publish_without_create_only_refuses_a_taken_prefix(s3_env: str, tmp_
 INERT_CREATE_ONLY = {"X-Amz-Meta-Bakeoff-Create-Only": "*"}
 
 
-def test_s3_store_finds_whether_the_server_honours_create_only(s3_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_store_finds_whether_the_server_honours_create_only(
+    s3_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Guards the run-time probe: SeaweedFS refuses a second create-only put; a server that overwrites is told apart."""
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     assert isinstance(store, S3Store)
@@ -127,7 +132,9 @@ def test_bad_store_uris(uri: str, message: str) -> None:
 
 def test_s3_needs_an_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BAKEOFF_S3_ENDPOINT", raising=False)
-    with pytest.raises(BakeoffError, match=r"needs an S3 endpoint: pass --s3-endpoint HOST:PORT or set BAKEOFF_S3_ENDPOINT"):
+    with pytest.raises(
+        BakeoffError, match=r"needs an S3 endpoint: pass --s3-endpoint HOST:PORT or set BAKEOFF_S3_ENDPOINT"
+    ):
         open_store("s3://bucket/x")
 
 
@@ -145,10 +152,15 @@ def test_s3_endpoint_down_is_reported(s3_env: str) -> None:
         open_store("s3://bakeoff/x", f"127.0.0.1:{free_port()}", True)
 
 
-@pytest.mark.parametrize(("variable", "code"), [("AWS_SECRET_ACCESS_KEY", "SignatureDoesNotMatch"), ("AWS_ACCESS_KEY_ID", "InvalidAccessKeyId")])
+@pytest.mark.parametrize(
+    ("variable", "code"),
+    [("AWS_SECRET_ACCESS_KEY", "SignatureDoesNotMatch"), ("AWS_ACCESS_KEY_ID", "InvalidAccessKeyId")],
+)
 def test_s3_wrong_keys_are_reported(s3_env: str, monkeypatch: pytest.MonkeyPatch, variable: str, code: str) -> None:
     monkeypatch.setenv(variable, "not-the-key")
-    with pytest.raises(BakeoffError, match=rf"refused the credentials \({code}\): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY$"):
+    with pytest.raises(
+        BakeoffError, match=rf"refused the credentials \({code}\): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY$"
+    ):
         open_store("s3://bakeoff/x")
 
 
@@ -161,7 +173,9 @@ def test_s3_store_is_s3(s3_env: str) -> None:
     assert isinstance(open_store("s3://bakeoff/p"), S3Store)
 
 
-def test_s3_store_never_asks_the_bucket_location(s3_env: str, no_location_keys: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_store_never_asks_the_bucket_location(
+    s3_env: str, no_location_keys: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Multi-user Kubeflow's profile keys may not call GetBucketLocation: the store states its region instead."""
     for key, value in no_location_keys.items():
         monkeypatch.setenv(key, value)

@@ -1,5 +1,6 @@
 """The S3 store through faults: its server stopped and restarted mid-upload and mid-publish, connections reset,
 uploads cut short."""
+
 from __future__ import annotations
 
 import socket
@@ -130,7 +131,9 @@ def test_a_publish_completes_across_a_restart_of_the_server(running: WeedServer,
     assert store.get_bytes("models/fm/1/variables/variables.data-00007-of-00008") == bytes([7]) * 10_000
 
 
-def test_a_server_gone_past_the_bound_fails_in_one_line_and_leaves_no_version(running: WeedServer, tmp_path: Path) -> None:
+def test_a_server_gone_past_the_bound_fails_in_one_line_and_leaves_no_version(
+    running: WeedServer, tmp_path: Path
+) -> None:
     """Guards the bound: retries stop after retry_seconds with one clear line, and the half-written version never
     looks complete."""
     store = S3Store(BUCKET, tmp_path.name, running.endpoint, secure=False, retry_seconds=SHORT_BOUND)
@@ -141,8 +144,10 @@ def test_a_server_gone_past_the_bound_fails_in_one_line_and_leaves_no_version(ru
     message = str(failure.value)
     assert "\n" not in message
     assert message.startswith(f"S3 put of 's3://{BUCKET}/{tmp_path.name}/models/fm/1/")
-    assert message.endswith(f"still failed after {SHORT_BOUND:g} s of retries (Connection refused):"
-                            f" check that {running.endpoint} is up, then run again")
+    assert message.endswith(
+        f"still failed after {SHORT_BOUND:g} s of retries (Connection refused):"
+        f" check that {running.endpoint} is up, then run again"
+    )
     assert retries.lines  # it did retry before giving up
 
     running.start()
@@ -193,7 +198,7 @@ class FaultyProxy:
                 if len(data) < self.cut_after:
                     self.cut_after -= len(data)
                     return data, None
-                data = data[:self.cut_after]
+                data = data[: self.cut_after]
             elif not ((request and fault == "503") or (not request and fault in ("drop-response", "stall-response"))):
                 return data, None
             self.fault, self.faults = None, self.faults + 1
@@ -256,7 +261,9 @@ def test_a_create_only_put_whose_answer_was_lost_is_still_ours(proxy: FaultyProx
     assert store.get_bytes("claims/owner") == b"mine"
 
 
-def test_a_request_that_times_out_is_retried(proxy: FaultyProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_request_that_times_out_is_retried(
+    proxy: FaultyProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Guards retries of a timeout: the server's answer never comes, the read times out, the request is made again."""
     monkeypatch.setattr(s3, "S3_READ_TIMEOUT", 1.0)
     store = S3Store(BUCKET, tmp_path.name, proxy.endpoint, secure=False, retry_seconds=BOUND)

@@ -1,4 +1,5 @@
 """The S3 store with the keys multi-user Kubeflow Pipelines gives a profile, on SeaweedFS set up as KFP sets it up."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,8 +40,9 @@ def profile_store(setup: ProfileSetup, name: str, namespace: str = "") -> S3Stor
     return store
 
 
-def test_every_store_call_works_with_a_profile_key(kfp_store: KfpStore, setup: ProfileSetup, monkeypatch: pytest.MonkeyPatch,
-                                                    tmp_path: Path) -> None:
+def test_every_store_call_works_with_a_profile_key(
+    kfp_store: KfpStore, setup: ProfileSetup, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Guards each call bakeoff makes on a store, as each KFP release's profile key, below the profile's prefix."""
     use_profile(kfp_store, setup, monkeypatch)
     store = profile_store(setup, tmp_path.name)  # the open check
@@ -61,13 +63,20 @@ def test_every_store_call_works_with_a_profile_key(kfp_store: KfpStore, setup: P
     assert store.list("runs") == [] and not store.exists("runs/r1/v1/metrics.json")
 
 
-def test_the_open_check_asks_nothing_of_the_bucket(kfp_store: KfpStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_open_check_asks_nothing_of_the_bucket(
+    kfp_store: KfpStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Guards the open check against HeadBucket, which KFP 2.15/2.16's profile keys may not call (nor 2.17's, before
     its bucket policy)."""
     setup = SETUPS["kfp-2.16-profile"]
     keys = use_profile(kfp_store, setup, monkeypatch)
-    client = minio.Minio(kfp_store.server.endpoint, access_key=keys["AWS_ACCESS_KEY_ID"], secret_key=keys["AWS_SECRET_ACCESS_KEY"],
-                         secure=False, region="us-east-1")
+    client = minio.Minio(
+        kfp_store.server.endpoint,
+        access_key=keys["AWS_ACCESS_KEY_ID"],
+        secret_key=keys["AWS_SECRET_ACCESS_KEY"],
+        secure=False,
+        region="us-east-1",
+    )
     with pytest.raises(minio.error.S3Error, match="AccessDenied"):
         client.bucket_exists(setup.bucket)
     store = profile_store(setup, tmp_path.name)
@@ -75,12 +84,16 @@ def test_the_open_check_asks_nothing_of_the_bucket(kfp_store: KfpStore, monkeypa
     assert store.list("") == ["a.txt"]
 
 
-def test_another_profiles_prefix_is_refused_in_one_line(kfp_store: KfpStore, setup: ProfileSetup, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_profiles_prefix_is_refused_in_one_line(
+    kfp_store: KfpStore, setup: ProfileSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The policies are live (a profile's key reaches no other profile's store), and the open check says so in one
     line."""
     use_profile(kfp_store, setup, monkeypatch)
     uri = f"s3://{setup.bucket}/private/someone-else/bakeoff"
-    with pytest.raises(BakeoffError, match=rf"refused these keys a listing of '{uri}' \(AccessDenied\): check the bucket and prefix"
-                                           r" of the store URI \(a Kubeflow profile's keys may use s3://mlpipeline/private/\{namespace\}/bakeoff\)"):
+    with pytest.raises(
+        BakeoffError,
+        match=rf"refused these keys a listing of '{uri}' \(AccessDenied\): check the bucket and prefix"
+        r" of the store URI \(a Kubeflow profile's keys may use s3://mlpipeline/private/\{namespace\}/bakeoff\)",
+    ):
         open_store(uri)
-

@@ -1,4 +1,5 @@
 """TensorFlow's start-up environment: its log level, and no CUDA probe where no NVIDIA driver is installed."""
+
 from __future__ import annotations
 
 import ctypes.util

@@ -1,5 +1,6 @@
 """The TrainJob backend (Kubeflow Trainer v2.1) and the TrainJobs it derives from the TFJob, against the fake API
 (tests/fake_kubernetes.py: Trainer v2.1.0's CRD, its runtime webhook, JobSet's pod names and labels)."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,15 @@ _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 def backend(fake: FakeKubernetes, lines: list[str], **options) -> TrainJobBackend:
     configuration = Configuration()
     configuration.host = fake.url
-    return TrainJobBackend(client=ApiClient(configuration), namespace=fake.namespace, polling_interval=0.01, grace_seconds=0,
-                           sink=lines.append, retry_delay=0.001, **options)
+    return TrainJobBackend(
+        client=ApiClient(configuration),
+        namespace=fake.namespace,
+        polling_interval=0.01,
+        grace_seconds=0,
+        sink=lines.append,
+        retry_delay=0.001,
+        **options,
+    )
 
 
 def run(fake: FakeKubernetes, job, **options) -> tuple[list[str], BakeoffError | None]:
@@ -50,27 +58,45 @@ def submitted(job) -> dict:
 # ---------------------------------------------------------------- the TrainJob
 
 
-@pytest.mark.parametrize("variant", [None, {"name": "gpu", "model": {"type": "mlp"}, "workers": 64,
-                                            "resources": {"cpu": "4", "memory": "8Gi", "gpu": 1}}])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        None,
+        {"name": "gpu", "model": {"type": "mlp"}, "workers": 64, "resources": {"cpu": "4", "memory": "8Gi", "gpu": 1}},
+    ],
+)
 def test_the_trainjob_is_the_tfjobs_worker_on_bakeoffs_runtime(variant: dict | None) -> None:
     job = tfjob(variant)
     (container,) = body(job)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     derived = submitted(job)
     assert trainjob_errors(derived) == []
-    assert derived["spec"]["runtimeRef"] == {"name": RUNTIME, "kind": "ClusterTrainingRuntime", "apiGroup": "trainer.kubeflow.org"}
+    assert derived["spec"]["runtimeRef"] == {
+        "name": RUNTIME,
+        "kind": "ClusterTrainingRuntime",
+        "apiGroup": "trainer.kubeflow.org",
+    }
     trainer = derived["spec"]["trainer"]
     workers = job.spec.tf_replica_specs["Worker"].replicas
-    assert trainer == {"image": container["image"], "command": container["command"], "args": container["args"], "numNodes": workers,
-                       "env": container["env"] + [{"name": NODES_ENV, "value": str(workers)}], "resourcesPerNode": container["resources"]}
+    assert trainer == {
+        "image": container["image"],
+        "command": container["command"],
+        "args": container["args"],
+        "numNodes": workers,
+        "env": container["env"] + [{"name": NODES_ENV, "value": str(workers)}],
+        "resourcesPerNode": container["resources"],
+    }
     assert {key: derived["metadata"][key] for key in ("labels", "annotations")} == {
-        key: body(job)["metadata"][key] for key in ("labels", "annotations")}, "whose job it is, as for the TFJob"
+        key: body(job)["metadata"][key] for key in ("labels", "annotations")
+    }, "whose job it is, as for the TFJob"
 
 
 def test_names_leave_room_for_every_pod_name_jobset_makes() -> None:
     """JobSet refuses a JobSet whose pod names <name>-node-0-<index>-<5 random> would pass 63 characters."""
     run_id = "0f3b6a8e-2c1d-4a5b-9c7e-0123456789ab"
     for variant in ("batch_norm", "x" * 100, "9_lives", "a-" * 40 + "b"):
-        name = trainjob_for(tfjob({"name": variant, "model": {"type": "mlp"}, "workers": 64}, run_id=run_id)).metadata.name
+        name = trainjob_for(
+            tfjob({"name": variant, "model": {"type": "mlp"}, "workers": 64}, run_id=run_id)
+        ).metadata.name
         longest = trainjob_pod_name(name, 63)
         assert len(longest) <= 63 and _DNS1035.fullmatch(longest) and _DNS1035.fullmatch(name), longest
     assert trainjob_name("bakeoff-cnn-1a2b3c4d") == "bakeoff-cnn-1a2b3c4d", "a short name stays as it is"
@@ -81,10 +107,14 @@ def test_names_leave_room_for_every_pod_name_jobset_makes() -> None:
 def test_the_fake_holds_every_rule_the_crd_puts_on_the_whole_trainjob() -> None:
     """The CRD's CEL rules on the object: the fake applies these two, and a new one upstream shows up here."""
     assert {rule["rule"] for rule in trainjob_schema()["x-kubernetes-validations"]} == {
-        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')", "size(self.metadata.name) <= 63"}
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        "size(self.metadata.name) <= 63",
+    }
     derived = submitted(tfjob())
     assert trainjob_errors(dict(derived, metadata=dict(derived["metadata"], name="9-lives-" + "x" * 60))) == [
-        "metadata.name must match RFC 1035 DNS label format", "metadata.name must be no more than 63 characters"]
+        "metadata.name must match RFC 1035 DNS label format",
+        "metadata.name must be no more than 63 characters",
+    ]
     assert trainjob_errors(dict(derived, spec=dict(derived["spec"], trainers={}))) == ["unknown field 'spec.trainers'"]
 
 
@@ -100,19 +130,28 @@ def test_created_running_completed_with_the_chiefs_log() -> None:
     assert lines[-1] == f"TrainJob team-a/{name} succeeded"
     chief = trainjob_pod_name(name, 0)
     assert [line for line in lines if line.startswith(f"[{chief}]")] == [f"[{chief}] Epoch 1/1", f"[{chief}] saved"]
-    assert fake.jobs[name]["kind"] == "TrainJob" and fake.log_reads and all(read.pod == chief for read in fake.log_reads)
+    assert (
+        fake.jobs[name]["kind"] == "TrainJob" and fake.log_reads and all(read.pod == chief for read in fake.log_reads)
+    )
 
 
 def test_the_chief_log_is_followed_again_after_its_container_restarts() -> None:
     job = tfjob()
     chief = trainjob_pod_name(trainjob_name(job.metadata.name), 0)
-    with FakeKubernetes(["Created", "Running", "Running", "Running", "Succeeded"], restarts=[3],
-                        log=["epoch 1\n", "resumed after epoch 1\nsaved\n"]) as fake:
+    with FakeKubernetes(
+        ["Created", "Running", "Running", "Running", "Succeeded"],
+        restarts=[3],
+        log=["epoch 1\n", "resumed after epoch 1\nsaved\n"],
+    ) as fake:
         lines, error = run(fake, job)
     assert error is None
     shown = [line for line in lines if line.startswith(f"[{chief}]") or "restarted" in line]
-    assert shown == [f"[{chief}] epoch 1", f"{chief}: its container restarted (restart 1); following the new one",
-                     f"[{chief}] resumed after epoch 1", f"[{chief}] saved"]
+    assert shown == [
+        f"[{chief}] epoch 1",
+        f"{chief}: its container restarted (restart 1); following the new one",
+        f"[{chief}] resumed after epoch 1",
+        f"[{chief}] saved",
+    ]
 
 
 def test_failed_job_raises_with_its_condition_and_every_workers_last_lines() -> None:
@@ -120,9 +159,11 @@ def test_failed_job_raises_with_its_condition_and_every_workers_last_lines() -> 
     name = trainjob_name(job.metadata.name)
     with FakeKubernetes(["Created", "Running", "Failed"], log=LOG, worker_logs={1: "worker 1 waits\n"}) as fake:
         _, error = run(fake, job)
-    assert str(error) == (f"TrainJob team-a/{name} failed: Failed: FailedJobs jobset failed due to one or more job failures"
-                          f" | last lines of {trainjob_pod_name(name, 0)}: Epoch 1/1 / 429/429 - 19s - loss: 0.51 - accuracy: 0.82"
-                          f" / bakeoff: error: the last words of the chief | last lines of {trainjob_pod_name(name, 1)}: worker 1 waits")
+    assert str(error) == (
+        f"TrainJob team-a/{name} failed: Failed: FailedJobs jobset failed due to one or more job failures"
+        f" | last lines of {trainjob_pod_name(name, 0)}: Epoch 1/1 / 429/429 - 19s - loss: 0.51 - accuracy: 0.82"
+        f" / bakeoff: error: the last words of the chief | last lines of {trainjob_pod_name(name, 1)}: worker 1 waits"
+    )
 
 
 def test_a_job_past_its_deadline_is_deleted_since_no_trainjob_field_bounds_it() -> None:
@@ -130,25 +171,33 @@ def test_a_job_past_its_deadline_is_deleted_since_no_trainjob_field_bounds_it() 
     name = trainjob_name(job.metadata.name)
     with FakeKubernetes(["Created", "Running"], log="still going\n") as fake:
         _, error = run(fake, job)
-    assert str(error) == (f"TrainJob team-a/{name} did not finish in time and was deleted: | last lines of {trainjob_pod_name(name, 0)}:"
-                          " still going raise --timeout or check Kubeflow Trainer")
+    assert str(error) == (
+        f"TrainJob team-a/{name} did not finish in time and was deleted: | last lines of {trainjob_pod_name(name, 0)}:"
+        " still going raise --timeout or check Kubeflow Trainer"
+    )
     assert fake.deleted == [name] and fake.propagations == ["Foreground"]
 
 
 # ---------------------------------------------------------------- a cluster that cannot run it
 
 
-def test_a_cluster_without_trainer_fails_at_once_naming_the_crd_and_the_other_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cluster_without_trainer_fails_at_once_naming_the_crd_and_the_other_choice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     job = tfjob()
     name = trainjob_name(job.metadata.name)
     with FakeKubernetes(["Created"], crds=frozenset({"tfjobs.kubeflow.org"})) as fake:
         in_step_pod(fake, monkeypatch)
         _, error = run(fake, job)
-    assert str(error) == (f"cannot create TrainJob team-a/{name}: this cluster has no TrainJob resource (HTTP 404: Not Found for"
-                          " trainjobs.trainer.kubeflow.org), so Kubeflow Trainer v2 is not installed (Kubeflow 1.10 and earlier install"
-                          " the Training Operator v1, which runs TFJobs): run with `--param trainer=tfjob`, or install Kubeflow Trainer"
-                          " and `kubectl apply -k manifests/trainer-v2`, then retry the run")
-    assert [(call.verb, call.resource) for call in fake.calls] == [("get", "pods"), ("create", "trainjobs")], "no retry, no wait"
+    assert str(error) == (
+        f"cannot create TrainJob team-a/{name}: this cluster has no TrainJob resource (HTTP 404: Not Found for"
+        " trainjobs.trainer.kubeflow.org), so Kubeflow Trainer v2 is not installed (Kubeflow 1.10 and earlier install"
+        " the Training Operator v1, which runs TFJobs): run with `--param trainer=tfjob`, or install Kubeflow Trainer"
+        " and `kubectl apply -k manifests/trainer-v2`, then retry the run"
+    )
+    assert [(call.verb, call.resource) for call in fake.calls] == [("get", "pods"), ("create", "trainjobs")], (
+        "no retry, no wait"
+    )
 
 
 def test_a_cluster_without_bakeoffs_runtime_says_to_apply_it() -> None:
@@ -156,17 +205,23 @@ def test_a_cluster_without_bakeoffs_runtime_says_to_apply_it() -> None:
     with FakeKubernetes(["Created"], runtimes=frozenset()) as fake:
         _, error = run(fake, job)
     message = str(error)
-    assert message.startswith(f"could not create TrainJob team-a/{trainjob_name(job.metadata.name)} (HTTP 403: admission webhook")
+    assert message.startswith(
+        f"could not create TrainJob team-a/{trainjob_name(job.metadata.name)} (HTTP 403: admission webhook"
+    )
     assert f'clustertrainingruntimes.trainer.kubeflow.org "{RUNTIME}" not found' in message
-    assert message.endswith("): check that Kubeflow Trainer and bakeoff's runtime (`kubectl apply -k manifests/trainer-v2`) are installed"
-                            " and that this service account may create trainjobs (manifests/)")
+    assert message.endswith(
+        "): check that Kubeflow Trainer and bakeoff's runtime (`kubectl apply -k manifests/trainer-v2`) are installed"
+        " and that this service account may create trainjobs (manifests/)"
+    )
     assert fake.jobs == {}
 
 
 # ---------------------------------------------------------------- a job already under our name, owner, service account
 
 
-def test_an_unfinished_job_of_the_same_run_is_adopted_and_outlives_the_earlier_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unfinished_job_of_the_same_run_is_adopted_and_outlives_the_earlier_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     job = tfjob()
     with FakeKubernetes(["Running", "Succeeded"], log="resumed\nsaved\n") as fake:
         lines = check_adoption(fake, monkeypatch, submitted(tfjob()), lambda: run(fake, job))
@@ -180,8 +235,14 @@ def test_a_completed_job_of_an_earlier_attempt_is_replaced() -> None:
         old_uid = fake.add_job(submitted(tfjob()), ["Succeeded"])["metadata"]["uid"]
         fake.timelines[old_uid].gets = 1
         lines, error = run(fake, job)
-    assert error is None and f"replacing TrainJob team-a/{name}: an earlier attempt's job has already completed" in lines
-    assert [call.verb for call in fake.calls if call.resource == "trainjobs" and call.verb in ("create", "delete")] == ["create", "delete", "create"]
+    assert (
+        error is None and f"replacing TrainJob team-a/{name}: an earlier attempt's job has already completed" in lines
+    )
+    assert [call.verb for call in fake.calls if call.resource == "trainjobs" and call.verb in ("create", "delete")] == [
+        "create",
+        "delete",
+        "create",
+    ]
     assert fake.job_uid(name) != old_uid
 
 
@@ -198,7 +259,9 @@ def test_the_workers_run_as_the_step_or_the_configured_service_account(monkeypat
             assert worker is not None, "no chief pod"
             chief = fake._worker_pod(*worker)
         assert error is None and chief["spec"]["serviceAccountName"] == expected
-        assert fake.jobs[name]["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": STEP_POD, "uid": uid}]
+        assert fake.jobs[name]["metadata"]["ownerReferences"] == [
+            {"apiVersion": "v1", "kind": "Pod", "name": STEP_POD, "uid": uid}
+        ]
 
 
 def test_transient_api_errors_are_retried_listing_pods_too() -> None:
@@ -208,14 +271,20 @@ def test_transient_api_errors_are_retried_listing_pods_too() -> None:
         fake.fail("list", "pods", times=2, answer=500)
         lines, error = run(fake, job)
     assert error is None and not any(failure.times for failure in fake.failures)
-    assert any(line.startswith(f"Kubernetes API could not list TrainJob team-a/{trainjob_name(job.metadata.name)}'s pods (HTTP 500")
-               for line in lines)
+    assert any(
+        line.startswith(
+            f"Kubernetes API could not list TrainJob team-a/{trainjob_name(job.metadata.name)}'s pods (HTTP 500"
+        )
+        for line in lines
+    )
 
 
 # ---------------------------------------------------------------- RBAC: the Role allows exactly the calls made
 
 
-def test_the_trainjob_role_allows_every_call_the_backend_makes_and_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_trainjob_role_allows_every_call_the_backend_makes_and_nothing_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from tests.test_manifests import role_gaps
 
     def adopt(fake: FakeKubernetes) -> None:
@@ -227,8 +296,11 @@ def test_the_trainjob_role_allows_every_call_the_backend_makes_and_nothing_more(
         run(fake, tfjob())
 
     scenarios: list[tuple[list[str], Callable[[FakeKubernetes], object]]] = [
-        (["Created", "Running", "Succeeded"], lambda fake: run(fake, tfjob())), (["Created", "Running", "Failed"], lambda fake: run(fake, tfjob())),
-        (["Created", "Succeeded"], adopt), (["Created", "Succeeded"], replace), (["Created", "Running"], lambda fake: run(fake, tfjob(deadline=1))),
+        (["Created", "Running", "Succeeded"], lambda fake: run(fake, tfjob())),
+        (["Created", "Running", "Failed"], lambda fake: run(fake, tfjob())),
+        (["Created", "Succeeded"], adopt),
+        (["Created", "Succeeded"], replace),
+        (["Created", "Running"], lambda fake: run(fake, tfjob(deadline=1))),
     ]
     calls: set[tuple[str, str, str]] = set()
     for phases, scenario in scenarios:
@@ -249,10 +321,14 @@ def test_the_trainer_choice_picks_the_backend_on_a_cluster_only(monkeypatch: pyt
     from components.training.launch import make_backend
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert isinstance(make_backend("auto", 1, "trainjob"), LocalBackend), "locally the TFJob runs as processes either way"
+    assert isinstance(make_backend("auto", 1, "trainjob"), LocalBackend), (
+        "locally the TFJob runs as processes either way"
+    )
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     assert isinstance(make_backend("auto", 1, "trainjob"), TrainJobBackend)
-    assert isinstance(make_backend("auto", 1, "tfjob"), KubernetesBackend) and isinstance(make_backend("auto", 1), KubernetesBackend)
+    assert isinstance(make_backend("auto", 1, "tfjob"), KubernetesBackend) and isinstance(
+        make_backend("auto", 1), KubernetesBackend
+    )
     with pytest.raises(BakeoffError) as raised:
         make_backend("auto", 1, "trainjobs")
     assert str(raised.value) == "unknown trainer 'trainjobs': use one of tfjob, trainjob (--param trainer=...)"
@@ -268,9 +344,17 @@ def test_trainer_is_a_pipeline_parameter_that_reaches_every_train_step() -> None
     from pipelines.kfp_client.parameters import parse_params, pipeline_parameters
 
     ir = next(yaml.safe_load_all((Path(__file__).resolve().parent.parent / "pipelines" / "bakeoff.yaml").read_text()))
-    assert ir["root"]["inputDefinitions"]["parameters"]["trainer"] == {"defaultValue": "tfjob", "isOptional": True, "parameterType": "STRING"}
-    tasks = [task for component in ir["components"].values() for task in (component.get("dag") or {}).get("tasks", {}).values()
-             if re.fullmatch(r"comp-train(-\d+)?", task["componentRef"]["name"])]
+    assert ir["root"]["inputDefinitions"]["parameters"]["trainer"] == {
+        "defaultValue": "tfjob",
+        "isOptional": True,
+        "parameterType": "STRING",
+    }
+    tasks = [
+        task
+        for component in ir["components"].values()
+        for task in (component.get("dag") or {}).get("tasks", {}).values()
+        if re.fullmatch(r"comp-train(-\d+)?", task["componentRef"]["name"])
+    ]
     assert tasks and all("trainer" in task["inputs"]["parameters"] for task in tasks)
     parameters = pipeline_parameters(ir)
     assert parse_params(["trainer=trainjob"], parameters) == {"trainer": "trainjob"}

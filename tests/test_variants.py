@@ -1,4 +1,5 @@
 """Variant specs: the default file, and every bad input named by file, variant and field."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,14 +30,22 @@ def test_default_file_holds_the_seed_variants() -> None:
 
 
 def test_a_variant_is_added_by_yaml_alone(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 defaults: {workers: 3, training: {epochs: 2}}
 variants:
   - {name: wide, model: {type: cnn, filters: [64, 128]}, training: {learning_rate: 0.01, schedule: cosine}}
   - {name: base, model: {type: mlp}, workers: 1}
-""")
+""",
+    )
     wide, base = load_variants(path)
-    assert (wide.workers, wide.training.epochs, wide.training.learning_rate, wide.training.schedule) == (3, 2, 0.01, "cosine")
+    assert (wide.workers, wide.training.epochs, wide.training.learning_rate, wide.training.schedule) == (
+        3,
+        2,
+        0.01,
+        "cosine",
+    )
     assert wide.model_config().filters == (64, 128)
     assert (base.workers, base.architecture) == (1, "mlp")
 
@@ -51,22 +60,38 @@ def test_round_trip_through_a_pipeline_parameter() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("variants:\n  - {name: a, model: {type: cnn}, learning_rate: 1}\n",
-         "variant 'a': learning_rate: unknown field (known: name, model, training, workers, resources)"),
-        ("variants:\n  - {name: a, model: {type: cnn, filterz: [1]}}\n",
-         "variant 'a': model.filterz: unknown field (known: filters, kernel_size, dense_units, dropout, batch_norm)"),
-        ("variants:\n  - {name: a, model: {type: transformer}}\n",
-         "variant 'a': model.type: unknown architecture 'transformer' (known: cnn, mlp)"),
-        ("variants:\n  - {name: a, model: {type: cnn}}\n  - {name: a, model: {type: mlp}}\n",
-         "variant 'a': name: duplicate variant name"),
-        ("variants:\n  - {name: a, model: {type: cnn}, workers: 0}\n",
-         "variant 'a': workers: must be at least 1, got 0"),
-        ("variants:\n  - {name: a, model: {type: cnn}, training: {epochs: 0}}\n",
-         "variant 'a': training.epochs: must be at least 1, got 0"),
-        ("variants:\n  - {name: a, model: {type: cnn}, training: {epochs: many}}\n",
-         "variant 'a': training.epochs: expected int, got 'many'"),
-        ("variants:\n  - {name: a, model: {type: cnn}, training: {optimizer: lbfgs}}\n",
-         "variant 'a': training.optimizer: unknown optimizer 'lbfgs' (known: adam, sgd, rmsprop)"),
+        (
+            "variants:\n  - {name: a, model: {type: cnn}, learning_rate: 1}\n",
+            "variant 'a': learning_rate: unknown field (known: name, model, training, workers, resources)",
+        ),
+        (
+            "variants:\n  - {name: a, model: {type: cnn, filterz: [1]}}\n",
+            "variant 'a': model.filterz: unknown field (known: filters, kernel_size, dense_units, dropout, batch_norm)",
+        ),
+        (
+            "variants:\n  - {name: a, model: {type: transformer}}\n",
+            "variant 'a': model.type: unknown architecture 'transformer' (known: cnn, mlp)",
+        ),
+        (
+            "variants:\n  - {name: a, model: {type: cnn}}\n  - {name: a, model: {type: mlp}}\n",
+            "variant 'a': name: duplicate variant name",
+        ),
+        (
+            "variants:\n  - {name: a, model: {type: cnn}, workers: 0}\n",
+            "variant 'a': workers: must be at least 1, got 0",
+        ),
+        (
+            "variants:\n  - {name: a, model: {type: cnn}, training: {epochs: 0}}\n",
+            "variant 'a': training.epochs: must be at least 1, got 0",
+        ),
+        (
+            "variants:\n  - {name: a, model: {type: cnn}, training: {epochs: many}}\n",
+            "variant 'a': training.epochs: expected int, got 'many'",
+        ),
+        (
+            "variants:\n  - {name: a, model: {type: cnn}, training: {optimizer: lbfgs}}\n",
+            "variant 'a': training.optimizer: unknown optimizer 'lbfgs' (known: adam, sgd, rmsprop)",
+        ),
         ("variants: []\n", "variants: expected a non-empty list of variants"),
         ("variant:\n  - {name: a}\n", "variant: unknown top-level field (known: defaults, variants, search)"),
         ("variants:\n  - {name: a, model: {type: cnn}\n", "malformed YAML at line 3: fix the syntax"),
@@ -80,5 +105,8 @@ def test_bad_configs_name_file_variant_and_field(tmp_path: Path, text: str, mess
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
-    with pytest.raises(BakeoffError, match=r"cannot read config '.*nope.yaml' \(No such file or directory\): pass an existing YAML file to --config"):
+    with pytest.raises(
+        BakeoffError,
+        match=r"cannot read config '.*nope.yaml' \(No such file or directory\): pass an existing YAML file to --config",
+    ):
         load_variants(tmp_path / "nope.yaml")

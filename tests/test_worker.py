@@ -1,4 +1,5 @@
 """A real 2-worker MultiWorkerMirroredStrategy job on a small subset, and the model it exports."""
+
 from __future__ import annotations
 
 import collections
@@ -20,8 +21,12 @@ from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
 from components.storage.records import WorkerMetrics
 from components.training.tfjob import build_tfjob, worker_args
 
-SMALL_CNN = {"name": "small", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
-             "training": {"epochs": 2, "batch_size": 32, "random_flip": True}, "workers": 2}
+SMALL_CNN = {
+    "name": "small",
+    "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
+    "training": {"epochs": 2, "batch_size": 32, "random_flip": True},
+    "workers": 2,
+}
 # A bucket of its own with versioning on: every write of a key leaves a version behind.
 VERSIONED_BUCKET = "bakeoff-versioned"
 HALF = 2048  # training examples per shard of the halves dataset
@@ -40,9 +45,11 @@ def halves_dataset(fashion_dir: Path, out: Path) -> Path:
     labels = original["train"].labels
     order = np.concatenate([np.flatnonzero(labels < 5)[:HALF], np.flatnonzero(labels >= 5)[:HALF]])
     rest = np.setdiff1d(np.arange(len(labels)), order)[:1000]
-    splits = {"train": fashion_mnist.Split(original["train"].images[order], labels[order]),
-              "validation": fashion_mnist.Split(original["train"].images[rest], labels[rest]),
-              "test": original["test"]}
+    splits = {
+        "train": fashion_mnist.Split(original["train"].images[order], labels[order]),
+        "validation": fashion_mnist.Split(original["train"].images[rest], labels[rest]),
+        "test": original["test"],
+    }
     dataset.write(splits, out, shards=2, names=fashion_mnist.class_names(), source=str(fashion_dir))
     halves = [dataset.read_shards(open_store(str(out)), "train", index, 2).labels for index in (0, 1)]
     assert halves[0].max() == 4 and halves[1].min() == 5  # the premise: each shard holds half of the classes
@@ -50,15 +57,21 @@ def halves_dataset(fashion_dir: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def trained(fashion_dir: Path, s3_server: tuple[str, dict[str, str]],
-            tmp_path_factory: pytest.TempPathFactory) -> Trained:
+def trained(
+    fashion_dir: Path, s3_server: tuple[str, dict[str, str]], tmp_path_factory: pytest.TempPathFactory
+) -> Trained:
     """The small CNN trained by a 2-worker job on the halves dataset, its outputs in a versioned S3 bucket."""
     import boto3
 
     endpoint, keys = s3_server
     data = halves_dataset(fashion_dir, tmp_path_factory.mktemp("halves"))
-    s3 = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1",
-                      aws_access_key_id=keys["AWS_ACCESS_KEY_ID"], aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"])
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=f"http://{endpoint}",
+        region_name="us-east-1",
+        aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
+    )
     s3.create_bucket(Bucket=VERSIONED_BUCKET)
     s3.put_bucket_versioning(Bucket=VERSIONED_BUCKET, VersioningConfiguration={"Status": "Enabled"})
     variant = from_dict(SMALL_CNN)
@@ -68,13 +81,18 @@ def trained(fashion_dir: Path, s3_server: tuple[str, dict[str, str]],
             env.setenv(key, value)
         env.delenv(tfenv.DEVICES_ENV, raising=False)  # what the worker sets, not this process
         store = open_store(f"s3://{VERSIONED_BUCKET}/runs")
-        job = build_tfjob(variant, name="small-test", image="unused",
-                          args=worker_args(variant, str(data), store.uri, "t/small", 2 * HALF), env={})
+        job = build_tfjob(
+            variant,
+            name="small-test",
+            image="unused",
+            args=worker_args(variant, str(data), store.uri, "t/small", 2 * HALF),
+            env={},
+        )
         LocalBackend(sink=lines.append).run(job)
         out = store.get_dir("t/small", tmp_path_factory.mktemp("out"))
     listed = s3.list_object_versions(Bucket=VERSIONED_BUCKET, Prefix="runs/t/small/")
     assert not listed["IsTruncated"]
-    versions = collections.Counter(version["Key"][len("runs/t/small/"):] for version in listed["Versions"])
+    versions = collections.Counter(version["Key"][len("runs/t/small/") :] for version in listed["Versions"])
     return Trained(out, lines, dict(versions))
 
 
@@ -89,16 +107,21 @@ def test_both_replicas_train_in_sync(trained: Trained) -> None:
     assert metrics.global_batch_size == 64 and metrics.steps_per_epoch == 4096 // 64
     assert len(metrics.history["loss"]) == 2
     for index in (0, 1):
-        assert any(line.startswith(f"[small-test-worker-{index}] 64/64") for line in trained.lines), f"worker {index} did not train"
+        assert any(line.startswith(f"[small-test-worker-{index}] 64/64") for line in trained.lines), (
+            f"worker {index} did not train"
+        )
 
 
 @pytest.mark.training
 def test_the_replicas_read_disjoint_shards_that_together_cover_the_training_data(
-        trained: Trained, small_dataset: Path) -> None:
+    trained: Trained, small_dataset: Path
+) -> None:
     """Each replica trains on its own shard: shards of classes 0-4 and of 5-9 give a model that knows all ten."""
     test = dataset.read_shards(open_store(str(small_dataset)), "test")
-    accuracy = {name: evaluation.evaluate(trained.out / "model", test.images[half], test.labels[half])["accuracy"]
-                for name, half in (("classes 0-4", test.labels < 5), ("classes 5-9", test.labels >= 5))}
+    accuracy = {
+        name: evaluation.evaluate(trained.out / "model", test.images[half], test.labels[half])["accuracy"]
+        for name, half in (("classes 0-4", test.labels < 5), ("classes 5-9", test.labels >= 5))
+    }
     assert min(accuracy.values()) > 0.5, accuracy  # a half no replica read scores about 0
 
 
@@ -111,12 +134,23 @@ def _matched(pattern: str, line: str) -> re.Match[str]:
 @pytest.mark.training
 def test_every_replica_reports_the_global_epoch_metrics(trained: Trained) -> None:
     """Steps log each replica's own metrics (no all-reduce); each epoch's line and History are cross-replica."""
-    epochs = {index: [_matched(r"loss: (\S+) - accuracy: (\S+)", line).groups()
-                      for line in trained.lines if line.startswith(f"[small-test-worker-{index}] 64/64")]
-              for index in (0, 1)}
+    epochs = {
+        index: [
+            _matched(r"loss: (\S+) - accuracy: (\S+)", line).groups()
+            for line in trained.lines
+            if line.startswith(f"[small-test-worker-{index}] 64/64")
+        ]
+        for index in (0, 1)
+    }
     history = written_metrics(trained).history
-    assert epochs[0] == epochs[1] == [(f"{loss:.4f}", f"{accuracy:.4f}")
-                                      for loss, accuracy in zip(history["loss"], history["accuracy"], strict=True)]
+    assert (
+        epochs[0]
+        == epochs[1]
+        == [
+            (f"{loss:.4f}", f"{accuracy:.4f}")
+            for loss, accuracy in zip(history["loss"], history["accuracy"], strict=True)
+        ]
+    )
 
 
 @pytest.mark.training
@@ -157,7 +191,8 @@ def test_exported_model_predicts_real_test_images(trained: Trained, small_datase
 
 @pytest.mark.training
 def test_a_model_trained_on_flips_serves_the_same_prediction_for_an_image_and_its_mirror(
-        trained: Trained, small_dataset: Path) -> None:
+    trained: Trained, small_dataset: Path
+) -> None:
     import tensorflow as tf
 
     out = trained.out
@@ -194,7 +229,10 @@ def test_random_flip_mirrors_some_images_and_keeps_labels(small_dataset: Path) -
     labels = np.arange(256)
     flipped, same_labels = _random_flip(tf.constant(images), tf.constant(labels))
     flipped = flipped.numpy()
-    mirrored = [np.array_equal(out, image[:, ::-1]) and not np.array_equal(out, image) for out, image in zip(flipped, images, strict=True)]
+    mirrored = [
+        np.array_equal(out, image[:, ::-1]) and not np.array_equal(out, image)
+        for out, image in zip(flipped, images, strict=True)
+    ]
     kept = [np.array_equal(out, image) for out, image in zip(flipped, images, strict=True)]
     assert all(m or k for m, k in zip(mirrored, kept, strict=True))
     assert 64 < sum(mirrored) < 192  # about half, for 256 images

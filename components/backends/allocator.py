@@ -6,6 +6,7 @@ step page-faults and zeroes them again, while tcmalloc keeps the memory (the
 speed-up is in benchmarks/results.md). Preloaded by loader name, so it works
 on any architecture (Debian's ``libtcmalloc-minimal4``; the image has it too).
 """
+
 from __future__ import annotations
 
 import ctypes.util

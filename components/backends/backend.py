@@ -1,4 +1,5 @@
 """What every TFJob backend is: something that runs a TFJob to success or raises one clear error."""
+
 from __future__ import annotations
 
 import sys

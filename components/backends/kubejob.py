@@ -3,6 +3,7 @@
 Submit (adopting or replacing a job already under the name), follow the chief's log across restarts, wait for
 the job's end, retry transient API errors; each backend says how its kind is called, read and named.
 """
+
 from __future__ import annotations
 
 import collections
@@ -177,7 +178,9 @@ class JobState:
             resource_version=metadata.get("resourceVersion", ""),
             deleting=bool(metadata.get("deletionTimestamp")),
             outcome=next((word for kind, word in outcomes.items() if kind in true), None),
-            conditions="; ".join(f"{c['type']}: {c.get('reason') or ''} {c.get('message') or ''}".strip() for c in conditions)
+            conditions="; ".join(
+                f"{c['type']}: {c.get('reason') or ''} {c.get('message') or ''}".strip() for c in conditions
+            )
             or "no conditions reported",
         )
 
@@ -273,7 +276,9 @@ class KubeJobRunner(Generic[J]):
                 f" raise --timeout or check {self.CONTROLLER}"
             ) from None
         if final.outcome == self.FAILED:
-            raise BakeoffError(f"{self.KIND} {namespace}/{name} failed: {final.conditions}{self._log_tail(job, namespace, cursor)}")
+            raise BakeoffError(
+                f"{self.KIND} {namespace}/{name} failed: {final.conditions}{self._log_tail(job, namespace, cursor)}"
+            )
         self.sink(f"{self.KIND} {namespace}/{name} succeeded")
 
     # ------------------------------------------------------------ API calls
@@ -306,13 +311,17 @@ class KubeJobRunner(Generic[J]):
             if api_status(error) == 404:
                 return None
             raise BakeoffError(
-                f"could not read {self.KIND} {namespace}/{name} ({api_reason(error)}): check that this service " f"account may get {self.PLURAL} (manifests/)"
+                f"could not read {self.KIND} {namespace}/{name} ({api_reason(error)}): check that this service "
+                f"account may get {self.PLURAL} (manifests/)"
             ) from None
 
     def _read_pod(self, name: str, namespace: str) -> Any | None:
         """The pod, or None when there is none by that name."""
         try:
-            return self._retrying(f"read pod {namespace}/{name}", lambda: self.core_api.read_namespaced_pod(name=name, namespace=namespace))
+            return self._retrying(
+                f"read pod {namespace}/{name}",
+                lambda: self.core_api.read_namespaced_pod(name=name, namespace=namespace),
+            )
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -340,8 +349,12 @@ class KubeJobRunner(Generic[J]):
         if pod is not None:
             # No blockOwnerDeletion: setting it needs update on pods/finalizers (the
             # OwnerReferencesPermissionEnforcement plugin).
-            self._metadata(job).owner_references = [V1OwnerReference(api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid)]
-        account = os.environ.get(SERVICE_ACCOUNT_ENV) or (pod.spec.service_account_name if pod is not None and pod.spec else None)
+            self._metadata(job).owner_references = [
+                V1OwnerReference(api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid)
+            ]
+        account = os.environ.get(SERVICE_ACCOUNT_ENV) or (
+            pod.spec.service_account_name if pod is not None and pod.spec else None
+        )
         if account:
             self._lend_account(job, account)
 
@@ -354,7 +367,10 @@ class KubeJobRunner(Generic[J]):
         try:
             pod = self._read_pod(name, namespace)
         except ApiException as error:
-            self.sink(f"cannot read this step's pod {namespace}/{name} ({api_reason(error)}): the {self.KIND} gets no " "owner, so deleting the run leaves it")
+            self.sink(
+                f"cannot read this step's pod {namespace}/{name} ({api_reason(error)}): the {self.KIND} gets no "
+                "owner, so deleting the run leaves it"
+            )
             return None
         if pod is None:
             self.sink(f"no pod {namespace}/{name}: not in a pod here, so the {self.KIND} gets no owner")
@@ -373,7 +389,8 @@ class KubeJobRunner(Generic[J]):
                     raise BakeoffError(self._no_resource(name, namespace, error)) from None
                 if api_status(error) != 409:
                     raise BakeoffError(
-                        f"could not create {self.KIND} {namespace}/{name} ({api_reason(error)}): check that " f"{self.INSTALLED}"
+                        f"could not create {self.KIND} {namespace}/{name} ({api_reason(error)}): check that "
+                        f"{self.INSTALLED}"
                         f" and that this service account may create {self.PLURAL} (manifests/)"
                     ) from None
             # A KFP retry reuses the run id, so an earlier attempt's job may hold the name (it outlives its step).
@@ -389,7 +406,8 @@ class KubeJobRunner(Generic[J]):
             self._delete(name, namespace)
             self._wait_gone(name, namespace, deadline)
         raise BakeoffError(
-            f"{self.KIND} {namespace}/{name} kept changing while this step tried to create it: check who else writes " "it, then retry the run"
+            f"{self.KIND} {namespace}/{name} kept changing while this step tried to create it: check who else writes "
+            "it, then retry the run"
         )
 
     def _not_adoptable(self, existing: JobState, job: J) -> str | None:
@@ -411,16 +429,24 @@ class KubeJobRunner(Generic[J]):
             # Else the earlier pod's deletion would collect the job under us: KFP deletes a retried run's failed pods
             # (RetryRun, kubeflow/pipelines backend/src/apiserver/resource/resource_manager.go).
             # resourceVersion makes the merge patch conditional: a job changed meanwhile answers 409.
-            patch = {"metadata": {"resourceVersion": existing.resource_version, "ownerReferences": existing.owners + missing}}
+            patch = {
+                "metadata": {"resourceVersion": existing.resource_version, "ownerReferences": existing.owners + missing}
+            }
             try:
-                self._retrying(f"add an owner to {self.KIND} {namespace}/{name}", lambda: self._patch(name, namespace, patch))
+                self._retrying(
+                    f"add an owner to {self.KIND} {namespace}/{name}", lambda: self._patch(name, namespace, patch)
+                )
             except API_ERRORS as error:
                 if api_status(error) in (404, 409):
                     return False
                 raise BakeoffError(
-                    f"could not adopt {self.KIND} {namespace}/{name} ({api_reason(error)}): check that this service " f"account may patch {self.PLURAL} (manifests/)"
+                    f"could not adopt {self.KIND} {namespace}/{name} ({api_reason(error)}): check that this service "
+                    f"account may patch {self.PLURAL} (manifests/)"
                 ) from None
-        self.sink(f"adopted {self.KIND} {namespace}/{name}: an earlier attempt of this run and variant started it and it " "has not finished")
+        self.sink(
+            f"adopted {self.KIND} {namespace}/{name}: an earlier attempt of this run and variant started it and it "
+            "has not finished"
+        )
         return True
 
     def _wait_gone(self, name: str, namespace: str, deadline: float) -> None:
@@ -442,17 +468,24 @@ class KubeJobRunner(Generic[J]):
             current = self._read_job(name, namespace)
             if current is None:
                 raise BakeoffError(
-                    f"{self.KIND} {namespace}/{name} was deleted while this step waited for it (the run was " "cancelled, or someone deleted it): retry the run"
+                    f"{self.KIND} {namespace}/{name} was deleted while this step waited for it (the run was "
+                    "cancelled, or someone deleted it): retry the run"
                 )
             chief = self._chief_pod(name, namespace)
             if current.outcome:
                 if chief is not None:
-                    self._follow(chief.metadata.name, namespace, cursor, deadline, follow=False)  # what a broken stream missed
+                    self._follow(
+                        chief.metadata.name, namespace, cursor, deadline, follow=False
+                    )  # what a broken stream missed
                 return current
             if time.monotonic() >= deadline:
                 raise _PastDeadline(name)
             # A pending pod has no log yet (and TrainingClient.get_job_logs would skip it and return at once).
-            if chief is not None and chief.status is not None and chief.status.phase not in (None, "Pending", "Unknown"):
+            if (
+                chief is not None
+                and chief.status is not None
+                and chief.status.phase not in (None, "Pending", "Unknown")
+            ):
                 seen = self._note_restart(chief, seen)
                 self._follow(chief.metadata.name, namespace, cursor, deadline)
             time.sleep(max(0.0, min(self.polling_interval, deadline - time.monotonic())))
@@ -479,8 +512,13 @@ class KubeJobRunner(Generic[J]):
         idle = max(1.0, min(LOG_IDLE_SECONDS, deadline - time.monotonic()))
         try:
             response = self.core_api.read_namespaced_pod_log(
-                name=pod, namespace=namespace, container=self.CONTAINER, follow=follow, timestamps=True,
-                _preload_content=False, _request_timeout=(idle, idle),
+                name=pod,
+                namespace=namespace,
+                container=self.CONTAINER,
+                follow=follow,
+                timestamps=True,
+                _preload_content=False,
+                _request_timeout=(idle, idle),
             )
             try:
                 for line in iter_resp_lines(response):
@@ -518,7 +556,10 @@ class KubeJobRunner(Generic[J]):
             except (ApiException, BakeoffError) as error:
                 lines = list(cursor.tail) if index == 0 else []
                 if not lines:
-                    tails.append(f" | {pod}: logs unavailable " f"({api_reason(error) if isinstance(error, ApiException) else error})")
+                    tails.append(
+                        f" | {pod}: logs unavailable "
+                        f"({api_reason(error) if isinstance(error, ApiException) else error})"
+                    )
                     continue
             if lines:
                 tails.append(f" | last lines of {pod}: " + " / ".join(lines))

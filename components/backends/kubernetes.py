@@ -1,4 +1,5 @@
 """The Kubernetes TFJob backend: the same TFJob object, submitted to the Training Operator."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -79,7 +80,8 @@ class KubernetesBackend(KubeJobRunner[KubeflowOrgV1TFJob]):
     def _no_resource(self, name: str, namespace: str, error: BaseException) -> str:
         return (
             f"cannot create TFJob {namespace}/{name}: this cluster has no TFJob resource ({api_reason(error)} for"
-            f" {JOB_PLURAL}.{JOB_GROUP}), so the Kubeflow Training Operator v1 is not installed (Kubeflow 1.11 and " "later"
+            f" {JOB_PLURAL}.{JOB_GROUP}), so the Kubeflow Training Operator v1 is not installed (Kubeflow 1.11 and "
+            "later"
             " install Trainer v2 instead, which runs no TFJob): run with `--param trainer=trainjob`, or install it with"
             " `kubectl apply --server-side -k manifests/training-operator`, then retry the run"
         )

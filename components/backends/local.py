@@ -1,4 +1,5 @@
 """The local TFJob backend: each replica a process, with the TF_CONFIG the Training Operator would set."""
+
 from __future__ import annotations
 
 import collections
@@ -192,7 +193,7 @@ class _Replica:
         """The most telling line of the tail: our own error line, else the last line."""
         for line in reversed(self.tail):
             if line.startswith(ERROR_PREFIX):
-                return line[len(ERROR_PREFIX):].strip()
+                return line[len(ERROR_PREFIX) :].strip()
         return self.tail[-1] if self.tail else "(no output)"
 
 
@@ -240,13 +241,19 @@ class LocalBackend:
     def _run(self, job: KubeflowOrgV1TFJob, variant: str, sink: Sink) -> None:
         name = job.metadata.name
         if not self.tcmalloc:
-            sink(f"[{name}] tcmalloc not found: replicas use the default malloc and train about half as fast"
-                 f" ({allocator.INSTALL_HINT}; `make run` installs it)")
+            sink(
+                f"[{name}] tcmalloc not found: replicas use the default malloc and train about half as fast"
+                f" ({allocator.INSTALL_HINT}; `make run` installs it)"
+            )
         policy = job.spec.run_policy
-        deadline = time.monotonic() + policy.active_deadline_seconds if policy and policy.active_deadline_seconds else None
+        deadline = (
+            time.monotonic() + policy.active_deadline_seconds if policy and policy.active_deadline_seconds else None
+        )
         replicas = sum(spec.replicas or 1 for spec in job.spec.tf_replica_specs.values())
         # The operator's limit counts every restarted replica; each restart here restarts all of them.
-        backoff_limit = job_restarts(policy.backoff_limit, replicas) if policy and policy.backoff_limit is not None else 0
+        backoff_limit = (
+            job_restarts(policy.backoff_limit, replicas) if policy and policy.backoff_limit is not None else 0
+        )
         restartable = all(spec.restart_policy in RESTARTING_POLICIES for spec in job.spec.tf_replica_specs.values())
         restarts = 0
         while True:
@@ -265,11 +272,15 @@ class LocalBackend:
                 what = exit_text(failed.process.returncode)
                 hint = failed.last_error() if failed.process.returncode > 0 else KILLED_HINT
             if not restartable or restarts >= backoff_limit:
-                raise BakeoffError(f"TFJob {name!r} failed: replica {failed.label} {what} after {restarts} restart(s): {hint}")
+                raise BakeoffError(
+                    f"TFJob {name!r} failed: replica {failed.label} {what} after {restarts} restart(s): {hint}"
+                )
             restarts += 1
             sink(f"[{name}] replica {failed.label} {what}; restarting the job ({restarts}/{backoff_limit})")
 
-    def _attempt(self, job: KubeflowOrgV1TFJob, deadline: float | None, sink: Sink) -> tuple[_Replica | None, str, float]:
+    def _attempt(
+        self, job: KubeflowOrgV1TFJob, deadline: float | None, sink: Sink
+    ) -> tuple[_Replica | None, str, float]:
         """Starts every replica once; returns (None, "", 0) on success, else the replica to blame,
         "failed", "stalled" or "deadline", and how long it has been quiet."""
         configs = tf_configs(job)
@@ -298,9 +309,13 @@ class LocalBackend:
                 running = [replica for replica in replicas if replica.process.poll() is None]
                 quiet = {replica: replica.quiet_seconds() for replica in running}
                 # A replica killed by a signal is a cause; one exiting with an error after it, a consequence.
-                failed = sorted((r for r in replicas if r.process.poll() not in (None, 0)), key=lambda r: r.process.returncode > 0)
-                suspects = sorted((r for r in running if (r.suspect(quiet[r]) if failed else quiet[r] > self.stall_seconds)),
-                                  key=lambda r: -quiet[r])
+                failed = sorted(
+                    (r for r in replicas if r.process.poll() not in (None, 0)), key=lambda r: r.process.returncode > 0
+                )
+                suspects = sorted(
+                    (r for r in running if (r.suspect(quiet[r]) if failed else quiet[r] > self.stall_seconds)),
+                    key=lambda r: -quiet[r],
+                )
                 if suspects:
                     return suspects[0], "stalled", quiet[suspects[0]]
                 if failed:

@@ -13,6 +13,7 @@ calls go through the kubernetes client's CustomObjectsApi, since the ``kubeflow`
 functions and commands of its own making, not a TrainJob given whole. The runner (``kubejob.KubeJobRunner``)
 brings log following, retries, adopt-or-replace, the owner reference and the service account.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,8 +66,12 @@ class TrainJobRequest:
     deadline_seconds: int  # the TFJob's activeDeadlineSeconds, which no TrainJob field holds at v2.1
 
     def body(self) -> dict:
-        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-                "metadata": ApiClient().sanitize_for_serialization(self.metadata), "spec": self.spec.to_dict()}
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": ApiClient().sanitize_for_serialization(self.metadata),
+            "spec": self.spec.to_dict(),
+        }
 
 
 def trainjob_for(job: KubeflowOrgV1TFJob) -> TrainJobRequest:
@@ -76,25 +81,35 @@ def trainjob_for(job: KubeflowOrgV1TFJob) -> TrainJobRequest:
     (container,) = pod.containers  # build_tfjob's one container
     plain = ApiClient().sanitize_for_serialization
     nodes = replica.replicas or 1
-    trainer = TrainerV1alpha1Trainer.from_dict({
-        "image": container.image, "command": container.command, "args": container.args,
-        "env": [*plain(container.env or []), {"name": NODES_ENV, "value": str(nodes)}],
-        "numNodes": nodes, "resourcesPerNode": plain(container.resources),
-    })
+    trainer = TrainerV1alpha1Trainer.from_dict(
+        {
+            "image": container.image,
+            "command": container.command,
+            "args": container.args,
+            "env": [*plain(container.env or []), {"name": NODES_ENV, "value": str(nodes)}],
+            "numNodes": nodes,
+            "resourcesPerNode": plain(container.resources),
+        }
+    )
     spec = TrainerV1alpha1TrainJobSpec(
-        runtime_ref=TrainerV1alpha1RuntimeRef(name=RUNTIME, kind=RUNTIME_KIND, api_group=GROUP), trainer=trainer)
+        runtime_ref=TrainerV1alpha1RuntimeRef(name=RUNTIME, kind=RUNTIME_KIND, api_group=GROUP), trainer=trainer
+    )
     if pod.service_account_name:
         _run_as(spec, pod.service_account_name)
     source = job.metadata
-    metadata = V1ObjectMeta(name=trainjob_name(source.name), labels=dict(source.labels or {}),
-                            annotations=dict(source.annotations or {}))
+    metadata = V1ObjectMeta(
+        name=trainjob_name(source.name), labels=dict(source.labels or {}), annotations=dict(source.annotations or {})
+    )
     return TrainJobRequest(metadata, spec, job.spec.run_policy.active_deadline_seconds)
 
 
 def _run_as(spec: TrainerV1alpha1TrainJobSpec, account: str) -> None:
-    spec.pod_template_overrides = [TrainerV1alpha1PodTemplateOverride(
-        target_jobs=[TrainerV1alpha1PodTemplateOverrideTargetJob(name=NODE)],
-        spec=TrainerV1alpha1PodTemplateSpecOverride(service_account_name=account))]
+    spec.pod_template_overrides = [
+        TrainerV1alpha1PodTemplateOverride(
+            target_jobs=[TrainerV1alpha1PodTemplateOverrideTargetJob(name=NODE)],
+            spec=TrainerV1alpha1PodTemplateSpecOverride(service_account_name=account),
+        )
+    ]
 
 
 def _creation(pod: Any) -> str:
@@ -154,7 +169,9 @@ class TrainJobBackend(KubeJobRunner[TrainJobRequest]):
         self.custom_api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job.body())
 
     def _get(self, name: str, namespace: str) -> JobState:
-        return JobState.of(self.custom_api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name), OUTCOMES)
+        return JobState.of(
+            self.custom_api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name), OUTCOMES
+        )
 
     def _patch(self, name: str, namespace: str, patch: dict) -> None:
         # A merge patch: the client sends a dict body as one unless told otherwise.
@@ -176,7 +193,8 @@ class TrainJobBackend(KubeJobRunner[TrainJobRequest]):
     def _no_resource(self, name: str, namespace: str, error: BaseException) -> str:
         return (
             f"cannot create TrainJob {namespace}/{name}: this cluster has no TrainJob resource ({api_reason(error)} for"
-            f" {PLURAL}.{GROUP}), so Kubeflow Trainer v2 is not installed (Kubeflow 1.10 and earlier install the " "Training"
+            f" {PLURAL}.{GROUP}), so Kubeflow Trainer v2 is not installed (Kubeflow 1.10 and earlier install the "
+            "Training"
             " Operator v1, which runs TFJobs): run with `--param trainer=tfjob`, or install Kubeflow Trainer and"
             " `kubectl apply -k manifests/trainer-v2`, then retry the run"
         )
@@ -184,8 +202,10 @@ class TrainJobBackend(KubeJobRunner[TrainJobRequest]):
     def _pods(self, name: str, namespace: str) -> dict[int, Any]:
         """Each worker index's current pod: the newest one not being deleted, else the newest."""
         selector = f"{JOBSET_LABEL}={name},{REPLICATED_JOB_LABEL}={NODE}"
-        found = self._retrying(f"list TrainJob {namespace}/{name}'s pods",
-                               lambda: self.core_api.list_namespaced_pod(namespace, label_selector=selector)).items
+        found = self._retrying(
+            f"list TrainJob {namespace}/{name}'s pods",
+            lambda: self.core_api.list_namespaced_pod(namespace, label_selector=selector),
+        ).items
         current: dict[int, Any] = {}
         for pod in sorted(found, key=lambda pod: (pod.metadata.deletion_timestamp is None, _creation(pod))):
             index = (pod.metadata.annotations or {}).get(COMPLETION_INDEX, "")

@@ -1,4 +1,5 @@
 """The Dataset artifact: Fashion-MNIST split, fingerprinted, written as shards, and read back per worker."""
+
 from __future__ import annotations
 
 import hashlib
@@ -85,7 +86,10 @@ def read_shards(store: Store, split: str, index: int = 0, count: int = 1) -> Spl
     """Reads the shards ``index::count`` of ``split``: one worker's disjoint part."""
     shards = read_metadata(store)["shards"]
     if count > shards:
-        raise BakeoffError(f"{count} workers need at least {count} shards, the dataset has {shards}: lower workers or re-ingest with " "more shards")
+        raise BakeoffError(
+            f"{count} workers need at least {count} shards, the dataset has {shards}: lower workers or re-ingest with "
+            "more shards"
+        )
     parts = []
     for shard in range(index, shards, count):
         with np.load(io.BytesIO(store.get_bytes(shard_name(split, shard, shards)))) as npz:

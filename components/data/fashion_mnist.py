@@ -1,4 +1,5 @@
 """Fashion-MNIST from its sources: Debian's IDX files (offline) or TFDS's own download."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,11 +53,14 @@ def check_source(source: str) -> str:
     if source == TFDS_SOURCE:
         return source
     folder = Path(source)
-    missing = [name for images, labels, _ in _IDX_FILES.values() for name in (images, labels) if not (folder / name).is_file()]
+    missing = [
+        name for images, labels, _ in _IDX_FILES.values() for name in (images, labels) if not (folder / name).is_file()
+    ]
     if missing:
         raise BakeoffError(
             f"Fashion-MNIST not found in {source!r} (missing {', '.join(missing)}):"
-            " install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or pass --source tfds on " "a machine with internet"
+            " install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or pass --source tfds on "
+            "a machine with internet"
         )
     return source
 
@@ -70,7 +74,8 @@ def read_idx_dir(source: Path) -> dict[str, Split]:
         labels = _read_idx(source / labels_file, 2049, 1)
         if images.shape != (count, *IMAGE_SHAPE) or labels.shape != (count,):
             raise BakeoffError(
-                f"{str(source)!r} does not hold Fashion-MNIST's {split} split: got images {images.shape}, labels " f"{labels.shape}"
+                f"{str(source)!r} does not hold Fashion-MNIST's {split} split: got images {images.shape}, labels "
+                f"{labels.shape}"
             )
         if labels.max() >= 10:
             raise BakeoffError(f"{str(source / labels_file)!r} has labels outside 0..9")

@@ -1,4 +1,5 @@
 """The registry of model builders: ``type`` in a variant spec → config dataclass + builder."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,7 +42,11 @@ def build_cnn(input_shape: tuple[int, int], num_classes: int, config: CnnConfig)
             stack.append(layers.MaxPooling2D())
         if index == 1 and config.dropout:
             stack.append(layers.Dropout(config.dropout))
-    stack += [layers.Flatten(), layers.Dense(config.dense_units, activation="relu"), layers.Dense(num_classes, activation="softmax")]
+    stack += [
+        layers.Flatten(),
+        layers.Dense(config.dense_units, activation="relu"),
+        layers.Dense(num_classes, activation="softmax"),
+    ]
     return _sequential(stack, "cnn")
 
 

@@ -1,4 +1,5 @@
 """Scoring an exported model on a split, through the same signature that serves it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,12 @@ def predict(model_dir: Path, images: np.ndarray, batch_size: int = 1000) -> np.n
     import tensorflow as tf
 
     serve = tf.saved_model.load(str(model_dir)).signatures[ARRAYS_SIGNATURE]
-    return np.concatenate([serve(images=tf.constant(images[start:start + batch_size], tf.float32))["probabilities"].numpy()
-                           for start in range(0, len(images), batch_size)])
+    return np.concatenate(
+        [
+            serve(images=tf.constant(images[start : start + batch_size], tf.float32))["probabilities"].numpy()
+            for start in range(0, len(images), batch_size)
+        ]
+    )
 
 
 def score(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, float]:

@@ -1,4 +1,5 @@
 """The registries of optimizers and learning-rate schedules a variant's ``training`` section can name."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -31,9 +32,15 @@ def _keras_optimizer(name: str) -> Callable[[Any], Any]:
 
 
 # name → (initial rate, total steps, epochs) → a rate or a schedule
-SCHEDULES: dict[str, Callable[[float, int, int], Any]] = {"constant": _constant, "cosine": _cosine, "exponential": _exponential}
+SCHEDULES: dict[str, Callable[[float, int, int], Any]] = {
+    "constant": _constant,
+    "cosine": _cosine,
+    "exponential": _exponential,
+}
 # name → rate or schedule → a tf-keras optimizer
-OPTIMIZERS: dict[str, Callable[[Any], Any]] = {name.lower(): _keras_optimizer(name) for name in ("Adam", "SGD", "RMSprop")}
+OPTIMIZERS: dict[str, Callable[[Any], Any]] = {
+    name.lower(): _keras_optimizer(name) for name in ("Adam", "SGD", "RMSprop")
+}
 
 
 def make_optimizer(optimizer: str, learning_rate: float, schedule: str, total_steps: int, epochs: int) -> Any:

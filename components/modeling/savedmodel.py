@@ -1,4 +1,5 @@
 """The SavedModel contract: two serving signatures that TF Serving, KServe and selection all use."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """The report's drawings, with matplotlib's Agg backend: training curves, the confusion matrix."""
+
 from __future__ import annotations
 
 import base64
@@ -25,12 +26,26 @@ def curves(histories: dict[str, dict]) -> Figure:
     for ax, (panel, train_key, val_key) in zip(axes, PANELS, strict=True):
         for colour, (variant, history) in zip(colours, histories.items(), strict=True):
             train = history.get(train_key, [])
-            ax.plot(range(1, len(train) + 1), train, color=colour, marker=".", label=f"{variant} train", gid=f"{variant}/{train_key}")
+            ax.plot(
+                range(1, len(train) + 1),
+                train,
+                color=colour,
+                marker=".",
+                label=f"{variant} train",
+                gid=f"{variant}/{train_key}",
+            )
             validation = history.get(val_key, [])
             if validation:
                 epochs = history.get(VAL_EPOCHS) or list(range(1, len(validation) + 1))
-                ax.plot(epochs, validation, color=colour, linestyle="--", marker="o", label=f"{variant} validation",
-                        gid=f"{variant}/{val_key}")
+                ax.plot(
+                    epochs,
+                    validation,
+                    color=colour,
+                    linestyle="--",
+                    marker="o",
+                    label=f"{variant} validation",
+                    gid=f"{variant}/{val_key}",
+                )
         ax.set(title=panel, xlabel="epoch")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
@@ -40,8 +55,15 @@ def curves(histories: dict[str, dict]) -> Figure:
 
 def series(figure: Figure) -> dict[str, dict[str, list[float]]]:
     """The points drawn, by line id (``variant/key``): what the report embeds beside each curve image."""
-    return {gid: {"epoch": np.asarray(line.get_xdata(), float).tolist(), "value": np.asarray(line.get_ydata(), float).tolist()}
-            for ax in figure.axes for line in ax.get_lines() if (gid := line.get_gid())}
+    return {
+        gid: {
+            "epoch": np.asarray(line.get_xdata(), float).tolist(),
+            "value": np.asarray(line.get_ydata(), float).tolist(),
+        }
+        for ax in figure.axes
+        for line in ax.get_lines()
+        if (gid := line.get_gid())
+    }
 
 
 def confusion(matrix: list[list[int]], class_names: list[str]) -> Figure:
@@ -57,7 +79,9 @@ def confusion(matrix: list[list[int]], class_names: list[str]) -> Figure:
     ax.set(xlabel="predicted", ylabel="true")
     dark = counts.max() / 2 if counts.size else 0
     for (row, column), count in np.ndenumerate(counts):
-        ax.text(column, row, str(count), ha="center", va="center", fontsize=8, color="white" if count > dark else "black")
+        ax.text(
+            column, row, str(count), ha="center", va="center", fontsize=8, color="white" if count > dark else "black"
+        )
     return figure
 
 

@@ -1,4 +1,5 @@
 """One run's report: leaderboard, training curves, confusion matrix and mistakes, as one self-contained HTML page."""
+
 from __future__ import annotations
 
 import contextlib
@@ -53,43 +54,65 @@ def render(record: SelectionRecord, histories: dict[str, dict]) -> str:
         f"<h2>Its most confident mistakes on test ({len(record.misclassified)})</h2>",
         _mistakes(record.misclassified, names),
     ]
-    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_text(title)}</title><style>\n{STYLE}\n</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_text(title)}</title><style>\n{STYLE}\n</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
 def markdown(record: SelectionRecord) -> str:
     """The leaderboard and the promotion decision in Markdown (the KFP UI's Markdown artifact)."""
     metric = record.metric
-    rows = [f"| | variant | {_marked('val_accuracy', metric)} | {_marked('val_loss', metric)} | epochs | workers | " "train s |",
-            "|---|---|---:|---:|---:|---:|---:|"]
+    rows = [
+        f"| | variant | {_marked('val_accuracy', metric)} | {_marked('val_loss', metric)} | epochs | workers | "
+        "train s |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for place, c in enumerate(record.candidates, 1):
         mark = f"{place} {WINNER_MARK}" if c.variant == record.winner.variant else str(place)
-        rows.append(f"| {mark} | {c.variant} | {c.val_accuracy:.4f} | {c.val_loss:.4f} | {c.epochs}"
-                    f" | {c.workers} | {c.train_seconds:.1f} |")
+        rows.append(
+            f"| {mark} | {c.variant} | {c.val_accuracy:.4f} | {c.val_loss:.4f} | {c.epochs}"
+            f" | {c.workers} | {c.train_seconds:.1f} |"
+        )
     rows += [f"| stopped | {s.variant} | {s.reason} | | {s.epochs} | | |" for s in record.stopped]
     winner = record.winner
-    return (f"### bakeoff run {record.run_id}\n\n" + "\n".join(rows)
-            + f"\n\nwinner: **{winner.variant}**, test accuracy {winner.test_accuracy:.4f}\n\n{_decision(record)}\n")
+    return (
+        f"### bakeoff run {record.run_id}\n\n"
+        + "\n".join(rows)
+        + f"\n\nwinner: **{winner.variant}**, test accuracy {winner.test_accuracy:.4f}\n\n{_decision(record)}\n"
+    )
 
 
 def read_record(store: Store, run_id: str) -> SelectionRecord:
     """The run's selection record; one line when the run is unknown or never reached select."""
     if not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9_.]*", run_id):  # a KFP job id or kfp.local's run name; never a path
-        raise BakeoffError(f"run id {run_id!r} is not one bakeoff writes: pass the run id `bakeoff run` printed, or latest")
+        raise BakeoffError(
+            f"run id {run_id!r} is not one bakeoff writes: pass the run id `bakeoff run` printed, or latest"
+        )
     key = runs.selection_key(run_id)
     if not store.exists(key):
         reached = bool(store.list(f"runs/{run_id}/"))
         why = "it has no selection record (it did not reach select)" if reached else "no such run"
-        raise BakeoffError(f"cannot report run {run_id!r} in {store.uri}: {why}; `bakeoff report latest` reports the newest run that " "has one")
+        raise BakeoffError(
+            f"cannot report run {run_id!r} in {store.uri}: {why}; `bakeoff report latest` reports the newest run that "
+            "has one"
+        )
     return runs.selection(store, run_id)
 
 
 def latest_run(store: Store) -> str:
     """The run id of the newest selection record in the store."""
-    records = [runs.selection(store, key.split("/")[1]) for key in store.list("runs/")
-               if key.count("/") == 2 and key.endswith(f"/{runs.SELECTION}")]
+    records = [
+        runs.selection(store, key.split("/")[1])
+        for key in store.list("runs/")
+        if key.count("/") == 2 and key.endswith(f"/{runs.SELECTION}")
+    ]
     if not records:
-        raise BakeoffError(f"no run in {store.uri} has a selection record: run a bake-off (`bakeoff run`) or check --store")
+        raise BakeoffError(
+            f"no run in {store.uri} has a selection record: run a bake-off (`bakeoff run`) or check --store"
+        )
     return max(records, key=lambda record: (record.created, record.run_id)).run_id
 
 
@@ -130,29 +153,44 @@ def _leaderboard(record: SelectionRecord) -> str:
     metric = record.metric
     columns = ("val_accuracy", "val_loss")
     head = "".join(f'<th class="metric">{c} (selection)</th>' if c == metric else f"<th>{c}</th>" for c in columns)
-    rows = [f'<table id="leaderboard"><tr><th>#</th><th>variant</th>{head}<th>epochs</th><th>workers</th>'
-            "<th>train s</th><th>examples/s</th></tr>"]
+    rows = [
+        f'<table id="leaderboard"><tr><th>#</th><th>variant</th>{head}<th>epochs</th><th>workers</th>'
+        "<th>train s</th><th>examples/s</th></tr>"
+    ]
     for place, c in enumerate(record.candidates, 1):
         won = c.variant == record.winner.variant
-        cells = "".join(f'<td class="metric">{c.score(k):.4f}</td>' if k == metric else f"<td>{c.score(k):.4f}</td>" for k in columns)
-        rows.append(f'<tr{" class=winner" if won else ""} data-variant="{_text(c.variant)}"><td>{place}</td>'
-                    f'<td>{_text(c.variant)}{" " + WINNER_MARK if won else ""}</td>{cells}<td>{c.epochs}</td>'
-                    f'<td>{c.workers}</td><td>{c.train_seconds:.1f}</td><td>{c.examples_per_second:.0f}</td></tr>')
-    rows += [f'<tr class="stopped" data-variant="{_text(s.variant)}"><td>rung {s.rung}</td><td>{_text(s.variant)}</td>'
-             f'<td colspan="6">stopped: {_text(s.reason)}</td></tr>' for s in record.stopped]
+        cells = "".join(
+            f'<td class="metric">{c.score(k):.4f}</td>' if k == metric else f"<td>{c.score(k):.4f}</td>"
+            for k in columns
+        )
+        rows.append(
+            f'<tr{" class=winner" if won else ""} data-variant="{_text(c.variant)}"><td>{place}</td>'
+            f"<td>{_text(c.variant)}{' ' + WINNER_MARK if won else ''}</td>{cells}<td>{c.epochs}</td>"
+            f"<td>{c.workers}</td><td>{c.train_seconds:.1f}</td><td>{c.examples_per_second:.0f}</td></tr>"
+        )
+    rows += [
+        f'<tr class="stopped" data-variant="{_text(s.variant)}"><td>rung {s.rung}</td><td>{_text(s.variant)}</td>'
+        f'<td colspan="6">stopped: {_text(s.reason)}</td></tr>'
+        for s in record.stopped
+    ]
     return "\n".join(rows) + "\n</table>"
 
 
 def _figure(figure: Figure, alt: str, name: str, data: str) -> str:
     """An image of the figure, with the numbers it draws beside it in a data attribute."""
-    return (f'<img class="figure" id="{name}" alt="{alt}" data-{name}="{html.escape(data)}"'
-            f' src="data:image/png;base64,{figures.png_base64(figure)}">')
+    return (
+        f'<img class="figure" id="{name}" alt="{alt}" data-{name}="{html.escape(data)}"'
+        f' src="data:image/png;base64,{figures.png_base64(figure)}">'
+    )
 
 
 def _mistakes(misclassified: list[Mistake], names: list[str]) -> str:
     if not misclassified:
         return "<p>none: every test image was classified right</p>"
-    cells = [f'<figure><img alt="test image {m.index}" src="data:image/png;base64,{m.png}">'
-             f'<figcaption>true: {_text(names[m.true])}<br>predicted: {_text(names[m.predicted])}'
-             f' ({m.confidence:.0%})<br>test #{m.index}</figcaption></figure>' for m in misclassified]
+    cells = [
+        f'<figure><img alt="test image {m.index}" src="data:image/png;base64,{m.png}">'
+        f"<figcaption>true: {_text(names[m.true])}<br>predicted: {_text(names[m.predicted])}"
+        f" ({m.confidence:.0%})<br>test #{m.index}</figcaption></figure>"
+        for m in misclassified
+    ]
     return '<div class="mistakes">\n' + "\n".join(cells) + "\n</div>"

@@ -1,4 +1,5 @@
 """The plan's cost: seconds per epoch from each architecture's arithmetic, and a search shrunk to fit its budget."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -75,8 +76,12 @@ def _with_samples(config: Config, samples: int) -> Config:
     samples)."""
     keep = [v for v in config.variants if (config.expansions[v.name].sample or 0) < samples]
     assert config.search is not None
-    return dataclasses.replace(config, variants=keep, search=dataclasses.replace(config.search, samples=samples),
-                               expansions={v.name: config.expansions[v.name] for v in keep})
+    return dataclasses.replace(
+        config,
+        variants=keep,
+        search=dataclasses.replace(config.search, samples=samples),
+        expansions={v.name: config.expansions[v.name] for v in keep},
+    )
 
 
 def _with_epochs(config: Config, epochs: int) -> Config:
@@ -85,7 +90,10 @@ def _with_epochs(config: Config, epochs: int) -> Config:
     search, halving = config.search, config.search.halving
     if halving is not None:
         search = dataclasses.replace(search, halving=Halving(min(halving.min_epochs, epochs), epochs, halving.eta))
-    variants = [dataclasses.replace(v, training=dataclasses.replace(v.training, epochs=min(v.training.epochs, epochs))) for v in config.variants]
+    variants = [
+        dataclasses.replace(v, training=dataclasses.replace(v.training, epochs=min(v.training.epochs, epochs)))
+        for v in config.variants
+    ]
     return dataclasses.replace(config, variants=variants, search=search)
 
 
@@ -112,18 +120,28 @@ def fit(config: Config, train_examples: int = TRAIN_EXAMPLES) -> Plan:
         kept = fitting[0] if fitting else 1
         if kept < samples:
             config = _with_samples(config, kept)
-            shrunk.append(f"search.samples {samples} -> {kept}: {samples} draws per sampled variant take"
-                          f" an estimated {_minutes(seconds)}, over the budget of {budget:g} min")
+            shrunk.append(
+                f"search.samples {samples} -> {kept}: {samples} draws per sampled variant take"
+                f" an estimated {_minutes(seconds)}, over the budget of {budget:g} min"
+            )
             rungs, seconds = estimate(config, train_examples)
     if seconds > limit:
         longest = max(variant.training.epochs for variant in config.variants)
-        fitting = [e for e in range(longest - 1, 0, -1) if estimate(_with_epochs(config, e), train_examples)[1] <= limit]
+        fitting = [
+            e for e in range(longest - 1, 0, -1) if estimate(_with_epochs(config, e), train_examples)[1] <= limit
+        ]
         if not fitting:
             least = estimate(_with_epochs(config, 1), train_examples)[1]
-            raise BakeoffError(f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} " f"variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"
-                               f" (an estimated {_minutes(least)} here): raise the budget or list fewer variants")
+            raise BakeoffError(
+                f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} "
+                f"variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"
+                f" (an estimated {_minutes(least)} here): raise the budget or list fewer variants"
+            )
         field = "search.halving.max_epochs" if halving else "training.epochs"
-        shrunk.append(f"{field} {longest} -> {fitting[0]}: {longest} epochs take an estimated {_minutes(seconds)}, over the " f"budget of {budget:g} min")
+        shrunk.append(
+            f"{field} {longest} -> {fitting[0]}: {longest} epochs take an estimated {_minutes(seconds)}, over the "
+            f"budget of {budget:g} min"
+        )
         config = _with_epochs(config, fitting[0])
         rungs, seconds = estimate(config, train_examples)
     return Plan(config, rungs, seconds, shrunk)

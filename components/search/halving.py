@@ -1,4 +1,5 @@
 """Successive halving: the rungs a search trains through, and which variants survive each."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,13 +53,18 @@ def check_compiled(variants: list[Variant], halving: Halving, planned: int) -> l
     recompile = "or recompile with `bakeoff compile --config ...`"
     if len(variants) != planned:
         keeps = ", ".join(str(rung.keep) for rung in rungs)
-        raise BakeoffError(f"{len(variants)} variants given, but this pipeline was compiled for a halving search of {planned} variants"
-                           f" (rungs stop at {stops} and keep {keeps}): list {planned} variants, {recompile} for {len(variants)}")
+        raise BakeoffError(
+            f"{len(variants)} variants given, but this pipeline was compiled for a halving search of {planned} variants"
+            f" (rungs stop at {stops} and keep {keeps}): list {planned} variants, {recompile} for {len(variants)}"
+        )
     for variant in variants:
         if variant.training.epochs != halving.max_epochs:
-            raise BakeoffError(f"variant {variant.name!r} has training.epochs {variant.training.epochs}, but this pipeline was " "compiled"
-                               f" for a halving schedule to epoch {halving.max_epochs} (rungs stop at {stops}):"
-                               f" set training.epochs to {halving.max_epochs}, {recompile}")
+            raise BakeoffError(
+                f"variant {variant.name!r} has training.epochs {variant.training.epochs}, but this pipeline was "
+                "compiled"
+                f" for a halving schedule to epoch {halving.max_epochs} (rungs stop at {stops}):"
+                f" set training.epochs to {halving.max_epochs}, {recompile}"
+            )
     return rungs
 
 
@@ -85,6 +91,8 @@ def survivors(candidates: list[Score], keep: int, metric: str) -> tuple[list[str
     """
     check_metric(metric)  # an unknown metric is one line, before any candidate is read
     scored = [c for c in candidates if math.isfinite(c.score(metric))]
-    ranked = rank(scored, metric) + sorted((c for c in candidates if not math.isfinite(c.score(metric))), key=lambda c: c.variant)
+    ranked = rank(scored, metric) + sorted(
+        (c for c in candidates if not math.isfinite(c.score(metric))), key=lambda c: c.variant
+    )
     names = [c.variant for c in ranked]
     return names[:keep], names[keep:]

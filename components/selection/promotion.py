@@ -1,4 +1,5 @@
 """The promotion gate: a run's winner replaces the published champion only when it is better by a margin."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,9 @@ class Gate:
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_improvement < 1:
-            raise BakeoffError(f"min improvement {self.min_improvement!r} must be in [0, 1): a margin of the metric, e.g. 0.002")
+            raise BakeoffError(
+                f"min improvement {self.min_improvement!r} must be in [0, 1): a margin of the metric, e.g. 0.002"
+            )
 
 
 def gain(metric: str, challenger: float, champion: float) -> float:

@@ -1,4 +1,5 @@
 """Selection metrics, each with the direction that is better, and the ranking they give."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -1,4 +1,5 @@
 """What a run's selection is by and for: the metric, the model name it publishes under, the promotion gate."""
+
 from __future__ import annotations
 
 import dataclasses

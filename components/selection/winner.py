@@ -1,5 +1,6 @@
 """The winner: every candidate scored alike on validation, the best tested on test, published if it beats the
 champion."""
+
 import base64
 import datetime
 import tempfile
@@ -67,17 +68,19 @@ def select_winner(
             model_dir = store.get_dir(f"{candidate.prefix}/{runs.MODEL}", Path(scratch) / candidate.variant)
             result = evaluate(model_dir, validation.images, validation.labels)
             training = candidate.metrics
-            scored.append(ScoredCandidate(
-                variant=candidate.variant,
-                workers=training.workers,
-                num_replicas_in_sync=training.num_replicas_in_sync,
-                val_accuracy=result["accuracy"],
-                val_loss=result["loss"],
-                epochs=training.epochs,
-                train_seconds=training.train_seconds,
-                examples_per_second=training.examples_per_second,
-                uri=candidate.uri,
-            ))
+            scored.append(
+                ScoredCandidate(
+                    variant=candidate.variant,
+                    workers=training.workers,
+                    num_replicas_in_sync=training.num_replicas_in_sync,
+                    val_accuracy=result["accuracy"],
+                    val_loss=result["loss"],
+                    epochs=training.epochs,
+                    train_seconds=training.train_seconds,
+                    examples_per_second=training.examples_per_second,
+                    uri=candidate.uri,
+                )
+            )
         ranking = rank(scored, metric)
         best = ranking[0]
         winner = next(c for c in candidates if c.variant == best.variant)
@@ -98,7 +101,9 @@ def select_winner(
             run_id=run_id,
             variant=winner.variant,
             spec=winner.spec,
-            metrics=PublishedMetrics(best.val_accuracy, best.val_loss, test_result["accuracy"], test_result["loss"], winner.metrics),
+            metrics=PublishedMetrics(
+                best.val_accuracy, best.val_loss, test_result["accuracy"], test_result["loss"], winner.metrics
+            ),
             selection=SelectionBasis(metric, direction(metric), [c.variant for c in ranking]),
             dataset=DatasetInfo(metadata["fingerprint"], metadata["counts"]),
             promotion=decision,
@@ -143,13 +148,15 @@ def _misclassified(test: Split, probabilities: np.ndarray) -> list[Mistake]:
     for index in confident_mistakes(probabilities, test.labels, defaults.MISCLASSIFIED):
         predicted = int(probabilities[index].argmax())
         png = tf.io.encode_png(test.images[index].astype(np.uint8)[..., np.newaxis]).numpy()
-        mistakes.append(Mistake(
-            index=index,
-            true=int(test.labels[index]),
-            predicted=predicted,
-            confidence=float(probabilities[index, predicted]),
-            png=base64.b64encode(png).decode("ascii"),
-        ))
+        mistakes.append(
+            Mistake(
+                index=index,
+                true=int(test.labels[index]),
+                predicted=predicted,
+                confidence=float(probabilities[index, predicted]),
+                png=base64.b64encode(png).decode("ascii"),
+            )
+        )
     return mistakes
 
 
@@ -172,18 +179,25 @@ def _decision(metric: str, best: ScoredCandidate, champion: Champion | None, ver
     """One line for people: what was published, or which version was kept over what."""
     if version is None:
         assert champion is not None  # only a champion keeps its place
-        return (f"kept version {champion.version} ({metric} {champion.score(metric):.4f}) over {best.variant}"
-                f" ({best.score(metric):.4f})")
+        return (
+            f"kept version {champion.version} ({metric} {champion.score(metric):.4f}) over {best.variant}"
+            f" ({best.score(metric):.4f})"
+        )
     if champion is None:
         return f"published version {version}: {best.variant} ({metric} {best.score(metric):.4f}), the first"
-    return (f"published version {version}: {best.variant} ({metric} {best.score(metric):.4f}) over version"
-            f" {champion.version} ({champion.score(metric):.4f})")
+    return (
+        f"published version {version}: {best.variant} ({metric} {best.score(metric):.4f}) over version"
+        f" {champion.version} ({champion.score(metric):.4f})"
+    )
 
 
 def select_run(variants: list[str], data_dir: str, store_uri: str, run_id: str, settings: SelectionSettings) -> Summary:
     """``select_winner`` over the variants that run ``run_id`` trained, read back from the store."""
     store = open_store(store_uri)
     candidates = [runs.candidate(store, run_id, variant) for variant in variants]
-    stopped = [Stopped(entry.variant, record.rung, record.epochs, settings.metric, entry.score(settings.metric), entry.reason)
-               for record in runs.search_records(store, run_id) for entry in record.stopped]
+    stopped = [
+        Stopped(entry.variant, record.rung, record.epochs, settings.metric, entry.score(settings.metric), entry.reason)
+        for record in runs.search_records(store, run_id)
+        for entry in record.stopped
+    ]
     return select_winner(candidates, data_dir, store_uri, run_id, settings, stopped)

@@ -1,4 +1,5 @@
 """`bakeoff deploy`: bakeoff's ServingRuntime and an InferenceService on KServe, rolled to each published version."""
+
 from __future__ import annotations
 
 import copy
@@ -47,9 +48,13 @@ GRPC_PORT = 8081
 HTTP_PORT_NAME = "http1"
 MODEL_FORMAT, MODEL_FORMAT_VERSION = "tensorflow", "2"
 PROTOCOLS = ["v1", "v2"]
-SERVICE_ACCOUNT = "bakeoff-s3"  # manifests/kserve/serviceaccount.yaml: carries the S3 secret the storage initializer reads
+SERVICE_ACCOUNT = (
+    "bakeoff-s3"  # manifests/kserve/serviceaccount.yaml: carries the S3 secret the storage initializer reads
+)
 PART_OF = {"app.kubernetes.io/part-of": "bakeoff"}
-VERSION_ANNOTATION = "bakeoff/version"  # on the predictor: a new value is a new pod template, so KServe rolls out a new revision
+VERSION_ANNOTATION = (
+    "bakeoff/version"  # on the predictor: a new value is a new pod template, so KServe rolls out a new revision
+)
 IMAGE_ANNOTATION = "bakeoff/image"  # the runtime's image, for the same reason when only the image changes
 # The predictor's size when deploy creates it; later deploys leave it to the user (kubectl edit survives).
 REQUESTS = {"cpu": "500m", "memory": "1Gi"}
@@ -96,8 +101,10 @@ class Deployed:
 def service_name(model_name: str) -> str:
     """The InferenceService's name is the model's, which the v1 URL (/v1/models/<name>:predict) carries too."""
     if not _ISVC_NAME.fullmatch(model_name) or len(model_name) > MAX_NAME:
-        raise BakeoffError(f"model name {model_name!r} cannot name an InferenceService: use lower-case letters, digits and '-',"
-                           f" starting with a letter, at most {MAX_NAME} characters (--model-name)")
+        raise BakeoffError(
+            f"model name {model_name!r} cannot name an InferenceService: use lower-case letters, digits and '-',"
+            f" starting with a letter, at most {MAX_NAME} characters (--model-name)"
+        )
     return model_name
 
 
@@ -106,8 +113,10 @@ def storage_uri(store: str, namespace: str, model_name: str) -> str:
     store = store.replace(NAMESPACE_TOKEN, namespace).rstrip("/")
     parsed = urlparse(store)
     if parsed.scheme not in ("s3", "minio") or not parsed.netloc:
-        raise BakeoffError(f"store {store!r} is not one KServe can read: pass --store s3://BUCKET/PREFIX, the store the pipeline"
-                           f" publishes to (default {defaults.CLUSTER_STORE})")
+        raise BakeoffError(
+            f"store {store!r} is not one KServe can read: pass --store s3://BUCKET/PREFIX, the store the pipeline"
+            f" publishes to (default {defaults.CLUSTER_STORE})"
+        )
     return f"s3://{parsed.netloc}{parsed.path}/{registry.model_prefix(model_name)}"
 
 
@@ -118,10 +127,23 @@ def serving_runtime(image: str) -> V1alpha1ServingRuntime:
         image=image,
         command=["python", "-m", SERVER_MODULE],
         # KServe fills in {{.Name}}, the InferenceService's name, as its own runtimes' --model_name.
-        args=["--model-dir", MODEL_DIR, "--model-name", "{{.Name}}", "--http-port", str(HTTP_PORT), "--grpc-port", str(GRPC_PORT)],
+        args=[
+            "--model-dir",
+            MODEL_DIR,
+            "--model-name",
+            "{{.Name}}",
+            "--http-port",
+            str(HTTP_PORT),
+            "--grpc-port",
+            str(GRPC_PORT),
+        ],
         ports=[client.V1ContainerPort(container_port=HTTP_PORT, name=HTTP_PORT_NAME, protocol="TCP")],
-        security_context=client.V1SecurityContext(run_as_non_root=True, allow_privilege_escalation=False, privileged=False,
-                                                  capabilities=client.V1Capabilities(drop=["ALL"])),
+        security_context=client.V1SecurityContext(
+            run_as_non_root=True,
+            allow_privilege_escalation=False,
+            privileged=False,
+            capabilities=client.V1Capabilities(drop=["ALL"]),
+        ),
         resources=client.V1ResourceRequirements(requests=dict(REQUESTS), limits=dict(LIMITS)),
     )
     return V1alpha1ServingRuntime(
@@ -131,7 +153,9 @@ def serving_runtime(image: str) -> V1alpha1ServingRuntime:
         spec=V1alpha1ServingRuntimeSpec(
             annotations={"prometheus.kserve.io/port": str(HTTP_PORT), "prometheus.kserve.io/path": "/metrics"},
             # autoSelect off: chosen only by name, never for someone else's TensorFlow model.
-            supported_model_formats=[V1alpha1SupportedModelFormat(name=MODEL_FORMAT, version=MODEL_FORMAT_VERSION, auto_select=False)],
+            supported_model_formats=[
+                V1alpha1SupportedModelFormat(name=MODEL_FORMAT, version=MODEL_FORMAT_VERSION, auto_select=False)
+            ],
             protocol_versions=list(PROTOCOLS),
             containers=[container],
         ),
@@ -193,7 +217,7 @@ def _api_message(error: ApiException) -> str:
         return str(error.reason or "no message")
     message = " ".join(str(message).split())
     # A refused merge patch quotes the whole patched object before the reason: keep the reason.
-    return message[message.find(STRICT_DECODING):] if STRICT_DECODING in message else message
+    return message[message.find(STRICT_DECODING) :] if STRICT_DECODING in message else message
 
 
 def _failure(error: BaseException, doing: str, cluster: Cluster, namespace: str) -> BakeoffError:
@@ -201,29 +225,45 @@ def _failure(error: BaseException, doing: str, cluster: Cluster, namespace: str)
     if isinstance(error, ApiException) and error.status:
         message = _api_message(error)
         if error.status == 401:
-            return BakeoffError(f"the Kubernetes API at {cluster.host} does not accept your credentials (HTTP 401: {message}):"
-                                " log in again, or check your kube-config context")
+            return BakeoffError(
+                f"the Kubernetes API at {cluster.host} does not accept your credentials (HTTP 401: {message}):"
+                " log in again, or check your kube-config context"
+            )
         if error.status == 403:
-            return BakeoffError(f"not allowed to {doing} in namespace {namespace!r} (HTTP 403: {message}): you need get, create and " "patch"
-                                f" on inferenceservices and servingruntimes ({GROUP}) there, or another --namespace")
+            return BakeoffError(
+                f"not allowed to {doing} in namespace {namespace!r} (HTTP 403: {message}): you need get, create and "
+                "patch"
+                f" on inferenceservices and servingruntimes ({GROUP}) there, or another --namespace"
+            )
         if error.status == 404 and (_api_body(error).get("details") or {}).get("kind") == "namespaces":
-            return BakeoffError(f"cannot {doing}: namespace {namespace!r} does not exist on {cluster.host} (HTTP 404: {message}):"
-                                " pass --namespace with your profile's namespace, or leave it out for the kube-config's")
+            return BakeoffError(
+                f"cannot {doing}: namespace {namespace!r} does not exist on {cluster.host} (HTTP 404: {message}):"
+                " pass --namespace with your profile's namespace, or leave it out for the kube-config's"
+            )
         if error.status == 404:
-            return BakeoffError(f"cannot {doing}: the API at {cluster.host} has no {GROUP} resources (HTTP 404: {message}):"
-                                " install KServe on the cluster first")
+            return BakeoffError(
+                f"cannot {doing}: the API at {cluster.host} has no {GROUP} resources (HTTP 404: {message}):"
+                " install KServe on the cluster first"
+            )
         if error.status in (400, 422):
-            return BakeoffError(f"the API at {cluster.host} refused to {doing} in namespace {namespace!r} (HTTP {error.status}: " f"{message}):"
-                                f" the cluster's {GROUP} CRDs refuse the field named; an older KServe may lack it: upgrade KServe there")
+            return BakeoffError(
+                f"the API at {cluster.host} refused to {doing} in namespace {namespace!r} (HTTP {error.status}: "
+                f"{message}):"
+                f" the cluster's {GROUP} CRDs refuse the field named; an older KServe may lack it: upgrade KServe there"
+            )
         return BakeoffError(f"cannot {doing} in namespace {namespace!r} (HTTP {error.status}: {message})")
     root = _chain(error)[-1]
     text = str(root).splitlines()[0] if str(root) else "no answer"
-    return BakeoffError(f"cannot reach the Kubernetes API at {cluster.host} to {doing} ({type(root).__name__}: {text}):"
-                        " check the kube-config context (kubectl config current-context) and the network")
+    return BakeoffError(
+        f"cannot reach the Kubernetes API at {cluster.host} to {doing} ({type(root).__name__}: {text}):"
+        " check the kube-config context (kubectl config current-context) and the network"
+    )
 
 
 def _unanswered(error: BaseException) -> bool:
-    return any(isinstance(cause, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)) for cause in _chain(error))
+    return any(
+        isinstance(cause, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)) for cause in _chain(error)
+    )
 
 
 def _request(cluster: Cluster, namespace: str, doing: str, call: Callable[[], Any], conflict: bool = False) -> Any:
@@ -246,7 +286,9 @@ def _get(cluster: Cluster, namespace: str, plural: str, name: str) -> dict | Non
 
     def read() -> dict | None:
         try:
-            return cluster.api.get_namespaced_custom_object(GROUP, version, namespace, plural, name, _request_timeout=REQUEST_SECONDS)
+            return cluster.api.get_namespaced_custom_object(
+                GROUP, version, namespace, plural, name, _request_timeout=REQUEST_SECONDS
+            )
         except ApiException as error:
             if error.status == 404 and (_api_body(error).get("details") or {}).get("name") == name:
                 return None
@@ -275,21 +317,31 @@ def connect() -> Cluster:
             config.load_kube_config(config_file=files, client_configuration=configuration)
             _, active = config.list_kube_config_contexts(config_file=files)
         except (config.ConfigException, OSError, TypeError) as error:
-            raise BakeoffError(f"no Kubernetes API to deploy to: not in a pod, and no usable kube-config at {files}"
-                               f" ({' '.join(str(error).split()) or type(error).__name__}): set KUBECONFIG or run `kubectl config " "use-context`") from None
+            raise BakeoffError(
+                f"no Kubernetes API to deploy to: not in a pod, and no usable kube-config at {files}"
+                f" ({' '.join(str(error).split()) or type(error).__name__}): set KUBECONFIG or run `kubectl config "
+                "use-context`"
+            ) from None
         namespace = (active.get("context") or {}).get("namespace") or "default"
     return Cluster(client.CustomObjectsApi(client.ApiClient(configuration)), namespace, configuration.host)
 
 
-def latest_version(store: str, namespace: str, model_name: str, s3_endpoint: str | None, s3_insecure: bool | None) -> int:
+def latest_version(
+    store: str, namespace: str, model_name: str, s3_endpoint: str | None, s3_insecure: bool | None
+) -> int:
     """The newest complete version in the store, read as `bakeoff models list` reads it."""
     uri = store.replace(NAMESPACE_TOKEN, namespace).rstrip("/")
     try:
         versions = registry.list_versions(open_store(uri, s3_endpoint, s3_insecure), model_name)
     except BakeoffError as error:
-        raise BakeoffError(f"cannot read the published versions ({error}); or pass --version N (see `bakeoff models list`)") from None
+        raise BakeoffError(
+            f"cannot read the published versions ({error}); or pass --version N (see `bakeoff models list`)"
+        ) from None
     if not versions:
-        raise BakeoffError(f"no published version of {model_name!r} in {uri}: run the pipeline first, or check --store and " "--model-name")
+        raise BakeoffError(
+            f"no published version of {model_name!r} in {uri}: run the pipeline first, or check --store and "
+            "--model-name"
+        )
     return versions[-1].version
 
 
@@ -328,34 +380,73 @@ def _ensure_runtime(cluster: Cluster, namespace: str, image: str | None) -> tupl
         current = _get(cluster, namespace, RUNTIME_PLURAL, RUNTIME_NAME)
         if current is None:
             if image is None:
-                raise BakeoffError(f"there is no servingruntime {RUNTIME_NAME!r} in {namespace!r} yet, and deploy would create it with"
-                                   f" {defaults.IMAGE}, which nobody publishes: pass --image REGISTRY/bakeoff:TAG, your build of"
-                                   " images/Dockerfile, or apply manifests/kserve first")
+                raise BakeoffError(
+                    f"there is no servingruntime {RUNTIME_NAME!r} in {namespace!r} yet, and deploy would create it with"
+                    f" {defaults.IMAGE}, which nobody publishes: pass --image REGISTRY/bakeoff:TAG, your build of"
+                    " images/Dockerfile, or apply manifests/kserve first"
+                )
             wanted = image
             body = as_dict(serving_runtime(wanted))
-            created = _request(cluster, namespace, f"create servingruntimes.{GROUP} {RUNTIME_NAME!r}", functools.partial(
-                api.create_namespaced_custom_object, GROUP, RUNTIME_VERSION, namespace, RUNTIME_PLURAL, body, **_WRITE), conflict=True)
+            created = _request(
+                cluster,
+                namespace,
+                f"create servingruntimes.{GROUP} {RUNTIME_NAME!r}",
+                functools.partial(
+                    api.create_namespaced_custom_object,
+                    GROUP,
+                    RUNTIME_VERSION,
+                    namespace,
+                    RUNTIME_PLURAL,
+                    body,
+                    **_WRITE,
+                ),
+                conflict=True,
+            )
             if created is None:
                 continue  # created meanwhile: read it again
             return "created", wanted
         containers = copy.deepcopy(current["spec"].get("containers") or [])
         server = next((c for c in containers if c.get("name") == CONTAINER), None)
         if server is None:
-            raise BakeoffError(f"servingruntime {RUNTIME_NAME!r} in {namespace!r} has no {CONTAINER!r} container, so it is not " "bakeoff's:"
-                               " delete it, or apply manifests/kserve")
+            raise BakeoffError(
+                f"servingruntime {RUNTIME_NAME!r} in {namespace!r} has no {CONTAINER!r} container, so it is not "
+                "bakeoff's:"
+                " delete it, or apply manifests/kserve"
+            )
         if image is None or server.get("image") == image:
             return "kept", server.get("image") or ""
         server["image"] = image
-        patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": {"containers": containers}}
-        patched = _request(cluster, namespace, f"patch servingruntimes.{GROUP} {RUNTIME_NAME!r}", functools.partial(
-            api.patch_namespaced_custom_object, GROUP, RUNTIME_VERSION, namespace, RUNTIME_PLURAL, RUNTIME_NAME, patch, **_WRITE), conflict=True)
+        patch = {
+            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+            "spec": {"containers": containers},
+        }
+        patched = _request(
+            cluster,
+            namespace,
+            f"patch servingruntimes.{GROUP} {RUNTIME_NAME!r}",
+            functools.partial(
+                api.patch_namespaced_custom_object,
+                GROUP,
+                RUNTIME_VERSION,
+                namespace,
+                RUNTIME_PLURAL,
+                RUNTIME_NAME,
+                patch,
+                **_WRITE,
+            ),
+            conflict=True,
+        )
         if patched is None:
             continue  # changed meanwhile: read it again
         return "updated", image
-    raise BakeoffError(f"servingruntime {RUNTIME_NAME!r} in {namespace!r} kept changing while deploy wrote it: run deploy again")
+    raise BakeoffError(
+        f"servingruntime {RUNTIME_NAME!r} in {namespace!r} kept changing while deploy wrote it: run deploy again"
+    )
 
 
-def deploy(cluster: Cluster, namespace: str, model_name: str, uri: str, version: int, image: str | None = None) -> Deployed:
+def deploy(
+    cluster: Cluster, namespace: str, model_name: str, uri: str, version: int, image: str | None = None
+) -> Deployed:
     """Creates the InferenceService, or patches the one there so KServe rolls out ``version`` beside the old revision.
 
     Never deletes: the old revision serves until the new one is Ready. Only what deploy owns is patched
@@ -370,32 +461,59 @@ def deploy(cluster: Cluster, namespace: str, model_name: str, uri: str, version:
     for _ in range(WRITE_ATTEMPTS):
         current = _get(cluster, namespace, ISVC_PLURAL, name)
         if current is None:
-            created = _request(cluster, namespace, doing, lambda: api.create_namespaced_custom_object(
-                GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, wanted, **_WRITE), conflict=True)
+            created = _request(
+                cluster,
+                namespace,
+                doing,
+                lambda: api.create_namespaced_custom_object(
+                    GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, wanted, **_WRITE
+                ),
+                conflict=True,
+            )
             if created is None:
                 continue  # created meanwhile: patch it instead
             return Deployed(name, namespace, version, None, "created", runtime, running_image, None)
         annotations = ((current.get("spec") or {}).get("predictor") or {}).get("annotations") or {}
-        previous = int(annotations[VERSION_ANNOTATION]) if str(annotations.get(VERSION_ANNOTATION, "")).isdigit() else None
+        previous = (
+            int(annotations[VERSION_ANNOTATION]) if str(annotations.get(VERSION_ANNOTATION, "")).isdigit() else None
+        )
         predictor = dict(wanted["spec"]["predictor"])
         predictor["model"] = {key: value for key, value in predictor["model"].items() if key != "resources"}
-        patch = {"metadata": {"labels": wanted["metadata"]["labels"], "resourceVersion": current["metadata"]["resourceVersion"]},
-                 "spec": {"predictor": predictor}}
+        patch = {
+            "metadata": {
+                "labels": wanted["metadata"]["labels"],
+                "resourceVersion": current["metadata"]["resourceVersion"],
+            },
+            "spec": {"predictor": predictor},
+        }
         if _merge(current, patch) == current:
             return Deployed(name, namespace, version, previous, "unchanged", runtime, running_image, None)
         baseline = _rollout_mark(current)
-        patched = _request(cluster, namespace, doing, functools.partial(
-            api.patch_namespaced_custom_object, GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, name, patch, **_WRITE), conflict=True)
+        patched = _request(
+            cluster,
+            namespace,
+            doing,
+            functools.partial(
+                api.patch_namespaced_custom_object, GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, name, patch, **_WRITE
+            ),
+            conflict=True,
+        )
         if patched is None:
             continue  # changed meanwhile: read it again
         return Deployed(name, namespace, version, previous, "updated", runtime, running_image, baseline)
-    raise BakeoffError(f"inferenceservice {name!r} in {namespace!r} kept changing while deploy wrote it: run deploy again")
+    raise BakeoffError(
+        f"inferenceservice {name!r} in {namespace!r} kept changing while deploy wrote it: run deploy again"
+    )
 
 
 def _conditions(body: dict | None) -> str:
     conditions = ((body or {}).get("status") or {}).get("conditions") or []
-    shown = [f"{c.get('type')}={c.get('status')}" + (f" ({c['reason']}: {' '.join(str(c.get('message', '')).split())})" if c.get("reason") else "")
-             for c in conditions if c.get("status") != "True" or c.get("type") == "Ready"]
+    shown = [
+        f"{c.get('type')}={c.get('status')}"
+        + (f" ({c['reason']}: {' '.join(str(c.get('message', '')).split())})" if c.get("reason") else "")
+        for c in conditions
+        if c.get("status") != "True" or c.get("type") == "Ready"
+    ]
     return "; ".join(shown) or "no conditions reported yet"
 
 
@@ -420,13 +538,18 @@ def wait_ready(cluster: Cluster, deployed: Deployed, timeout: float, poll: float
     while True:
         last = _get(cluster, deployed.namespace, ISVC_PLURAL, deployed.name)
         if last is None:
-            raise BakeoffError(f"inferenceservice {deployed.name!r} in {deployed.namespace!r} was deleted while deploy waited for it")
+            raise BakeoffError(
+                f"inferenceservice {deployed.name!r} in {deployed.namespace!r} was deleted while deploy waited for it"
+            )
         if _ready(last, deployed.baseline):
             url = (last.get("status") or {}).get("url")
             if url:
                 return url
         if time.monotonic() >= deadline:
-            raise BakeoffError(f"inferenceservice {deployed.name!r} in {deployed.namespace!r} is not Ready after {timeout:g} s"
-                               f" ({_conditions(last)}): see `kubectl describe inferenceservice {deployed.name} -n " f"{deployed.namespace}`"
-                               " and the predictor pod's logs")
+            raise BakeoffError(
+                f"inferenceservice {deployed.name!r} in {deployed.namespace!r} is not Ready after {timeout:g} s"
+                f" ({_conditions(last)}): see `kubectl describe inferenceservice {deployed.name} -n "
+                f"{deployed.namespace}`"
+                " and the predictor pod's logs"
+            )
         time.sleep(max(0.0, min(poll, deadline - time.monotonic())))

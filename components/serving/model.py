@@ -1,4 +1,5 @@
 """The served model: bakeoff's SavedModel behind KServe's V1 (TF Serving's REST) and V2 (Open Inference) protocols."""
+
 from __future__ import annotations
 
 import asyncio
@@ -51,10 +52,15 @@ def load_version(path: Path, number: int) -> Version:
     try:
         saved_model = tf.saved_model.load(str(path))
     except Exception as error:  # TF raises OSError, ValueError or its own errors for a bad folder
-        raise BakeoffError(f"{str(path)!r} holds no loadable SavedModel ({str(error).splitlines()[0]}): publish it with `bakeoff run`") from None
+        raise BakeoffError(
+            f"{str(path)!r} holds no loadable SavedModel ({str(error).splitlines()[0]}): publish it with `bakeoff run`"
+        ) from None
     missing = [name for name in (ARRAYS_SIGNATURE, BYTES_SIGNATURE) if name not in saved_model.signatures]
     if missing:
-        raise BakeoffError(f"the SavedModel in {str(path)!r} lacks the signature {missing[0]!r}: export it with " "components.modeling.savedmodel")
+        raise BakeoffError(
+            f"the SavedModel in {str(path)!r} lacks the signature {missing[0]!r}: export it with "
+            "components.modeling.savedmodel"
+        )
     arrays, encoded = saved_model.signatures[ARRAYS_SIGNATURE], saved_model.signatures[BYTES_SIGNATURE]
     height, width = arrays.structured_input_signature[1][ARRAYS_INPUT].shape[1:]
     classes = arrays.structured_outputs["probabilities"].shape[1]
@@ -62,8 +68,15 @@ def load_version(path: Path, number: int) -> Version:
     names = [t.numpy() for t in arrays.captured_inputs if t.dtype == tf.string and t.shape == [classes]]
     arrays(**{ARRAYS_INPUT: tf.zeros([1, height, width])})
     encoded(**{BYTES_INPUT: tf.constant([tf.io.encode_png(tf.zeros([height, width, 1], tf.uint8)).numpy()])})
-    return Version(number, path, saved_model, arrays, encoded, (height, width),
-                   [name.decode() for name in names[0]] if len(names) == 1 else None)
+    return Version(
+        number,
+        path,
+        saved_model,
+        arrays,
+        encoded,
+        (height, width),
+        [name.decode() for name in names[0]] if len(names) == 1 else None,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,14 +109,18 @@ class ServedModel(kserve.Model):
 
     def get_input_types(self) -> list[dict]:
         height, width = self.current.image_shape
-        return [{"name": ARRAYS_INPUT, "datatype": "FP32", "shape": [-1, height, width]},
-                {"name": BYTES_INPUT, "datatype": "BYTES", "shape": [-1]}]
+        return [
+            {"name": ARRAYS_INPUT, "datatype": "FP32", "shape": [-1, height, width]},
+            {"name": BYTES_INPUT, "datatype": "BYTES", "shape": [-1]},
+        ]
 
     def get_output_types(self) -> list[dict]:
         classes = len(self.current.class_names or []) or -1
-        return [{"name": "probabilities", "datatype": "FP32", "shape": [-1, classes]},
-                {"name": "class_id", "datatype": "INT64", "shape": [-1]},
-                {"name": "class_name", "datatype": "BYTES", "shape": [-1]}]
+        return [
+            {"name": "probabilities", "datatype": "FP32", "shape": [-1, classes]},
+            {"name": "class_id", "datatype": "INT64", "shape": [-1]},
+            {"name": "class_name", "datatype": "BYTES", "shape": [-1]},
+        ]
 
     async def preprocess(self, payload: dict | InferRequest, headers: dict | None = None) -> Batch:
         version = self.current
@@ -117,8 +134,9 @@ class ServedModel(kserve.Model):
         # TensorFlow releases the GIL: in a thread, concurrent requests overlap and the event loop keeps accepting.
         return batch, await asyncio.get_running_loop().run_in_executor(None, run, batch)
 
-    async def postprocess(self, result: tuple[Batch, dict], headers: dict | None = None,
-                          response_headers: dict | None = None) -> dict | InferResponse:
+    async def postprocess(
+        self, result: tuple[Batch, dict], headers: dict | None = None, response_headers: dict | None = None
+    ) -> dict | InferResponse:
         batch, outputs = result
         if batch.request is None:
             return v1_response(outputs)
@@ -152,27 +170,41 @@ def _undecodable(images: np.ndarray, error: Exception) -> str:
     else:
         index = None
     # TF's message wraps its one-line reason in graph context lines.
-    reasons = [line for line in str(error).splitlines()
-               if line.strip() and not line.startswith(("Graph execution error", "Detected at node", "<stack traces", "\t", " "))]
+    reasons = [
+        line
+        for line in str(error).splitlines()
+        if line.strip()
+        and not line.startswith(("Graph execution error", "Detected at node", "<stack traces", "\t", " "))
+    ]
     reason = reasons[-1] if reasons else "undecodable"
-    return f"image {index} could not be decoded ({reason})" if index is not None else f"an image could not be decoded ({reason})"
+    return (
+        f"image {index} could not be decoded ({reason})"
+        if index is not None
+        else f"an image could not be decoded ({reason})"
+    )
 
 
 def v1_batch(body: dict, version: Version) -> Batch:
     """TF Serving's row format: {"signature_name"?: ..., "instances": [28×28 arrays | {"b64": ...}, ...]}."""
     instances = body.get("instances")
     if not isinstance(instances, list) or not instances:
-        hint = " (the columnar \"inputs\" format is not served)" if "inputs" in body else ""
-        raise InvalidInput('send {"instances": [...]} with at least one image: 28×28 arrays of 0-255 pixels,'
-                           f' or {{"b64": "<base64 PNG/JPEG>"}}{hint}')
+        hint = ' (the columnar "inputs" format is not served)' if "inputs" in body else ""
+        raise InvalidInput(
+            'send {"instances": [...]} with at least one image: 28×28 arrays of 0-255 pixels,'
+            f' or {{"b64": "<base64 PNG/JPEG>"}}{hint}'
+        )
     signature = body.get("signature_name")
     if signature not in (None, ARRAYS_SIGNATURE, BYTES_SIGNATURE):
-        raise InvalidInput(f"unknown signature_name {signature!r}: use {ARRAYS_SIGNATURE!r} (arrays) or {BYTES_SIGNATURE!r} (images)")
+        raise InvalidInput(
+            f"unknown signature_name {signature!r}: use {ARRAYS_SIGNATURE!r} (arrays) or {BYTES_SIGNATURE!r} (images)"
+        )
     first = instances[0]
     if signature is None:
         signature = BYTES_SIGNATURE if isinstance(first, dict) and ARRAYS_INPUT not in first else ARRAYS_SIGNATURE
     if signature == BYTES_SIGNATURE:
-        return Batch(signature, encoded_images([_b64_field(i, instance) for i, instance in enumerate(instances)]), version)
+        return Batch(
+            signature, encoded_images([_b64_field(i, instance) for i, instance in enumerate(instances)]), version
+        )
     if isinstance(first, dict):  # TF Serving's named-input rows: {"images": [[...]]}
         instances = [instance.get(ARRAYS_INPUT) if isinstance(instance, dict) else instance for instance in instances]
     return Batch(signature, pixel_arrays(instances, version.image_shape, len(instances)), version)
@@ -183,7 +215,9 @@ def _b64_field(index: int, instance: Any) -> str:
     if isinstance(instance, dict) and isinstance(instance.get(BYTES_INPUT), dict):
         instance = instance[BYTES_INPUT]
     if not isinstance(instance, dict) or not isinstance(instance.get("b64"), str):
-        raise InvalidInput(f'instance {index} is not {{"b64": "<base64 PNG/JPEG>"}}: {BYTES_SIGNATURE!r} takes encoded images only')
+        raise InvalidInput(
+            f'instance {index} is not {{"b64": "<base64 PNG/JPEG>"}}: {BYTES_SIGNATURE!r} takes encoded images only'
+        )
     return instance["b64"]
 
 
@@ -199,7 +233,9 @@ def pixel_arrays(data: Any, image_shape: tuple[int, int], count: int) -> Any:
         tensor = None
     if tensor is None or tensor.shape != expected:
         got = "ragged or non-numeric data" if tensor is None else f"shape {tensor.shape.as_list()}"
-        raise InvalidInput(f"images must be {count}×{image_shape[0]}×{image_shape[1]} numbers (0-255 pixels), got {got}")
+        raise InvalidInput(
+            f"images must be {count}×{image_shape[0]}×{image_shape[1]} numbers (0-255 pixels), got {got}"
+        )
     return tensor
 
 
@@ -223,8 +259,10 @@ def encoded_images(texts: list[str | bytes]) -> np.ndarray:
 def v2_batch(request: InferRequest, version: Version) -> Batch:
     """The Open Inference Protocol: one input, FP32 [n, 28, 28] pixels or BYTES [n] (base64 PNG/JPEG in JSON)."""
     if len(request.inputs) != 1:
-        raise InvalidInput(f"send exactly one input tensor ({ARRAYS_INPUT!r} FP32 [n, 28, 28] or {BYTES_INPUT!r} BYTES [n]),"
-                           f" got {len(request.inputs)}")
+        raise InvalidInput(
+            f"send exactly one input tensor ({ARRAYS_INPUT!r} FP32 [n, 28, 28] or {BYTES_INPUT!r} BYTES [n]),"
+            f" got {len(request.inputs)}"
+        )
     unknown = [output.name for output in request.request_outputs or [] if output.name not in OUTPUTS]
     if unknown:
         raise InvalidInput(f"unknown output {unknown[0]!r}: the outputs are {', '.join(OUTPUTS)}")
@@ -251,10 +289,14 @@ def _v2_data(tensor: Any) -> np.ndarray:
 def v1_response(outputs: dict[str, np.ndarray]) -> dict:
     """TF Serving's row format: one {class_id, class_name, probabilities} per instance."""
     names = [name.decode() for name in outputs["class_name"]]
-    return {"predictions": [
-        {"class_id": class_id, "class_name": name, "probabilities": probabilities}
-        for class_id, name, probabilities in zip(outputs["class_id"].tolist(), names, outputs["probabilities"].tolist(), strict=True)
-    ]}
+    return {
+        "predictions": [
+            {"class_id": class_id, "class_name": name, "probabilities": probabilities}
+            for class_id, name, probabilities in zip(
+                outputs["class_id"].tolist(), names, outputs["probabilities"].tolist(), strict=True
+            )
+        ]
+    }
 
 
 def v2_response(model_name: str, batch: Batch, outputs: dict[str, np.ndarray]) -> InferResponse:
@@ -265,6 +307,11 @@ def v2_response(model_name: str, batch: Batch, outputs: dict[str, np.ndarray]) -
         InferOutput("class_name", list(outputs["class_name"].shape), "BYTES", outputs["class_name"]),
     ]
     assert request is not None  # a V2 answer is to a V2 request, which the batch keeps
-    return InferResponse(response_id=request.id or str(uuid.uuid4()), model_name=model_name,
-                         model_version=str(batch.version.number), infer_outputs=tensors,
-                         use_binary_outputs=request.use_binary_outputs, requested_outputs=request.request_outputs)
+    return InferResponse(
+        response_id=request.id or str(uuid.uuid4()),
+        model_name=model_name,
+        model_version=str(batch.version.number),
+        infer_outputs=tensors,
+        use_binary_outputs=request.use_binary_outputs,
+        requested_outputs=request.request_outputs,
+    )

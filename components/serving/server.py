@@ -7,6 +7,7 @@ NAME`` downloads from bakeoff's registry into a local cache. With ``--version
 latest`` (the default) a watcher polls every ``POLL_SECONDS`` for a newer complete
 version, loads it beside the one serving, then swaps it in.
 """
+
 from __future__ import annotations
 
 import abc
@@ -70,7 +71,9 @@ class FolderSource(Source):
 
     def __init__(self, model_dir: Path) -> None:
         if not model_dir.is_dir():
-            raise BakeoffError(f"model folder {str(model_dir)!r} does not exist: pass the folder that holds <version>/ folders")
+            raise BakeoffError(
+                f"model folder {str(model_dir)!r} does not exist: pass the folder that holds <version>/ folders"
+            )
         self.root = model_dir
         self.description = str(model_dir)
 
@@ -86,8 +89,11 @@ class FolderSource(Source):
                 # a bare SavedModel (or one beside a manifest this bakeoff cannot read): one version, whatever its
                 # number
                 return [0]
-        return sorted(int(entry.name) for entry in self.root.iterdir()
-                      if entry.name.isdigit() and (entry / registry.MANIFEST).is_file())
+        return sorted(
+            int(entry.name)
+            for entry in self.root.iterdir()
+            if entry.name.isdigit() and (entry / registry.MANIFEST).is_file()
+        )
 
     def fetch(self, number: int) -> Path:
         return self.root if self._single() else self.root / str(number)
@@ -106,7 +112,9 @@ class StoreSource(Source):
 
     def versions(self) -> list[int]:
         # One listing per poll (not a GET per manifest): the manifest, written last, marks a complete version.
-        return sorted({int(match.group(1)) for key in self.store.list(self.prefix) if (match := _MANIFEST_KEY.search(key))})
+        return sorted(
+            {int(match.group(1)) for key in self.store.list(self.prefix) if (match := _MANIFEST_KEY.search(key))}
+        )
 
     def fetch(self, number: int) -> Path:
         target = self.cache / str(number)
@@ -154,12 +162,16 @@ def choose(source: Source, version: int | None) -> int:
     """The version to serve first: ``version``, or the newest complete one."""
     complete = source.versions()
     if not complete:
-        raise BakeoffError(f"no published version in {source.description} (a version is complete once its {registry.MANIFEST} exists):"
-                           " publish one with `bakeoff run`")
+        raise BakeoffError(
+            f"no published version in {source.description} (a version is complete once its {registry.MANIFEST} exists):"
+            " publish one with `bakeoff run`"
+        )
     if version is None:
         return complete[-1]
     if version not in complete:
-        raise BakeoffError(f"version {version} is not published in {source.description}: choose one of {', '.join(map(str, complete))}")
+        raise BakeoffError(
+            f"version {version} is not published in {source.description}: choose one of {', '.join(map(str, complete))}"
+        )
     return version
 
 
@@ -167,7 +179,9 @@ class Watcher(threading.Thread):
     """Polls the source and swaps in each newer complete version once it is loaded (in this thread, beside the
     serving one)."""
 
-    def __init__(self, source: Source, model: ServedModel, poll_seconds: float, load: Callable[[Path, int], Version]) -> None:
+    def __init__(
+        self, source: Source, model: ServedModel, poll_seconds: float, load: Callable[[Path, int], Version]
+    ) -> None:
         super().__init__(name="version-watcher", daemon=True)
         self.source, self.model, self.poll_seconds, self.load = source, model, poll_seconds, load
         self.stopped = threading.Event()
@@ -242,9 +256,16 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def refuse(self, send: Callable, size: int) -> None:
-        body = json.dumps({"error": f"request body of {size} bytes is over the limit of {self.limit}: send fewer images per request"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        body = json.dumps(
+            {"error": f"request body of {size} bytes is over the limit of {self.limit}: send fewer images per request"}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -288,8 +309,14 @@ def serve(source: Source, settings: Settings) -> int:
     from kserve.errors import ModelNotFound
     from kserve.model_server import app
 
-    server = kserve.ModelServer(http_port=settings.http_port, grpc_port=settings.grpc_port or 8081, enable_grpc=settings.grpc_port > 0,
-                                workers=1, enable_latency_logging=False, enable_docs_url=False)
+    server = kserve.ModelServer(
+        http_port=settings.http_port,
+        grpc_port=settings.grpc_port or 8081,
+        enable_grpc=settings.grpc_port > 0,
+        workers=1,
+        enable_latency_logging=False,
+        enable_docs_url=False,
+    )
     for per_request in ("kserve.trace", "uvicorn.access"):  # a line per request costs more than a small prediction
         logging.getLogger(per_request).setLevel(logging.WARNING)
     logging.getLogger("kserve").addFilter(ClientErrorsInOneLine())
@@ -301,17 +328,22 @@ def serve(source: Source, settings: Settings) -> int:
         if model_name != model.name:
             raise ModelNotFound(model_name)
         version = model.current
-        return {"model_spec": {"name": model.name, "version": str(version.number)}, "class_names": version.class_names,
-                "inputs": {entry["name"]: entry for entry in model.get_input_types()}}
+        return {
+            "model_spec": {"name": model.name, "version": str(version.number)},
+            "class_names": version.class_names,
+            "inputs": {entry["name"]: entry for entry in model.get_input_types()},
+        }
 
     app.add_api_route("/v1/models/{model_name}/metadata", metadata, methods=["GET"])
     watcher = Watcher(source, model, settings.poll_seconds, load_version) if settings.version is None else None
     if watcher:
         watcher.start()
     grpc = f", gRPC on port {settings.grpc_port}" if settings.grpc_port else ""
-    say(f"serving {settings.model_name!r} version {first} from {source.description}"
+    say(
+        f"serving {settings.model_name!r} version {first} from {source.description}"
         f" at http://127.0.0.1:{settings.http_port}/v1/models/{settings.model_name}:predict{grpc}"
-        + (f"; looking for newer versions every {settings.poll_seconds:g} s" if watcher else ""))
+        + (f"; looking for newer versions every {settings.poll_seconds:g} s" if watcher else "")
+    )
     settle_heap()
     server.start([model])
     if watcher:
@@ -349,29 +381,61 @@ def seconds_arg(text: str) -> float:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m components.serving.server", description=__doc__.splitlines()[0])
     where = top.add_mutually_exclusive_group(required=True)
-    where.add_argument("--model-dir", type=Path, help="folder in TF Serving's layout, DIR/<version>/ (KServe: /mnt/models)")
+    where.add_argument(
+        "--model-dir", type=Path, help="folder in TF Serving's layout, DIR/<version>/ (KServe: /mnt/models)"
+    )
     where.add_argument("--store", help="file:///DIR, a folder, or s3://BUCKET/PREFIX holding bakeoff's registry")
-    top.add_argument("--model-name", default=defaults.MODEL_NAME, help=f"the model's name, in the store and in URLs (default {defaults.MODEL_NAME})")
-    top.add_argument("--version", type=version_arg, default=None,
-                     help="a version number, or 'latest' to serve the newest and follow newer ones (default)")
+    top.add_argument(
+        "--model-name",
+        default=defaults.MODEL_NAME,
+        help=f"the model's name, in the store and in URLs (default {defaults.MODEL_NAME})",
+    )
+    top.add_argument(
+        "--version",
+        type=version_arg,
+        default=None,
+        help="a version number, or 'latest' to serve the newest and follow newer ones (default)",
+    )
     top.add_argument("--http-port", type=port_arg, default=HTTP_PORT, help=f"V1 and V2 REST port (default {HTTP_PORT})")
     top.add_argument("--grpc-port", type=port_arg, default=0, help="V2 gRPC port (default 0: no gRPC)")
-    top.add_argument("--poll-seconds", type=seconds_arg, default=POLL_SECONDS,
-                     help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})")
-    top.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES, help=f"larger bodies answer 413 (default {MAX_REQUEST_BYTES})")
-    top.add_argument("--cache-dir", type=Path, help="where store versions are downloaded (default: a temporary folder, removed at exit)")
+    top.add_argument(
+        "--poll-seconds",
+        type=seconds_arg,
+        default=POLL_SECONDS,
+        help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})",
+    )
+    top.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=MAX_REQUEST_BYTES,
+        help=f"larger bodies answer 413 (default {MAX_REQUEST_BYTES})",
+    )
+    top.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="where store versions are downloaded (default: a temporary folder, removed at exit)",
+    )
     top.add_argument("--s3-endpoint", help="HOST:PORT of the S3 server (or $BAKEOFF_S3_ENDPOINT)")
-    top.add_argument("--s3-insecure", action="store_true", default=None, help="plain HTTP to the S3 server (or BAKEOFF_S3_INSECURE=1)")
+    top.add_argument(
+        "--s3-insecure",
+        action="store_true",
+        default=None,
+        help="plain HTTP to the S3 server (or BAKEOFF_S3_INSECURE=1)",
+    )
     return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    settings = Settings(args.model_name, args.version, args.http_port, args.grpc_port, args.poll_seconds, args.max_request_bytes)
+    settings = Settings(
+        args.model_name, args.version, args.http_port, args.grpc_port, args.poll_seconds, args.max_request_bytes
+    )
     with reported():
         if args.model_dir:
             return serve(FolderSource(args.model_dir), settings)
-        source = StoreSource(open_store(args.store, args.s3_endpoint, args.s3_insecure), args.model_name, args.cache_dir)
+        source = StoreSource(
+            open_store(args.store, args.s3_endpoint, args.s3_insecure), args.model_name, args.cache_dir
+        )
         try:
             return serve(source, settings)
         finally:

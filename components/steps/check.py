@@ -51,7 +51,9 @@ def check(
         with for_parameter("variants"):
             parsed = parse_variants(variants)
             if halving:  # KFP hands a dict's numbers over as floats
-                check_compiled(parsed, Halving(**{key: int(value) for key, value in halving.items()}), compiled_variants)
+                check_compiled(
+                    parsed, Halving(**{key: int(value) for key, value in halving.items()}), compiled_variants
+                )
             for variant in parsed:
                 check_workers(variant, shards)
         rules = {  # parameter → the rule its value must pass (the same function wherever the rule applies)

@@ -1,4 +1,5 @@
 """KFP components made from the step functions, on the one runtime image every step and replica runs."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

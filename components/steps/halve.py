@@ -36,8 +36,10 @@ def halve(
         for name in by_name:
             record = runs.rung_metrics(target, run_id, name, rung)
             if not record.history.get(metric):
-                raise BakeoffError(f"variant {name!r} has no {metric} in its record of rung {rung}: halving ranks on validation,"
-                                   " which the worker scores at every job's last epoch: run an image built from this bakeoff")
+                raise BakeoffError(
+                    f"variant {name!r} has no {metric} in its record of rung {rung}: halving ranks on validation,"
+                    " which the worker scores at every job's last epoch: run an image built from this bakeoff"
+                )
             score, since[name] = rung_score(record.history, metric, record.epochs)
             scores.append(Score(name, metric, score))
             epochs.append(record.epochs)
@@ -45,22 +47,34 @@ def halve(
         value = {entry.variant: entry.value for entry in scores}
         # Which epochs a score averages, when more than one (nothing outside this function ships to the step's
         # container).
-        averaged = {name: f" (mean of epochs {first}-{max(epochs)})" if first < max(epochs) else "" for name, first in since.items()}
+        averaged = {
+            name: f" (mean of epochs {first}-{max(epochs)})" if first < max(epochs) else ""
+            for name, first in since.items()
+        }
         places = {name: place for place, name in enumerate(kept + stopped, start=1)}
-        target.put_bytes(runs.search_key(run_id, rung), RungRecord(
-            rung=rung,
-            epochs=max(epochs),
-            metric=metric,
-            entered=list(by_name),
-            kept=[Score(name, metric, value[name]) for name in kept],
-            stopped=[
-                RungStop(name, metric, value[name],
-                         reason=f"{metric} {value[name]:.4f}{averaged[name]} placed {places[name]} of {len(by_name)}"
-                                f" after epoch {max(epochs)}; rung {rung} keeps {len(kept)}")
-                for name in stopped
-            ],
-            created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        ).to_json().encode())
+        target.put_bytes(
+            runs.search_key(run_id, rung),
+            RungRecord(
+                rung=rung,
+                epochs=max(epochs),
+                metric=metric,
+                entered=list(by_name),
+                kept=[Score(name, metric, value[name]) for name in kept],
+                stopped=[
+                    RungStop(
+                        name,
+                        metric,
+                        value[name],
+                        reason=f"{metric} {value[name]:.4f}{averaged[name]} placed {places[name]} of {len(by_name)}"
+                        f" after epoch {max(epochs)}; rung {rung} keeps {len(kept)}",
+                    )
+                    for name in stopped
+                ],
+                created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            )
+            .to_json()
+            .encode(),
+        )
         for name in stopped:
             backup.remove(target, runs.variant_prefix(run_id, name))
             progress.emit(name, state="stopped")

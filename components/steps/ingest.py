@@ -1,8 +1,11 @@
 """The ingest step: Fashion-MNIST in, a sharded train/validation/test Dataset artifact out."""
+
 from kfp import dsl
 
 
-def ingest(data: dsl.Output[dsl.Dataset], source: str, source_digest: str, validation_size: int, shards: int, seed: int) -> None:
+def ingest(
+    data: dsl.Output[dsl.Dataset], source: str, source_digest: str, validation_size: int, shards: int, seed: int
+) -> None:
     """Fashion-MNIST → train/validation/test shards + metadata (counts, classes, fingerprint).
 
     ``source_digest`` is unused here: it is in the signature so that KFP's

@@ -1,4 +1,5 @@
 """The select step: the best candidate on validation, tested, then published; its report for the KFP UI."""
+
 from kfp import dsl
 
 

@@ -1,4 +1,5 @@
 """The train step: one variant as one multi-worker TFJob."""
+
 from kfp import dsl
 
 

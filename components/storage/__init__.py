@@ -1,4 +1,5 @@
 """Object storage: one small interface (store.py), a folder and an S3 implementation, the model registry."""
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,17 @@ from components.storage.folder import FolderStore
 from components.storage.s3 import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, S3Store
 from components.storage.store import Store
 
-__all__ = ["S3_ENDPOINT_ENV", "S3_INSECURE_ENV", "S3_REGION_ENV", "FolderStore", "S3Store", "Store", "check_shared", "open_store", "use_s3_endpoint"]
+__all__ = [
+    "S3_ENDPOINT_ENV",
+    "S3_INSECURE_ENV",
+    "S3_REGION_ENV",
+    "FolderStore",
+    "S3Store",
+    "Store",
+    "check_shared",
+    "open_store",
+    "use_s3_endpoint",
+]
 
 NAMESPACE_TOKEN = "{namespace}"  # in a store URI: the namespace of the pod that opens it
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -33,7 +44,10 @@ def check_shared(uri: str, name: str) -> str:
     """
     parsed = urlparse(uri)
     if parsed.scheme not in ("s3", "minio") or not parsed.netloc:
-        raise BakeoffError(f"{name} {uri!r} is not one the cluster's steps can reach: write s3://BUCKET/PREFIX (default " f"{defaults.CLUSTER_STORE})")
+        raise BakeoffError(
+            f"{name} {uri!r} is not one the cluster's steps can reach: write s3://BUCKET/PREFIX (default "
+            f"{defaults.CLUSTER_STORE})"
+        )
     return uri
 
 
@@ -68,16 +82,22 @@ def open_store(uri: str, s3_endpoint: str | None = None, s3_insecure: bool | Non
     uri = resolve_namespace(uri)
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
-        path = uri[len("file://"):] if parsed.scheme == "file" else uri
+        path = uri[len("file://") :] if parsed.scheme == "file" else uri
         if not path:
             raise BakeoffError(f"store {uri!r} names no folder: use file:///path/to/dir or s3://bucket/prefix")
         return FolderStore(Path(path))
     if parsed.scheme in ("s3", "minio"):
         endpoint = s3_endpoint or os.environ.get(S3_ENDPOINT_ENV)
         if not endpoint:
-            raise BakeoffError(f"store {uri!r} needs an S3 endpoint: pass --s3-endpoint HOST:PORT or set {S3_ENDPOINT_ENV}")
+            raise BakeoffError(
+                f"store {uri!r} needs an S3 endpoint: pass --s3-endpoint HOST:PORT or set {S3_ENDPOINT_ENV}"
+            )
         if not parsed.netloc:
             raise BakeoffError(f"store {uri!r} names no bucket: use s3://bucket/prefix")
-        insecure = s3_insecure if s3_insecure is not None else os.environ.get(S3_INSECURE_ENV, "") in ("1", "true", "yes")
+        insecure = (
+            s3_insecure if s3_insecure is not None else os.environ.get(S3_INSECURE_ENV, "") in ("1", "true", "yes")
+        )
         return S3Store(parsed.netloc, parsed.path, endpoint, secure=not insecure)
-    raise BakeoffError(f"store {uri!r} has an unknown scheme {parsed.scheme!r}: use file:///path/to/dir or s3://bucket/prefix")
+    raise BakeoffError(
+        f"store {uri!r} has an unknown scheme {parsed.scheme!r}: use file:///path/to/dir or s3://bucket/prefix"
+    )

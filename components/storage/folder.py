@@ -1,4 +1,5 @@
 """The embedded default store: a folder on this machine."""
+
 from __future__ import annotations
 
 import os

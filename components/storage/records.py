@@ -10,6 +10,7 @@ fields, so it is read as version 1 (the only migration: the number); any other v
 Records live here, at the bottom of the layers, because the store's own modules (runs, registry) read
 and write them and every layer above reads them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -95,7 +96,9 @@ def _fail(source: str, path: str, problem: str) -> typing.NoReturn:
 
 
 def _json_type(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
 
 
 def _named(names: list[str]) -> str:
@@ -110,8 +113,10 @@ def _record(cls: type[Record], data: Any, source: str, path: str, top: bool) -> 
     if top and cls.VERSIONED:
         version = data.pop(VERSION_FIELD, UNVERSIONED)
         if type(version) is not int or version not in (UNVERSIONED, SCHEMA_VERSION):
-            raise RecordError(f"{source}: {kind} of {VERSION_FIELD} {version!r}, and this bakeoff reads version {SCHEMA_VERSION}:"
-                              " read it with the bakeoff that wrote it, or rerun what wrote it with this version")
+            raise RecordError(
+                f"{source}: {kind} of {VERSION_FIELD} {version!r}, and this bakeoff reads version {SCHEMA_VERSION}:"
+                " read it with the bakeoff that wrote it, or rerun what wrote it with this version"
+            )
     names = [field.name for field in dataclasses.fields(cls)]
     fixed = [name for name in names if name not in cls.KEYED]
     extra = [key for key in data if key not in fixed]
@@ -123,7 +128,9 @@ def _record(cls: type[Record], data: Any, source: str, path: str, top: bool) -> 
     else:
         unknown = extra
     if missing or unknown:
-        problems = ([f"lacks {_named(missing)}"] if missing else []) + ([f"has unknown {_named(unknown)}"] if unknown else [])
+        problems = ([f"lacks {_named(missing)}"] if missing else []) + (
+            [f"has unknown {_named(unknown)}"] if unknown else []
+        )
         _fail(source, path, f"is {kind} that {' and '.join(problems)}")
     hints = _hints(cls)
     values = {name: _value(data[name], hints[name], source, f"{path}.{name}" if path else name) for name in fixed}
@@ -167,7 +174,9 @@ def _value(value: Any, hint: Any, source: str, path: str) -> Any:
             _fail(source, path, f"is {_json_type(value)}, not an object")
         inner = args[1] if args else Any
         return {key: _value(item, inner, source, f"{path}.{key}") for key, item in value.items()}
-    accepted = (int, float) if hint is float else hint  # JSON has one kind of number; an integral float may read back as int
+    accepted = (
+        (int, float) if hint is float else hint
+    )  # JSON has one kind of number; an integral float may read back as int
     if not isinstance(value, accepted) or (hint is not bool and isinstance(value, bool)):
         _fail(source, path, f"is {_json_type(value)}, not {_SCALARS[hint]}")
     return value
@@ -194,7 +203,9 @@ class WorkerMetrics(Record):
     VERSIONED: ClassVar[bool] = True
 
     variant: str
-    history: dict[str, list[float]]  # tf-keras' History from epoch 1, earlier rungs' and attempts' included, and VAL_EPOCHS
+    history: dict[
+        str, list[float]
+    ]  # tf-keras' History from epoch 1, earlier rungs' and attempts' included, and VAL_EPOCHS
     epochs: int  # done in total: the stop epoch
     schedule_epochs: int  # the learning-rate schedule's length (training.epochs)
     rung: int
@@ -447,5 +458,12 @@ class PublishedVersion(Record):
 
     @classmethod
     def of(cls, manifest: Manifest) -> PublishedVersion:
-        return cls(manifest.version, manifest.variant, manifest.metrics.val_accuracy, manifest.metrics.test_accuracy,
-                   manifest.run_id, manifest.created, manifest.dataset.fingerprint)
+        return cls(
+            manifest.version,
+            manifest.variant,
+            manifest.metrics.val_accuracy,
+            manifest.metrics.test_accuracy,
+            manifest.run_id,
+            manifest.created,
+            manifest.dataset.fingerprint,
+        )

@@ -1,4 +1,5 @@
 """Published models: ``models/<name>/<version>/`` in TF-Serving layout, a manifest marking each complete."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,8 +60,10 @@ def publish(store: Store, name: str, model_dir: Path, manifest: Manifest) -> int
                 tried = version
                 continue
             return version
-    raise BakeoffError(f"could not find a free version number for model {name!r} in {PUBLISH_ATTEMPTS} tries:"
-                       " check the store, then publish again")
+    raise BakeoffError(
+        f"could not find a free version number for model {name!r} in {PUBLISH_ATTEMPTS} tries:"
+        " check the store, then publish again"
+    )
 
 
 def list_versions(store: Store, name: str) -> list[Manifest]:

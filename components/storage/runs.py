@@ -1,5 +1,6 @@
 """A run's outputs in the store, one folder per variant: ``runs/<run>/<variant>/{model/, metrics.json,
 variant.json}``."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,10 @@ SELECTION = "selection.json"  # the run's selection record (select's summary, co
 def variant_prefix(run_id: str, variant: str) -> str:
     if "{{" in run_id:
         # KFP before 2.5 (Kubeflow 1.10.0) passes {{$.pipeline_job_uuid}} through unsubstituted.
-        raise BakeoffError(f"run id {run_id!r} is a placeholder the KFP backend did not fill in: bakeoff needs KFP 2.5 or newer"
-                           " (Kubeflow 1.10.1 or newer)")
+        raise BakeoffError(
+            f"run id {run_id!r} is a placeholder the KFP backend did not fill in: bakeoff needs KFP 2.5 or newer"
+            " (Kubeflow 1.10.1 or newer)"
+        )
     return f"runs/{run_id}/{variant}"
 
 
@@ -74,5 +77,9 @@ def search_key(run_id: str, rung: int) -> str:
 def search_records(store: Store, run_id: str) -> list[RungRecord]:
     """The run's halving records, rung 0 first; none for a run without successive halving."""
     prefix = f"runs/{run_id}/{SEARCH}/"
-    records = [RungRecord.from_json(store.get_bytes(key), store.uri_for(key)) for key in store.list(prefix) if key.endswith(".json")]
+    records = [
+        RungRecord.from_json(store.get_bytes(key), store.uri_for(key))
+        for key in store.list(prefix)
+        if key.endswith(".json")
+    ]
     return sorted(records, key=lambda record: record.rung)

@@ -1,4 +1,5 @@
 """An S3 bucket as a store, through the minio client: passing faults retried, uploads checked, versions claimed."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,7 +25,9 @@ S3_REGION_ENV = "BAKEOFF_S3_REGION"
 S3_RETRY_SECONDS = defaults.S3_RETRY_SECONDS
 S3_RETRY_FIRST_PAUSE = 0.5  # seconds before the first retry, doubled after each failure ...
 S3_RETRY_MAX_PAUSE = 8.0  # ... up to this
-S3_CONNECT_TIMEOUT = 5.0  # seconds: a server that is down refuses at once, one that is unreachable must not take minutes
+S3_CONNECT_TIMEOUT = (
+    5.0  # seconds: a server that is down refuses at once, one that is unreachable must not take minutes
+)
 S3_READ_TIMEOUT = 60.0  # seconds without a byte from the server before a request counts as failed (and is retried)
 
 # Who holds each published prefix, under the store's root: hidden from list() (as the folder store hides
@@ -35,8 +38,16 @@ OWNER = "owner"  # the claim object of a create-only claim; tokens of claims by 
 # send any extra header as user metadata (x-amz-meta-if-none-match), so it goes out raw.
 CREATE_ONLY = {"If-None-Match": "*"}
 # S3 error codes that say "try again": a server restarting, overloaded, or a conditional write racing another.
-TRANSIENT_CODES = frozenset({"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout",
-                             "ConditionalRequestConflict", "XMinioServerNotInitialized"})
+TRANSIENT_CODES = frozenset(
+    {
+        "InternalError",
+        "ServiceUnavailable",
+        "SlowDown",
+        "RequestTimeout",
+        "ConditionalRequestConflict",
+        "XMinioServerNotInitialized",
+    }
+)
 
 # S3 error codes that say the keys themselves are wrong (unknown, or the secret does not match).
 CREDENTIAL_CODES = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"})
@@ -61,7 +72,9 @@ class S3Store(Store):
     fails with one BakeoffError line. Requests the server refuses (4xx) fail at once.
     """
 
-    def __init__(self, bucket: str, prefix: str, endpoint: str, secure: bool, retry_seconds: float = S3_RETRY_SECONDS) -> None:
+    def __init__(
+        self, bucket: str, prefix: str, endpoint: str, secure: bool, retry_seconds: float = S3_RETRY_SECONDS
+    ) -> None:
         import minio
         import urllib3
 
@@ -79,11 +92,15 @@ class S3Store(Store):
         self.report: Callable[[str], None] = _to_stderr  # where each retry is announced, one line each
         self._create_only: bool | None = None  # whether the server honours CREATE_ONLY; probed at the first publish
         # urllib3 retries nothing: one loop (_call) retries everything, under one bound.
-        http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=S3_CONNECT_TIMEOUT, read=S3_READ_TIMEOUT), retries=False)
+        http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=S3_CONNECT_TIMEOUT, read=S3_READ_TIMEOUT), retries=False
+        )
         # A stated region: otherwise minio asks GetBucketLocation first, which multi-user
         # Kubeflow's per-profile keys are not granted.
         region = os.environ.get(S3_REGION_ENV) or S3_REGION
-        self.client = minio.Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure, region=region, http_client=http)
+        self.client = minio.Minio(
+            endpoint, access_key=access_key, secret_key=secret_key, secure=secure, region=region, http_client=http
+        )
         self._check(endpoint)
 
     def _check(self, endpoint: str) -> None:
@@ -114,14 +131,19 @@ class S3Store(Store):
                 raise BakeoffError(f"bucket {self.bucket!r} does not exist on {endpoint!r}: create it first") from None
             if error.code in CREDENTIAL_CODES:
                 raise BakeoffError(
-                    f"S3 endpoint {endpoint!r} refused the credentials ({error.code}): check AWS_ACCESS_KEY_ID and " "AWS_SECRET_ACCESS_KEY"
+                    f"S3 endpoint {endpoint!r} refused the credentials ({error.code}): check AWS_ACCESS_KEY_ID and "
+                    "AWS_SECRET_ACCESS_KEY"
                 ) from None
             raise BakeoffError(
-                f"S3 endpoint {endpoint!r} refused these keys a listing of {self.uri!r} ({error.code}): check the " "bucket and prefix"
-                f" of the store URI (a Kubeflow profile's keys may use {defaults.CLUSTER_STORE}) and what the keys " "may do there"
+                f"S3 endpoint {endpoint!r} refused these keys a listing of {self.uri!r} ({error.code}): check the "
+                "bucket and prefix"
+                f" of the store URI (a Kubeflow profile's keys may use {defaults.CLUSTER_STORE}) and what the keys "
+                "may do there"
             ) from None
         except minio.error.MinioException as error:
-            raise BakeoffError(f"S3 endpoint {endpoint!r} failed ({_reason(error)}): check that it is an S3 server and up") from None
+            raise BakeoffError(
+                f"S3 endpoint {endpoint!r} failed ({_reason(error)}): check that it is an S3 server and up"
+            ) from None
 
     def _object(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -143,14 +165,18 @@ class S3Store(Store):
                     raise
                 if not _transient(error):
                     if isinstance(error, minio.error.MinioException):
-                        raise BakeoffError(f"S3 {action} of {self.uri_for(key)!r} was refused ({_reason(error)}):"
-                                           " check the store URI and what these keys may do there") from None
+                        raise BakeoffError(
+                            f"S3 {action} of {self.uri_for(key)!r} was refused ({_reason(error)}):"
+                            " check the store URI and what these keys may do there"
+                        ) from None
                     raise
                 now = time.monotonic()
                 deadline = deadline if deadline is not None else now + self.retry_seconds
                 if now >= deadline:
-                    raise BakeoffError(f"S3 {action} of {self.uri_for(key)!r} still failed after {self.retry_seconds:g} s of retries"
-                                       f" ({_reason(error)}): check that {self.endpoint} is up, then run again") from None
+                    raise BakeoffError(
+                        f"S3 {action} of {self.uri_for(key)!r} still failed after {self.retry_seconds:g} s of retries"
+                        f" ({_reason(error)}): check that {self.endpoint} is up, then run again"
+                    ) from None
                 # Jittered, so that many clients of one restarting server do not come back in step.
                 wait = min(pause * random.uniform(0.5, 1.0), deadline - now)
                 self.report(f"S3 {action} of {self.uri_for(key)} failed ({_reason(error)}): retrying in {wait:.1f} s")
@@ -195,8 +221,14 @@ class S3Store(Store):
         # A prefix names a folder, as in the folder store: "a" must not match
         # "ab/...", and "" (the whole store) must not become "<prefix>//".
         folder = "/".join(part for part in (self.prefix, prefix.strip("/")) if part)
-        names = self._call("list", prefix, lambda: [obj.object_name for obj in self.client.list_objects(
-            self.bucket, prefix=f"{folder}/" if folder else "", recursive=True)])
+        names = self._call(
+            "list",
+            prefix,
+            lambda: [
+                obj.object_name
+                for obj in self.client.list_objects(self.bucket, prefix=f"{folder}/" if folder else "", recursive=True)
+            ],
+        )
         return sorted(name[start:] for name in names)
 
     def list(self, prefix: str) -> list[str]:
@@ -207,7 +239,12 @@ class S3Store(Store):
         import minio.error
 
         try:
-            self._call("stat", key, lambda: self.client.stat_object(self.bucket, self._object(key)), expected=("NoSuchKey", "NotFound"))
+            self._call(
+                "stat",
+                key,
+                lambda: self.client.stat_object(self.bucket, self._object(key)),
+                expected=("NoSuchKey", "NotFound"),
+            )
         except minio.error.S3Error:
             return False
         return True
@@ -259,8 +296,16 @@ class S3Store(Store):
             probe = f"{CLAIMS}/probe-{uuid.uuid4().hex}"
             self._create_only = self._create(probe, b"first") and not self._create(probe, b"second")
             try:
-                self._call("delete", probe, lambda: self.client.remove_object(self.bucket, self._object(probe)), expected=("AccessDenied",))
-            except (BakeoffError, minio.error.S3Error):  # keys that may not delete leave the probe, which no listing shows
+                self._call(
+                    "delete",
+                    probe,
+                    lambda: self.client.remove_object(self.bucket, self._object(probe)),
+                    expected=("AccessDenied",),
+                )
+            except (
+                BakeoffError,
+                minio.error.S3Error,
+            ):  # keys that may not delete leave the probe, which no listing shows
                 pass
         return self._create_only
 

@@ -1,4 +1,5 @@
 """The store interface: keys below a root URI, atomic publish of a folder."""
+
 from __future__ import annotations
 
 import abc
@@ -61,9 +62,11 @@ class Store(abc.ABC):
         """Downloads every object below ``prefix`` into ``local_dir``."""
         keys = self.list(prefix)
         if not keys:
-            raise BakeoffError(f"nothing stored at {self.uri_for(prefix)!r}: check the store URI and the run that wrote it")
+            raise BakeoffError(
+                f"nothing stored at {self.uri_for(prefix)!r}: check the store URI and the run that wrote it"
+            )
         for key in keys:
-            target = local_dir / key[len(prefix):].lstrip("/")
+            target = local_dir / key[len(prefix) :].lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(self.get_bytes(key))
         return local_dir

@@ -1,4 +1,5 @@
 """A variant's training state, backed up to the store at every epoch's end so that a restarted TFJob resumes there."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,11 @@ def _epoch_folder(prefix: str, digest: str, epochs_done: int) -> str:
 def _latest(store: Store, prefix: str, digest: str) -> tuple[int, str] | None:
     """(epochs done, folder) of the newest complete backup, or None."""
     base = f"{backup_prefix(prefix)}/{digest}"
-    done = [(int(match.group(1)), f"{base}/epoch-{match.group(1)}")
-            for key in store.list(base) if (match := _EPOCH.search(key))]
+    done = [
+        (int(match.group(1)), f"{base}/epoch-{match.group(1)}")
+        for key in store.list(base)
+        if (match := _EPOCH.search(key))
+    ]
     return max(done) if done else None
 
 
@@ -72,17 +76,26 @@ def begin_attempt(store: Store, prefix: str, digest: str, stop_epoch: int) -> in
     return attempt
 
 
-def upload(store: Store, prefix: str, digest: str, checkpoint_dir: Path, epochs_done: int, history: dict[str, list[float]]) -> None:
+def upload(
+    store: Store, prefix: str, digest: str, checkpoint_dir: Path, epochs_done: int, history: dict[str, list[float]]
+) -> None:
     """Uploads the chief's checkpoint of ``epochs_done`` epochs, manifest last, then drops older backups."""
     folder = _epoch_folder(prefix, digest, epochs_done)
     # The checkpoint's data and index before its state file: a reader trusts only the manifest's list.
-    names = sorted((path.name for path in checkpoint_dir.iterdir() if path.is_file()), key=lambda name: (name == "checkpoint", name))
+    names = sorted(
+        (path.name for path in checkpoint_dir.iterdir() if path.is_file()),
+        key=lambda name: (name == "checkpoint", name),
+    )
     for name in names:
         store.put_bytes(f"{folder}/{name}", (checkpoint_dir / name).read_bytes())
-    store.put_bytes(f"{folder}/{MANIFEST}", json.dumps({"epochs_done": epochs_done, "files": names, "history": history}).encode())
+    store.put_bytes(
+        f"{folder}/{MANIFEST}", json.dumps({"epochs_done": epochs_done, "files": names, "history": history}).encode()
+    )
     base = f"{backup_prefix(prefix)}/{digest}/"
     older = [key for key in store.list(base) if key.startswith(f"{base}epoch-") and not key.startswith(f"{folder}/")]
-    _delete(store, sorted(older, key=lambda key: not key.endswith(MANIFEST)))  # manifests first: never a listed folder with files gone
+    _delete(
+        store, sorted(older, key=lambda key: not key.endswith(MANIFEST))
+    )  # manifests first: never a listed folder with files gone
 
 
 def remove(store: Store, prefix: str) -> None:

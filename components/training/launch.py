@@ -1,4 +1,5 @@
 """Launching one variant: its TFJob built, executed by a backend, its results read back from the store."""
+
 import dataclasses
 import os
 
@@ -48,7 +49,9 @@ def check_timeout(seconds: int) -> int:
 def check_max_train_examples(count: int) -> int:
     """``count`` if it is 0 (the whole training split) or a positive cap; one line if not."""
     if count < 0:
-        raise BakeoffError(f"{count} examples is below 0: give 0 to train on the whole training split, or a positive cap")
+        raise BakeoffError(
+            f"{count} examples is below 0: give 0 to train on the whole training split, or a positive cap"
+        )
     return count
 
 
@@ -86,7 +89,9 @@ class JobSettings:
 
     image: str  # the replicas' container image (a cluster's; the local backend runs this venv)
     max_train_examples: int = 0  # 0: the whole training split
-    concurrent_jobs: int = defaults.LOCAL_PARALLELISM  # jobs the local backend runs at once: its replicas share the cores
+    concurrent_jobs: int = (
+        defaults.LOCAL_PARALLELISM
+    )  # jobs the local backend runs at once: its replicas share the cores
     timeout_seconds: int = defaults.TIMEOUT_SECONDS  # the TFJob's activeDeadlineSeconds
     backend: str = "auto"  # one of BACKENDS
     trainer: str = defaults.TRAINER  # on Kubernetes, which operator runs the job: one of TRAINERS
@@ -128,7 +133,9 @@ def train_variant(
         active_deadline_seconds=settings.timeout_seconds,
     )
     make_backend(settings.backend, settings.concurrent_jobs, settings.trainer).run(job)
-    store.put_bytes(f"{prefix}/{runs.rung_name(rung)}", store.get_bytes(f"{prefix}/{runs.METRICS}"))  # this rung's record, kept past the next
+    store.put_bytes(
+        f"{prefix}/{runs.rung_name(rung)}", store.get_bytes(f"{prefix}/{runs.METRICS}")
+    )  # this rung's record, kept past the next
     return runs.candidate(store, run_id, variant.name)
 
 
@@ -136,5 +143,9 @@ def final_metrics(metrics: WorkerMetrics) -> dict[str, float]:
     """The numbers of a job's ``metrics.json`` that the train step shows in the KFP UI, by the names it shows them."""
     history = metrics.history
     final = {key: history[key][-1] for key in ("val_accuracy", "val_loss") if history.get(key)}
-    return final | {"train_seconds": metrics.train_seconds, "examples_per_second": metrics.examples_per_second,
-                    "replicas": metrics.num_replicas_in_sync, "epochs": metrics.epochs}
+    return final | {
+        "train_seconds": metrics.train_seconds,
+        "examples_per_second": metrics.examples_per_second,
+        "replicas": metrics.num_replicas_in_sync,
+        "epochs": metrics.epochs,
+    }

@@ -1,4 +1,5 @@
 """A variant's training described once as a kubeflow-training TFJob; backends only execute it."""
+
 from __future__ import annotations
 
 import hashlib
@@ -72,24 +73,41 @@ def _cpus(variant: Variant) -> Decimal:
     return parse_quantity(variant.resources.cpu)  # a valid quantity: components/spec.py checked it
 
 
-def worker_args(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_train_examples: int,
-                stop_epoch: int = 0, rung: int = 0) -> list[str]:
+def worker_args(
+    variant: Variant,
+    data_uri: str,
+    store_uri: str,
+    prefix: str,
+    max_train_examples: int,
+    stop_epoch: int = 0,
+    rung: int = 0,
+) -> list[str]:
     """The worker program's argument list: the TFJob is just this plus the image."""
     return [
-        "--variant", json.dumps(variant.to_dict(), separators=(",", ":")),
-        "--data", data_uri,
-        "--store", store_uri,
-        "--prefix", prefix,
-        "--max-train-examples", str(max_train_examples),
-        "--stop-epoch", str(stop_epoch),
-        "--rung", str(rung),
+        "--variant",
+        json.dumps(variant.to_dict(), separators=(",", ":")),
+        "--data",
+        data_uri,
+        "--store",
+        store_uri,
+        "--prefix",
+        prefix,
+        "--max-train-examples",
+        str(max_train_examples),
+        "--stop-epoch",
+        str(stop_epoch),
+        "--rung",
+        str(rung),
     ]
 
 
 def _secret_env() -> list[V1EnvVar]:
     """Store credentials by reference to the secret; never their values."""
     return [
-        V1EnvVar(name=variable, value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name=STORE_SECRET, key=key, optional=True)))
+        V1EnvVar(
+            name=variable,
+            value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name=STORE_SECRET, key=key, optional=True)),
+        )
         for key, variable in STORE_SECRET_KEYS.items()
     ]
 
@@ -115,7 +133,8 @@ def build_tfjob(
         command=["python", "-m", WORKER_PROGRAM],
         args=args,
         # The caller's variables win: the local backend sizes its pools by the machine's cores instead.
-        env=[V1EnvVar(name=key, value=value) for key, value in sorted({**thread_env(variant), **env}.items())] + _secret_env(),
+        env=[V1EnvVar(name=key, value=value) for key, value in sorted({**thread_env(variant), **env}.items())]
+        + _secret_env(),
         ports=[V1ContainerPort(name="tfjob-port", container_port=PORT)],
         resources=V1ResourceRequirements(requests=dict(limits), limits=limits),
     )
@@ -131,7 +150,9 @@ def build_tfjob(
             clean_pod_policy="Running",
             ttl_seconds_after_finished=86400,
         ),
-        tf_replica_specs={WORKER: KubeflowOrgV1ReplicaSpec(replicas=variant.workers, restart_policy="OnFailure", template=template)},
+        tf_replica_specs={
+            WORKER: KubeflowOrgV1ReplicaSpec(replicas=variant.workers, restart_policy="OnFailure", template=template)
+        },
     )
     labels = {PART_OF_LABEL: "bakeoff", VARIANT_LABEL: label_value(variant.name), SPEC_LABEL: spec_digest(spec)}
     metadata = V1ObjectMeta(name=name, labels=labels, annotations={VARIANT_ANNOTATION: variant.name})

@@ -4,6 +4,7 @@ Started the same way by the Training Operator, the local backend and the
 tests: ``python -m components.training.worker --variant JSON --data URI --store URI --prefix KEY
 [--stop-epoch N --rung K]`` with ``TF_CONFIG`` in the environment.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -164,11 +165,17 @@ class Validation(keras.callbacks.Callback):
         super().set_model(model)
         strategy = self.strategy
 
-        @tf.function(input_signature=[tf.TensorSpec([None, *self.images.shape[1:]], tf.as_dtype(self.images.dtype)),
-                                      tf.TensorSpec([None], tf.int64)])
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None, *self.images.shape[1:]], tf.as_dtype(self.images.dtype)),
+                tf.TensorSpec([None], tf.int64),
+            ]
+        )
         def sums(images: Any, labels: Any) -> Any:
             probabilities = model(tf.cast(images, tf.float32), training=False)
-            losses = keras.losses.sparse_categorical_crossentropy(labels, probabilities)  # as compile's loss computes it
+            losses = keras.losses.sparse_categorical_crossentropy(
+                labels, probabilities
+            )  # as compile's loss computes it
             correct = tf.equal(tf.argmax(probabilities, axis=-1), labels)
             return tf.stack([tf.reduce_sum(tf.cast(losses, tf.float64)), tf.reduce_sum(tf.cast(correct, tf.float64))])
 
@@ -223,7 +230,9 @@ class Progress(keras.callbacks.Callback):
         logs = logs or {}
         rate = self.examples_per_epoch / max(self.trained - self.begun, 1e-9)
         numbers = {key: float(logs[key]) for key in ("loss", "accuracy", "val_loss", "val_accuracy") if key in logs}
-        progress.emit(self.variant, state="training", epoch=epoch + 1, epochs=self.epochs, **numbers, examples_per_second=rate)
+        progress.emit(
+            self.variant, state="training", epoch=epoch + 1, epochs=self.epochs, **numbers, examples_per_second=rate
+        )
 
 
 class StoreBackup(keras.callbacks.BackupAndRestore):
@@ -236,7 +245,9 @@ class StoreBackup(keras.callbacks.BackupAndRestore):
     learning-rate schedule) and the epoch; ``fit`` resumes after that epoch.
     """
 
-    def __init__(self, backup_dir: Path, store: Store, prefix: str, digest: str, chief: bool, resume: backup.Resume) -> None:
+    def __init__(
+        self, backup_dir: Path, store: Store, prefix: str, digest: str, chief: bool, resume: backup.Resume
+    ) -> None:
         super().__init__(backup_dir=str(backup_dir), save_freq="epoch", delete_checkpoint=True)
         self.local = backup_dir
         self.store, self.prefix, self.digest, self.chief = store, prefix, digest, chief
@@ -278,8 +289,15 @@ def _is_chief(resolver: Any) -> bool:
     return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
 
 
-def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_train_examples: int,
-          stop_epoch: int = 0, rung: int = 0) -> WorkerMetrics:
+def train(
+    variant: Variant,
+    data_uri: str,
+    store_uri: str,
+    prefix: str,
+    max_train_examples: int,
+    stop_epoch: int = 0,
+    rung: int = 0,
+) -> WorkerMetrics:
     """Trains ``variant`` on this replica's shards until epoch ``stop_epoch``; the chief stores model and metrics.
 
     ``training.epochs`` is the length of the learning-rate schedule; a job that
@@ -342,7 +360,13 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         built = architecture.build(tuple(metadata["image_shape"]), len(metadata["class_names"]), variant.model_config())
         model = SyncOnceModel(built.inputs, built.outputs, name=built.name)
         model.compile(
-            optimizer=make_optimizer(training.optimizer, training.learning_rate, training.schedule, steps_per_epoch * training.epochs, training.epochs),
+            optimizer=make_optimizer(
+                training.optimizer,
+                training.learning_rate,
+                training.schedule,
+                steps_per_epoch * training.epochs,
+                training.epochs,
+            ),
             loss="sparse_categorical_crossentropy",
             metrics=["accuracy"],
             # Many steps per call into the graph: per-step Python and
@@ -363,19 +387,31 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         part = artifact.read_shards(data, "validation", resolver.task_id or 0, workers)
         validation = Validation(strategy, part.images, part.labels, training.validation_freq, stop_epoch)
     # Not the stop epoch: the next rung resumes this job's backup (a restart of this rung too).
-    digest = backup.fingerprint({"variant": variant.to_dict(), "data": data_uri, "train_examples": train_count, "replicas": replicas})
+    digest = backup.fingerprint(
+        {"variant": variant.to_dict(), "data": data_uri, "train_examples": train_count, "replicas": replicas}
+    )
     backup_dir = Path(tempfile.mkdtemp(prefix="bakeoff-backup-"))
     try:
         # Every replica restores the same epoch: the chief's next upload needs every replica's steps.
         resume = backup.restore(store, prefix, digest, backup_dir)
         attempt = backup.begin_attempt(store, prefix, digest, stop_epoch) if chief else 0
         if resume.epochs_done:
-            print(f"resuming after epoch {resume.epochs_done} of {schedule_epochs} from the backup", file=sys.stderr, flush=True)
+            print(
+                f"resuming after epoch {resume.epochs_done} of {schedule_epochs} from the backup",
+                file=sys.stderr,
+                flush=True,
+            )
         backing_up = StoreBackup(backup_dir, store, prefix, digest, chief, resume)
         throughput = Throughput(global_batch, paused=lambda: validation.seconds if validation else 0.0)
         # Validation first: the callbacks after it find its numbers in the epoch's logs.
-        callbacks = [callback for callback in (validation, Progress(variant.name, stop_epoch, steps_per_epoch * global_batch) if chief else None)
-                     if callback is not None] + [backing_up, throughput]
+        callbacks = [
+            callback
+            for callback in (
+                validation,
+                Progress(variant.name, stop_epoch, steps_per_epoch * global_batch) if chief else None,
+            )
+            if callback is not None
+        ] + [backing_up, throughput]
         started = time.perf_counter()
         model.fit(inputs, epochs=stop_epoch, steps_per_epoch=steps_per_epoch, verbose=2, callbacks=callbacks)
         train_seconds = time.perf_counter() - started
@@ -407,15 +443,25 @@ def train(variant: Variant, data_uri: str, store_uri: str, prefix: str, max_trai
         allocator=allocator.in_use(),
         onednn=_onednn_enabled(),
     )
-    finished = stop_epoch == schedule_epochs  # else a rung ended before the schedule did: halving decides whether it goes on
+    finished = (
+        stop_epoch == schedule_epochs
+    )  # else a rung ended before the schedule did: halving decides whether it goes on
     _save(model, chief, metadata["class_names"], store, prefix, metrics, variant, finished)
     if chief:
         progress.emit(variant.name, state="done" if finished else "paused")
     return metrics
 
 
-def _save(model: Any, chief: bool, class_names: list[str], store: Store, prefix: str, metrics: WorkerMetrics, variant: Variant,
-          finished: bool) -> None:
+def _save(
+    model: Any,
+    chief: bool,
+    class_names: list[str],
+    store: Store,
+    prefix: str,
+    metrics: WorkerMetrics,
+    variant: Variant,
+    finished: bool,
+) -> None:
     """Every replica saves (MWMS aggregates variables while saving); only the chief keeps it.
 
     A later rung replaces an earlier one's model: its metrics go first (the
@@ -431,7 +477,10 @@ def _save(model: Any, chief: bool, class_names: list[str], store: Store, prefix:
             model_prefix = f"{prefix}/{runs.MODEL}"
             earlier = set(store.list(model_prefix))
             store.put_dir(scratch / "model", model_prefix)
-            written = {f"{model_prefix}/{path.relative_to(scratch / 'model').as_posix()}" for path in files_below(scratch / "model")}
+            written = {
+                f"{model_prefix}/{path.relative_to(scratch / 'model').as_posix()}"
+                for path in files_below(scratch / "model")
+            }
             for key in sorted(earlier - written):
                 store.delete(key)
             store.put_bytes(f"{prefix}/{runs.SPEC}", json.dumps(variant.to_dict(), indent=2).encode())
@@ -448,14 +497,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, help="URI of the ingested dataset")
     parser.add_argument("--store", required=True, help="URI of the object store")
     parser.add_argument("--prefix", required=True, help="key below the store for this variant's outputs")
-    parser.add_argument("--max-train-examples", type=int, default=0, help="train on at most this many examples (0: all)")
-    parser.add_argument("--stop-epoch", type=int, default=0, help="train until this epoch of the schedule, resuming a backup (0: all epochs)")
-    parser.add_argument("--rung", type=int, default=0, help="which rung of a successive-halving search this job is (recorded)")
+    parser.add_argument(
+        "--max-train-examples", type=int, default=0, help="train on at most this many examples (0: all)"
+    )
+    parser.add_argument(
+        "--stop-epoch",
+        type=int,
+        default=0,
+        help="train until this epoch of the schedule, resuming a backup (0: all epochs)",
+    )
+    parser.add_argument(
+        "--rung", type=int, default=0, help="which rung of a successive-halving search this job is (recorded)"
+    )
     args = parser.parse_args(argv)
     with reported():
         cluster_spec.ensure_tf_config()  # under Trainer v2's PlainML nobody else sets it
-        metrics = train(from_dict(json.loads(args.variant)), args.data, args.store, args.prefix, args.max_train_examples,
-                        args.stop_epoch, args.rung)
+        metrics = train(
+            from_dict(json.loads(args.variant)),
+            args.data,
+            args.store,
+            args.prefix,
+            args.max_train_examples,
+            args.stop_epoch,
+            args.rung,
+        )
         print(f"trained {metrics.variant}: {metrics.examples_per_second:.0f} examples/s", file=sys.stderr)
     mark(EXITING)
     return 0

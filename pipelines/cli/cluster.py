@@ -1,4 +1,5 @@
 """The cluster commands of `bakeoff`: upload, submit, schedule and schedules, against a KFP API."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,39 +17,65 @@ RUN_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_]{0,127}")  # KFP's ids are UUIDs
 
 def _connection_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection to the KFP API")
-    group.add_argument("--host", metavar="URL",
-                       help="KFP API address, e.g. http://localhost:8080 after `kubectl port-forward -n kubeflow svc/ml-pipeline-ui " f"8080:80` (or ${endpoint.HOST_ENV})")
-    group.add_argument("--namespace", help="your profile's namespace on a multi-user KFP (default: the pod's own, in a cluster)")
+    group.add_argument(
+        "--host",
+        metavar="URL",
+        help="KFP API address, e.g. http://localhost:8080 after `kubectl port-forward -n kubeflow svc/ml-pipeline-ui "
+        f"8080:80` (or ${endpoint.HOST_ENV})",
+    )
+    group.add_argument(
+        "--namespace", help="your profile's namespace on a multi-user KFP (default: the pod's own, in a cluster)"
+    )
     # A secret on the command line shows in `ps` and the shell's history: each has a file and a variable too.
     token = group.add_mutually_exclusive_group()
-    token.add_argument("--token", help=f"bearer token; it shows in `ps`, so prefer --token-file, ${endpoint.TOKEN_ENV} or the file "
-                                       f"${endpoint.TOKEN_FILE_ENV} names (precedence: --token or --token-file, "
-                                       f"then ${endpoint.TOKEN_FILE_ENV}, then ${endpoint.TOKEN_ENV})")
+    token.add_argument(
+        "--token",
+        help=f"bearer token; it shows in `ps`, so prefer --token-file, ${endpoint.TOKEN_ENV} or the file "
+        f"${endpoint.TOKEN_FILE_ENV} names (precedence: --token or --token-file, "
+        f"then ${endpoint.TOKEN_FILE_ENV}, then ${endpoint.TOKEN_ENV})",
+    )
     token.add_argument("--token-file", type=Path, metavar="FILE", help="file holding the bearer token")
     cookies = group.add_mutually_exclusive_group()
-    cookies.add_argument("--cookies", metavar="COOKIES",
-                         help="Cookie header of a logged-in browser session, for Dex/oauth2-proxy installs, e.g. " "'authservice_session=...'; "
-                              f"it shows in `ps`, so prefer --cookies-file or ${endpoint.COOKIES_ENV} "
-                              f"(precedence: --cookies or --cookies-file, then ${endpoint.COOKIES_ENV})")
+    cookies.add_argument(
+        "--cookies",
+        metavar="COOKIES",
+        help="Cookie header of a logged-in browser session, for Dex/oauth2-proxy installs, e.g. "
+        "'authservice_session=...'; "
+        f"it shows in `ps`, so prefer --cookies-file or ${endpoint.COOKIES_ENV} "
+        f"(precedence: --cookies or --cookies-file, then ${endpoint.COOKIES_ENV})",
+    )
     cookies.add_argument("--cookies-file", type=Path, metavar="FILE", help="file holding the Cookie header")
     group.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
-    group.add_argument("--ca-cert", type=Path, metavar="FILE", help="PEM file of the CA that signed the API's certificate")
+    group.add_argument(
+        "--ca-cert", type=Path, metavar="FILE", help="PEM file of the CA that signed the API's certificate"
+    )
 
 
 def _param_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--experiment", default="bakeoff", help="experiment the runs belong to, created on first use (default bakeoff)")
-    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                        help="pipeline parameter, typed as the pipeline declares it; repeatable "
-                             "(e.g. shards=4, metric=val_loss, max_train_examples=2048)")
+    parser.add_argument(
+        "--experiment", default="bakeoff", help="experiment the runs belong to, created on first use (default bakeoff)"
+    )
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="pipeline parameter, typed as the pipeline declares it; repeatable "
+        "(e.g. shards=4, metric=val_loss, max_train_examples=2048)",
+    )
 
 
 def _target(args: argparse.Namespace) -> endpoint.Target:
     """The connection settings, checked here so that a bad one fails before anything else happens."""
     if args.insecure and args.ca_cert:
-        raise BakeoffError("--insecure and --ca-cert are both given: verify with --ca-cert, or skip verification with --insecure")
+        raise BakeoffError(
+            "--insecure and --ca-cert are both given: verify with --ca-cert, or skip verification with --insecure"
+        )
     if args.namespace is not None and not NAMESPACE.fullmatch(args.namespace):
-        raise BakeoffError(f"--namespace {args.namespace!r} is not a Kubernetes namespace:"
-                           " lower-case letters, digits and '-', at most 63 characters")
+        raise BakeoffError(
+            f"--namespace {args.namespace!r} is not a Kubernetes namespace:"
+            " lower-case letters, digits and '-', at most 63 characters"
+        )
     return endpoint.Target(
         host=endpoint.normalize_host(args.host),
         namespace=args.namespace or None,
@@ -95,7 +122,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(submitted.url, flush=True)
     if not args.wait:
         return 0
-    run = runs.wait_for_run(api, submitted.run_id, report=lambda state: print(f"run {submitted.run_id}: {state}", file=sys.stderr, flush=True))
+    run = runs.wait_for_run(
+        api,
+        submitted.run_id,
+        report=lambda state: print(f"run {submitted.run_id}: {state}", file=sys.stderr, flush=True),
+    )
     if run.state == "SUCCEEDED":
         print(f"run {submitted.run_id} succeeded")
         return 0
@@ -113,12 +144,24 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         params = parameters.parse_params(args.param, parameters.pipeline_parameters(spec))
         api = connection.connect(target)
         name = args.name or f"{spec['pipelineInfo']['name']} {trigger.describe()}"
-        scheduled = schedules.schedule(api, package, args.experiment, trigger, params, name,
-                                       max_concurrency=max_concurrency, no_catchup=args.no_catchup)
-    window = "".join(f", {word} {moment}" for word, moment in (("from", trigger.start), ("until", trigger.end)) if moment)
+        scheduled = schedules.schedule(
+            api,
+            package,
+            args.experiment,
+            trigger,
+            params,
+            name,
+            max_concurrency=max_concurrency,
+            no_catchup=args.no_catchup,
+        )
+    window = "".join(
+        f", {word} {moment}" for word, moment in (("from", trigger.start), ("until", trigger.end)) if moment
+    )
     catchup = ", no catch-up" if args.no_catchup else ""
-    print(f"created recurring run {scheduled.recurring_run_id} ({name!r}: {trigger.describe()}{window}, "
-          f"at most {max_concurrency} at a time{catchup}) in experiment {args.experiment!r}")
+    print(
+        f"created recurring run {scheduled.recurring_run_id} ({name!r}: {trigger.describe()}{window}, "
+        f"at most {max_concurrency} at a time{catchup}) in experiment {args.experiment!r}"
+    )
     print(scheduled.url)
     return 0
 
@@ -133,8 +176,10 @@ def cmd_schedules_list(args: argparse.Namespace) -> int:
     print(f"{'id':<38}{'status':<10}{'trigger':<26}{'max':>4}  name")
     for run in found:
         status = (run.status or "-").lower()
-        print(f"{run.recurring_run_id:<38}{status:<10}{triggers.describe_trigger(run.trigger):<26}"
-              f"{run.max_concurrency or '-':>4}  {run.display_name}")
+        print(
+            f"{run.recurring_run_id:<38}{status:<10}{triggers.describe_trigger(run.trigger):<26}"
+            f"{run.max_concurrency or '-':>4}  {run.display_name}"
+        )
     return 0
 
 
@@ -149,10 +194,15 @@ def cmd_schedules_change(args: argparse.Namespace) -> int:
 
 def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     """Registers upload, submit, schedule and schedules; the first three compile the pipeline as `compile` does."""
-    upload = commands.add_parser("upload", help="upload the compiled pipeline to KFP; an existing name gets a new version")
+    upload = commands.add_parser(
+        "upload", help="upload the compiled pipeline to KFP; an existing name gets a new version"
+    )
     upload.add_argument("--name", help="pipeline name (default: the pipeline's own, bakeoff)")
-    upload.add_argument("--version", help="name of the new version (default: UTC time and content hash; "
-                                          "without it a new pipeline's first version is named after the pipeline)")
+    upload.add_argument(
+        "--version",
+        help="name of the new version (default: UTC time and content hash; "
+        "without it a new pipeline's first version is named after the pipeline)",
+    )
     pipeline_args(upload, sends=True)
     _connection_args(upload)
     upload.set_defaults(handler=cmd_upload)
@@ -166,13 +216,22 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     submit.set_defaults(handler=cmd_submit)
 
     schedule = commands.add_parser("schedule", help="run the compiled pipeline on KFP on a schedule (a recurring run)")
-    schedule.add_argument("--cron", help="KFP cron: 6 fields, seconds first, e.g. '0 0 3 * * *' for 03:00 every day (UTC)")
+    schedule.add_argument(
+        "--cron", help="KFP cron: 6 fields, seconds first, e.g. '0 0 3 * * *' for 03:00 every day (UTC)"
+    )
     schedule.add_argument("--every", metavar="INTERVAL", help="interval between runs: 90s, 30m, 6h, 1d")
     schedule.add_argument("--name", help="recurring run name (default: bakeoff and the trigger)")
     _param_args(schedule)
-    schedule.add_argument("--max-concurrency", type=int, default=1, metavar="N",
-                          help=f"runs at once, 1-{schedules.MAX_CONCURRENCY} (default 1)")
-    schedule.add_argument("--no-catchup", action="store_true", help="after a pause, start only the latest missed run instead of every one")
+    schedule.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"runs at once, 1-{schedules.MAX_CONCURRENCY} (default 1)",
+    )
+    schedule.add_argument(
+        "--no-catchup", action="store_true", help="after a pause, start only the latest missed run instead of every one"
+    )
     schedule.add_argument("--start", metavar="ISO", help="first time it may run, ISO 8601 (UTC without an offset)")
     schedule.add_argument("--end", metavar="ISO", help="last time it may run, ISO 8601 (UTC without an offset)")
     pipeline_args(schedule, sends=True)
@@ -184,8 +243,11 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     listing = actions.add_parser("list", help="the recurring runs, newest first")
     _connection_args(listing)
     listing.set_defaults(handler=cmd_schedules_list)
-    for action, text in (("enable", "start scheduling runs again"), ("disable", "stop scheduling runs; keep it"),
-                         ("delete", "remove it; its past runs stay")):
+    for action, text in (
+        ("enable", "start scheduling runs again"),
+        ("disable", "stop scheduling runs; keep it"),
+        ("delete", "remove it; its past runs stay"),
+    ):
         change = actions.add_parser(action, help=f"{text}")
         change.add_argument("id", help="recurring run id (from `bakeoff schedules list`)")
         _connection_args(change)

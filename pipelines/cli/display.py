@@ -1,4 +1,5 @@
 """`bakeoff run`'s live view on a terminal: each variant's state, epoch, metrics and speed, and where its log is."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,8 +20,15 @@ from components.progress import log_file, read_events
 from components.storage.records import Summary
 from pipelines.local_run import PIPELINE_LOG, LocalRun, run_local
 
-STYLES = {"waiting": "dim", "training": "cyan", "paused": "yellow", "stopped": "dim yellow", "evaluating": "magenta", "done": "green",
-          "failed": "bold red"}
+STYLES = {
+    "waiting": "dim",
+    "training": "cyan",
+    "paused": "yellow",
+    "stopped": "dim yellow",
+    "evaluating": "magenta",
+    "done": "green",
+    "failed": "bold red",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,18 +64,20 @@ def rows(variants: list[str], events: dict[str, dict], now: float, finished: boo
             state = "done"
         # Training time runs while the job runs; it stops at the job's last word.
         end = now if state == "training" and not finished else event.get("time", now)
-        result.append(Row(
-            variant=name,
-            state=state,
-            epoch=event.get("epoch"),
-            epochs=event.get("epochs"),
-            loss=event.get("loss"),
-            accuracy=event.get("accuracy"),
-            val_accuracy=event.get("val_accuracy"),
-            examples_per_second=event.get("examples_per_second"),
-            elapsed=max(0.0, end - event.get("first_time", end)),
-            error=event.get("error") if state == "failed" else None,
-        ))
+        result.append(
+            Row(
+                variant=name,
+                state=state,
+                epoch=event.get("epoch"),
+                epochs=event.get("epochs"),
+                loss=event.get("loss"),
+                accuracy=event.get("accuracy"),
+                val_accuracy=event.get("val_accuracy"),
+                examples_per_second=event.get("examples_per_second"),
+                elapsed=max(0.0, end - event.get("first_time", end)),
+                error=event.get("error") if state == "failed" else None,
+            )
+        )
     return result
 
 
@@ -89,8 +99,13 @@ def table(variant_rows: list[Row]) -> Table:
     for row in variant_rows:
         epoch = f"{row.epoch or 0}/{row.epochs}" if row.epochs else ""
         grid.add_row(
-            row.variant, Text(row.state, style=STYLES.get(row.state, "")), epoch, number(row.loss, ".4f"),
-            number(row.accuracy, ".4f"), number(row.val_accuracy, ".4f"), number(row.examples_per_second, ".0f"),
+            row.variant,
+            Text(row.state, style=STYLES.get(row.state, "")),
+            epoch,
+            number(row.loss, ".4f"),
+            number(row.accuracy, ".4f"),
+            number(row.val_accuracy, ".4f"),
+            number(row.examples_per_second, ".0f"),
             clock(row.elapsed),
         )
     return grid
@@ -104,8 +119,12 @@ class LiveDisplay:
         self.folder = folder
         self.started = time.time()
         self.finished = False
-        self.live = Live(console=console, get_renderable=self.render, refresh_per_second=defaults.PROGRESS_REFRESH_PER_SECOND,
-                         redirect_stdout=False)  # stdout is bakeoff's report; stray stderr lines print above the table
+        self.live = Live(
+            console=console,
+            get_renderable=self.render,
+            refresh_per_second=defaults.PROGRESS_REFRESH_PER_SECOND,
+            redirect_stdout=False,
+        )  # stdout is bakeoff's report; stray stderr lines print above the table
 
     def render(self) -> RenderableType:
         now = time.time()
@@ -114,11 +133,18 @@ class LiveDisplay:
             Text(f"bakeoff run: {len(self.variants)} variant(s), {clock(now - self.started)} elapsed", style="bold"),
             table(variant_rows),
         ]
-        parts += [Text(f"{row.variant}: {row.error}", style="red", overflow="ellipsis", no_wrap=True)
-                  for row in variant_rows if row.error]
+        parts += [
+            Text(f"{row.variant}: {row.error}", style="red", overflow="ellipsis", no_wrap=True)
+            for row in variant_rows
+            if row.error
+        ]
         if not self.finished and all(row.state in ("done", "evaluating", "stopped") for row in variant_rows):
-            parts.append(Text("select: scoring every candidate on validation, then the winner on test", style="magenta"))
-        parts.append(Text(f"logs: {log_file(self.folder, '<variant>')}\nkfp.local: {self.folder / PIPELINE_LOG}", style="dim"))
+            parts.append(
+                Text("select: scoring every candidate on validation, then the winner on test", style="magenta")
+            )
+        parts.append(
+            Text(f"logs: {log_file(self.folder, '<variant>')}\nkfp.local: {self.folder / PIPELINE_LOG}", style="dim")
+        )
         return Group(*parts)
 
     def __enter__(self) -> LiveDisplay:
@@ -141,7 +167,9 @@ def new_progress_folder(work_dir: Path) -> Path:
         except FileExistsError:
             continue
         except OSError as error:
-            raise BakeoffError(f"cannot create {str(folder)!r} for the run's logs ({error.strerror}): choose another --work-dir") from None
+            raise BakeoffError(
+                f"cannot create {str(folder)!r} for the run's logs ({error.strerror}): choose another --work-dir"
+            ) from None
     raise AssertionError("unreachable")
 
 
@@ -149,7 +177,9 @@ def print_failure_logs(variants: list[str], folder: Path, out: TextIO) -> None:
     """Each failed variant's whole log, named; kfp.local's own log when no variant failed (ingest, select)."""
     events = read_events(folder)
     failed = [name for name in variants if events.get(name, {}).get("state") == "failed"]
-    logs = [(f"{name}'s log", log_file(folder, name)) for name in failed] or [("kfp.local's log", folder / PIPELINE_LOG)]
+    logs = [(f"{name}'s log", log_file(folder, name)) for name in failed] or [
+        ("kfp.local's log", folder / PIPELINE_LOG)
+    ]
     for title, path in logs:
         print(f"---- {title}: {path} ----", file=out)
         try:

@@ -1,4 +1,5 @@
 """Flags shared by several `bakeoff` commands, and the checks that run on them before any work."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,6 +19,7 @@ IMAGE_ENV = "BAKEOFF_IMAGE"  # --image's variable, as KF_PIPELINES_ENDPOINT is -
 
 def positive(flag: str, most: int | None = None, why: str = "") -> Callable[[str], int]:
     """An argparse type for a whole number of at least 1 (and at most ``most``), naming ``flag`` when it is not."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -35,16 +37,30 @@ def positive(flag: str, most: int | None = None, why: str = "") -> Callable[[str
 def store_args(parser: argparse.ArgumentParser) -> None:
     """Where published models live and how to reach it, plus --json."""
     store_location_args(parser)
-    parser.add_argument("--model-name", default=defaults.MODEL_NAME, help=f"name the winner is published under (default {defaults.MODEL_NAME})")
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout (human output goes to stderr)")
+    parser.add_argument(
+        "--model-name",
+        default=defaults.MODEL_NAME,
+        help=f"name the winner is published under (default {defaults.MODEL_NAME})",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON document on stdout (human output goes to stderr)"
+    )
 
 
 def store_location_args(parser: argparse.ArgumentParser) -> None:
     """The store and how to reach it."""
-    parser.add_argument("--store", default=defaults.LOCAL_STORE,
-                        help=f"file:///DIR, a folder, or s3://BUCKET/PREFIX (default {defaults.LOCAL_STORE})")
-    parser.add_argument("--s3-endpoint", help=f"HOST:PORT of the S3 server (or ${S3_ENDPOINT_ENV}); keys from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
-    parser.add_argument("--s3-insecure", action="store_true", default=None, help=f"plain HTTP to the S3 server (or {S3_INSECURE_ENV}=1)")
+    parser.add_argument(
+        "--store",
+        default=defaults.LOCAL_STORE,
+        help=f"file:///DIR, a folder, or s3://BUCKET/PREFIX (default {defaults.LOCAL_STORE})",
+    )
+    parser.add_argument(
+        "--s3-endpoint",
+        help=f"HOST:PORT of the S3 server (or ${S3_ENDPOINT_ENV}); keys from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
+    )
+    parser.add_argument(
+        "--s3-insecure", action="store_true", default=None, help=f"plain HTTP to the S3 server (or {S3_INSECURE_ENV}=1)"
+    )
 
 
 def pipeline_args(parser: argparse.ArgumentParser, sends: bool = False) -> None:
@@ -53,15 +69,30 @@ def pipeline_args(parser: argparse.ArgumentParser, sends: bool = False) -> None:
     ``sends``: the command sends the pipeline to a cluster, so it needs an image someone publishes (see
     ``compile_settings``).
     """
-    parser.add_argument("--config", type=Path, default=defaults.CONFIG, help="variants YAML; they become the pipeline's default")
+    parser.add_argument(
+        "--config", type=Path, default=defaults.CONFIG, help="variants YAML; they become the pipeline's default"
+    )
     fallback = "required" if sends else f"default {defaults.IMAGE}, which is not published: build and push your own"
-    parser.add_argument("--image", default=os.environ.get(IMAGE_ENV) or None,
-                        help=f"runtime image of every step and TFJob replica, your build of images/Dockerfile (or ${IMAGE_ENV}; " f"{fallback})")
-    parser.add_argument("--parallelism", type=positive("--parallelism", MAX_PARALLELISM), default=defaults.CLUSTER_PARALLELISM,
-                        help=f"variants trained at once (default {defaults.CLUSTER_PARALLELISM})")
-    parser.add_argument("--store", default=defaults.CLUSTER_STORE, help=f"default store of the runs (default {defaults.CLUSTER_STORE})")
-    parser.add_argument("--s3-endpoint", default=defaults.CLUSTER_S3_ENDPOINT,
-                        help=f"in-cluster S3 endpoint (default {defaults.CLUSTER_S3_ENDPOINT})")
+    parser.add_argument(
+        "--image",
+        default=os.environ.get(IMAGE_ENV) or None,
+        help=f"runtime image of every step and TFJob replica, your build of images/Dockerfile (or ${IMAGE_ENV}; "
+        f"{fallback})",
+    )
+    parser.add_argument(
+        "--parallelism",
+        type=positive("--parallelism", MAX_PARALLELISM),
+        default=defaults.CLUSTER_PARALLELISM,
+        help=f"variants trained at once (default {defaults.CLUSTER_PARALLELISM})",
+    )
+    parser.add_argument(
+        "--store", default=defaults.CLUSTER_STORE, help=f"default store of the runs (default {defaults.CLUSTER_STORE})"
+    )
+    parser.add_argument(
+        "--s3-endpoint",
+        default=defaults.CLUSTER_S3_ENDPOINT,
+        help=f"in-cluster S3 endpoint (default {defaults.CLUSTER_S3_ENDPOINT})",
+    )
 
 
 def compile_settings(args: argparse.Namespace, sends: bool = False) -> dict:
@@ -75,12 +106,17 @@ def compile_settings(args: argparse.Namespace, sends: bool = False) -> dict:
     load_variants(args.config)  # one clear line for a bad config, before kfp sees it
     # Both are baked into the package: a bad one would fail only on the cluster, at run time.
     if args.image is not None and not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9._/:@+]*", args.image):
-        raise BakeoffError(f"--image {args.image!r} is not an image reference: write e.g. registry.example.com/you/bakeoff:0.1.0")
+        raise BakeoffError(
+            f"--image {args.image!r} is not an image reference: write e.g. registry.example.com/you/bakeoff:0.1.0"
+        )
     check_shared(args.store, "--store")
     if sends and args.image is None:
-        raise BakeoffError(f"--image is missing, and nobody publishes the default {defaults.IMAGE}, so every pod would fail to pull " "it:"
-                           f" build and push yours (make image IMAGE=REGISTRY/bakeoff:TAG; docker push REGISTRY/bakeoff:TAG),"
-                           f" then pass --image REGISTRY/bakeoff:TAG or set {IMAGE_ENV}")
+        raise BakeoffError(
+            f"--image is missing, and nobody publishes the default {defaults.IMAGE}, so every pod would fail to pull "
+            "it:"
+            f" build and push yours (make image IMAGE=REGISTRY/bakeoff:TAG; docker push REGISTRY/bakeoff:TAG),"
+            f" then pass --image REGISTRY/bakeoff:TAG or set {IMAGE_ENV}"
+        )
     return {
         "config": args.config,
         "image": args.image or defaults.IMAGE,

@@ -1,4 +1,5 @@
 """The commands that work on this machine: run the bake-off, compile the pipeline, list published models."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,10 +29,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
     config = planned(args.config, args.max_train_examples or 0)  # a search budget shrinks it here
     if args.epochs and config.search and config.search.halving:
-        raise BakeoffError(f"--epochs does not apply to {args.config}'s successive halving: set search.halving.max_epochs there")
+        raise BakeoffError(
+            f"--epochs does not apply to {args.config}'s successive halving: set search.halving.max_epochs there"
+        )
     if (args.epochs or args.workers) and config.search and config.search.budget_minutes:
         flag = "--epochs" if args.epochs else "--workers"
-        raise BakeoffError(f"{flag} would change what {args.config}'s search.budget planned: set it in the file, where the budget " "counts it")
+        raise BakeoffError(
+            f"{flag} would change what {args.config}'s search.budget planned: set it in the file, where the budget "
+            "counts it"
+        )
     variants = [
         dataclasses.replace(
             variant,
@@ -43,8 +49,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     for variant in variants:
         # Local ingest writes the default shard count; more workers would fail only after ingest, in training.
         if variant.workers > defaults.SHARDS:
-            raise BakeoffError(f"variant {variant.name!r}: workers={variant.workers} exceeds the {defaults.SHARDS} shards a local " "run ingests:"
-                               f" use at most {defaults.SHARDS} workers")
+            raise BakeoffError(
+                f"variant {variant.name!r}: workers={variant.workers} exceeds the {defaults.SHARDS} shards a local "
+                "run ingests:"
+                f" use at most {defaults.SHARDS} workers"
+            )
     selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
     source_digest = digest(args.source)
     store = open_cli_store(args)
@@ -82,7 +91,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         # `bakeoff serve`'s defaults: its HTTP port, no gRPC, the newest version and newer ones as they come.
         # With --json, stdout holds the run's one document: the server's URL goes to stderr.
-        serve_args = argparse.Namespace(**{**vars(args), "json": False}, version=None, port=None, grpc_port=None, poll_seconds=POLL_SECONDS)
+        serve_args = argparse.Namespace(
+            **{**vars(args), "json": False}, version=None, port=None, grpc_port=None, poll_seconds=POLL_SECONDS
+        )
         with contextlib.redirect_stdout(out):
             return cmd_serve(serve_args)
     return 0
@@ -91,7 +102,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def leaderboard(summary: Summary) -> str:
     """The candidates best first (the winner starred), the variants halving stopped and where, the decision."""
     width = max(16, *(len(entry.variant) + 2 for entry in summary.contestants()))
-    rows = [f"{'':2}{'variant':<{width}}{'workers':>8}{'val_acc':>9}{'val_loss':>9}{'epochs':>7}{'train_s':>9}{'ex/s':>8}"]
+    rows = [
+        f"{'':2}{'variant':<{width}}{'workers':>8}{'val_acc':>9}{'val_loss':>9}{'epochs':>7}{'train_s':>9}{'ex/s':>8}"
+    ]
     for place, c in enumerate(summary.candidates):
         mark = "* " if place == 0 else "  "
         rows.append(
@@ -118,8 +131,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise BakeoffError(f"cannot write {str(args.output)!r} ({error.strerror}): choose another -o") from None
     print(f"compiled the pipeline to {args.output} (image {settings['image']})", file=sys.stderr)
     if settings["image"] == defaults.IMAGE:
-        print(f"bakeoff: nobody publishes {settings['image']}, the default image: compile with --image " "REGISTRY/bakeoff:TAG,"
-              " your build of images/Dockerfile, before you upload this file", file=sys.stderr)
+        print(
+            f"bakeoff: nobody publishes {settings['image']}, the default image: compile with --image "
+            "REGISTRY/bakeoff:TAG,"
+            " your build of images/Dockerfile, before you upload this file",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -135,7 +152,10 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     elif not args.json:
         print(f"{'version':>7}  {'variant':<16}{'val_acc':>9}{'test_acc':>9}  {'run':<12}created")
         for v in versions:
-            print(f"{v.version:>7}  {v.variant:<16}{v.val_accuracy:>9.4f}{v.test_accuracy:>9.4f}  " f"{v.run_id:<12}{v.created}")
+            print(
+                f"{v.version:>7}  {v.variant:<16}{v.val_accuracy:>9.4f}{v.test_accuracy:>9.4f}  "
+                f"{v.run_id:<12}{v.created}"
+            )
     return 0
 
 
@@ -144,31 +164,71 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
     from components.selection.ranking import METRICS
 
     run = commands.add_parser("run", help="run the bake-off on this machine (kfp.local, TFJob replicas as processes)")
-    run.add_argument("--config", type=Path, default=defaults.CONFIG, help="variants YAML (default: pipelines/variants.yaml)")
+    run.add_argument(
+        "--config", type=Path, default=defaults.CONFIG, help="variants YAML (default: pipelines/variants.yaml)"
+    )
     store_args(run)
-    run.add_argument("--metric", default=defaults.METRIC, choices=list(METRICS),
-                     help=f"selection metric; it carries its direction ({', '.join(f'{m}: {d}' for m, d in METRICS.items())})")
-    run.add_argument("--min-improvement", type=float, default=defaults.MIN_IMPROVEMENT, metavar="M",
-                     help="publish only if the winner beats the published champion by at least M in the metric"
-                          f" (default {defaults.MIN_IMPROVEMENT:g}: any gain; a tie keeps the champion)")
+    run.add_argument(
+        "--metric",
+        default=defaults.METRIC,
+        choices=list(METRICS),
+        help=f"selection metric; it carries its direction ({', '.join(f'{m}: {d}' for m, d in METRICS.items())})",
+    )
+    run.add_argument(
+        "--min-improvement",
+        type=float,
+        default=defaults.MIN_IMPROVEMENT,
+        metavar="M",
+        help="publish only if the winner beats the published champion by at least M in the metric"
+        f" (default {defaults.MIN_IMPROVEMENT:g}: any gain; a tie keeps the champion)",
+    )
     run.add_argument("--force-publish", action="store_true", help="publish the winner even if the champion is better")
-    run.add_argument("--workers", type=positive("--workers", defaults.SHARDS, " (the shards a local run ingests)"), help="override every variant's worker count")
+    run.add_argument(
+        "--workers",
+        type=positive("--workers", defaults.SHARDS, " (the shards a local run ingests)"),
+        help="override every variant's worker count",
+    )
     run.add_argument("--epochs", type=positive("--epochs", MAX_EPOCHS), help="override every variant's epochs")
     run.add_argument("--max-train-examples", type=positive("--max-train-examples"), help="train on at most N examples")
-    run.add_argument("--parallelism", type=positive("--parallelism", MAX_PARALLELISM), default=defaults.LOCAL_PARALLELISM,
-                     help=f"variants trained at once (default {defaults.LOCAL_PARALLELISM})")
-    run.add_argument("--source", default=defaults.SOURCE,
-                     help=f"folder of Fashion-MNIST IDX files, or 'tfds' to download (default {defaults.SOURCE})")
-    run.add_argument("--work-dir", type=Path, default=defaults.WORK_DIR, help=f"kfp.local's outputs and cache (default {defaults.WORK_DIR})")
-    run.add_argument("--timeout", type=positive("--timeout", MAX_TIMEOUT_SECONDS), default=defaults.TIMEOUT_SECONDS,
-                     help=f"seconds each TFJob may run (default {defaults.TIMEOUT_SECONDS})")
-    run.add_argument("--no-progress", action="store_true",
-                     help="print every log line as plain text instead of the live display (the default when stderr is no terminal)")
-    run.add_argument("--serve", action="store_true", help="then serve the published model here (as `bakeoff serve`) until interrupted")
+    run.add_argument(
+        "--parallelism",
+        type=positive("--parallelism", MAX_PARALLELISM),
+        default=defaults.LOCAL_PARALLELISM,
+        help=f"variants trained at once (default {defaults.LOCAL_PARALLELISM})",
+    )
+    run.add_argument(
+        "--source",
+        default=defaults.SOURCE,
+        help=f"folder of Fashion-MNIST IDX files, or 'tfds' to download (default {defaults.SOURCE})",
+    )
+    run.add_argument(
+        "--work-dir",
+        type=Path,
+        default=defaults.WORK_DIR,
+        help=f"kfp.local's outputs and cache (default {defaults.WORK_DIR})",
+    )
+    run.add_argument(
+        "--timeout",
+        type=positive("--timeout", MAX_TIMEOUT_SECONDS),
+        default=defaults.TIMEOUT_SECONDS,
+        help=f"seconds each TFJob may run (default {defaults.TIMEOUT_SECONDS})",
+    )
+    run.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="print every log line as plain text instead of the live display (the default when stderr is no terminal)",
+    )
+    run.add_argument(
+        "--serve",
+        action="store_true",
+        help="then serve the published model here (as `bakeoff serve`) until interrupted",
+    )
     run.set_defaults(handler=cmd_run)
 
     compile_ = commands.add_parser("compile", help="compile the pipeline to KFP IR YAML for a cluster")
-    compile_.add_argument("-o", "--output", type=Path, default=Path("bakeoff.yaml"), help="where to write (default bakeoff.yaml)")
+    compile_.add_argument(
+        "-o", "--output", type=Path, default=Path("bakeoff.yaml"), help="where to write (default bakeoff.yaml)"
+    )
     pipeline_args(compile_)
     compile_.set_defaults(handler=cmd_compile)
 

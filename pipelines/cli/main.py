@@ -1,4 +1,5 @@
 """The ``bakeoff`` command: its parser, and one error line instead of a traceback."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,9 @@ from pipelines.cli.serving import add_serving_commands
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="bakeoff", description="A Kubeflow Pipelines bake-off of CNN variants trained as multi-worker TFJobs.")
+    top = argparse.ArgumentParser(
+        prog="bakeoff", description="A Kubeflow Pipelines bake-off of CNN variants trained as multi-worker TFJobs."
+    )
     top.add_argument("--debug", action="store_true", help="show tracebacks")
     commands = top.add_subparsers(dest="command", required=True)
     add_local_commands(commands)

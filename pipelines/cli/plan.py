@@ -1,4 +1,5 @@
 """`bakeoff plan`: what a config would train (its variants expanded, the rungs, the estimated time), running nothing."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,16 @@ def plan_document(plan: Plan) -> dict:
     config = plan.config
     return {
         "config": config.source,
-        "variants": [{"name": v.name, "base": config.expansions[v.name].base, "values": dict(config.expansions[v.name].values),
-                      "epochs": v.training.epochs, "spec": v.to_dict()} for v in config.variants],
+        "variants": [
+            {
+                "name": v.name,
+                "base": config.expansions[v.name].base,
+                "values": dict(config.expansions[v.name].values),
+                "epochs": v.training.epochs,
+                "spec": v.to_dict(),
+            }
+            for v in config.variants
+        ],
         "search": dataclasses.asdict(config.search) if config.search else None,
         "rungs": [dataclasses.asdict(rung) for rung in plan.rungs] if plan.rungs is not None else None,
         "estimated_seconds": round(plan.seconds, 1),
@@ -42,9 +51,13 @@ def render(plan: Plan, train_examples: int) -> str:
         lines.append(f"  {'rung':>4}  {'epochs':>6}  {'entering':>8}  {'kept':>4}")
         lines += [f"  {r.index:>4}  {r.epochs:>6}  {r.entering:>8}  {r.keep:>4}" for r in plan.rungs]
     bound = " at most (as if the costliest variants survived each rung)" if plan.rungs is not None else ""
-    lines.append(f"estimated training time: {plan.seconds / 60:.1f} min{bound}, one job at a time on {train_examples:,} examples")
+    lines.append(
+        f"estimated training time: {plan.seconds / 60:.1f} min{bound}, one job at a time on {train_examples:,} examples"
+    )
     if config.search and config.search.budget_minutes is not None:
-        lines.append(f"budget: {config.search.budget_minutes:g} min" + ("; shrunk to fit:" if plan.shrunk else ", which it fits"))
+        lines.append(
+            f"budget: {config.search.budget_minutes:g} min" + ("; shrunk to fit:" if plan.shrunk else ", which it fits")
+        )
         lines += [f"  {line}" for line in plan.shrunk]
     return "\n".join(lines)
 
@@ -60,8 +73,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def add_plan_commands(commands: argparse._SubParsersAction) -> None:
     """Registers plan."""
-    plan = commands.add_parser("plan", help="show what a config would train: variants expanded, the rungs, the estimated time (runs nothing)")
-    plan.add_argument("--config", type=Path, default=defaults.CONFIG, help="variants YAML (default: pipelines/variants.yaml)")
-    plan.add_argument("--max-train-examples", type=positive("--max-train-examples"), help="estimate for at most N training examples")
+    plan = commands.add_parser(
+        "plan", help="show what a config would train: variants expanded, the rungs, the estimated time (runs nothing)"
+    )
+    plan.add_argument(
+        "--config", type=Path, default=defaults.CONFIG, help="variants YAML (default: pipelines/variants.yaml)"
+    )
+    plan.add_argument(
+        "--max-train-examples", type=positive("--max-train-examples"), help="estimate for at most N training examples"
+    )
     plan.add_argument("--json", action="store_true", help="print the plan as one JSON document")
     plan.set_defaults(handler=cmd_plan)

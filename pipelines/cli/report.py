@@ -1,4 +1,5 @@
 """`bakeoff report`: one run's page (leaderboard, curves, confusion matrix, mistakes) from the store, as HTML."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,22 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def add_report_commands(commands: argparse._SubParsersAction) -> None:
     """Registers report."""
-    report = commands.add_parser("report", help="write one run's report page: leaderboard, curves, confusion matrix, mistakes")
-    report.add_argument("run_id", nargs="?", default=LATEST, metavar="RUN_ID",
-                        help=f"the run to report, or '{LATEST}' for the newest run that reached select (default {LATEST})")
+    report = commands.add_parser(
+        "report", help="write one run's report page: leaderboard, curves, confusion matrix, mistakes"
+    )
+    report.add_argument(
+        "run_id",
+        nargs="?",
+        default=LATEST,
+        metavar="RUN_ID",
+        help=f"the run to report, or '{LATEST}' for the newest run that reached select (default {LATEST})",
+    )
     store_location_args(report)
-    report.add_argument("-o", "--output", type=Path, default=defaults.REPORT, help=f"where to write the page (default {defaults.REPORT})")
+    report.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=defaults.REPORT,
+        help=f"where to write the page (default {defaults.REPORT})",
+    )
     report.set_defaults(handler=cmd_report)

@@ -1,5 +1,6 @@
 """The serving commands: `bakeoff serve` runs the model server here, `bakeoff predict` asks one to classify image
 files."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
             check_port(args.grpc_port, "--grpc-port")
         url = f"http://127.0.0.1:{port}"
         if args.json:
-            print(json.dumps({"url": url, "predict_url": f"{url}/v1/models/{args.model_name}:predict",
-                              "model_name": args.model_name, "version": first, "follows_newer": args.version is None}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "url": url,
+                        "predict_url": f"{url}/v1/models/{args.model_name}:predict",
+                        "model_name": args.model_name,
+                        "version": first,
+                        "follows_newer": args.version is None,
+                    }
+                ),
+                flush=True,
+            )
         else:
             print(url, flush=True)
         return serve(source, Settings(args.model_name, args.version, port, args.grpc_port or 0, args.poll_seconds))
@@ -61,17 +72,22 @@ def _call(url: str, body: bytes = b"", timeout: float = PREDICT_TIMEOUT_SECONDS)
             message = json.loads(error.read()).get("error", "")
         except ValueError:
             message = ""
-        raise BakeoffError(f"the server at {url} answered {error.code} {error.reason}{': ' + message if message else ''}") from None
+        raise BakeoffError(
+            f"the server at {url} answered {error.code} {error.reason}{': ' + message if message else ''}"
+        ) from None
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        raise BakeoffError(f"no model server answers at {url} ({reason}): start one with `bakeoff serve` or pass --url") from None
+        raise BakeoffError(
+            f"no model server answers at {url} ({reason}): start one with `bakeoff serve` or pass --url"
+        ) from None
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     images = [_read_image(path) for path in args.images]
     base = f"{args.url.rstrip('/')}/v1/models/{args.model_name}"
-    body = json.dumps({"signature_name": "serving_bytes",
-                       "instances": [{"b64": base64.b64encode(data).decode()} for data in images]}).encode()
+    body = json.dumps(
+        {"signature_name": "serving_bytes", "instances": [{"b64": base64.b64encode(data).decode()} for data in images]}
+    ).encode()
     predictions = _call(f"{base}:predict", body)["predictions"]
     try:
         names = _call(f"{base}/metadata").get("class_names")
@@ -80,16 +96,28 @@ def cmd_predict(args: argparse.Namespace) -> int:
     results = []
     for path, prediction in zip(args.images, predictions, strict=False):
         probabilities = prediction["probabilities"]
-        ranked = sorted(range(len(probabilities)), key=lambda index: -probabilities[index])[:args.top]
-        top = [{"class_id": index, "probability": probabilities[index],
-                "class_name": names[index] if names else (prediction["class_name"] if index == prediction["class_id"] else f"class {index}")}
-               for index in ranked]
-        results.append({"image": str(path), "class_id": prediction["class_id"], "class_name": prediction["class_name"], "top": top})
+        ranked = sorted(range(len(probabilities)), key=lambda index: -probabilities[index])[: args.top]
+        top = [
+            {
+                "class_id": index,
+                "probability": probabilities[index],
+                "class_name": names[index]
+                if names
+                else (prediction["class_name"] if index == prediction["class_id"] else f"class {index}"),
+            }
+            for index in ranked
+        ]
+        results.append(
+            {"image": str(path), "class_id": prediction["class_id"], "class_name": prediction["class_name"], "top": top}
+        )
     if args.json:
         print(json.dumps(results, indent=2))
     else:
         for result in results:
-            print(f"{result['image']}: " + ", ".join(f"{entry['class_name']} {entry['probability']:.3f}" for entry in result["top"]))
+            print(
+                f"{result['image']}: "
+                + ", ".join(f"{entry['class_name']} {entry['probability']:.3f}" for entry in result["top"])
+            )
     return 0
 
 
@@ -97,21 +125,35 @@ def add_serving_commands(commands: argparse._SubParsersAction) -> None:
     """Registers serve and predict."""
     from components.serving.server import HTTP_PORT, POLL_SECONDS, port_arg, seconds_arg, version_arg
 
-    serve = commands.add_parser("serve", help="serve a published model here with KServe (V1 TF Serving REST and V2), following newer versions")
+    serve = commands.add_parser(
+        "serve", help="serve a published model here with KServe (V1 TF Serving REST and V2), following newer versions"
+    )
     store_args(serve)  # --json: the URL, model and first version as one JSON line
-    serve.add_argument("--version", type=version_arg, default=None,
-                       help="a version number, or 'latest' to serve the newest and follow newer ones (default)")
+    serve.add_argument(
+        "--version",
+        type=version_arg,
+        default=None,
+        help="a version number, or 'latest' to serve the newest and follow newer ones (default)",
+    )
     serve.add_argument("--port", type=port_arg, help=f"HTTP port (default {HTTP_PORT})")
     serve.add_argument("--grpc-port", type=port_arg, help="V2 gRPC port (default: no gRPC)")
-    serve.add_argument("--poll-seconds", type=seconds_arg, default=POLL_SECONDS,
-                       help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})")
+    serve.add_argument(
+        "--poll-seconds",
+        type=seconds_arg,
+        default=POLL_SECONDS,
+        help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})",
+    )
     serve.set_defaults(handler=cmd_serve)
 
     predict = commands.add_parser("predict", help="classify PNG/JPEG files with a running model server")
     predict.add_argument("images", nargs="+", type=Path, metavar="IMAGE", help="PNG or JPEG files")
     url = f"http://127.0.0.1:{HTTP_PORT}"  # where `bakeoff serve` listens by default
     predict.add_argument("--url", default=url, help=f"the server (default {url})")
-    predict.add_argument("--model-name", default=defaults.MODEL_NAME, help=f"the served model's name (default {defaults.MODEL_NAME})")
-    predict.add_argument("--top", type=positive("--top"), default=PREDICT_TOP, help=f"classes printed per image (default {PREDICT_TOP})")
+    predict.add_argument(
+        "--model-name", default=defaults.MODEL_NAME, help=f"the served model's name (default {defaults.MODEL_NAME})"
+    )
+    predict.add_argument(
+        "--top", type=positive("--top"), default=PREDICT_TOP, help=f"classes printed per image (default {PREDICT_TOP})"
+    )
     predict.add_argument("--json", action="store_true", help="print one JSON document")
     predict.set_defaults(handler=cmd_predict)

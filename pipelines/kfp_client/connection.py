@@ -1,4 +1,5 @@
 """Connecting to the KFP API: a healthz probe that fails fast and clearly, then kfp.Client wrapped as Api."""
+
 from __future__ import annotations
 
 import contextlib
@@ -55,8 +56,14 @@ def _probe(target: Target) -> dict:
         headers["Cookie"] = target.cookies
     try:
         with quiet():
-            response = pool.request("GET", target.host + HEALTHZ_PATH, headers=headers, redirect=False, retries=False,
-                                    timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S))
+            response = pool.request(
+                "GET",
+                target.host + HEALTHZ_PATH,
+                headers=headers,
+                redirect=False,
+                retries=False,
+                timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
+            )
     except urllib3.exceptions.SSLError as error:
         raise tls_failed(target.host, tls_reason(error)) from None
     except urllib3.exceptions.HTTPError as error:
@@ -66,22 +73,31 @@ def _probe(target: Target) -> dict:
     status = response.status
     if 300 <= status < 400:
         location = urllib.parse.urlsplit(response.headers.get("Location", ""))
-        where = f"{location.scheme}://{location.netloc}{location.path}" if location.netloc else location.path or "elsewhere"
-        raise BakeoffError(f"the KFP API at {target.host} redirects to {where}, most likely a login page: "
-                           f"pass --token, or --cookies with the session cookie of a browser login")
+        where = (
+            f"{location.scheme}://{location.netloc}{location.path}" if location.netloc else location.path or "elsewhere"
+        )
+        raise BakeoffError(
+            f"the KFP API at {target.host} redirects to {where}, most likely a login page: "
+            f"pass --token, or --cookies with the session cookie of a browser login"
+        )
     if status in (401, 403):
         raise refused(target, status, server_message(response.data))
     content_type = response.headers.get("Content-Type", "").split(";")[0].strip() or "no content type"
     if status >= 500:
-        raise BakeoffError(f"the KFP API at {target.host} is not healthy (GET {HEALTHZ_PATH} answered HTTP {status}): "
-                           f"check the ml-pipeline deployment, e.g. `kubectl -n kubeflow get pods`")
+        raise BakeoffError(
+            f"the KFP API at {target.host} is not healthy (GET {HEALTHZ_PATH} answered HTTP {status}): "
+            f"check the ml-pipeline deployment, e.g. `kubectl -n kubeflow get pods`"
+        )
     health = None
     if status == 200 and content_type == "application/json":
         with contextlib.suppress(ValueError):
             health = json.loads(response.data)
     if not isinstance(health, dict):
-        raise BakeoffError(f"{target.host} is not a Kubeflow Pipelines API (GET {HEALTHZ_PATH} answered HTTP {status} " f"{content_type}): "
-                           f"pass the KFP API address as --host, {REACH_HINT}")
+        raise BakeoffError(
+            f"{target.host} is not a Kubeflow Pipelines API (GET {HEALTHZ_PATH} answered HTTP {status} "
+            f"{content_type}): "
+            f"pass the KFP API address as --host, {REACH_HINT}"
+        )
     return health
 
 
@@ -98,7 +114,9 @@ class Api:
     def host(self) -> str:
         return self.target.host
 
-    def call(self, doing: str, function: Callable[..., T], *args: Any, not_found: str | None = None, **kwargs: Any) -> T:
+    def call(
+        self, doing: str, function: Callable[..., T], *args: Any, not_found: str | None = None, **kwargs: Any
+    ) -> T:
         """Runs one kfp call quietly and turns its failures into one line that says what to do."""
         with translated(self.target, doing, not_found), quiet():
             return function(*args, **kwargs)
@@ -121,14 +139,19 @@ def connect(target: Target, need_namespace: bool = True) -> Api:
     so commands that touch them need one: --namespace, or the pod's own.
     """
     if target.ca_cert is not None and not target.ca_cert.is_file():
-        raise BakeoffError(f"--ca-cert {str(target.ca_cert)!r} is not a file: pass the PEM file of the CA that signed the API's " "certificate")
+        raise BakeoffError(
+            f"--ca-cert {str(target.ca_cert)!r} is not a file: pass the PEM file of the CA that signed the API's "
+            "certificate"
+        )
     health = _probe(target)
     multi_user = health.get("multi_user") is True
     namespace = target.namespace
     if multi_user and not namespace and need_namespace:
         namespace = _pod_namespace()
         if not namespace:
-            raise BakeoffError(f"the KFP API at {target.host} is multi-user: pass --namespace with your profile's namespace")
+            raise BakeoffError(
+                f"the KFP API at {target.host} is multi-user: pass --namespace with your profile's namespace"
+            )
     target = dataclasses.replace(target, namespace=namespace)
     import kfp
 

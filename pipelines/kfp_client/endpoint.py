@@ -1,4 +1,5 @@
 """Where the KFP API is and how to authenticate to it, from the flags and the environment."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,9 @@ HOST_ENV = "KF_PIPELINES_ENDPOINT"  # kfp.Client's own name for the API address
 TOKEN_FILE_ENV = "KF_PIPELINES_SA_TOKEN_PATH"  # kfp's name; Kubeflow's PodDefault sets it in notebooks
 TOKEN_ENV = "KF_PIPELINES_TOKEN"
 COOKIES_ENV = "BAKEOFF_KFP_COOKIES"
-SECRET_FILE_MAX_BYTES = 64 * 1024  # a service-account token is ~1 KiB, a Cookie header a few; this stops --token-file /dev/zero
+SECRET_FILE_MAX_BYTES = (
+    64 * 1024
+)  # a service-account token is ~1 KiB, a Cookie header a few; this stops --token-file /dev/zero
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
 REACH_HINT = "e.g. `kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` and --host http://localhost:8080"
@@ -47,14 +50,18 @@ def normalize_host(host: str | None, environ: Mapping[str, str] = os.environ) ->
         raise BakeoffError(f"no KFP API address: pass --host URL or set {HOST_ENV} ({REACH_HINT})")
     parts = urllib.parse.urlsplit(host)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise BakeoffError(f"--host {host!r} is not an http(s) URL: write e.g. http://localhost:8080 or https://kubeflow.example.com/pipeline")
+        raise BakeoffError(
+            f"--host {host!r} is not an http(s) URL: write e.g. http://localhost:8080 or https://kubeflow.example.com/pipeline"
+        )
     return f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")
 
 
 def _one_line(value: str, what: str, fix: str) -> str:
     """``value`` as one HTTP header value; the error names where it came from, never the secret itself."""
     if not all(" " <= char <= "~" for char in value):
-        raise BakeoffError(f"{what} holds a line break, a control or a non-ASCII character, which no HTTP header can carry: {fix}")
+        raise BakeoffError(
+            f"{what} holds a line break, a control or a non-ASCII character, which no HTTP header can carry: {fix}"
+        )
     return value
 
 
@@ -66,7 +73,10 @@ def _read_secret(path: Path, what: str, fix: str) -> str:
     except OSError as error:
         raise BakeoffError(f"cannot read {what} ({error.strerror}): {fix}") from None
     if len(data) > SECRET_FILE_MAX_BYTES:
-        raise BakeoffError(f"{what} is larger than {SECRET_FILE_MAX_BYTES // 1024} KiB, so it holds more than a token or cookies: " f"{fix}")
+        raise BakeoffError(
+            f"{what} is larger than {SECRET_FILE_MAX_BYTES // 1024} KiB, so it holds more than a token or cookies: "
+            f"{fix}"
+        )
     try:
         text = data.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -91,7 +101,11 @@ def resolve_token(flag: str | None, environ: Mapping[str, str] = os.environ, fil
         return _read_secret(file, f"--token-file {str(file)!r}", "pass a file that holds the token on one line")
     path = environ.get(TOKEN_FILE_ENV)
     if path:
-        return _read_secret(Path(path), f"the token file {path!r} that {TOKEN_FILE_ENV} names", f"fix or unset {TOKEN_FILE_ENV}, or pass --token")
+        return _read_secret(
+            Path(path),
+            f"the token file {path!r} that {TOKEN_FILE_ENV} names",
+            f"fix or unset {TOKEN_FILE_ENV}, or pass --token",
+        )
     token = environ.get(TOKEN_ENV, "").strip()
     return _one_line(token, f"${TOKEN_ENV}", f"set {TOKEN_ENV} to the token alone") if token else None
 
@@ -100,9 +114,19 @@ def resolve_cookies(flag: str | None, file: Path | None = None, environ: Mapping
     """The Cookie header of a browser session: --cookies or --cookies-file, else $BAKEOFF_KFP_COOKIES."""
     if flag is not None:
         if not flag.strip():
-            raise BakeoffError(f"--cookies is empty: pass the Cookie header, or leave --cookies out and set {COOKIES_ENV}")
+            raise BakeoffError(
+                f"--cookies is empty: pass the Cookie header, or leave --cookies out and set {COOKIES_ENV}"
+            )
         return _one_line(flag.strip(), "--cookies", "pass the Cookie header on one line, or use --cookies-file FILE")
     if file is not None:
-        return _read_secret(file, f"--cookies-file {str(file)!r}", "pass a file that holds the Cookie header on one line, e.g. authservice_session=...")
+        return _read_secret(
+            file,
+            f"--cookies-file {str(file)!r}",
+            "pass a file that holds the Cookie header on one line, e.g. authservice_session=...",
+        )
     cookies = environ.get(COOKIES_ENV, "").strip()
-    return _one_line(cookies, f"${COOKIES_ENV}", f"set {COOKIES_ENV} to the Cookie header on one line") if cookies else None
+    return (
+        _one_line(cookies, f"${COOKIES_ENV}", f"set {COOKIES_ENV} to the Cookie header on one line")
+        if cookies
+        else None
+    )

@@ -1,4 +1,5 @@
 """Failures of the KFP API or of the network on the way, each turned into one line that says what to do."""
+
 from __future__ import annotations
 
 import contextlib
@@ -58,11 +59,16 @@ def tls_reason(error: BaseException) -> str:
 
 
 def unreachable(host: str, error: BaseException) -> BakeoffError:
-    return BakeoffError(f"cannot reach the KFP API at {host} ({_network_reason(error)}): check --host and that the API is " f"reachable from here, {REACH_HINT}")
+    return BakeoffError(
+        f"cannot reach the KFP API at {host} ({_network_reason(error)}): check --host and that the API is "
+        f"reachable from here, {REACH_HINT}"
+    )
 
 
 def tls_failed(host: str, reason: str) -> BakeoffError:
-    return BakeoffError(f"TLS to {host} failed ({reason}): pass --ca-cert FILE with the CA that signed its certificate, or --insecure")
+    return BakeoffError(
+        f"TLS to {host} failed ({reason}): pass --ca-cert FILE with the CA that signed its certificate, or --insecure"
+    )
 
 
 def refused(target: Target, status: int, message: str) -> BakeoffError:
@@ -71,9 +77,14 @@ def refused(target: Target, status: int, message: str) -> BakeoffError:
     if status == 401 and not target.has_credentials:
         return BakeoffError(f"the KFP API at {target.host} requires credentials ({detail}): {CREDENTIALS_HINT}")
     if status == 401:
-        return BakeoffError(f"the KFP API at {target.host} rejected the credentials ({detail}): pass a fresh token or fresh --cookies")
+        return BakeoffError(
+            f"the KFP API at {target.host} rejected the credentials ({detail}): pass a fresh token or fresh --cookies"
+        )
     where = f"namespace {target.namespace!r}" if target.namespace else "this namespace"
-    return BakeoffError(f"the KFP API at {target.host} denied access ({detail}): use credentials allowed in {where}, or pass " "--namespace with a profile you belong to")
+    return BakeoffError(
+        f"the KFP API at {target.host} denied access ({detail}): use credentials allowed in {where}, or pass "
+        "--namespace with a profile you belong to"
+    )
 
 
 @contextlib.contextmanager
@@ -93,13 +104,17 @@ def translated(target: Target, doing: str, not_found: str | None = None) -> Iter
         if status == 404 and not_found:
             raise BakeoffError(not_found) from None
         detail = f"HTTP {status}: {message}" if message else f"HTTP {status}"
-        raise BakeoffError(f"the KFP API at {target.host} refused to {doing} ({detail}): "
-                           f"check the request, or the API server's log (`kubectl -n kubeflow logs deploy/ml-pipeline`)") from None
+        raise BakeoffError(
+            f"the KFP API at {target.host} refused to {doing} ({detail}): "
+            f"check the request, or the API server's log (`kubectl -n kubeflow logs deploy/ml-pipeline`)"
+        ) from None
     except urllib3.exceptions.SSLError as error:
         raise tls_failed(target.host, tls_reason(error)) from None
     except urllib3.exceptions.HTTPError as error:
         raise unreachable(target.host, error) from None
     except TimeoutError:  # kfp.Client's healthz gave up after its retries
-        raise BakeoffError(f"the KFP API at {target.host} stopped answering: try again, or check the ml-pipeline deployment") from None
+        raise BakeoffError(
+            f"the KFP API at {target.host} stopped answering: try again, or check the ml-pipeline deployment"
+        ) from None
     except ValueError as error:  # kfp's own checks, e.g. two experiments of one name
         raise BakeoffError(f"cannot {doing} ({error}): resolve it on {target.host}, e.g. in its UI") from None

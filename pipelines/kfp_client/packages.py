@@ -1,4 +1,5 @@
 """The compiled pipeline package that the cluster commands send: a file kfp can read, and its IR."""
+
 from __future__ import annotations
 
 import contextlib

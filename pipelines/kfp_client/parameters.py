@@ -1,4 +1,5 @@
 """The pipeline's input parameters, and --param KEY=VALUE checked and typed against them before anything is sent."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,11 @@ PARAMETER_KINDS = {
 }
 # parameters the pipeline dropped: an old command line is told what replaced them, not just "no such parameter"
 RETIRED = {
-    "direction": f"the metric sets its own direction ({', '.join(f'{m}: {d}' for m, d in METRICS.items())}); drop " "--param direction",
+    "direction": f"the metric sets its own direction ({', '.join(f'{m}: {d}' for m, d in METRICS.items())}); drop "
+    "--param direction",
 }
+
+
 # values the pipeline's steps would refuse only after the cluster started: the step's own check runs here first
 def _trainer(value: str) -> object:
     from components.training.launch import check_trainer  # here, not at the top: it loads the job libraries
@@ -73,7 +77,9 @@ def parse_params(pairs: Sequence[str], parameters: Mapping[str, str]) -> dict[st
         if key in RETIRED and key not in parameters:
             raise BakeoffError(f"--param {key}: {RETIRED[key]}")
         if key not in parameters:
-            raise BakeoffError(f"--param {key!r}: the pipeline has no such parameter: use one of {', '.join(sorted(parameters))}")
+            raise BakeoffError(
+                f"--param {key!r}: the pipeline has no such parameter: use one of {', '.join(sorted(parameters))}"
+            )
         if key in values:
             raise BakeoffError(f"--param {key!r} is given twice: give each parameter once")
         kind = parameters[key]
@@ -81,7 +87,9 @@ def parse_params(pairs: Sequence[str], parameters: Mapping[str, str]) -> dict[st
         try:
             values[key] = _convert(kind, text)
         except ValueError:
-            raise BakeoffError(f"--param {key}={text!r}: {key} takes {description} ({kind}): write e.g. --param {key}={example}") from None
+            raise BakeoffError(
+                f"--param {key}={text!r}: {key} takes {description} ({kind}): write e.g. --param {key}={example}"
+            ) from None
         if key in VALUE_CHECKS:
             VALUE_CHECKS[key](values[key])
     return values

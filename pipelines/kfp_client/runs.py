@@ -1,4 +1,5 @@
 """Runs of the compiled pipeline: the experiment they belong to, one run submitted, and following it to its end."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,7 +20,9 @@ FINAL_STATES = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED")
 
 def experiment_id(api: Api, name: str) -> str:
     """The experiment's id, creating it on first use (kfp's create_experiment gets before it creates)."""
-    experiment = api.call(f"get or create experiment {name!r}", api.client.create_experiment, name, namespace=api.namespace)
+    experiment = api.call(
+        f"get or create experiment {name!r}", api.client.create_experiment, name, namespace=api.namespace
+    )
     return experiment.experiment_id
 
 
@@ -38,12 +41,20 @@ class Submitted:
 
 def submit(api: Api, package: Path, experiment: str, params: Mapping[str, Any], run_name: str) -> Submitted:
     """One run of the compiled package (its spec travels inline, no upload needed) in ``experiment``."""
-    run = api.call("create the run", api.client.run_pipeline, experiment_id=experiment_id(api, experiment), job_name=run_name,
-                   pipeline_package_path=str(package), params=dict(params))
+    run = api.call(
+        "create the run",
+        api.client.run_pipeline,
+        experiment_id=experiment_id(api, experiment),
+        job_name=run_name,
+        pipeline_package_path=str(package),
+        params=dict(params),
+    )
     return Submitted(run.run_id, run_name, api.run_url(run.run_id))
 
 
-def wait_for_run(api: Api, run_id: str, report: Callable[[str], None] = lambda state: None) -> kfp_server_api.V2beta1Run:
+def wait_for_run(
+    api: Api, run_id: str, report: Callable[[str], None] = lambda state: None
+) -> kfp_server_api.V2beta1Run:
     """Polls the run until it ends and reports each new state.
 
     Not kfp.Client.wait_for_run_completion: that one never returns for a

@@ -1,4 +1,5 @@
 """Recurring runs of the compiled pipeline: created, listed, enabled, disabled and deleted."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,7 +25,9 @@ SCHEDULE_ACTIONS = {  # action → kfp.Client method, past tense for the report 
 
 def check_max_concurrency(value: int) -> int:
     if not 1 <= value <= MAX_CONCURRENCY:
-        raise BakeoffError(f"--max-concurrency {value} is outside 1-{MAX_CONCURRENCY}, the range KFP accepts: choose one within it")
+        raise BakeoffError(
+            f"--max-concurrency {value} is outside 1-{MAX_CONCURRENCY}, the range KFP accepts: choose one within it"
+        )
     return value
 
 
@@ -37,14 +40,32 @@ class Scheduled:
     url: str
 
 
-def schedule(api: Api, package: Path, experiment: str, trigger: Trigger, params: Mapping[str, Any], name: str,
-             max_concurrency: int = 1, no_catchup: bool = False) -> Scheduled:
+def schedule(
+    api: Api,
+    package: Path,
+    experiment: str,
+    trigger: Trigger,
+    params: Mapping[str, Any],
+    name: str,
+    max_concurrency: int = 1,
+    no_catchup: bool = False,
+) -> Scheduled:
     """A recurring run of the compiled package, enabled from the start."""
-    created = api.call("create the recurring run", api.client.create_recurring_run,
-                       experiment_id=experiment_id(api, experiment), job_name=name, start_time=trigger.start, end_time=trigger.end,
-                       interval_second=trigger.interval_seconds, cron_expression=trigger.cron,
-                       max_concurrency=max_concurrency, no_catchup=no_catchup, params=dict(params),
-                       pipeline_package_path=str(package), enabled=True)
+    created = api.call(
+        "create the recurring run",
+        api.client.create_recurring_run,
+        experiment_id=experiment_id(api, experiment),
+        job_name=name,
+        start_time=trigger.start,
+        end_time=trigger.end,
+        interval_second=trigger.interval_seconds,
+        cron_expression=trigger.cron,
+        max_concurrency=max_concurrency,
+        no_catchup=no_catchup,
+        params=dict(params),
+        pipeline_package_path=str(package),
+        enabled=True,
+    )
     return Scheduled(created.recurring_run_id, name, f"{api.host}/#/recurringrun/details/{created.recurring_run_id}")
 
 
@@ -53,8 +74,14 @@ def list_schedules(api: Api) -> list[kfp_server_api.V2beta1RecurringRun]:
     found: list[kfp_server_api.V2beta1RecurringRun] = []
     token = ""
     while True:
-        page = api.call("list recurring runs", api.client.list_recurring_runs, page_token=token, page_size=100,
-                        sort_by="created_at desc", namespace=api.namespace)
+        page = api.call(
+            "list recurring runs",
+            api.client.list_recurring_runs,
+            page_token=token,
+            page_size=100,
+            sort_by="created_at desc",
+            namespace=api.namespace,
+        )
         found.extend(page.recurring_runs or [])
         token = page.next_page_token or ""
         if not token:
@@ -64,6 +91,10 @@ def list_schedules(api: Api) -> list[kfp_server_api.V2beta1RecurringRun]:
 def change_schedule(api: Api, action: str, recurring_run_id: str) -> str:
     """enable, disable or delete one recurring run; returns the past tense for the report line."""
     method, done = SCHEDULE_ACTIONS[action]
-    api.call(f"{action} recurring run {recurring_run_id!r}", getattr(api.client, method), recurring_run_id,
-             not_found=f"no recurring run {recurring_run_id!r} on {api.host}: `bakeoff schedules list` shows the ids")
+    api.call(
+        f"{action} recurring run {recurring_run_id!r}",
+        getattr(api.client, method),
+        recurring_run_id,
+        not_found=f"no recurring run {recurring_run_id!r} on {api.host}: `bakeoff schedules list` shows the ids",
+    )
     return done

@@ -1,4 +1,5 @@
 """When a recurring run starts runs: a KFP cron or an interval, within an optional window, all checked locally."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,13 +63,17 @@ def validate_cron(expression: str) -> str:
         raise BakeoffError(f"--cron {expression!r}: write intervals as --every, e.g. --every 6h")
     fields = expression.split(" ") if expression else []
     if len(fields) != len(CRON_FIELDS):
-        raise BakeoffError(f"--cron {expression!r} has {len(fields)} fields; KFP's cron has 6, seconds first "
-                           f"(second minute hour day-of-month month day-of-week): {CRON_EXAMPLE}")
+        raise BakeoffError(
+            f"--cron {expression!r} has {len(fields)} fields; KFP's cron has 6, seconds first "
+            f"(second minute hour day-of-month month day-of-week): {CRON_EXAMPLE}"
+        )
     for text, (name, low, high, names) in zip(fields, CRON_FIELDS, strict=True):
         try:
             _check_cron_field(text, name, low, high, names)
         except ValueError as problem:
-            raise BakeoffError(f"--cron {expression!r}: {name} field {text!r} is invalid ({problem}): {CRON_EXAMPLE}") from None
+            raise BakeoffError(
+                f"--cron {expression!r}: {name} field {text!r} is invalid ({problem}): {CRON_EXAMPLE}"
+            ) from None
     return expression
 
 
@@ -76,7 +81,9 @@ def parse_every(text: str) -> int:
     """--every as seconds: a whole number and one unit, the way people write it (90s, 30m, 6h, 1d)."""
     match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text.lower())
     if not match or int(match.group(1)) == 0:
-        raise BakeoffError(f"--every {text!r} is not an interval: write a whole number above 0 and s, m, h or d, e.g. 90s, 30m, 6h, 1d")
+        raise BakeoffError(
+            f"--every {text!r} is not an interval: write a whole number above 0 and s, m, h or d, e.g. 90s, 30m, 6h, 1d"
+        )
     seconds = int(match.group(1)) * EVERY_UNITS[match.group(2)]
     if seconds > MAX_EVERY_SECONDS:
         raise BakeoffError(f"--every {text!r} is longer than a year: write at most 366d")
@@ -118,8 +125,9 @@ class Trigger:
         return f"cron {self.cron}" if self.cron else f"every {describe_every(self.interval_seconds or 0)}"
 
 
-def make_trigger(cron: str | None, every: str | None, start: str | None, end: str | None,
-                 now: datetime.datetime | None = None) -> Trigger:
+def make_trigger(
+    cron: str | None, every: str | None, start: str | None, end: str | None, now: datetime.datetime | None = None
+) -> Trigger:
     """Validates the whole schedule locally, so a bad one never reaches the server."""
     if cron is not None and every is not None:
         raise BakeoffError("--cron and --every are both given: choose one trigger")

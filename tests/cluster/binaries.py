@@ -5,6 +5,7 @@ kube-scheduler, kubectl at one Kubernetes release) and `tests/cluster/operator/g
 Operator, which builds on an older Kubernetes library). The cache key is the hash of both modules' go.mod
 and go.sum and of the Go toolchain's version, so a pin change rebuilds and nothing else does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -94,8 +95,10 @@ def ensure(log=print) -> Binaries:
     major, minor = version.lstrip("v").split(".")[:2]
     stamp = "k8s.io/component-base/version"
     k8s_flags = f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitMajor={major} -X {stamp}.gitMinor={minor}"
-    log(f"building the control plane (Kubernetes {version}, Training Operator "
-        f"{_require(MODULES[1], 'github.com/kubeflow/training-operator')}) into {folder}: ~10 min on 2 cores, once")
+    log(
+        f"building the control plane (Kubernetes {version}, Training Operator "
+        f"{_require(MODULES[1], 'github.com/kubeflow/training-operator')}) into {folder}: ~10 min on 2 cores, once"
+    )
     _build(toolchain, MODULES[0], staging, k8s_flags)
     _build(toolchain, MODULES[1], staging, "-s -w")
     (staging / "server").rename(staging / "etcd")  # go.etcd.io/etcd/server/v3 builds as `server`

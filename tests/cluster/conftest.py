@@ -1,4 +1,5 @@
 """The cluster lane's fixtures: one real control plane on loopback for the whole session."""
+
 from __future__ import annotations
 
 import os

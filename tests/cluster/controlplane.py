@@ -6,6 +6,7 @@ Training Operator and the process kubelet, as local processes built from their G
 Ports are free loopback ports chosen at start; nothing listens beyond 127.0.0.0/8 except the Training
 Operator's webhook and metrics servers, which bind every interface as upstream's flags do (their port only).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -100,8 +101,9 @@ class ControlPlane:
     def log(self, component: str) -> Path:
         return self.state / "logs" / f"{component}.log"
 
-    def kubectl(self, *args: str, input: str | None = None, kubeconfig: Path | None = None,
-                check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input: str | None = None, kubeconfig: Path | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         command = [str(self.binaries.path("kubectl")), "--kubeconfig", str(kubeconfig or self.kubeconfig), *args]
         result = subprocess.run(command, input=input, capture_output=True, text=True)
         if check and result.returncode != 0:
@@ -145,8 +147,14 @@ class _Starter:
 
     def spawn(self, component: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         with open(self.plane.log(component), "ab") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env={**os.environ, **(env or {})}, start_new_session=True)
+            process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
         self.plane.pids[component] = process.pid
         self.plane.save()
         return process
@@ -156,8 +164,10 @@ class _Starter:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                raise StartError(f"{component} exited with code {process.returncode} while {what or 'starting'}; "
-                                 f"its log ({self.plane.log(component)}) ends:\n{_tail(self.plane.log(component))}")
+                raise StartError(
+                    f"{component} exited with code {process.returncode} while {what or 'starting'}; "
+                    f"its log ({self.plane.log(component)}) ends:\n{_tail(self.plane.log(component))}"
+                )
             try:
                 if ready():
                     self.say(f"{component} {what or 'ready'}")
@@ -165,8 +175,10 @@ class _Starter:
             except (OSError, RuntimeError, ValueError):
                 pass
             time.sleep(0.5)
-        raise StartError(f"{component} was not {what or 'ready'} after {START_TIMEOUT:.0f} s; "
-                         f"its log ({self.plane.log(component)}) ends:\n{_tail(self.plane.log(component))}")
+        raise StartError(
+            f"{component} was not {what or 'ready'} after {START_TIMEOUT:.0f} s; "
+            f"its log ({self.plane.log(component)}) ends:\n{_tail(self.plane.log(component))}"
+        )
 
     def https_ok(self, url: str, client: pki.KeyPair | None = None) -> bool:
         context = ssl.create_default_context(cafile=str(self.plane.ca))
@@ -182,21 +194,34 @@ class _Starter:
     def certificates(self) -> dict[str, pki.KeyPair]:
         ca = pki.Authority(self.pki)
         issued = {
-            "apiserver": ca.issue("apiserver", "kube-apiserver", server=True, dns=pki.API_SERVER_NAMES,
-                                  ips=pki.API_SERVER_IPS),
+            "apiserver": ca.issue(
+                "apiserver", "kube-apiserver", server=True, dns=pki.API_SERVER_NAMES, ips=pki.API_SERVER_IPS
+            ),
             "admin": ca.issue("admin", "bakeoff-admin", organization="system:masters", client=True),
-            "apiserver-kubelet": ca.issue("apiserver-kubelet", "kube-apiserver-kubelet-client",
-                                          organization="system:masters", client=True),
+            "apiserver-kubelet": ca.issue(
+                "apiserver-kubelet", "kube-apiserver-kubelet-client", organization="system:masters", client=True
+            ),
             "controller-manager": ca.issue("controller-manager", "system:kube-controller-manager", client=True),
             "scheduler": ca.issue("scheduler", "system:kube-scheduler", client=True),
-            "kubelet-client": ca.issue("kubelet-client", f"system:node:{NODE}", organization="system:nodes",
-                                       client=True),
-            "kubelet-serving": ca.issue("kubelet-serving", f"system:node:{NODE}", organization="system:nodes",
-                                        server=True, dns=(NODE, "localhost"), ips=("127.0.0.1",)),
+            "kubelet-client": ca.issue(
+                "kubelet-client", f"system:node:{NODE}", organization="system:nodes", client=True
+            ),
+            "kubelet-serving": ca.issue(
+                "kubelet-serving",
+                f"system:node:{NODE}",
+                organization="system:nodes",
+                server=True,
+                dns=(NODE, "localhost"),
+                ips=("127.0.0.1",),
+            ),
         }
         self.sa = pki.service_account_keys(self.pki)
-        for name, user in (("admin", "bakeoff-admin"), ("controller-manager", "system:kube-controller-manager"),
-                           ("scheduler", "system:kube-scheduler"), ("kubelet-client", f"system:node:{NODE}")):
+        for name, user in (
+            ("admin", "bakeoff-admin"),
+            ("controller-manager", "system:kube-controller-manager"),
+            ("scheduler", "system:kube-scheduler"),
+            ("kubelet-client", f"system:node:{NODE}"),
+        ):
             target = self.plane.kubeconfig if name == "admin" else self.plane.state / f"{name}.kubeconfig"
             pki.kubeconfig(target, self.plane.server, self.plane.ca, user=user, client=issued[name])
         return issued
@@ -204,12 +229,22 @@ class _Starter:
     def etcd(self) -> None:
         p = self.plane.ports
         client, peer = f"http://127.0.0.1:{p.etcd}", f"http://127.0.0.1:{p.etcd_peer}"
-        process = self.spawn("etcd", [
-            str(self.bins.path("etcd")), "--name=n0", f"--data-dir={self.plane.state / 'etcd'}",
-            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}", f"--initial-cluster=n0={peer}",
-            "--unsafe-no-fsync=true", "--quota-backend-bytes=4294967296", "--log-level=warn",
-        ])
+        process = self.spawn(
+            "etcd",
+            [
+                str(self.bins.path("etcd")),
+                "--name=n0",
+                f"--data-dir={self.plane.state / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=n0={peer}",
+                "--unsafe-no-fsync=true",
+                "--quota-backend-bytes=4294967296",
+                "--log-level=warn",
+            ],
+        )
         self.wait("etcd", process, lambda: urllib.request.urlopen(f"{client}/health", timeout=5).status == 200)
 
     def apiserver(self, certs: dict[str, pki.KeyPair]) -> None:
@@ -218,14 +253,22 @@ class _Starter:
         hosts = self.plane.state / "apiserver-hosts"
         hosts.write_text(f"127.0.0.1 localhost\n127.0.0.1 {WEBHOOK_SERVICE}.{OPERATOR_NAMESPACE}.svc\n")
         command = [
-            str(self.bins.path("kube-apiserver")), f"--etcd-servers=http://127.0.0.1:{p.etcd}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={p.api}",
-            f"--cert-dir={s}", f"--tls-cert-file={certs['apiserver'].cert}",
-            f"--tls-private-key-file={certs['apiserver'].key}", f"--client-ca-file={self.plane.ca}",
-            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
+            str(self.bins.path("kube-apiserver")),
+            f"--etcd-servers=http://127.0.0.1:{p.etcd}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={p.api}",
+            f"--cert-dir={s}",
+            f"--tls-cert-file={certs['apiserver'].cert}",
+            f"--tls-private-key-file={certs['apiserver'].key}",
+            f"--client-ca-file={self.plane.ca}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={self.sa.cert}", f"--service-account-signing-key-file={self.sa.key}",
+            f"--service-account-key-file={self.sa.cert}",
+            f"--service-account-signing-key-file={self.sa.key}",
             f"--kubelet-client-certificate={certs['apiserver-kubelet'].cert}",
             f"--kubelet-client-key={certs['apiserver-kubelet'].key}",
             f"--kubelet-certificate-authority={self.plane.ca}",
@@ -239,80 +282,129 @@ class _Starter:
 
     def controllers(self) -> None:
         s = self.plane.state
-        kcm = self.spawn("kube-controller-manager", [
-            str(self.bins.path("kube-controller-manager")), f"--kubeconfig={s / 'controller-manager.kubeconfig'}",
-            "--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=true",
-            f"--service-account-private-key-file={self.sa.key}", f"--root-ca-file={self.plane.ca}",
-            f"--cluster-signing-cert-file={self.plane.ca}",
-            f"--cluster-signing-key-file={self.pki / 'bakeoff-cluster-ca.key'}",
-        ])
-        scheduler = self.spawn("kube-scheduler", [
-            str(self.bins.path("kube-scheduler")), f"--kubeconfig={s / 'scheduler.kubeconfig'}",
-            "--leader-elect=false", "--secure-port=0",
-        ])
+        kcm = self.spawn(
+            "kube-controller-manager",
+            [
+                str(self.bins.path("kube-controller-manager")),
+                f"--kubeconfig={s / 'controller-manager.kubeconfig'}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={self.sa.key}",
+                f"--root-ca-file={self.plane.ca}",
+                f"--cluster-signing-cert-file={self.plane.ca}",
+                f"--cluster-signing-key-file={self.pki / 'bakeoff-cluster-ca.key'}",
+            ],
+        )
+        scheduler = self.spawn(
+            "kube-scheduler",
+            [
+                str(self.bins.path("kube-scheduler")),
+                f"--kubeconfig={s / 'scheduler.kubeconfig'}",
+                "--leader-elect=false",
+                "--secure-port=0",
+            ],
+        )
         # The ServiceAccount controller making `default` shows the controller manager works (envtest's check).
-        self.wait("kube-controller-manager", kcm,
-                  lambda: self.plane.kubectl("get", "serviceaccount", "default", check=False).returncode == 0)
+        self.wait(
+            "kube-controller-manager",
+            kcm,
+            lambda: self.plane.kubectl("get", "serviceaccount", "default", check=False).returncode == 0,
+        )
         self.wait("kube-scheduler", scheduler, lambda: scheduler.poll() is None)
 
     def apply(self, documents: list[dict]) -> None:
-        self.plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-                           input=yaml.safe_dump_all(documents))
+        self.plane.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(documents)
+        )
 
     def custom_resources(self) -> None:
         crds = [CONTRACTS / "kubeflow.org_tfjobs.yaml", *sorted(CONTRACTS.glob("serving.kserve.io_*.yaml"))]
         self.apply([doc for path in crds for doc in yaml.safe_load_all(path.read_text()) if doc])
         names = [doc["metadata"]["name"] for path in crds for doc in yaml.safe_load_all(path.read_text()) if doc]
-        self.plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                           *[f"crd/{name}" for name in names])
+        self.plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{name}" for name in names])
 
     def kubelet(self, certs: dict[str, pki.KeyPair], venv: Path) -> None:
         command = [
-            sys.executable, "-m", "tests.cluster.kubelet", f"--kubeconfig={self.plane.state / 'kubelet-client.kubeconfig'}",
-            f"--node={NODE}", f"--state-dir={self.plane.state / 'kubelet'}", f"--port={self.plane.ports.kubelet}",
-            f"--serving-cert={certs['kubelet-serving'].cert}", f"--serving-key={certs['kubelet-serving'].key}",
+            sys.executable,
+            "-m",
+            "tests.cluster.kubelet",
+            f"--kubeconfig={self.plane.state / 'kubelet-client.kubeconfig'}",
+            f"--node={NODE}",
+            f"--state-dir={self.plane.state / 'kubelet'}",
+            f"--port={self.plane.ports.kubelet}",
+            f"--serving-cert={certs['kubelet-serving'].cert}",
+            f"--serving-key={certs['kubelet-serving'].key}",
             f"--api-server={self.plane.server}",
             *[f"--image={image}={venv}" for image in BAKEOFF_IMAGES],
         ]
         process = self.spawn("kubelet", command, env={"PYTHONPATH": str(REPO)})
         ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
-        self.wait("kubelet", process,
-                  lambda: self.plane.kubectl("get", "node", NODE, "-o", ready, check=False).stdout == "True")
+        self.wait(
+            "kubelet",
+            process,
+            lambda: self.plane.kubectl("get", "node", NODE, "-o", ready, check=False).stdout == "True",
+        )
 
     def operator(self) -> None:
         """The Training Operator as upstream deploys it: its own service account, RBAC and webhook cert Secret."""
         upstream = operator_manifests()
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
-        rbac = [yaml.safe_load((upstream / "rbac" / name).read_text())
-                for name in ("service-account.yaml", "role.yaml", "cluster-role-binding.yaml")]
+        rbac = [
+            yaml.safe_load((upstream / "rbac" / name).read_text())
+            for name in ("service-account.yaml", "role.yaml", "cluster-role-binding.yaml")
+        ]
         rbac[0]["metadata"]["namespace"] = OPERATOR_NAMESPACE
         for subject in rbac[2]["subjects"]:
             subject["namespace"] = OPERATOR_NAMESPACE
         # cert-controller fills this Secret and injects its CA into the webhook configuration below.
-        secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                  "metadata": {"name": "training-operator-webhook-cert", "namespace": OPERATOR_NAMESPACE}}
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": "training-operator-webhook-cert", "namespace": OPERATOR_NAMESPACE},
+        }
         self.apply([namespace, *rbac, secret, _webhook_configuration(upstream, self.plane.ports.webhook)])
-        token = self.plane.kubectl("create", "token", "training-operator", "-n", OPERATOR_NAMESPACE,
-                                   "--duration=48h").stdout.strip()
-        config = pki.kubeconfig(self.plane.state / "training-operator.kubeconfig", self.plane.server, self.plane.ca,
-                                user="training-operator", token=token)
+        token = self.plane.kubectl(
+            "create", "token", "training-operator", "-n", OPERATOR_NAMESPACE, "--duration=48h"
+        ).stdout.strip()
+        config = pki.kubeconfig(
+            self.plane.state / "training-operator.kubeconfig",
+            self.plane.server,
+            self.plane.ca,
+            user="training-operator",
+            token=token,
+        )
         # Upstream mounts the Secret at this fixed path; here a folder of the state is mounted there, privately.
         certs = self.plane.state / "training-operator-certs"
         certs.mkdir(exist_ok=True)
         Path(OPERATOR_CERT_DIR).mkdir(parents=True, exist_ok=True)
         p = self.plane.ports
         command = [
-            str(self.bins.path("training-operator")), f"--kubeconfig={config}", "--enable-scheme=tfjob",
-            f"--webhook-server-port={p.webhook}", f"--metrics-bind-address=127.0.0.1:{p.operator_metrics}",
+            str(self.bins.path("training-operator")),
+            f"--kubeconfig={config}",
+            "--enable-scheme=tfjob",
+            f"--webhook-server-port={p.webhook}",
+            f"--metrics-bind-address=127.0.0.1:{p.operator_metrics}",
             f"--health-probe-bind-address=127.0.0.1:{p.operator_health}",
         ]
-        process = self.spawn("training-operator", _in_private_mounts(command, [(certs, OPERATOR_CERT_DIR)]),
-                             env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE})
+        process = self.spawn(
+            "training-operator",
+            _in_private_mounts(command, [(certs, OPERATOR_CERT_DIR)]),
+            env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE},
+        )
         # Its cert-controller writes the Secret, then waits for the files, as a kubelet's Secret volume makes them.
-        self.wait("training-operator", process, lambda: self.project_secret(
-            OPERATOR_NAMESPACE, "training-operator-webhook-cert", certs, "tls.crt"), what="made its webhook cert")
-        self.wait("training-operator", process,
-                  lambda: urllib.request.urlopen(f"http://127.0.0.1:{p.operator_health}/readyz", timeout=5).status == 200)
+        self.wait(
+            "training-operator",
+            process,
+            lambda: self.project_secret(OPERATOR_NAMESPACE, "training-operator-webhook-cert", certs, "tls.crt"),
+            what="made its webhook cert",
+        )
+        self.wait(
+            "training-operator",
+            process,
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{p.operator_health}/readyz", timeout=5).status == 200,
+        )
 
     def project_secret(self, namespace: str, name: str, folder: Path, required: str) -> bool:
         """Writes the Secret's keys as files into ``folder`` once it holds ``required``."""
@@ -327,8 +419,13 @@ class _Starter:
 
 def operator_manifests() -> Path:
     """Upstream's manifests/base of the pinned Training Operator, read from the Go module cache."""
-    result = subprocess.run([binaries.go(), "list", "-m", "-f", "{{.Dir}}", "github.com/kubeflow/training-operator"],
-                            cwd=HERE / "operator", capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [binaries.go(), "list", "-m", "-f", "{{.Dir}}", "github.com/kubeflow/training-operator"],
+        cwd=HERE / "operator",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(result.stdout.strip()) / "manifests" / "base"
 
 
@@ -344,8 +441,14 @@ def _webhook_configuration(upstream: Path, port: int) -> dict:
     return config
 
 
-def start(state: Path, *, venv: Path | None = None, kubelet: bool = True, ports: Ports | None = None,
-          log: Callable[[str], None] = print) -> ControlPlane:
+def start(
+    state: Path,
+    *,
+    venv: Path | None = None,
+    kubelet: bool = True,
+    ports: Ports | None = None,
+    log: Callable[[str], None] = print,
+) -> ControlPlane:
     """Builds (once) and starts every component; on a failure stops what started and raises StartError."""
     if (state / "control-plane.json").exists():
         stop(state)

@@ -4,6 +4,7 @@ The shape follows kubeadm's PKI (and kwok's `pkg/kwokctl/pki`): the API server's
 in-cluster spelling of the `kubernetes` Service, each component authenticates with a client cert whose CN is
 its user and whose O its group, and service-account tokens are signed by a separate RSA key.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -18,8 +19,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = datetime.timedelta(days=365)  # longer than cert-controller's 90-day look-ahead, so nothing rotates
-API_SERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                    "kubernetes.default.svc.cluster.local")
+API_SERVER_NAMES = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 API_SERVER_IPS = ("127.0.0.1", "10.0.0.1")  # loopback, and the first address of the Service range
 
 
@@ -30,8 +36,9 @@ class KeyPair:
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey, path: Path) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     path.chmod(0o600)
 
 
@@ -52,29 +59,57 @@ class Authority:
         now = datetime.datetime.now(datetime.UTC)
         self.cert = (
             x509.CertificateBuilder()
-            .subject_name(_name(common_name)).issuer_name(_name(common_name))
-            .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALIDITY)
+            .subject_name(_name(common_name))
+            .issuer_name(_name(common_name))
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + VALIDITY)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
             .sign(self.key, hashes.SHA256())
         )
         self.pair = KeyPair(folder / f"{common_name}.crt", folder / f"{common_name}.key")
         self.pair.cert.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
         _write_key(self.key, self.pair.key)
 
-    def issue(self, name: str, common_name: str, *, organization: str | None = None, server: bool = False,
-              client: bool = False, dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()) -> KeyPair:
+    def issue(
+        self,
+        name: str,
+        common_name: str,
+        *,
+        organization: str | None = None,
+        server: bool = False,
+        client: bool = False,
+        dns: tuple[str, ...] = (),
+        ips: tuple[str, ...] = (),
+    ) -> KeyPair:
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
-        usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+        usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + (
+            [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+        )
         builder = (
             x509.CertificateBuilder()
-            .subject_name(_name(common_name, organization)).issuer_name(self.cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALIDITY)
+            .subject_name(_name(common_name, organization))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + VALIDITY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )
@@ -92,14 +127,16 @@ def service_account_keys(folder: Path) -> KeyPair:
     """The RSA pair that signs service-account tokens (`cert` holds the public key, as the flags want)."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pair = KeyPair(folder / "sa.pub", folder / "sa.key")
-    pair.cert.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                        serialization.PublicFormat.SubjectPublicKeyInfo))
+    pair.cert.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     _write_key(key, pair.key)
     return pair
 
 
-def kubeconfig(path: Path, server: str, ca: Path, *, user: str, client: KeyPair | None = None,
-               token: str | None = None) -> Path:
+def kubeconfig(
+    path: Path, server: str, ca: Path, *, user: str, client: KeyPair | None = None, token: str | None = None
+) -> Path:
     """A kubeconfig for one identity: a client cert, or a bearer token."""
     credentials: dict[str, str] = {}
     if client is not None:
@@ -107,7 +144,9 @@ def kubeconfig(path: Path, server: str, ca: Path, *, user: str, client: KeyPair 
     if token is not None:
         credentials = {"token": token}
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "bakeoff",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "bakeoff",
         "clusters": [{"name": "bakeoff", "cluster": {"server": server, "certificate-authority": str(ca)}}],
         "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "bakeoff", "context": {"cluster": "bakeoff", "user": user}}],

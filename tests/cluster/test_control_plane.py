@@ -1,5 +1,6 @@
 """The control plane itself, as `make cluster` promises it: a Ready node, the CRDs, RBAC enforced, the operator's
 webhook."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,16 @@ def test_the_crds_bakeoff_uses_are_served(control_plane: controlplane.ControlPla
 def test_the_real_authorizer_refuses_what_no_role_grants(control_plane: controlplane.ControlPlane) -> None:
     """A service account with no binding may not create TFJobs: RBAC is on, not everyone an admin."""
     control_plane.kubectl("create", "serviceaccount", "nobody", "-n", "default")
-    answer = control_plane.kubectl("auth", "can-i", "create", "tfjobs.kubeflow.org", "-n", "default",
-                                   "--as=system:serviceaccount:default:nobody", check=False)
+    answer = control_plane.kubectl(
+        "auth",
+        "can-i",
+        "create",
+        "tfjobs.kubeflow.org",
+        "-n",
+        "default",
+        "--as=system:serviceaccount:default:nobody",
+        check=False,
+    )
     assert answer.stdout.strip() == "no"
 
 
@@ -39,8 +48,12 @@ def test_the_operators_webhook_validates_tfjobs(control_plane: controlplane.Cont
     """The Training Operator's validating webhook is called by the API server: no `tensorflow` container, no TFJob."""
     container = {"name": "main", "image": controlplane.TEST_IMAGE}
     replicas = {"Worker": {"replicas": 1, "template": {"spec": {"containers": [container]}}}}
-    job = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "unnamed", "namespace": "default"},
-           "spec": {"tfReplicaSpecs": replicas}}
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "unnamed", "namespace": "default"},
+        "spec": {"tfReplicaSpecs": replicas},
+    }
     answer = control_plane.kubectl("create", "-f", "-", input=json.dumps(job), check=False)
     assert answer.returncode != 0
     assert 'admission webhook "validator.tfjob.training-operator.kubeflow.org" denied' in answer.stderr

@@ -4,6 +4,7 @@ as a service account that holds only deploy's Role; and the fake Kubernetes API 
 The service account, Role and RoleBinding are manifests/kserve/deploy-rbac.yaml's, put in a fresh namespace;
 tests/test_deploy.py holds that Role to the calls deploy makes.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,15 @@ def _role(namespace: str, rules: set[tuple[str, str, str]]) -> dict:
     by_resource: dict[tuple[str, str], list[str]] = {}
     for group, resource, verb in sorted(rules):
         by_resource.setdefault((group, resource), []).append(verb)
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": DEPLOYER, "namespace": namespace},
-            "rules": [{"apiGroups": [group], "resources": [resource], "verbs": verbs} for (group, resource), verbs in by_resource.items()]}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": DEPLOYER, "namespace": namespace},
+        "rules": [
+            {"apiGroups": [group], "resources": [resource], "verbs": verbs}
+            for (group, resource), verbs in by_resource.items()
+        ],
+    }
 
 
 def bakeoff(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, list[str], list[str]]:
@@ -79,18 +87,27 @@ def _deploy_rbac(namespace: str) -> list[dict]:
 def _granted() -> set[tuple[str, str, str]]:
     """(group, resource, verb) the manifest's Role grants."""
     role = next(doc for doc in _deploy_rbac("any") if doc["kind"] == "Role")
-    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-            for resource in rule["resources"] for verb in rule["verbs"]}
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
 
 
 DEPLOY_RULES = _granted()
 
 
-def _until_authorizer(plane: controlplane.ControlPlane, team_namespace: str, user: str, verb: str, resource: str, allowed: bool) -> None:
+def _until_authorizer(
+    plane: controlplane.ControlPlane, team_namespace: str, user: str, verb: str, resource: str, allowed: bool
+) -> None:
     """Waits until the authorizer answers ``allowed`` for the call: it reads Roles through a watch cache."""
     deadline = time.monotonic() + RBAC_WAIT
     while True:
-        answer = plane.kubectl("auth", "can-i", verb, f"{resource}.{deploy.GROUP}", "-n", team_namespace, f"--as={user}", check=False)
+        answer = plane.kubectl(
+            "auth", "can-i", verb, f"{resource}.{deploy.GROUP}", "-n", team_namespace, f"--as={user}", check=False
+        )
         if (answer.stdout.strip() == "yes") == allowed or time.monotonic() > deadline:
             return
         time.sleep(0.1)
@@ -104,19 +121,39 @@ def _custom_objects(configuration: client.Configuration) -> client.CustomObjects
 def team(control_plane: controlplane.ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Team]:
     namespace = f"deploy-{uuid.uuid4().hex[:8]}"
     user = f"system:serviceaccount:{namespace}:{DEPLOYER}"
-    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        *_deploy_rbac(namespace),
-    ]))
+    control_plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(
+            [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+                *_deploy_rbac(namespace),
+            ]
+        ),
+    )
     _until_authorizer(control_plane, namespace, user, "get", RUNTIME, allowed=True)
     token = control_plane.kubectl("create", "token", DEPLOYER, "-n", namespace, "--duration=1h").stdout.strip()
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "deployer",
-        "clusters": [{"name": "bakeoff", "cluster": {"server": control_plane.server, "certificate-authority": str(control_plane.ca)}}],
-        "users": [{"name": DEPLOYER, "user": {"token": token}}],
-        "contexts": [{"name": "deployer", "context": {"cluster": "bakeoff", "user": DEPLOYER, "namespace": namespace}}],
-    }))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "deployer",
+                "clusters": [
+                    {
+                        "name": "bakeoff",
+                        "cluster": {"server": control_plane.server, "certificate-authority": str(control_plane.ca)},
+                    }
+                ],
+                "users": [{"name": DEPLOYER, "user": {"token": token}}],
+                "contexts": [
+                    {"name": "deployer", "context": {"cluster": "bakeoff", "user": DEPLOYER, "namespace": namespace}}
+                ],
+            }
+        )
+    )
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # the test runner is no pod
     configuration, admin = client.Configuration(), client.Configuration()
@@ -162,7 +199,9 @@ def one_error(err: list[str]) -> str:
 # ---------------------------------------------------------------- creating and rolling
 
 
-def test_deploy_creates_the_service_then_patches_it_to_each_new_version(team: Team, s3_env: str, tmp_path: Path, capsys) -> None:
+def test_deploy_creates_the_service_then_patches_it_to_each_new_version(
+    team: Team, s3_env: str, tmp_path: Path, capsys
+) -> None:
     """The newest version in the store (SeaweedFS), served from the model's folder there; a new one patches the same
     object."""
     assert publish(team.namespace, tmp_path) == 1
@@ -175,14 +214,22 @@ def test_deploy_creates_the_service_then_patches_it_to_each_new_version(team: Te
     assert first["spec"]["predictor"]["model"]["runtime"] == runtime["metadata"]["name"]
     assert runtime["spec"]["containers"][0]["image"] == IMAGE
     # The user resizes the predictor meanwhile; deploy must not undo it.
-    resized = team.admin.patch_namespaced_custom_object(deploy.GROUP, deploy.ISVC_VERSION, team.namespace, ISVC, MODEL,
-                                                        {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "4Gi"}}}}}})
+    resized = team.admin.patch_namespaced_custom_object(
+        deploy.GROUP,
+        deploy.ISVC_VERSION,
+        team.namespace,
+        ISVC,
+        MODEL,
+        {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "4Gi"}}}}}},
+    )
 
     assert publish(team.namespace, tmp_path) == 2
     code, out, err = bakeoff(capsys, "--store", STORE)
     assert code == 0, err
-    assert out[0] == (f"updated inferenceservice {MODEL} in {team.namespace}: version 1 -> version 2;"
-                      " the old revision serves until the new one is Ready")
+    assert out[0] == (
+        f"updated inferenceservice {MODEL} in {team.namespace}: version 1 -> version 2;"
+        " the old revision serves until the new one is Ready"
+    )
     second = read(team, ISVC, MODEL)
     assert second["metadata"]["uid"] == first["metadata"]["uid"], "the same object, patched"
     assert second["metadata"]["resourceVersion"] != resized["metadata"]["resourceVersion"]
@@ -208,7 +255,8 @@ def test_deploy_creates_the_service_then_patches_it_to_each_new_version(team: Te
 
 @pytest.mark.parametrize("removed", sorted(DEPLOY_RULES), ids=lambda rule: f"{rule[1]}-{rule[2]}")
 def test_a_role_missing_one_of_deploys_verbs_fails_that_call_in_one_line(
-        team: Team, control_plane: controlplane.ControlPlane, capsys, removed: tuple[str, str, str]) -> None:
+    team: Team, control_plane: controlplane.ControlPlane, capsys, removed: tuple[str, str, str]
+) -> None:
     """The real authorizer: every rule of the Role is needed, and a refusal names the verb and the resource."""
     _, resource, verb = removed
     if verb == "patch":  # patched only once it exists
@@ -219,7 +267,9 @@ def test_a_role_missing_one_of_deploys_verbs_fails_that_call_in_one_line(
     code, _, err = bakeoff(capsys, "--version", "2", "--image", NEW_IMAGE)
     assert code == 1
     line = one_error(err)
-    assert line.startswith("bakeoff: error: not allowed to ") and f"in namespace '{team.namespace}' (HTTP 403: " in line, line
+    assert (
+        line.startswith("bakeoff: error: not allowed to ") and f"in namespace '{team.namespace}' (HTTP 403: " in line
+    ), line
     assert f'User "{team.user}" cannot {verb} resource "{resource}" in API group "{deploy.GROUP}"' in line, line
     if verb != "patch":
         assert find(team, ISVC, MODEL) is None
@@ -236,7 +286,9 @@ class Interleaved(client.CustomObjectsApi):
         super().__init__(api_client)
         self.plural, self.meanwhile, self.times = plural, meanwhile, times
 
-    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str, **kwargs: Any) -> Any:
+    def get_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, **kwargs: Any
+    ) -> Any:
         try:
             return super().get_namespaced_custom_object(group, version, namespace, plural, name, **kwargs)
         finally:
@@ -247,7 +299,11 @@ class Interleaved(client.CustomObjectsApi):
 
 def interleaved(team: Team, plural: str, meanwhile: Callable[[], Any], times: int = 1) -> deploy.Cluster:
     """The deployer's connection, with another writer's change between deploy's read of ``plural`` and its write."""
-    return deploy.Cluster(Interleaved(team.api.api_client, plural, meanwhile, times), team.namespace, team.api.api_client.configuration.host)
+    return deploy.Cluster(
+        Interleaved(team.api.api_client, plural, meanwhile, times),
+        team.namespace,
+        team.api.api_client.configuration.host,
+    )
 
 
 def admin_patch(team: Team, plural: str, name: str, patch: dict) -> Callable[[], Any]:
@@ -265,7 +321,9 @@ def test_a_runtime_changed_between_read_and_patch_keeps_the_other_change(team: T
     assert bakeoff(capsys, "--version", "1")[0] == 0
     containers = read(team, RUNTIME, deploy.RUNTIME_NAME)["spec"]["containers"]
     containers[0]["resources"]["limits"]["memory"] = "4Gi"
-    cluster = interleaved(team, RUNTIME, admin_patch(team, RUNTIME, deploy.RUNTIME_NAME, {"spec": {"containers": containers}}))
+    cluster = interleaved(
+        team, RUNTIME, admin_patch(team, RUNTIME, deploy.RUNTIME_NAME, {"spec": {"containers": containers}})
+    )
 
     done = deploy.deploy(cluster, team.namespace, MODEL, uri(team), 2, NEW_IMAGE)
     assert (done.runtime, done.image) == ("updated", NEW_IMAGE)
@@ -303,7 +361,10 @@ def test_a_service_that_keeps_changing_fails_in_one_line_and_keeps_the_others_ve
 
     with pytest.raises(BakeoffError) as failed:
         deploy.deploy(interleaved(team, ISVC, other, times=deploy.WRITE_ATTEMPTS), team.namespace, MODEL, uri(team), 2)
-    assert str(failed.value) == f"inferenceservice '{MODEL}' in '{team.namespace}' kept changing while deploy wrote it: run deploy again"
+    assert (
+        str(failed.value)
+        == f"inferenceservice '{MODEL}' in '{team.namespace}' kept changing while deploy wrote it: run deploy again"
+    )
     assert version_of(read(team, ISVC, MODEL)) == "1"
 
 
@@ -311,20 +372,25 @@ def test_a_service_that_keeps_changing_fails_in_one_line_and_keeps_the_others_ve
 
 
 def test_a_field_the_crd_schema_refuses_fails_in_one_line_naming_it_before_anything_is_written(
-        team: Team, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    team: Team, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No flag reaches a field the schema constrains; deploy's own size does (a quantity pattern), so a wrong one
     stands in."""
     monkeypatch.setattr(deploy, "LIMITS", {"cpu": "1", "memory": "2 GB"})
     code, out, err = bakeoff(capsys, "--version", "1")
     assert code == 1 and out == []
     line = one_error(err)
-    assert line.startswith(f"bakeoff: error: the API at {team.api.api_client.configuration.host} refused to create servingruntimes"
-                           f".serving.kserve.io 'bakeoff' in namespace '{team.namespace}' (HTTP 422: "), line
+    assert line.startswith(
+        f"bakeoff: error: the API at {team.api.api_client.configuration.host} refused to create servingruntimes"
+        f".serving.kserve.io 'bakeoff' in namespace '{team.namespace}' (HTTP 422: "
+    ), line
     assert 'spec.containers[0].resources.limits.memory: Invalid value: "2 GB"' in line, line
     assert find(team, RUNTIME, deploy.RUNTIME_NAME) is None and find(team, ISVC, MODEL) is None
 
 
-def test_an_unknown_field_is_refused_in_one_short_line_not_pruned(team: Team, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unknown_field_is_refused_in_one_short_line_not_pruned(
+    team: Team, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A field the cluster's CRD lacks (an older KServe) would be pruned silently; deploy asks for strict validation.
 
     The API server's message for a refused merge patch quotes the whole object first; the line keeps the reason.
@@ -342,22 +408,27 @@ def test_an_unknown_field_is_refused_in_one_short_line_not_pruned(team: Team, ca
     code, _, err = bakeoff(capsys, "--version", "2")
     assert code == 1
     line = one_error(err)
-    assert line.endswith(f'(HTTP 422: strict decoding error: unknown field "spec.predictor.model.storageURI"): the cluster\'s'
-                         f" {deploy.GROUP} CRDs refuse the field named; an older KServe may lack it: upgrade KServe there"), line
+    assert line.endswith(
+        f'(HTTP 422: strict decoding error: unknown field "spec.predictor.model.storageURI"): the cluster\'s'
+        f" {deploy.GROUP} CRDs refuse the field named; an older KServe may lack it: upgrade KServe there"
+    ), line
     assert version_of(read(team, ISVC, MODEL)) == "1", "nothing written"
 
 
-def test_a_namespace_that_does_not_exist_is_named_in_one_line(control_plane: controlplane.ControlPlane, capsys,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_namespace_that_does_not_exist_is_named_in_one_line(
+    control_plane: controlplane.ControlPlane, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An admin (whom no Role stops first) deploying to a namespace nobody created: not "install KServe"."""
     monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     missing = f"absent-{uuid.uuid4().hex[:8]}"
     code, _, err = bakeoff(capsys, "--version", "1", "--namespace", missing)
     assert code == 1
-    assert one_error(err) == (f"bakeoff: error: cannot create servingruntimes.serving.kserve.io 'bakeoff': namespace '{missing}' does not"
-                              f" exist on {control_plane.server} (HTTP 404: namespaces \"{missing}\" not found): pass --namespace with"
-                              " your profile's namespace, or leave it out for the kube-config's")
+    assert one_error(err) == (
+        f"bakeoff: error: cannot create servingruntimes.serving.kserve.io 'bakeoff': namespace '{missing}' does not"
+        f' exist on {control_plane.server} (HTTP 404: namespaces "{missing}" not found): pass --namespace with'
+        " your profile's namespace, or leave it out for the kube-config's"
+    )
 
 
 # ---------------------------------------------------------------- the fake, held to the real server
@@ -386,14 +457,25 @@ def _seen(status: int, body: Any, previous: dict | None) -> dict:
         message = body.get("message", "")
         # Invalid and BadRequest are worded by each validator; deploy shows them, and keeps a strict decoding error's
         # reason.
-        seen["message"] = message[message.find(deploy.STRICT_DECODING):] if deploy.STRICT_DECODING in message else (
-            "" if status in (400, 422) else message)
+        seen["message"] = (
+            message[message.find(deploy.STRICT_DECODING) :]
+            if deploy.STRICT_DECODING in message
+            else ("" if status in (400, 422) else message)
+        )
         return seen
     metadata, spec = body["metadata"], body.get("spec") or {}
-    fields = ({"containers": spec["containers"], "formats": spec.get("supportedModelFormats")} if "containers" in spec
-              else {"predictor": spec.get("predictor")})
-    return {"status": status, "generation": metadata.get("generation"), "labels": metadata.get("labels"), **fields,
-            "written": previous is None or metadata["resourceVersion"] != previous["metadata"]["resourceVersion"]}
+    fields = (
+        {"containers": spec["containers"], "formats": spec.get("supportedModelFormats")}
+        if "containers" in spec
+        else {"predictor": spec.get("predictor")}
+    )
+    return {
+        "status": status,
+        "generation": metadata.get("generation"),
+        "labels": metadata.get("labels"),
+        **fields,
+        "written": previous is None or metadata["resourceVersion"] != previous["metadata"]["resourceVersion"],
+    }
 
 
 def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str) -> list[tuple[str, dict]]:
@@ -425,7 +507,10 @@ def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str)
     step("create it again", "create", RUNTIME, runtime)
     current = step("get the runtime", "get", RUNTIME, deploy.RUNTIME_NAME)
     containers = json.loads(json.dumps(current["spec"]["containers"]).replace(IMAGE, NEW_IMAGE))
-    image_patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": {"containers": containers}}
+    image_patch = {
+        "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+        "spec": {"containers": containers},
+    }
     step("patch its image", "patch", RUNTIME, deploy.RUNTIME_NAME, image_patch)
     step("patch it with a stale resourceVersion", "patch", RUNTIME, deploy.RUNTIME_NAME, image_patch)
 
@@ -433,8 +518,12 @@ def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str)
     created = step("create the service", "create", ISVC, service)
     step("create it again", "create", ISVC, service)
     predictor = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 2, NEW_IMAGE))["spec"]["predictor"]
-    roll = {"metadata": {"labels": dict(deploy.PART_OF), "resourceVersion": created["metadata"]["resourceVersion"]},
-            "spec": {"predictor": {**predictor, "model": {k: v for k, v in predictor["model"].items() if k != "resources"}}}}
+    roll = {
+        "metadata": {"labels": dict(deploy.PART_OF), "resourceVersion": created["metadata"]["resourceVersion"]},
+        "spec": {
+            "predictor": {**predictor, "model": {k: v for k, v in predictor["model"].items() if k != "resources"}}
+        },
+    }
     rolled = step("patch it to version 2", "patch", ISVC, MODEL, roll)
     step("patch it with a stale resourceVersion", "patch", ISVC, MODEL, roll)
     same = dict(roll, metadata={**roll["metadata"], "resourceVersion": rolled["metadata"]["resourceVersion"]})
@@ -443,10 +532,21 @@ def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str)
     step("get it", "get", ISVC, MODEL)
 
     step("create one without a predictor", "create", ISVC, dict(service, metadata={"name": "empty"}, spec={}))
-    step("patch in a value the schema refuses", "patch", ISVC, MODEL,
-         {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "2 GB"}}}}}})
+    step(
+        "patch in a value the schema refuses",
+        "patch",
+        ISVC,
+        MODEL,
+        {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "2 GB"}}}}}},
+    )
     step("create one with an unknown field, strict", "create", ISVC, typo)
-    step("patch in an unknown field, strict", "patch", ISVC, MODEL, {"spec": {"predictor": {"model": {"storageURI": model_uri}}}})
+    step(
+        "patch in an unknown field, strict",
+        "patch",
+        ISVC,
+        MODEL,
+        {"spec": {"predictor": {"model": {"storageURI": model_uri}}}},
+    )
     step("create one with an unknown field, not strict", "create", ISVC, typo, field_validation=None)
     step("delete it, which the Role does not grant", "delete", ISVC, MODEL)
     step("list them, which the Role does not grant", "list", ISVC)
@@ -458,12 +558,23 @@ def _missing_namespace_calls(api: client.CustomObjectsApi, missing: str, model_u
     """What an admin, whom no Role stops first, gets in a namespace that does not exist."""
     services = (deploy.GROUP, deploy.ISVC_VERSION, missing, ISVC)
     body = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 1, IMAGE))
-    return [(name, _seen(*_answer(call), None)) for name, call in (
-        ("get", lambda: api.get_namespaced_custom_object_with_http_info(*services, MODEL)),
-        ("create", lambda: api.create_namespaced_custom_object_with_http_info(*services, body, field_validation=deploy.FIELD_VALIDATION)))]
+    return [
+        (name, _seen(*_answer(call), None))
+        for name, call in (
+            ("get", lambda: api.get_namespaced_custom_object_with_http_info(*services, MODEL)),
+            (
+                "create",
+                lambda: api.create_namespaced_custom_object_with_http_info(
+                    *services, body, field_validation=deploy.FIELD_VALIDATION
+                ),
+            ),
+        )
+    ]
 
 
-def test_the_fake_answers_deploys_calls_as_the_real_api_server_does(team: Team, control_plane: controlplane.ControlPlane) -> None:
+def test_the_fake_answers_deploys_calls_as_the_real_api_server_does(
+    team: Team, control_plane: controlplane.ControlPlane
+) -> None:
     """The same calls against tests/fake_kubernetes.py and the real server: the same statuses, Status reasons, details
     and
     messages deploy reads, and the same objects (generation, written or not). The fake's InferenceService status is its
@@ -472,8 +583,13 @@ def test_the_fake_answers_deploys_calls_as_the_real_api_server_does(team: Team, 
     real = _deploys_calls(team.api, team.namespace, model_uri)
     missing = f"absent-{uuid.uuid4().hex[:8]}"
     real_admin = _missing_namespace_calls(team.admin, missing, model_uri)
-    with FakeKubernetes(phases=["Created"], namespace=team.namespace, granted=set(DEPLOY_RULES), user=team.user,
-                        namespaces={team.namespace}) as fake:
+    with FakeKubernetes(
+        phases=["Created"],
+        namespace=team.namespace,
+        granted=set(DEPLOY_RULES),
+        user=team.user,
+        namespaces={team.namespace},
+    ) as fake:
         configuration = client.Configuration()
         configuration.host = fake.url
         fake_api = _custom_objects(configuration)

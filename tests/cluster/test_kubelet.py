@@ -1,4 +1,5 @@
 """The process kubelet under the real control plane: pods bound by the real scheduler, run as processes, reported."""
+
 from __future__ import annotations
 
 import json
@@ -57,15 +58,21 @@ def python_pod(name: str, script: str, *, restart: str = "Never", **spec: Any) -
     """A pod of the project's image whose one container runs ``script`` with the environment's Python."""
     container = {"name": "main", "image": IMAGE, "command": ["python", "-c", textwrap.dedent(script)]}
     container.update(spec.pop("container", {}))
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
-            "spec": {"restartPolicy": restart, "containers": [container], "terminationGracePeriodSeconds": 5,
-                     **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"restartPolicy": restart, "containers": [container], "terminationGracePeriodSeconds": 5, **spec},
+    }
 
 
 def finished(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Pod:
-    return wait_for(f"pod {name} to finish", lambda: (
-        lambda pod: pod if pod.status.phase in ("Succeeded", "Failed") else None)(
-        core.read_namespaced_pod(name, namespace)))
+    return wait_for(
+        f"pod {name} to finish",
+        lambda: (lambda pod: pod if pod.status.phase in ("Succeeded", "Failed") else None)(
+            core.read_namespaced_pod(name, namespace)
+        ),
+    )
 
 
 def log_of(core: client.CoreV1Api, namespace: str, name: str, **options: Any) -> str:
@@ -74,10 +81,15 @@ def log_of(core: client.CoreV1Api, namespace: str, name: str, **options: Any) ->
 
 
 def test_a_pod_gets_its_env_secret_and_configmap(core: client.CoreV1Api, namespace: str) -> None:
-    core.create_namespaced_secret(namespace, client.V1Secret(
-        metadata=client.V1ObjectMeta(name="creds"), string_data={"user": "alice", "password": "s3cret"}))
-    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="settings"), data={"mode": "fast", "size": "3"}))
+    core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="creds"), string_data={"user": "alice", "password": "s3cret"}
+        ),
+    )
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="settings"), data={"mode": "fast", "size": "3"})
+    )
     env = [
         {"name": "USER_NAME", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "user"}}},
         {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
@@ -94,12 +106,22 @@ def test_a_pod_gets_its_env_secret_and_configmap(core: client.CoreV1Api, namespa
         print("secret-file=" + Path("/secrets/password").read_text())
         print("configmap-file=" + Path("/config/size").read_text())
     """
-    pod = python_pod("env", script, container={
-        "env": env, "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
-        "volumeMounts": [{"name": "secret", "mountPath": "/secrets", "readOnly": True},
-                         {"name": "config", "mountPath": "/config"}]},
-        volumes=[{"name": "secret", "secret": {"secretName": "creds"}},
-                 {"name": "config", "configMap": {"name": "settings"}}])
+    pod = python_pod(
+        "env",
+        script,
+        container={
+            "env": env,
+            "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
+            "volumeMounts": [
+                {"name": "secret", "mountPath": "/secrets", "readOnly": True},
+                {"name": "config", "mountPath": "/config"},
+            ],
+        },
+        volumes=[
+            {"name": "secret", "secret": {"secretName": "creds"}},
+            {"name": "config", "configMap": {"name": "settings"}},
+        ],
+    )
     core.create_namespaced_pod(namespace, pod)
     done = finished(core, namespace, "env")
     assert done.status.phase == "Succeeded", done.status
@@ -107,26 +129,43 @@ def test_a_pod_gets_its_env_secret_and_configmap(core: client.CoreV1Api, namespa
     assert address.startswith("127.") and address != "127.0.0.1" and done.status.host_ip == "127.0.0.1"
     lines = log_of(core, namespace, "env").splitlines()
     assert lines == [
-        "USER_NAME=alice", "MODE=fast", "POD_NAME=env", f"POD_NAMESPACE={namespace}", f"POD_IP={address}",
-        "GREETING=hello alice", "CFG_size=3", "secret-file=s3cret", "configmap-file=3",
+        "USER_NAME=alice",
+        "MODE=fast",
+        "POD_NAME=env",
+        f"POD_NAMESPACE={namespace}",
+        f"POD_IP={address}",
+        "GREETING=hello alice",
+        "CFG_size=3",
+        "secret-file=s3cret",
+        "configmap-file=3",
     ]
     status = done.status.container_statuses[0]
     assert (status.state.terminated.exit_code, status.state.terminated.reason) == (0, "Completed")
 
 
-def test_the_service_account_token_gets_its_own_rbac_answer(core: client.CoreV1Api, namespace: str,
-                                                             control_plane: controlplane.ControlPlane) -> None:
+def test_the_service_account_token_gets_its_own_rbac_answer(
+    core: client.CoreV1Api, namespace: str, control_plane: controlplane.ControlPlane
+) -> None:
     """In the pod, the Python client's in-cluster config reaches the API server as the pod's service account."""
-    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader")))
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "pod-reader", "namespace": namespace},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": "reader", "namespace": namespace},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
-               "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]}
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                "items": [role, binding]}))
+    core.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader"))
+    )
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "pod-reader", "namespace": namespace},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "reader", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+    }
+    control_plane.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [role, binding]})
+    )
     script = """
         from pathlib import Path
         from kubernetes import client, config
@@ -159,9 +198,13 @@ def test_on_failure_restarts_the_container_in_place(core: client.CoreV1Api, name
         print(f"run {count}")
         raise SystemExit(0 if count == 2 else 3)
     """
-    pod = python_pod("flaky", script, restart="OnFailure",
-                     container={"volumeMounts": [{"name": "state", "mountPath": "/state"}]},
-                     volumes=[{"name": "state", "emptyDir": {}}])
+    pod = python_pod(
+        "flaky",
+        script,
+        restart="OnFailure",
+        container={"volumeMounts": [{"name": "state", "mountPath": "/state"}]},
+        volumes=[{"name": "state", "emptyDir": {}}],
+    )
     core.create_namespaced_pod(namespace, pod)
     done = finished(core, namespace, "flaky")
     status = done.status.container_statuses[0]
@@ -208,23 +251,37 @@ def test_two_pods_listen_on_one_port_and_are_reached_by_service_name(core: clien
     for name, family in (("worker-0", "6"), ("worker-1", "4")):
         pod = python_pod(name, SERVER, restart="Always", container={"args": [family]})
         core.create_namespaced_pod(namespace, pod)
-        core.create_namespaced_service(namespace, client.V1Service(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1ServiceSpec(cluster_ip="None", selector={"app": name},
-                                      ports=[client.V1ServicePort(port=2222)])))
-    names = [f"worker-1.{namespace}.svc", "worker-0", f"worker-0.{namespace}.svc.cluster.local", f"worker-1.{namespace}"]
+        core.create_namespaced_service(
+            namespace,
+            client.V1Service(
+                metadata=client.V1ObjectMeta(name=name),
+                spec=client.V1ServiceSpec(
+                    cluster_ip="None", selector={"app": name}, ports=[client.V1ServicePort(port=2222)]
+                ),
+            ),
+        )
+    names = [
+        f"worker-1.{namespace}.svc",
+        "worker-0",
+        f"worker-0.{namespace}.svc.cluster.local",
+        f"worker-1.{namespace}",
+    ]
     core.create_namespaced_pod(namespace, python_pod("client", CLIENT, container={"args": names}))
     finished(core, namespace, "client")
     assert log_of(core, namespace, "client").splitlines() == [
-        f"worker-1.{namespace}.svc -> worker-1", "worker-0 -> worker-0",
-        f"worker-0.{namespace}.svc.cluster.local -> worker-0", f"worker-1.{namespace} -> worker-1"]
+        f"worker-1.{namespace}.svc -> worker-1",
+        "worker-0 -> worker-0",
+        f"worker-0.{namespace}.svc.cluster.local -> worker-0",
+        f"worker-1.{namespace} -> worker-1",
+    ]
     for name in ("worker-0", "worker-1"):
         address = core.read_namespaced_pod(name, namespace).status.pod_ip
         assert log_of(core, namespace, name).split()[-1] in (address, f"::ffff:{address}")
 
 
-def test_kubectl_logs_follow_ends_with_the_container(core: client.CoreV1Api, namespace: str,
-                                                     control_plane: controlplane.ControlPlane) -> None:
+def test_kubectl_logs_follow_ends_with_the_container(
+    core: client.CoreV1Api, namespace: str, control_plane: controlplane.ControlPlane
+) -> None:
     script = """
         import time
         for line in range(5):
@@ -234,16 +291,18 @@ def test_kubectl_logs_follow_ends_with_the_container(core: client.CoreV1Api, nam
     core.create_namespaced_pod(namespace, python_pod("talker", script))
     wait_for("talker to start", lambda: core.read_namespaced_pod("talker", namespace).status.phase != "Pending")
     kubectl = [str(control_plane.binaries.path("kubectl")), "--kubeconfig", str(control_plane.kubeconfig)]
-    follow = subprocess.run([*kubectl, "logs", "-f", "talker", "-n", namespace], capture_output=True, text=True,
-                            timeout=WAIT_SECONDS)
+    follow = subprocess.run(
+        [*kubectl, "logs", "-f", "talker", "-n", namespace], capture_output=True, text=True, timeout=WAIT_SECONDS
+    )
     assert follow.returncode == 0, follow.stderr
     assert follow.stdout.splitlines() == [f"line {n}" for n in range(5)]
     stamped = log_of(core, namespace, "talker", timestamps=True, tail_lines=2).splitlines()
     assert [line.split(" ", 1)[1] for line in stamped] == ["line 3", "line 4"]
 
 
-def test_deletion_sigterms_then_sigkills_after_the_grace_period(core: client.CoreV1Api, namespace: str,
-                                                                tmp_path: Path) -> None:
+def test_deletion_sigterms_then_sigkills_after_the_grace_period(
+    core: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
     """One container leaves on SIGTERM, one ignores it and is SIGKILLed after the grace; then the pod is gone."""
     tmp_path.chmod(0o777)
     polite = """
@@ -266,13 +325,29 @@ def test_deletion_sigterms_then_sigkills_after_the_grace_period(core: client.Cor
             time.sleep(1)
     """
     mounts = [{"name": "out", "mountPath": "/out"}]
-    pod = python_pod("stoppable", polite, restart="Always", container={"volumeMounts": mounts},
-                     volumes=[{"name": "out", "hostPath": {"path": str(tmp_path)}}])
-    pod["spec"]["containers"].append({"name": "stubborn", "image": IMAGE, "volumeMounts": mounts,
-                                      "command": ["python", "-c", textwrap.dedent(stubborn)]})
+    pod = python_pod(
+        "stoppable",
+        polite,
+        restart="Always",
+        container={"volumeMounts": mounts},
+        volumes=[{"name": "out", "hostPath": {"path": str(tmp_path)}}],
+    )
+    pod["spec"]["containers"].append(
+        {
+            "name": "stubborn",
+            "image": IMAGE,
+            "volumeMounts": mounts,
+            "command": ["python", "-c", textwrap.dedent(stubborn)],
+        }
+    )
     core.create_namespaced_pod(namespace, pod)
-    pids = wait_for("both containers to run", lambda: all((tmp_path / f"{c}.pid").exists() for c in ("polite", "stubborn"))
-                    and [int((tmp_path / f"{c}.pid").read_text()) for c in ("polite", "stubborn")])
+    pids = wait_for(
+        "both containers to run",
+        lambda: (
+            all((tmp_path / f"{c}.pid").exists() for c in ("polite", "stubborn"))
+            and [int((tmp_path / f"{c}.pid").read_text()) for c in ("polite", "stubborn")]
+        ),
+    )
     assert_host_untouched()  # while its containers run
     core.delete_namespaced_pod("stoppable", namespace, grace_period_seconds=2)
 
@@ -296,22 +371,34 @@ def test_an_unknown_image_is_refused_and_its_pending_pod_deleted(core: client.Co
     def waiting() -> str | None:
         statuses = core.read_namespaced_pod("elsewhere", namespace).status.container_statuses or []
         return statuses[0].state.waiting.reason if statuses and statuses[0].state.waiting else None
+
     assert wait_for("the pull to be refused", lambda: waiting() == "ImagePullBackOff")
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=elsewhere").items
-    assert any(e.reason == "Failed" and 'Failed to pull image "docker.io/library/busybox:1.36"' in e.message
-               for e in events)
+    assert any(
+        e.reason == "Failed" and 'Failed to pull image "docker.io/library/busybox:1.36"' in e.message for e in events
+    )
     assert core.read_namespaced_pod("elsewhere", namespace).status.phase == "Pending"
     core.delete_namespaced_pod("elsewhere", namespace)
-    wait_for("the pending pod to be deleted", lambda: not [
-        p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "elsewhere"])
+    wait_for(
+        "the pending pod to be deleted",
+        lambda: not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "elsewhere"],
+    )
 
 
 def test_init_containers_run_first_and_share_an_empty_dir(core: client.CoreV1Api, namespace: str) -> None:
-    init = {"name": "prepare", "image": IMAGE, "command": ["sh", "-c", "echo prepared > /data/ready; hostname"],
-            "volumeMounts": [{"name": "work", "mountPath": "/data"}]}
-    pod = python_pod("staged", "print(open('/data/ready').read().strip())",
-                     container={"volumeMounts": [{"name": "work", "mountPath": "/data"}]},
-                     initContainers=[init], volumes=[{"name": "work", "emptyDir": {}}])
+    init = {
+        "name": "prepare",
+        "image": IMAGE,
+        "command": ["sh", "-c", "echo prepared > /data/ready; hostname"],
+        "volumeMounts": [{"name": "work", "mountPath": "/data"}],
+    }
+    pod = python_pod(
+        "staged",
+        "print(open('/data/ready').read().strip())",
+        container={"volumeMounts": [{"name": "work", "mountPath": "/data"}]},
+        initContainers=[init],
+        volumes=[{"name": "work", "emptyDir": {}}],
+    )
     core.create_namespaced_pod(namespace, pod)
     done = finished(core, namespace, "staged")
     assert done.status.phase == "Succeeded"

@@ -1,4 +1,5 @@
 """The process kubelet's parts that need no API server: expansion, env, hosts files, logs, phase, the bind shim."""
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,16 @@ from tests.cluster.kubelet.server import LogError, choose, parse_query
 from tests.cluster.kubelet.status import ContainerStatus, Running, Terminated, Waiting, phase
 
 REPO = Path(__file__).resolve().parents[2]
-FACTS = PodFacts(name="p", namespace="ns", uid="u-1", node="n", service_account="sa", pod_ip="127.1.0.7",
-                 host_ip="127.0.0.1", labels={"app": "a"})
+FACTS = PodFacts(
+    name="p",
+    namespace="ns",
+    uid="u-1",
+    node="n",
+    service_account="sa",
+    pod_ip="127.1.0.7",
+    host_ip="127.0.0.1",
+    labels={"app": "a"},
+)
 
 
 class Objects:
@@ -49,14 +58,17 @@ class Objects:
         return self.config_maps.get(name)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("$(A)-$(B)", "1-$(B)"),  # an unknown reference stays as written
-    ("$$(A)", "$(A)"),  # `$$` escapes
-    ("$(A", "$(A"),  # unclosed
-    ("a$", "a$"),
-    ("$x$(A)", "$x1"),
-    ("$(A)$(A)", "11"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("$(A)-$(B)", "1-$(B)"),  # an unknown reference stays as written
+        ("$$(A)", "$(A)"),  # `$$` escapes
+        ("$(A", "$(A"),  # unclosed
+        ("a$", "a$"),
+        ("$x$(A)", "$x1"),
+        ("$(A)$(A)", "11"),
+    ],
+)
 def test_expand_follows_kubernetes(text: str, expected: str) -> None:
     assert expand(text, {"A": "1"}) == expected
 
@@ -64,16 +76,33 @@ def test_expand_follows_kubernetes(text: str, expected: str) -> None:
 def test_container_env_resolves_every_source_in_order() -> None:
     objects = Objects({"creds": {"user": b"alice", "token": b"t0k"}}, {"settings": {"mode": b"fast", "level": b"3"}})
     container = V1Container(
-        name="c", image="i", command=["echo", "$(USER_NAME)", "$(MISSING)"],
+        name="c",
+        image="i",
+        command=["echo", "$(USER_NAME)", "$(MISSING)"],
         env_from=[V1EnvFromSource(secret_ref=V1SecretEnvSource(name="creds"), prefix="S_")],
         env=[
-            V1EnvVar(name="USER_NAME", value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name="creds", key="user"))),
-            V1EnvVar(name="MODE", value_from=V1EnvVarSource(config_map_key_ref=V1ConfigMapKeySelector(name="settings", key="mode"))),
+            V1EnvVar(
+                name="USER_NAME",
+                value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name="creds", key="user")),
+            ),
+            V1EnvVar(
+                name="MODE",
+                value_from=V1EnvVarSource(config_map_key_ref=V1ConfigMapKeySelector(name="settings", key="mode")),
+            ),
             V1EnvVar(name="WHERE", value="$(POD_IP):$(KUBERNETES_SERVICE_PORT)"),
-            V1EnvVar(name="POD_IP", value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(field_path="status.podIP"))),
-            V1EnvVar(name="APP", value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(field_path="metadata.labels['app']"))),
-            V1EnvVar(name="GONE", value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name="nope", key="k", optional=True))),
-        ])
+            V1EnvVar(
+                name="POD_IP", value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(field_path="status.podIP"))
+            ),
+            V1EnvVar(
+                name="APP",
+                value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(field_path="metadata.labels['app']")),
+            ),
+            V1EnvVar(
+                name="GONE",
+                value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name="nope", key="k", optional=True)),
+            ),
+        ],
+    )
     env = container_env(container, FACTS, objects, {"KUBERNETES_SERVICE_PORT": "6443"})
     assert env["S_user"] == "alice" and env["S_token"] == "t0k"
     assert (env["USER_NAME"], env["MODE"], env["POD_IP"], env["APP"]) == ("alice", "fast", "127.1.0.7", "a")
@@ -83,8 +112,15 @@ def test_container_env_resolves_every_source_in_order() -> None:
 
 
 def test_container_env_names_what_is_missing() -> None:
-    container = V1Container(name="c", image="i", env=[V1EnvVar(
-        name="X", value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name="creds", key="absent")))])
+    container = V1Container(
+        name="c",
+        image="i",
+        env=[
+            V1EnvVar(
+                name="X", value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name="creds", key="absent"))
+            )
+        ],
+    )
     with pytest.raises(ConfigError, match="couldn't find key absent in Secret ns/creds"):
         container_env(container, FACTS, Objects({"creds": {"user": b"a"}}, {}), {})
     with pytest.raises(ConfigError, match='secret "creds" not found'):
@@ -109,17 +145,20 @@ def test_hosts_file_maps_services_to_ready_pods() -> None:
     table = HostsTable("cluster.local", {"store.example": "127.0.0.1"})
     table.set_pod("a", PodName("ns", "job-worker-0", "127.1.0.1", "job-worker-0", labels={"replica": "0"}))
     table.set_pod("b", PodName("ns", "job-worker-1", "127.1.0.2", "job-worker-1", labels={"replica": "1"}))
-    table.set_services([ServiceName("ns", "job-worker-0", {"replica": "0"}),
-                        ServiceName("ns", "job-worker-1", {"replica": "1"}),
-                        ServiceName("other", "job-worker-1", {"replica": "1"}),
-                        ServiceName("ns", "no-selector", {})])
+    table.set_services(
+        [
+            ServiceName("ns", "job-worker-0", {"replica": "0"}),
+            ServiceName("ns", "job-worker-1", {"replica": "1"}),
+            ServiceName("other", "job-worker-1", {"replica": "1"}),
+            ServiceName("ns", "no-selector", {}),
+        ]
+    )
     assert "job-worker-0" not in table.render("b").split("# Cluster names")[1]  # not ready yet
     table.update_pod("a", ready=True)
     table.update_pod("b", ready=True)
     hosts = table.render("b")
     assert "127.1.0.2\tjob-worker-1\n" in hosts  # its own name first
-    assert ("127.1.0.1\tjob-worker-0.ns.svc.cluster.local\tjob-worker-0.ns.svc\tjob-worker-0.ns\tjob-worker-0\n"
-            in hosts)
+    assert "127.1.0.1\tjob-worker-0.ns.svc.cluster.local\tjob-worker-0.ns.svc\tjob-worker-0.ns\tjob-worker-0\n" in hosts
     assert "store.example" in hosts and "no-selector" not in hosts
     assert "job-worker-1.other" not in hosts  # the other namespace's Service selects no pod of its namespace
 
@@ -185,10 +224,16 @@ def _done(code: int) -> Terminated:
     return Terminated(code, NOW, NOW)
 
 
-@pytest.mark.parametrize("policy, codes, expected", [
-    ("Never", [0, 0], "Succeeded"), ("Never", [0, 1], "Failed"), ("OnFailure", [0, 1], "Running"),
-    ("Always", [0, 0], "Running"), ("OnFailure", [0, 0], "Succeeded"),
-])
+@pytest.mark.parametrize(
+    "policy, codes, expected",
+    [
+        ("Never", [0, 0], "Succeeded"),
+        ("Never", [0, 1], "Failed"),
+        ("OnFailure", [0, 1], "Running"),
+        ("Always", [0, 0], "Running"),
+        ("OnFailure", [0, 0], "Succeeded"),
+    ],
+)
 def test_phase_as_the_kubelet_computes_it(policy: str, codes: list[int], expected: str) -> None:
     statuses = [ContainerStatus(f"c{i}", "img", state=_done(code)) for i, code in enumerate(codes)]
     assert phase(policy, [], statuses) == expected
@@ -252,21 +297,30 @@ def test_a_container_sees_its_mounts_and_the_machine_gets_nothing(tmp_path: Path
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()
     (private_tmp / "private").write_text("mine")
-    mounts = sandbox.ordered([
-        sandbox.Mount(private_tmp, "/tmp"),
-        sandbox.Mount(tmp_path, "/var/run/secrets/kubernetes.io/serviceaccount", read_only=True),
-        sandbox.Mount(sources["home"], "/home/bakeoff"), sandbox.Mount(sources["launcher"], "/kfp-launcher"),
-        sandbox.Mount(sources["message"], "/dev/termination-log"),
-    ])
-    argv = sandbox.command(sandbox.Tools.find(), tmp_path / "root", mounts, "pod-a", "/kfp-launcher/x",
-                           [sys.executable, "-c", PROBE])
+    mounts = sandbox.ordered(
+        [
+            sandbox.Mount(private_tmp, "/tmp"),
+            sandbox.Mount(tmp_path, "/var/run/secrets/kubernetes.io/serviceaccount", read_only=True),
+            sandbox.Mount(sources["home"], "/home/bakeoff"),
+            sandbox.Mount(sources["launcher"], "/kfp-launcher"),
+            sandbox.Mount(sources["message"], "/dev/termination-log"),
+        ]
+    )
+    argv = sandbox.command(
+        sandbox.Tools.find(), tmp_path / "root", mounts, "pod-a", "/kfp-launcher/x", [sys.executable, "-c", PROBE]
+    )
     (tmp_path / "root").mkdir()
     ran = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.splitlines() == [
-        "pod-a /kfp-launcher/x", "/var/run/secrets/kubernetes.io/serviceaccount/token t0k", "/home/bakeoff/h home",
-        "/kfp-launcher/x/f launch", "/dev/termination-log ", "/tmp/private mine",
-        " ".join(sorted({*os.listdir("/run"), "secrets"}))]  # the machine's /run, shown again under the new entry
+        "pod-a /kfp-launcher/x",
+        "/var/run/secrets/kubernetes.io/serviceaccount/token t0k",
+        "/home/bakeoff/h home",
+        "/kfp-launcher/x/f launch",
+        "/dev/termination-log ",
+        "/tmp/private mine",
+        " ".join(sorted({*os.listdir("/run"), "secrets"})),
+    ]  # the machine's /run, shown again under the new entry
     assert {path: os.path.lexists(path) for path in watched} == before
     assert socket.gethostname() != "pod-a"
 
@@ -295,8 +349,12 @@ def test_bind_shim_gives_each_pod_the_port_at_its_own_address(tmp_path: Path) ->
     servers = []
     for family, address in (("4", "127.1.200.1"), ("6", "127.1.200.2")):
         env = {"LD_PRELOAD": str(library), POD_IP_ENV: address, "PATH": "/usr/bin:/bin"}
-        server = subprocess.Popen([sys.executable, "-c", SERVER, family, str(port), address], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        server = subprocess.Popen(
+            [sys.executable, "-c", SERVER, family, str(port), address],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         servers.append(server)
         assert server.stdout is not None and server.stdout.readline() == b"listening\n", server.stderr
     try:

@@ -1,5 +1,6 @@
 """manifests/ on the real API server: every kustomization applies, and the real authorizer holds the train step
 to its overlay's Role — with the service account's own token, not an admin impersonating it."""
+
 from __future__ import annotations
 
 import json
@@ -31,16 +32,22 @@ from tests.test_manifests import (
 pytestmark = pytest.mark.cluster
 
 # Each overlay's namespace and the service account KFP runs its steps as there.
-OVERLAYS = {"overlays/standalone": ("kubeflow", "pipeline-runner"),
-            "overlays/multi-user": ("kubeflow-user-example-com", "default-editor")}
+OVERLAYS = {
+    "overlays/standalone": ("kubeflow", "pipeline-runner"),
+    "overlays/multi-user": ("kubeflow-user-example-com", "default-editor"),
+}
 ROLE = "bakeoff-tfjob-runner"
 VARIANT = {"name": "rbac-probe", "model": {"type": "cnn", "filters": [8], "dense_units": 8}, "workers": 1}
 
 
 def _namespaces(plane: controlplane.ControlPlane) -> None:
     for namespace in sorted({namespace for namespace, _ in OVERLAYS.values()}):
-        plane.kubectl("apply", "-f", "-", input=json.dumps(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}))
+        plane.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -81,15 +88,17 @@ def _training_operator_copy(folder: Path, patched: bool = True) -> Path:
 
 @pytest.mark.parametrize("patched", [True, False], ids=["as-committed", "without-its-patch"])
 def test_the_training_operator_passes_kubeflows_restricted_pod_security(
-        control_plane: controlplane.ControlPlane, tmp_path: Path, patched: bool) -> None:
+    control_plane: controlplane.ControlPlane, tmp_path: Path, patched: bool
+) -> None:
     """Kubeflow 1.11 and 26.03 enforce `restricted` in `kubeflow`: the real PodSecurity admission judges the operator.
 
     A dry run on the server: applying it would register upstream's Service-based webhook, which nothing here can route.
     """
     assert REMOTE == ["training-operator"]
     control_plane.kubectl("label", "namespace", "kubeflow", "--overwrite", "pod-security.kubernetes.io/warn=restricted")
-    answer = control_plane.kubectl("apply", "--server-side", "--dry-run=server", "-k",
-                                   str(_training_operator_copy(tmp_path, patched)))
+    answer = control_plane.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-k", str(_training_operator_copy(tmp_path, patched))
+    )
     violations = [line for line in answer.stderr.splitlines() if "would violate PodSecurity" in line]
     assert bool(violations) is not patched, answer.stderr
 
@@ -123,7 +132,8 @@ def _calls(api: client.ApiClient, namespace: str) -> dict[tuple[str, str, str], 
         ("kubeflow.org", "tfjobs", "create"): lambda: custom.create_namespaced_custom_object(*tfjobs, body),
         ("kubeflow.org", "tfjobs", "get"): lambda: custom.get_namespaced_custom_object(*tfjobs, "rbac-probe"),
         ("kubeflow.org", "tfjobs", "patch"): lambda: custom.patch_namespaced_custom_object(
-            *tfjobs, "rbac-probe", {"metadata": {"labels": {"probed": "yes"}}}),
+            *tfjobs, "rbac-probe", {"metadata": {"labels": {"probed": "yes"}}}
+        ),
         ("kubeflow.org", "tfjobs", "delete"): lambda: custom.delete_namespaced_custom_object(*tfjobs, "rbac-probe"),
         ("", "pods", "get"): lambda: core.read_namespaced_pod("no-such-pod", namespace),
         ("", "pods/log", "get"): lambda: core.read_namespaced_pod_log("no-such-pod", namespace),
@@ -152,8 +162,11 @@ def role_without(control_plane: controlplane.ControlPlane) -> Iterator[Callable[
     def remove(overlay: str, resource: str, verb: str) -> None:
         """From every Role the overlay binds to its account: the TrainJob runner's grants pods too."""
         namespace = OVERLAYS[overlay][0]
-        roles = json.loads(control_plane.kubectl("get", "roles", "-n", namespace, "-l",
-                                                 "app.kubernetes.io/part-of=bakeoff", "-o", "json").stdout)["items"]
+        roles = json.loads(
+            control_plane.kubectl(
+                "get", "roles", "-n", namespace, "-l", "app.kubernetes.io/part-of=bakeoff", "-o", "json"
+            ).stdout
+        )["items"]
         for role in roles:
             for rule in role["rules"]:
                 if resource in rule["resources"]:
@@ -170,17 +183,24 @@ def role_without(control_plane: controlplane.ControlPlane) -> Iterator[Callable[
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
 def test_the_overlays_service_account_may_make_every_call_of_the_train_step(
-        applied: list[str], control_plane: controlplane.ControlPlane, overlay: str) -> None:
+    applied: list[str], control_plane: controlplane.ControlPlane, overlay: str
+) -> None:
     namespace, account = OVERLAYS[overlay]
     calls = _calls(_api_as(control_plane, namespace, account), namespace)
-    assert set(calls) == {(group, resource, verb) for (group, resource), verbs in RUNNER_RULES.items() for verb in verbs}
+    assert set(calls) == {
+        (group, resource, verb) for (group, resource), verbs in RUNNER_RULES.items() for verb in verbs
+    }
     assert _denied(calls) == []
 
 
-@pytest.mark.parametrize("removed", sorted((g, r, v) for (g, r), verbs in RUNNER_RULES.items() for v in verbs),
-                         ids=lambda call: f"{call[1]}-{call[2]}")
-def test_a_role_missing_one_verb_fails_exactly_that_call(applied: list[str], control_plane: controlplane.ControlPlane,
-                                                         role_without, removed: tuple[str, str, str]) -> None:
+@pytest.mark.parametrize(
+    "removed",
+    sorted((g, r, v) for (g, r), verbs in RUNNER_RULES.items() for v in verbs),
+    ids=lambda call: f"{call[1]}-{call[2]}",
+)
+def test_a_role_missing_one_verb_fails_exactly_that_call(
+    applied: list[str], control_plane: controlplane.ControlPlane, role_without, removed: tuple[str, str, str]
+) -> None:
     overlay = "overlays/multi-user"
     namespace, account = OVERLAYS[overlay]
     role_without(overlay, removed[1], removed[2])

@@ -1,6 +1,7 @@
 """The train step on the real control plane: a pod of the process kubelet submits a 2-worker TFJob through the
 Kubernetes backend, the real Training Operator makes its pods and TF_CONFIG, the replicas train under
 MultiWorkerMirroredStrategy and the model lands in SeaweedFS under the profile's prefix with the profile's key."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,13 @@ ACCOUNT = "default-editor"  # what multi-user KFP runs a profile's steps as
 PROFILE = ProfileSetup("cluster-profile", NAMESPACE, BUCKET_2_17, made_by="2.17")
 EXAMPLES = 2048  # 32 steps of the global batch of 64 an epoch
 EPOCHS = 4
-TINY: dict[str, Any] = {"name": "tiny", "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
-        "training": {"epochs": EPOCHS, "batch_size": 32}, "workers": 2,
-        "resources": {"cpu": "500m", "memory": "1Gi"}}
+TINY: dict[str, Any] = {
+    "name": "tiny",
+    "model": {"type": "cnn", "filters": [8, 16], "dense_units": 32},
+    "training": {"epochs": EPOCHS, "batch_size": 32},
+    "workers": 2,
+    "resources": {"cpu": "500m", "memory": "1Gi"},
+}
 UNIQUE = uuid.uuid4().hex[:6]  # a control plane may be reused (BAKEOFF_CLUSTER): this session's names are its own
 POD_TIMEOUT = 420.0  # seconds for a step pod to finish; a tiny job trains in well under a minute here
 # What a KFP train step does once its inputs are resolved (components/steps/train.py), as a pod's program.
@@ -56,16 +61,26 @@ class Profile:
         self.keys = make_profile_keys(kfp_store.server, PROFILE)
         prefix = f"s3://{PROFILE.bucket}/private/{NAMESPACE}/bakeoff"
         self.data_uri, self.store_uri = f"{prefix}/data", f"{prefix}/store"
-        plane.kubectl("apply", "-f", "-", input=json.dumps(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}))
+        plane.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
+        )
         plane.kubectl("apply", "--server-side", "-k", str(controlplane.REPO / "manifests" / "overlays" / "multi-user"))
         plane.kubectl("create", "serviceaccount", ACCOUNT, "-n", NAMESPACE, check=False)
         # Through stdin, never the command line (which error messages and `ps` show); replaces the example keys
         # that manifests/store-secret may have put there.
-        secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                  "metadata": {"name": "mlpipeline-minio-artifact", "namespace": NAMESPACE},
-                  "stringData": {"accesskey": self.keys["AWS_ACCESS_KEY_ID"],
-                                 "secretkey": self.keys["AWS_SECRET_ACCESS_KEY"]}}
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": "mlpipeline-minio-artifact", "namespace": NAMESPACE},
+            "stringData": {
+                "accesskey": self.keys["AWS_ACCESS_KEY_ID"],
+                "secretkey": self.keys["AWS_SECRET_ACCESS_KEY"],
+            },
+        }
         plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(secret))
         with self.as_profile():
             open_store(self.data_uri).put_dir(dataset, "")
@@ -74,16 +89,27 @@ class Profile:
         return _Env({**self.keys, "BAKEOFF_S3_ENDPOINT": self.endpoint, "BAKEOFF_S3_INSECURE": "1"})
 
     def step_pod(self, name: str, run: str, variant: dict = TINY) -> dict:
-        secret = [{"name": variable, "valueFrom": {"secretKeyRef": {"name": "mlpipeline-minio-artifact", "key": key}}}
-                  for variable, key in (("AWS_ACCESS_KEY_ID", "accesskey"), ("AWS_SECRET_ACCESS_KEY", "secretkey"))]
+        secret = [
+            {"name": variable, "valueFrom": {"secretKeyRef": {"name": "mlpipeline-minio-artifact", "key": key}}}
+            for variable, key in (("AWS_ACCESS_KEY_ID", "accesskey"), ("AWS_SECRET_ACCESS_KEY", "secretkey"))
+        ]
         container = {
-            "name": "main", "image": controlplane.TEST_IMAGE, "command": ["python", "-c", STEP],
+            "name": "main",
+            "image": controlplane.TEST_IMAGE,
+            "command": ["python", "-c", STEP],
             "args": [json.dumps(variant), self.data_uri, self.store_uri, run, controlplane.TEST_IMAGE, str(EXAMPLES)],
-            "env": [{"name": "BAKEOFF_S3_ENDPOINT", "value": self.endpoint}, {"name": "BAKEOFF_S3_INSECURE", "value": "1"},
-                    *secret],
+            "env": [
+                {"name": "BAKEOFF_S3_ENDPOINT", "value": self.endpoint},
+                {"name": "BAKEOFF_S3_INSECURE", "value": "1"},
+                *secret,
+            ],
         }
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
-               "spec": {"serviceAccountName": ACCOUNT, "restartPolicy": "Never", "containers": [container]}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"serviceAccountName": ACCOUNT, "restartPolicy": "Never", "containers": [container]},
+        }
         self.plane.kubectl("create", "-f", "-", input=json.dumps(pod))
         return pod
 
@@ -169,7 +195,9 @@ def test_a_train_step_pod_trains_a_two_worker_tfjob_through_the_real_operator(pr
     env = {e["name"]: e.get("value") for e in chief["spec"]["containers"][0].get("env", [])}
     tf_config = json.loads(env["TF_CONFIG"])
     assert tf_config["task"] == {"type": "worker", "index": 0}
-    assert tf_config["cluster"]["worker"] == [f"{job['metadata']['name']}-worker-{i}.{NAMESPACE}.svc:2222" for i in range(2)]
+    assert tf_config["cluster"]["worker"] == [
+        f"{job['metadata']['name']}-worker-{i}.{NAMESPACE}.svc:2222" for i in range(2)
+    ]
     with profile.as_profile():
         store = open_store(profile.store_uri)
         prefix = runs.variant_prefix(run, "tiny")

@@ -1,4 +1,5 @@
 """`python -m tests.cluster.kubelet`: the command line; every bad flag is one line and exit status 2."""
+
 from __future__ import annotations
 
 import argparse
@@ -36,16 +37,32 @@ def parse(argv: Sequence[str] | None = None) -> KubeletConfig:
     parser.add_argument("--serving-cert", type=Path, required=True, help="the log endpoint's TLS certificate")
     parser.add_argument("--serving-key", type=Path, required=True, help="its private key")
     parser.add_argument("--client-ca", type=Path, help="accept only log clients with a certificate from this CA")
-    parser.add_argument("--api-server", required=True, help="the API server's URL as pods reach it (KUBERNETES_SERVICE_HOST/PORT)")
-    parser.add_argument("--image", action="append", default=[], metavar="IMAGE=VENV_DIR",
-                        help="run containers of IMAGE in the virtual environment VENV_DIR (repeatable)")
-    parser.add_argument("--host", action="append", default=[], metavar="NAME=ADDRESS",
-                        help="an extra entry of every pod's hosts file (repeatable)")
+    parser.add_argument(
+        "--api-server", required=True, help="the API server's URL as pods reach it (KUBERNETES_SERVICE_HOST/PORT)"
+    )
+    parser.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="IMAGE=VENV_DIR",
+        help="run containers of IMAGE in the virtual environment VENV_DIR (repeatable)",
+    )
+    parser.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME=ADDRESS",
+        help="an extra entry of every pod's hosts file (repeatable)",
+    )
     parser.add_argument("--pod-cidr", default=POD_CIDR, help=f"loopback network of pod addresses (default {POD_CIDR})")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help="where the compiled bind shim is kept")
     args = parser.parse_args(argv)
-    for path, flag in ((args.kubeconfig, "--kubeconfig"), (args.serving_cert, "--serving-cert"),
-                       (args.serving_key, "--serving-key"), (args.client_ca, "--client-ca")):
+    for path, flag in (
+        (args.kubeconfig, "--kubeconfig"),
+        (args.serving_cert, "--serving-cert"),
+        (args.serving_key, "--serving-key"),
+        (args.client_ca, "--client-ca"),
+    ):
         _file(parser, path, flag)
     images = {name: Path(venv) for name, venv in _pairs(args.image, "--image", "IMAGE=VENV_DIR").items()}
     for name, venv in images.items():
@@ -56,17 +73,29 @@ def parse(argv: Sequence[str] | None = None) -> KubeletConfig:
     except ValueError as error:
         parser.error(f"--pod-cidr {args.pod_cidr!r}: {error}")
     return KubeletConfig(
-        kubeconfig=args.kubeconfig, node=args.node, state_dir=args.state_dir.resolve(), port=args.port,
-        serving_cert=args.serving_cert, serving_key=args.serving_key, client_ca=args.client_ca,
-        api_server=args.api_server, images=images, pod_cidr=pod_cidr,
-        hosts=_pairs(args.host, "--host", "NAME=ADDRESS"), cache_dir=args.cache_dir)
+        kubeconfig=args.kubeconfig,
+        node=args.node,
+        state_dir=args.state_dir.resolve(),
+        port=args.port,
+        serving_cert=args.serving_cert,
+        serving_key=args.serving_key,
+        client_ca=args.client_ca,
+        api_server=args.api_server,
+        images=images,
+        pod_cidr=pod_cidr,
+        hosts=_pairs(args.host, "--host", "NAME=ADDRESS"),
+        cache_dir=args.cache_dir,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse(argv)
     config.state_dir.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(filename=config.state_dir / "kubelet.log", level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s")
+    logging.basicConfig(
+        filename=config.state_dir / "kubelet.log",
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
+    )
     from tests.cluster.kubelet.kubelet import Kubelet  # after the flags: --help needs no API client
 
     kubelet = Kubelet(config)

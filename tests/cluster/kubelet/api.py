@@ -1,5 +1,6 @@
 """The kubelet's calls to the API server, as its node identity: reads that wait out the Node authorizer, tokens,
 events."""
+
 from __future__ import annotations
 
 import base64
@@ -65,24 +66,30 @@ class Api:
 
     def config_map(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
         """A ConfigMap's keys (data and binaryData) as bytes, like a Secret's."""
-        found = self._read(f"configmap {namespace}/{name}",
-                           lambda: self.core.read_namespaced_config_map(name, namespace))
+        found = self._read(
+            f"configmap {namespace}/{name}", lambda: self.core.read_namespaced_config_map(name, namespace)
+        )
         if found is None:
             return None
         data = {key: value.encode() for key, value in (found.data or {}).items()}
         data.update({key: base64.b64decode(value) for key, value in (found.binary_data or {}).items()})
         return data
 
-    def token(self, namespace: str, service_account: str, audience: str, seconds: int,
-              pod: str, pod_uid: str) -> tuple[str, datetime]:
+    def token(
+        self, namespace: str, service_account: str, audience: str, seconds: int, pod: str, pod_uid: str
+    ) -> tuple[str, datetime]:
         """A service-account token bound to the pod (the NodeRestriction admission plugin requires the binding)."""
-        request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
-            audiences=[audience] if audience else [],
-            expiration_seconds=seconds,
-            bound_object_ref=client.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod, uid=pod_uid),
-        ))
-        answer = self._read(f"token for {namespace}/{service_account}", lambda: self.core.create_namespaced_service_account_token(
-            service_account, namespace, request))
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=[audience] if audience else [],
+                expiration_seconds=seconds,
+                bound_object_ref=client.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod, uid=pod_uid),
+            )
+        )
+        answer = self._read(
+            f"token for {namespace}/{service_account}",
+            lambda: self.core.create_namespaced_service_account_token(service_account, namespace, request),
+        )
         if answer is None:
             raise LookupError(f'serviceaccount "{service_account}" not found in namespace {namespace}')
         return answer.status.token, answer.status.expiration_timestamp
@@ -106,26 +113,43 @@ class Api:
             if error.status not in (404, 409):
                 raise
 
-    def event(self, pod: client.V1Pod, reason: str, message: str, *, warning: bool = False,
-              container: str = "") -> None:
+    def event(
+        self, pod: client.V1Pod, reason: str, message: str, *, warning: bool = False, container: str = ""
+    ) -> None:
         """Records an Event on the pod, as the kubelet's recorder does (component kubelet, this node)."""
         moment = now()
         involved = client.V1ObjectReference(
-            api_version="v1", kind="Pod", namespace=pod.metadata.namespace, name=pod.metadata.name,
-            uid=pod.metadata.uid, resource_version=pod.metadata.resource_version,
+            api_version="v1",
+            kind="Pod",
+            namespace=pod.metadata.namespace,
+            name=pod.metadata.name,
+            uid=pod.metadata.uid,
+            resource_version=pod.metadata.resource_version,
             field_path=f"spec.containers{{{container}}}" if container else None,
         )
         event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(name=f"{pod.metadata.name}.{uuid.uuid4().hex[:16]}",
-                                         namespace=pod.metadata.namespace),
-            involved_object=involved, reason=reason, message=message,
-            type="Warning" if warning else "Normal", count=1,
-            first_timestamp=moment, last_timestamp=moment,
+            metadata=client.V1ObjectMeta(
+                name=f"{pod.metadata.name}.{uuid.uuid4().hex[:16]}", namespace=pod.metadata.namespace
+            ),
+            involved_object=involved,
+            reason=reason,
+            message=message,
+            type="Warning" if warning else "Normal",
+            count=1,
+            first_timestamp=moment,
+            last_timestamp=moment,
             source=client.V1EventSource(component="kubelet", host=self.node),
-            reporting_component="kubelet", reporting_instance=self.node,
+            reporting_component="kubelet",
+            reporting_instance=self.node,
         )
         try:
             self.core.create_namespaced_event(pod.metadata.namespace, event)
         except ApiException as error:  # an event is advice: a refusal is logged, never fatal
-            log.info("event %s on %s/%s not recorded: %s %s", reason, pod.metadata.namespace,
-                     pod.metadata.name, error.status, error.reason)
+            log.info(
+                "event %s on %s/%s not recorded: %s %s",
+                reason,
+                pod.metadata.namespace,
+                pod.metadata.name,
+                error.status,
+                error.reason,
+            )

@@ -1,4 +1,5 @@
 """The process kubelet's settings (one record, from the command line) and its defaults, once."""
+
 from __future__ import annotations
 
 import ipaddress

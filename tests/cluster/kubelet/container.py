@@ -1,4 +1,5 @@
 """One container: its process started in a sandbox, its output logged, restarted as the pod's restartPolicy says."""
+
 from __future__ import annotations
 
 import logging
@@ -41,9 +42,18 @@ Report = Callable[[str, str, bool], None]
 class ContainerRunner:
     """Runs one container until it is done for good (its policy says so) or stopped (the pod is being deleted)."""
 
-    def __init__(self, status: ContainerStatus, policy: str, init: bool, prepare: Callable[[], Launch],
-                 tools: sandbox.Tools, hostname: str, log_dir: Path, changed: Callable[[], None],
-                 report: Report) -> None:
+    def __init__(
+        self,
+        status: ContainerStatus,
+        policy: str,
+        init: bool,
+        prepare: Callable[[], Launch],
+        tools: sandbox.Tools,
+        hostname: str,
+        log_dir: Path,
+        changed: Callable[[], None],
+        report: Report,
+    ) -> None:
         self.status = status
         self.policy = policy
         self.init = init
@@ -107,8 +117,10 @@ class ContainerRunner:
                 delay = self._backoff(ran)
                 if delay > 0:
                     self.report("BackOff", f"Back-off restarting failed container {self.name}", True)
-                    self._set(Waiting("CrashLoopBackOff", f"back-off {delay:g}s restarting failed "
-                                      f"container={self.name}"), last=terminated)
+                    self._set(
+                        Waiting("CrashLoopBackOff", f"back-off {delay:g}s restarting failed container={self.name}"),
+                        last=terminated,
+                    )
                     self._pause(delay)
                 else:
                     self.status.last = terminated
@@ -137,19 +149,26 @@ class ContainerRunner:
                 log_file.close()
                 return Terminated(137, None, now())
             launch.root.mkdir(parents=True, exist_ok=True)
-            argv = sandbox.command(self.tools, launch.root, launch.mounts, self.hostname, launch.workdir,
-                                   launch.argv)
+            argv = sandbox.command(self.tools, launch.root, launch.mounts, self.hostname, launch.workdir, launch.argv)
             self._process = process = subprocess.Popen(
-                argv, env=launch.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, cwd="/")
+                argv,
+                env=launch.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                cwd="/",
+            )
             self.logs[f"process://{process.pid}"] = log_file
         started = now()
         self.report("Pulled", f'Container image "{self.status.image}" already present on machine', False)
         self.report("Created", f"Created container: {self.name}", False)
         self.report("Started", f"Started container {self.name}", False)
         self._set(Running(started), container_id=f"process://{process.pid}")
-        pumps = [threading.Thread(target=log_file.pump, args=(pipe, stream), daemon=True)
-                 for pipe, stream in ((process.stdout, "stdout"), (process.stderr, "stderr"))]
+        pumps = [
+            threading.Thread(target=log_file.pump, args=(pipe, stream), daemon=True)
+            for pipe, stream in ((process.stdout, "stdout"), (process.stderr, "stderr"))
+        ]
         for pump in pumps:
             pump.start()
         code = process.wait()

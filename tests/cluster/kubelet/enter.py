@@ -10,6 +10,7 @@ SPEC (JSON): {"root": folder for the new root, "hostname": ..., "workdir": ..., 
 "mounts": [{"source", "target", "read_only", "host"}]}, mounts outermost first; "host" marks a source that is
 this machine's own (a hostPath volume), where no mount point may be made either.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -1,4 +1,5 @@
 """What an image means here: a virtual environment plus the environment, folder and command images/Dockerfile sets."""
+
 from __future__ import annotations
 
 import ctypes.util

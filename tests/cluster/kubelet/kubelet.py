@@ -1,4 +1,5 @@
 """The process kubelet: registers its Node, watches the pods bound to it and the Services, runs the pods."""
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,9 @@ RELIST_PAUSE_SECONDS = 1.0  # after a failed list or watch
 def _api_names(config: KubeletConfig) -> dict[str, str]:
     """The `kubernetes` Service's names, at the API server's own address (no ClusterIP routes here)."""
     address = socket.gethostbyname(config.api_host)
-    return {f"kubernetes{suffix}": address
-            for suffix in ("", ".default", ".default.svc", f".default.svc.{CLUSTER_DOMAIN}")}
+    return {
+        f"kubernetes{suffix}": address for suffix in ("", ".default", ".default.svc", f".default.svc.{CLUSTER_DOMAIN}")
+    }
 
 
 class Kubelet:
@@ -43,26 +45,43 @@ class Kubelet:
         self._services: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
         self.node = Node(
-            config=config, api=self.api, images=image.images(config.images, config.dockerfile),
+            config=config,
+            api=self.api,
+            images=image.images(config.images, config.dockerfile),
             tools=sandbox.Tools.find(),
-            addresses=AddressPool(config.pod_cidr), hosts=HostsTable(CLUSTER_DOMAIN, {**_api_names(config), **config.hosts}),
-            shim=shim.build(config.cache_dir))
+            addresses=AddressPool(config.pod_cidr),
+            hosts=HostsTable(CLUSTER_DOMAIN, {**_api_names(config), **config.hosts}),
+            shim=shim.build(config.cache_dir),
+        )
 
     def run(self) -> None:
         """Serves until stop() is called, then stops every container and removes what it made."""
-        server = LogServer(self.config.port, self.config.serving_cert, self.config.serving_key,
-                           self.config.client_ca, self)
+        server = LogServer(
+            self.config.port, self.config.serving_cert, self.config.serving_key, self.config.client_ca, self
+        )
         server.start()
         agent = NodeAgent(self.api, self.config.port, self.api.server_version())
         agent.register()
         log.info("node %s registered, Ready; log endpoint on 127.0.0.1:%d", self.config.node, self.config.port)
         threading.Thread(target=agent.run, name="node heartbeat", daemon=True).start()
         selector = f"spec.nodeName={self.config.node}"
-        threading.Thread(target=self._reflect, name="pod watch", daemon=True, args=(
-            self.api.core.list_pod_for_all_namespaces, {"field_selector": selector},
-            self._pods_listed, self._pod_event)).start()
-        threading.Thread(target=self._reflect, name="service watch", daemon=True, args=(
-            self.api.core.list_service_for_all_namespaces, {}, self._services_listed, self._service_event)).start()
+        threading.Thread(
+            target=self._reflect,
+            name="pod watch",
+            daemon=True,
+            args=(
+                self.api.core.list_pod_for_all_namespaces,
+                {"field_selector": selector},
+                self._pods_listed,
+                self._pod_event,
+            ),
+        ).start()
+        threading.Thread(
+            target=self._reflect,
+            name="service watch",
+            daemon=True,
+            args=(self.api.core.list_service_for_all_namespaces, {}, self._services_listed, self._service_event),
+        ).start()
         self.stopping.wait()
         log.info("stopping: every container gets %gs before SIGKILL", SHUTDOWN_GRACE_SECONDS)
         with self._lock:
@@ -79,8 +98,13 @@ class Kubelet:
         self.stopping.set()
 
     # Watching.
-    def _reflect(self, lister: Callable[..., Any], selector: Mapping[str, str],
-                 listed: Callable[[list[Any]], None], event: Callable[[str, Any], None]) -> None:
+    def _reflect(
+        self,
+        lister: Callable[..., Any],
+        selector: Mapping[str, str],
+        listed: Callable[[list[Any]], None],
+        event: Callable[[str, Any], None],
+    ) -> None:
         """List, then watch from the list's resourceVersion; list again when the watch is too old (410)."""
         while not self.stopping.is_set():
             try:
@@ -88,9 +112,13 @@ class Kubelet:
                 listed(listing.items)
                 version = listing.metadata.resource_version
                 while not self.stopping.is_set():
-                    stream = watch.Watch().stream(lister, resource_version=version,
-                                                  timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                                                  allow_watch_bookmarks=True, **selector)
+                    stream = watch.Watch().stream(
+                        lister,
+                        resource_version=version,
+                        timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                        allow_watch_bookmarks=True,
+                        **selector,
+                    )
                     for change in stream:
                         version = change["raw_object"]["metadata"]["resourceVersion"]  # bookmarks stay dicts
                         if change["type"] != "BOOKMARK":
@@ -152,15 +180,21 @@ class Kubelet:
         with self._lock:
             services = list(self._services.values())
         self.node.hosts.set_services(
-            ServiceName(s.metadata.namespace, s.metadata.name, dict(s.spec.selector or {}),
-                        bool(s.spec.publish_not_ready_addresses))
-            for s in services)
+            ServiceName(
+                s.metadata.namespace,
+                s.metadata.name,
+                dict(s.spec.selector or {}),
+                bool(s.spec.publish_not_ready_addresses),
+            )
+            for s in services
+        )
 
     # The log endpoint's view of the pods.
     def container(self, namespace: str, pod: str, container: str) -> tuple[ContainerStatus, Mapping[str, LogFile]]:
         with self._lock:
-            candidates = [w for w in self.workers.values()
-                          if w.pod.metadata.namespace == namespace and w.pod.metadata.name == pod]
+            candidates = [
+                w for w in self.workers.values() if w.pod.metadata.namespace == namespace and w.pod.metadata.name == pod
+            ]
         if not candidates:
             raise LogError(404, f'pod "{pod}" does not exist')
         worker = min(candidates, key=lambda w: w.deleting.is_set())  # a pod being replaced: the new one

@@ -1,4 +1,5 @@
 """What one container sees: its mounts (volumes, service-account files, hosts file, private /tmp) and environment."""
+
 from __future__ import annotations
 
 import os
@@ -19,14 +20,20 @@ def service_env(host: str, port: int) -> dict[str, str]:
     """The `kubernetes` Service's variables, pointing at the API server's real address (no ClusterIP routes here)."""
     url = f"tcp://{host}:{port}"
     return {
-        "KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": str(port),
-        "KUBERNETES_SERVICE_PORT_HTTPS": str(port), "KUBERNETES_PORT": url,
-        "KUBERNETES_PORT_443_TCP": url, "KUBERNETES_PORT_443_TCP_PROTO": "tcp",
-        "KUBERNETES_PORT_443_TCP_PORT": str(port), "KUBERNETES_PORT_443_TCP_ADDR": host,
+        "KUBERNETES_SERVICE_HOST": host,
+        "KUBERNETES_SERVICE_PORT": str(port),
+        "KUBERNETES_SERVICE_PORT_HTTPS": str(port),
+        "KUBERNETES_PORT": url,
+        "KUBERNETES_PORT_443_TCP": url,
+        "KUBERNETES_PORT_443_TCP_PROTO": "tcp",
+        "KUBERNETES_PORT_443_TCP_PORT": str(port),
+        "KUBERNETES_PORT_443_TCP_ADDR": host,
     }
 
 
-def process_env(image: Image, hostname: str, pod_env: Mapping[str, str], pod_ip: str, shim: Path | None) -> dict[str, str]:
+def process_env(
+    image: Image, hostname: str, pod_env: Mapping[str, str], pod_ip: str, shim: Path | None
+) -> dict[str, str]:
     """The image's variables, then the runtime's HOSTNAME, then the pod's; the bind shim preloaded first."""
     env = {**image.environment(), "HOSTNAME": hostname, **pod_env}
     if shim is not None:
@@ -35,9 +42,15 @@ def process_env(image: Image, hostname: str, pod_env: Mapping[str, str], pod_ip:
     return env
 
 
-def container_mounts(container: V1Container, volumes: Mapping[str, Path], folder: Path, hosts_file: Path,
-                     image: Image, env: Mapping[str, str],
-                     host_volumes: Collection[str] = ()) -> tuple[list[sandbox.Mount], Path]:
+def container_mounts(
+    container: V1Container,
+    volumes: Mapping[str, Path],
+    folder: Path,
+    hosts_file: Path,
+    image: Image,
+    env: Mapping[str, str],
+    host_volumes: Collection[str] = (),
+) -> tuple[list[sandbox.Mount], Path]:
     """The container's bind mounts, outermost first, and the file its termination message lands in.
 
     ``folder`` is the container's own state folder: its private /tmp, $HOME and termination message.
@@ -47,8 +60,11 @@ def container_mounts(container: V1Container, volumes: Mapping[str, Path], folder
         path.mkdir(parents=True, exist_ok=True)
     private_tmp.chmod(0o1777)
     message.touch()
-    mounts = [sandbox.Mount(private_tmp, "/tmp"), sandbox.Mount(hosts_file, "/etc/hosts"),
-              sandbox.Mount(message, container.termination_message_path or TERMINATION_LOG)]
+    mounts = [
+        sandbox.Mount(private_tmp, "/tmp"),
+        sandbox.Mount(hosts_file, "/etc/hosts"),
+        sandbox.Mount(message, container.termination_message_path or TERMINATION_LOG),
+    ]
     if image.home:
         mounts.append(sandbox.Mount(home, image.home))
     for mount in container.volume_mounts or []:
@@ -75,4 +91,5 @@ def _check_image_visible(mount: V1VolumeMount, image: Image) -> None:
         if target == PurePosixPath(path) or target in PurePosixPath(path).parents:
             raise sandbox.StartError(
                 f"volume {mount.name!r} mounted at {mount.mount_path} would hide the image's files at {path} "
-                "(the process kubelet runs containers on this machine's own files): mount it elsewhere")
+                "(the process kubelet runs containers on this machine's own files): mount it elsewhere"
+            )

@@ -1,5 +1,6 @@
 """Container logs in the CRI format (`<RFC3339Nano> stdout F line`), written per line and read as the kubelet reads
 them."""
+
 from __future__ import annotations
 
 import calendar
@@ -32,7 +33,7 @@ def parse_timestamp(text: str) -> int:
             if not char.isdigit():
                 break
             digits += char
-        rest = rest[1 + len(digits):]
+        rest = rest[1 + len(digits) :]
         fraction = int((digits + "000000000")[:9])
     offset = 0
     if rest and rest[0] in "+-":

@@ -1,4 +1,5 @@
 """Pod addresses (one loopback address each) and the per-pod hosts files that stand in for cluster DNS."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -119,8 +120,10 @@ class HostsTable:
     def _service_address(self, service: ServiceName) -> str | None:
         """The address of the first pod (by name) the Service selects, among the ready ones unless it publishes all."""
         chosen = sorted(
-            (pod.name, pod.address) for pod in self._pods.values()
-            if pod.namespace == service.namespace and (pod.ready or service.publish_not_ready)
+            (pod.name, pod.address)
+            for pod in self._pods.values()
+            if pod.namespace == service.namespace
+            and (pod.ready or service.publish_not_ready)
             and all(pod.labels.get(key) == value for key, value in service.selector.items())
         )
         return chosen[0][1] if chosen else None
@@ -131,8 +134,10 @@ class HostsTable:
             pod = self._pods[uid]
             lines = [HOSTS_HEADER]
             if pod.subdomain:
-                lines.append(f"{pod.address}\t{pod.hostname}.{pod.subdomain}.{pod.namespace}.svc."
-                             f"{self.cluster_domain}\t{pod.hostname}\n")
+                lines.append(
+                    f"{pod.address}\t{pod.hostname}.{pod.subdomain}.{pod.namespace}.svc."
+                    f"{self.cluster_domain}\t{pod.hostname}\n"
+                )
             else:
                 lines.append(f"{pod.address}\t{pod.hostname}\n")
             if pod.aliases:
@@ -144,8 +149,11 @@ class HostsTable:
                 address = self._service_address(service)
                 if address is None or not service.selector:
                     continue
-                names = [f"{service.name}.{service.namespace}.svc.{self.cluster_domain}",
-                         f"{service.name}.{service.namespace}.svc", f"{service.name}.{service.namespace}"]
+                names = [
+                    f"{service.name}.{service.namespace}.svc.{self.cluster_domain}",
+                    f"{service.name}.{service.namespace}.svc",
+                    f"{service.name}.{service.namespace}",
+                ]
                 if service.namespace == pod.namespace:
                     names.append(service.name)
                 lines.append(f"{address}\t" + "\t".join(names) + "\n")

@@ -1,4 +1,5 @@
 """The Node: registered with the kubelet's labels, its status Ready, its Lease in kube-node-lease renewed."""
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,13 @@ def _architecture() -> str:
 
 def labels(node: str) -> dict[str, str]:
     """The labels a kubelet registers with (manifests select on kubernetes.io/os and /arch)."""
-    return {"kubernetes.io/hostname": node, "kubernetes.io/os": "linux", "kubernetes.io/arch": _architecture(),
-            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": _architecture()}
+    return {
+        "kubernetes.io/hostname": node,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": _architecture(),
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": _architecture(),
+    }
 
 
 def _read(path: str) -> str:
@@ -73,24 +79,39 @@ class NodeAgent:
 
     def status(self, moment: datetime) -> dict[str, Any]:
         def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
-            return {"type": kind, "status": status, "reason": reason, "message": message,
-                    "lastHeartbeatTime": rfc3339(moment), "lastTransitionTime": rfc3339(self.ready_since)}
+            return {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": rfc3339(moment),
+                "lastTransitionTime": rfc3339(self.ready_since),
+            }
 
         return {
             "conditions": [
-                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                condition(
+                    "MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"
+                ),
                 condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
                 condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
                 condition("Ready", "True", "KubeletReady", "the process kubelet is posting ready status"),
             ],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": self.name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
-            "capacity": CAPACITY, "allocatable": CAPACITY,
+            "capacity": CAPACITY,
+            "allocatable": CAPACITY,
             "nodeInfo": {
-                "machineID": _read("/etc/machine-id"), "systemUUID": _read("/sys/class/dmi/id/product_uuid"),
-                "bootID": self.boot_id, "kernelVersion": platform.release(), "osImage": _os_image(),
-                "containerRuntimeVersion": "process://bakeoff-process-kubelet", "kubeletVersion": self.version,
-                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": _architecture(),
+                "machineID": _read("/etc/machine-id"),
+                "systemUUID": _read("/sys/class/dmi/id/product_uuid"),
+                "bootID": self.boot_id,
+                "kernelVersion": platform.release(),
+                "osImage": _os_image(),
+                "containerRuntimeVersion": "process://bakeoff-process-kubelet",
+                "kubeletVersion": self.version,
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": _architecture(),
             },
         }
 
@@ -101,8 +122,7 @@ class NodeAgent:
         """Creates or renews the Lease that tells the node lifecycle controller this node is alive."""
         # MicroTime wants six fraction digits; datetime.isoformat() drops them when they are all zero.
         renewed = now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        spec = client.V1LeaseSpec(holder_identity=self.name, lease_duration_seconds=LEASE_SECONDS,
-                                  renew_time=renewed)
+        spec = client.V1LeaseSpec(holder_identity=self.name, lease_duration_seconds=LEASE_SECONDS, renew_time=renewed)
         leases = self.api.leases
         try:
             lease = leases.read_namespaced_lease(self.name, LEASE_NAMESPACE)
@@ -112,9 +132,13 @@ class NodeAgent:
             if error.status != 404:
                 raise
             owner = client.V1OwnerReference(api_version="v1", kind="Node", name=self.name, uid=self.uid)
-            leases.create_namespaced_lease(LEASE_NAMESPACE, client.V1Lease(
-                metadata=client.V1ObjectMeta(name=self.name, namespace=LEASE_NAMESPACE, owner_references=[owner]),
-                spec=spec))
+            leases.create_namespaced_lease(
+                LEASE_NAMESPACE,
+                client.V1Lease(
+                    metadata=client.V1ObjectMeta(name=self.name, namespace=LEASE_NAMESPACE, owner_references=[owner]),
+                    spec=spec,
+                ),
+            )
 
     def run(self) -> None:
         """Renews the Lease every LEASE_RENEW_SECONDS and the status every NODE_STATUS_SECONDS, until stopped."""

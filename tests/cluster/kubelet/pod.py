@@ -1,4 +1,5 @@
 """One pod on this node: its address, volumes and containers, its status reports, and its deletion."""
+
 from __future__ import annotations
 
 import logging
@@ -145,10 +146,19 @@ class PodWorker:
         self.folder.mkdir(parents=True, exist_ok=True)
         hosts_file = self.folder / "etc-hosts"
         aliases = tuple((alias.ip, tuple(alias.hostnames or [])) for alias in pod.spec.host_aliases or [])
-        node.hosts.set_pod(self.uid, PodName(
-            namespace=pod.metadata.namespace, name=pod.metadata.name, address=self.pod_ip,
-            hostname=_hostname(pod), subdomain=pod.spec.subdomain or "", labels=dict(pod.metadata.labels or {}),
-            aliases=aliases, hosts_file=hosts_file))
+        node.hosts.set_pod(
+            self.uid,
+            PodName(
+                namespace=pod.metadata.namespace,
+                name=pod.metadata.name,
+                address=self.pod_ip,
+                hostname=_hostname(pod),
+                subdomain=pod.spec.subdomain or "",
+                labels=dict(pod.metadata.labels or {}),
+                aliases=aliases,
+                hosts_file=hosts_file,
+            ),
+        )
         initial = "PodInitializing" if self.init_statuses else "ContainerCreating"
         for status in self.main_statuses:
             status.state = Waiting(initial)
@@ -177,14 +187,17 @@ class PodWorker:
             return True
         known = ", ".join(sorted(self.node.images)) or "none"
         for status in unknown:
-            message = (f'Failed to pull image "{status.image}": the process kubelet runs only the images it '
-                       f"was given (--image): {known}")
+            message = (
+                f'Failed to pull image "{status.image}": the process kubelet runs only the images it '
+                f"was given (--image): {known}"
+            )
             self.node.api.event(self.pod, "Failed", message, warning=True, container=status.name)
             status.state = Waiting("ErrImagePull", message)
         self.sync_status()
         for status in unknown:
-            self.node.api.event(self.pod, "BackOff", f'Back-off pulling image "{status.image}"', warning=True,
-                                container=status.name)
+            self.node.api.event(
+                self.pod, "BackOff", f'Back-off pulling image "{status.image}"', warning=True, container=status.name
+            )
             status.state = Waiting("ImagePullBackOff", f'Back-off pulling image "{status.image}"')
         self.sync_status()
         return False
@@ -192,17 +205,32 @@ class PodWorker:
     def facts(self) -> PodFacts:
         pod = self.pod
         return PodFacts(
-            name=pod.metadata.name, namespace=pod.metadata.namespace, uid=self.uid, node=self.node.config.node,
-            service_account=pod.spec.service_account_name or "default", pod_ip=self.pod_ip, host_ip=HOST_IP,
-            labels=dict(pod.metadata.labels or {}), annotations=dict(pod.metadata.annotations or {}))
+            name=pod.metadata.name,
+            namespace=pod.metadata.namespace,
+            uid=self.uid,
+            node=self.node.config.node,
+            service_account=pod.spec.service_account_name or "default",
+            pod_ip=self.pod_ip,
+            host_ip=HOST_IP,
+            labels=dict(pod.metadata.labels or {}),
+            annotations=dict(pod.metadata.annotations or {}),
+        )
 
     def _runner(self, container: V1Container, status: ContainerStatus, init: bool) -> ContainerRunner:
         def report(reason: str, message: str, warning: bool) -> None:
             self.node.api.event(self.pod, reason, message, warning=warning, container=container.name)
 
         runner = ContainerRunner(
-            status, self.pod.spec.restart_policy or "Always", init, lambda: self._launch(container),
-            self.node.tools, _hostname(self.pod), self.log_root / container.name, self.sync_status, report)
+            status,
+            self.pod.spec.restart_policy or "Always",
+            init,
+            lambda: self._launch(container),
+            self.node.tools,
+            _hostname(self.pod),
+            self.log_root / container.name,
+            self.sync_status,
+            report,
+        )
         self.runners[container.name] = runner
         if self.deleting.is_set():  # registered first, then checked: a deletion in between still stops it
             runner.stopping.set()
@@ -211,16 +239,23 @@ class PodWorker:
     def _launch(self, container: V1Container) -> Launch:
         node = self.node
         image = node.images[container.image]
-        env = container_env(container, self.facts(), node.api,
-                            layout.service_env(node.config.api_host, node.config.api_port))
+        env = container_env(
+            container, self.facts(), node.api, layout.service_env(node.config.api_host, node.config.api_port)
+        )
         folder = self.folder / "containers" / container.name
-        mounts, message = layout.container_mounts(container, self.volumes.paths, folder, self.folder / "etc-hosts",
-                                                  image, env, self.volumes.host)
-        return Launch(argv=command_line(container, image.config, env),
-                      env=layout.process_env(image, _hostname(self.pod), env, self.pod_ip,
-                                             None if self.pod.spec.host_network else node.shim),
-                      workdir=container.working_dir or image.config.workdir, mounts=mounts,
-                      root=folder / "root", message_file=message)
+        mounts, message = layout.container_mounts(
+            container, self.volumes.paths, folder, self.folder / "etc-hosts", image, env, self.volumes.host
+        )
+        return Launch(
+            argv=command_line(container, image.config, env),
+            env=layout.process_env(
+                image, _hostname(self.pod), env, self.pod_ip, None if self.pod.spec.host_network else node.shim
+            ),
+            workdir=container.working_dir or image.config.workdir,
+            mounts=mounts,
+            root=folder / "root",
+            message_file=message,
+        )
 
     def _run_containers(self) -> None:
         spec = self.pod.spec
@@ -231,9 +266,15 @@ class PodWorker:
                 return  # stopped, or failed for good (restartPolicy Never): the main containers never start
         for status in self.main_statuses:
             status.state = Waiting("ContainerCreating")
-        threads = [threading.Thread(target=self._run_main, args=(self._runner(container, status, init=False),),
-                                    name=f"{self.key}/{container.name}", daemon=True)
-                   for container, status in zip(spec.containers, self.main_statuses, strict=True)]
+        threads = [
+            threading.Thread(
+                target=self._run_main,
+                args=(self._runner(container, status, init=False),),
+                name=f"{self.key}/{container.name}",
+                daemon=True,
+            )
+            for container, status in zip(spec.containers, self.main_statuses, strict=True)
+        ]
         for thread in threads:
             thread.start()
         while any(thread.is_alive() for thread in threads):
@@ -260,7 +301,8 @@ class PodWorker:
         body: dict[str, Any] = {
             "phase": pod_phase,
             "conditions": self.conditions.wire(pod_phase, self.sandbox_ready, self.init_statuses, self.main_statuses),
-            "hostIP": HOST_IP, "hostIPs": [{"ip": HOST_IP}],
+            "hostIP": HOST_IP,
+            "hostIPs": [{"ip": HOST_IP}],
             "startTime": rfc3339(self.started_at),
             "containerStatuses": [s.wire() for s in self.main_statuses],
         }

@@ -1,4 +1,5 @@
 """A container's environment and command line as the kubelet makes them: envFrom, env, valueFrom, `$(VAR)`."""
+
 from __future__ import annotations
 
 import math
@@ -57,7 +58,7 @@ def expand(text: str, *contexts: Mapping[str, str]) -> str:
                 if close < 0:
                     out.append("$(")
                 else:
-                    name = text[cursor + 2:close]
+                    name = text[cursor + 2 : close]
                     out.append(next((ctx[name] for ctx in contexts if name in ctx), f"$({name})"))
                     advance = close - cursor
             else:
@@ -74,10 +75,15 @@ _SUBSCRIPT = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
 def field_value(pod: PodFacts, path: str) -> str:
     """The value of a fieldRef (the paths the API server accepts for env)."""
     simple = {
-        "metadata.name": pod.name, "metadata.namespace": pod.namespace, "metadata.uid": pod.uid,
-        "spec.nodeName": pod.node, "spec.serviceAccountName": pod.service_account,
-        "status.podIP": pod.pod_ip, "status.podIPs": pod.pod_ip,
-        "status.hostIP": pod.host_ip, "status.hostIPs": pod.host_ip,
+        "metadata.name": pod.name,
+        "metadata.namespace": pod.namespace,
+        "metadata.uid": pod.uid,
+        "spec.nodeName": pod.node,
+        "spec.serviceAccountName": pod.service_account,
+        "status.podIP": pod.pod_ip,
+        "status.podIPs": pod.pod_ip,
+        "status.hostIP": pod.host_ip,
+        "status.hostIPs": pod.host_ip,
     }
     if path in simple:
         return simple[path]
@@ -108,8 +114,7 @@ def fetch(objects: Objects, namespace: str, kind: str, name: str) -> Mapping[str
     return objects.secret(namespace, name) if kind == "Secret" else objects.config_map(namespace, name)
 
 
-def _lookup_key(objects: Objects, namespace: str, kind: str, name: str, key: str,
-                optional: bool) -> str | None:
+def _lookup_key(objects: Objects, namespace: str, kind: str, name: str, key: str, optional: bool) -> str | None:
     data = fetch(objects, namespace, kind, name)
     if data is None:
         if optional:
@@ -137,8 +142,9 @@ def _from_sources(container: V1Container, pod: PodFacts, objects: Objects) -> di
     return env
 
 
-def container_env(container: V1Container, pod: PodFacts, objects: Objects,
-                  service_env: Mapping[str, str]) -> dict[str, str]:
+def container_env(
+    container: V1Container, pod: PodFacts, objects: Objects, service_env: Mapping[str, str]
+) -> dict[str, str]:
     """The variables the pod spec gives the container, then the service variables it did not set itself."""
     env = _from_sources(container, pod, objects)
     for var in container.env or []:

@@ -1,4 +1,5 @@
 """A container as a process: a private mount and UTS namespace whose bind mounts lay out the paths a pod sees."""
+
 from __future__ import annotations
 
 import json
@@ -84,12 +85,30 @@ def resolve_executable(argv: Sequence[str], env: Mapping[str, str], workdir: str
     raise StartError(f'exec: "{program}": executable file not found in $PATH')
 
 
-def command(tools: Tools, root: Path, mounts: Sequence[Mount], hostname: str, workdir: str,
-            argv: Sequence[str]) -> list[str]:
+def command(
+    tools: Tools, root: Path, mounts: Sequence[Mount], hostname: str, workdir: str, argv: Sequence[str]
+) -> list[str]:
     """The argv that enters a new mount and UTS namespace, lays out the container's files there (enter.py,
     on a tmpfs root in the folder ``root``), names the host, and execs the container's argv."""
-    spec = {"root": str(root), "hostname": hostname, "workdir": workdir, "argv": list(argv),
-            "mounts": [{"source": str(m.source), "target": m.target, "read_only": m.read_only, "host": m.host}
-                       for m in mounts]}
-    return [tools.unshare, "--mount", "--uts", "--propagation", "private", "--",
-            tools.python, "-I", "-S", str(ENTER), json.dumps(spec)]
+    spec = {
+        "root": str(root),
+        "hostname": hostname,
+        "workdir": workdir,
+        "argv": list(argv),
+        "mounts": [
+            {"source": str(m.source), "target": m.target, "read_only": m.read_only, "host": m.host} for m in mounts
+        ],
+    }
+    return [
+        tools.unshare,
+        "--mount",
+        "--uts",
+        "--propagation",
+        "private",
+        "--",
+        tools.python,
+        "-I",
+        "-S",
+        str(ENTER),
+        json.dumps(spec),
+    ]

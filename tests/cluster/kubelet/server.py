@@ -1,4 +1,5 @@
 """The kubelet's HTTPS endpoint, as far as the API server uses it here: `/containerLogs/{ns}/{pod}/{container}`."""
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,9 @@ def choose(status: ContainerStatus, logs: Mapping[str, LogFile], previous: bool,
     elif isinstance(state, Terminated) or last is not None:
         raise LogError(400, f'container "{name}" in pod "{pod}" is terminated')
     elif isinstance(state, Waiting):
-        reason = {"ErrImagePull": "image can't be pulled",
-                  "ImagePullBackOff": "trying and failing to pull image"}.get(state.reason, state.reason)
+        reason = {"ErrImagePull": "image can't be pulled", "ImagePullBackOff": "trying and failing to pull image"}.get(
+            state.reason, state.reason
+        )
         raise LogError(400, f'container "{name}" in pod "{pod}" is waiting to start: {reason}')
     if wanted not in logs:
         raise LogError(400, f'container "{name}" in pod "{pod}" has no log')
@@ -81,9 +83,13 @@ def parse_query(raw: str) -> tuple[bool, LogQuery]:
         except ValueError:
             raise LogError(400, f"sinceTime={query['sinceTime'][0]!r} is not an RFC 3339 time") from None
         since = at if since is None else max(since, at)
-    return flag("previous"), LogQuery(follow=flag("follow"), timestamps=flag("timestamps"),
-                                      tail_lines=_number(query, "tailLines"),
-                                      limit_bytes=_number(query, "limitBytes"), since_ns=since)
+    return flag("previous"), LogQuery(
+        follow=flag("follow"),
+        timestamps=flag("timestamps"),
+        tail_lines=_number(query, "tailLines"),
+        limit_bytes=_number(query, "limitBytes"),
+        since_ns=since,
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):

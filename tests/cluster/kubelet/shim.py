@@ -1,4 +1,5 @@
 """The bind shim (bindshim.c) compiled once per source into the cache, for LD_PRELOAD in every pod."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """Container and pod status as the kubelet reports it: states, phase (its getPhase), conditions."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -41,8 +42,11 @@ class Terminated:
         return self.reason or ("Completed" if self.exit_code == 0 else "Error")
 
     def wire(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"exitCode": self.exit_code, "reason": self.wire_reason,
-                                "finishedAt": rfc3339(self.finished_at)}
+        body: dict[str, Any] = {
+            "exitCode": self.exit_code,
+            "reason": self.wire_reason,
+            "finishedAt": rfc3339(self.finished_at),
+        }
         if self.started_at is not None:
             body["startedAt"] = rfc3339(self.started_at)
         if self.message:
@@ -79,8 +83,13 @@ class ContainerStatus:
 
     def wire(self) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "name": self.name, "image": self.image, "imageID": self.image_id, "ready": self.ready,
-            "started": self.running, "restartCount": self.restart_count, "state": self.state.wire(),
+            "name": self.name,
+            "image": self.image,
+            "imageID": self.image_id,
+            "ready": self.ready,
+            "started": self.running,
+            "restartCount": self.restart_count,
+            "state": self.state.wire(),
             "lastState": self.last.wire() if self.last else {},
         }
         if self.container_id:
@@ -145,12 +154,18 @@ class Conditions:
         if previous is None or previous[0] != status:
             self._since[kind] = (status, now())
         # None, not absent: a strategic merge keeps a field the patch leaves out, and null deletes it.
-        return {"type": kind, "status": status, "lastProbeTime": None,
-                "lastTransitionTime": rfc3339(self._since[kind][1]), "reason": reason or None,
-                "message": message or None}
+        return {
+            "type": kind,
+            "status": status,
+            "lastProbeTime": None,
+            "lastTransitionTime": rfc3339(self._since[kind][1]),
+            "reason": reason or None,
+            "message": message or None,
+        }
 
-    def wire(self, pod_phase: str, sandbox: bool, init: Sequence[ContainerStatus],
-             main: Sequence[ContainerStatus]) -> list[dict[str, Any]]:
+    def wire(
+        self, pod_phase: str, sandbox: bool, init: Sequence[ContainerStatus], main: Sequence[ContainerStatus]
+    ) -> list[dict[str, Any]]:
         terminal = pod_phase in ("Succeeded", "Failed")
         unfinished = [s.name for s in init if not (isinstance(s.state, Terminated) and s.state.exit_code == 0)]
         unready = [s.name for s in main if not s.ready]
@@ -159,11 +174,16 @@ class Conditions:
             pod_ready = self._condition("Ready", False, "PodCompleted")
         else:
             message = f"containers with unready status: [{' '.join(unready)}]"
-            ready = self._condition("ContainersReady", not unready, "" if not unready else "ContainersNotReady",
-                                    message if unready else "")
-            pod_ready = self._condition("Ready", not unready, "" if not unready else "ContainersNotReady",
-                                        message if unready else "")
+            ready = self._condition(
+                "ContainersReady", not unready, "" if not unready else "ContainersNotReady", message if unready else ""
+            )
+            pod_ready = self._condition(
+                "Ready", not unready, "" if not unready else "ContainersNotReady", message if unready else ""
+            )
         initialized = self._condition(
-            "Initialized", not unfinished, "ContainersNotInitialized" if unfinished else "",
-            f"containers with incomplete status: [{' '.join(unfinished)}]" if unfinished else "")
+            "Initialized",
+            not unfinished,
+            "ContainersNotInitialized" if unfinished else "",
+            f"containers with incomplete status: [{' '.join(unfinished)}]" if unfinished else "",
+        )
         return [self._condition("PodReadyToStartContainers", sandbox and not terminal), initialized, ready, pod_ready]

@@ -1,4 +1,5 @@
 """A pod's volumes as folders of this machine: emptyDir, hostPath, secret, configMap, downwardAPI, projected."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,9 @@ class VolumeError(Exception):
 
 
 class Tokens(Protocol):
-    def token(self, namespace: str, service_account: str, audience: str, seconds: int,
-              pod: str, pod_uid: str) -> tuple[str, datetime]: ...
+    def token(
+        self, namespace: str, service_account: str, audience: str, seconds: int, pod: str, pod_uid: str
+    ) -> tuple[str, datetime]: ...
 
 
 class VolumeSource(Objects, Tokens, Protocol):
@@ -55,8 +57,7 @@ def write_file(path: Path, data: bytes, mode: int) -> None:
     os.replace(temporary, path)
 
 
-def _project(folder: Path, data: Mapping[str, bytes], items: list[V1KeyToPath] | None, mode: int,
-             what: str) -> None:
+def _project(folder: Path, data: Mapping[str, bytes], items: list[V1KeyToPath] | None, mode: int, what: str) -> None:
     """Writes the object's keys (or only the listed items, at their paths) as files."""
     chosen = [(item.key, item.path, item.mode) for item in items] if items else [(k, k, None) for k in data]
     for key, path, item_mode in chosen:
@@ -93,11 +94,23 @@ class PodVolumes:
         if volume.empty_dir is not None:
             folder.chmod(0o777)  # as the kubelet makes it: any user of the pod may write
         elif volume.secret is not None:
-            self._object(folder, "Secret", volume.secret.secret_name, volume.secret.items,
-                         volume.secret.default_mode, volume.secret.optional)
+            self._object(
+                folder,
+                "Secret",
+                volume.secret.secret_name,
+                volume.secret.items,
+                volume.secret.default_mode,
+                volume.secret.optional,
+            )
         elif volume.config_map is not None:
-            self._object(folder, "ConfigMap", volume.config_map.name, volume.config_map.items,
-                         volume.config_map.default_mode, volume.config_map.optional)
+            self._object(
+                folder,
+                "ConfigMap",
+                volume.config_map.name,
+                volume.config_map.items,
+                volume.config_map.default_mode,
+                volume.config_map.optional,
+            )
         elif volume.downward_api is not None:
             self._downward(folder, volume.downward_api.items or [], volume.downward_api.default_mode)
         elif volume.projected is not None:
@@ -106,22 +119,33 @@ class PodVolumes:
                 if part.secret is not None:
                     self._object(folder, "Secret", part.secret.name, part.secret.items, mode, part.secret.optional)
                 elif part.config_map is not None:
-                    self._object(folder, "ConfigMap", part.config_map.name, part.config_map.items, mode,
-                                 part.config_map.optional)
+                    self._object(
+                        folder, "ConfigMap", part.config_map.name, part.config_map.items, mode, part.config_map.optional
+                    )
                 elif part.downward_api is not None:
                     self._downward(folder, part.downward_api.items or [], mode)
                 elif part.service_account_token is not None:
                     sat = part.service_account_token
-                    self._token(TokenFile(folder / sat.path, sat.audience or "", sat.expiration_seconds or 3600,
-                                          mode, datetime.min.replace(tzinfo=UTC),
-                                          datetime.min.replace(tzinfo=UTC)))
+                    self._token(
+                        TokenFile(
+                            folder / sat.path,
+                            sat.audience or "",
+                            sat.expiration_seconds or 3600,
+                            mode,
+                            datetime.min.replace(tzinfo=UTC),
+                            datetime.min.replace(tzinfo=UTC),
+                        )
+                    )
                 else:
-                    raise VolumeError(f"volume {volume.name!r}: a projected source the process kubelet "
-                                      f"does not support: {part.to_dict()}")
+                    raise VolumeError(
+                        f"volume {volume.name!r}: a projected source the process kubelet "
+                        f"does not support: {part.to_dict()}"
+                    )
         else:
             kinds = [key for key, value in volume.to_dict().items() if value is not None and key != "name"]
-            raise VolumeError(f"volume {volume.name!r}: {', '.join(kinds)} volumes are not supported "
-                              "by the process kubelet")
+            raise VolumeError(
+                f"volume {volume.name!r}: {', '.join(kinds)} volumes are not supported by the process kubelet"
+            )
         return folder
 
     def _host_path(self, volume: V1Volume) -> Path:
@@ -136,8 +160,15 @@ class PodVolumes:
             raise VolumeError(f"hostPath type check failed: {path} is not a {kind}")
         return path
 
-    def _object(self, folder: Path, kind: str, name: str, items: list[V1KeyToPath] | None,
-                mode: int | None, optional: bool | None) -> None:
+    def _object(
+        self,
+        folder: Path,
+        kind: str,
+        name: str,
+        items: list[V1KeyToPath] | None,
+        mode: int | None,
+        optional: bool | None,
+    ) -> None:
         namespace = self.facts.namespace
         data = fetch(self.source, namespace, kind, name)
         if data is None:
@@ -151,15 +182,18 @@ class PodVolumes:
             if item.field_ref is not None:
                 value = field_value(self.facts, item.field_ref.field_path)
             else:
-                container = next((c for c in self.pod.spec.containers
-                                  if c.name == item.resource_field_ref.container_name), V1Container(name=""))
+                container = next(
+                    (c for c in self.pod.spec.containers if c.name == item.resource_field_ref.container_name),
+                    V1Container(name=""),
+                )
                 value = resource_value(container, item.resource_field_ref)
             write_file(folder / item.path, value.encode(), item.mode or mode or DEFAULT_MODE)
 
     def _token(self, token: TokenFile) -> None:
         facts = self.facts
-        text, expires = self.source.token(facts.namespace, facts.service_account, token.audience, token.seconds,
-                                          facts.name, facts.uid)
+        text, expires = self.source.token(
+            facts.namespace, facts.service_account, token.audience, token.seconds, facts.name, facts.uid
+        )
         token.issued, token.expires = datetime.now(UTC), expires
         write_file(token.path, text.encode(), token.mode)
         if token not in self.tokens:
