@@ -113,6 +113,13 @@ class Profile:
         self.plane.kubectl("create", "-f", "-", input=json.dumps(pod))
         return pod
 
+    def must_get(self, kind: str, name: str) -> dict:
+        """The object; fails the test naming it when the API has none."""
+        found = self.get(kind, name)
+        if found is None:
+            raise AssertionError(f"no {kind} {NAMESPACE}/{name}")
+        return found
+
     def get(self, kind: str, name: str) -> dict | None:
         found = self.plane.kubectl("get", kind, name, "-n", NAMESPACE, "-o", "json", check=False)
         return json.loads(found.stdout) if found.returncode == 0 else None
@@ -184,14 +191,12 @@ def test_a_train_step_pod_trains_a_two_worker_tfjob_through_the_real_operator(pr
     log = profile.log(f"step-train-{UNIQUE}")
     assert pod["status"]["phase"] == "Succeeded", log[-3000:]
 
-    job = profile.get("tfjob", job_name(run, "tiny", 0))
-    assert job is not None
+    job = profile.must_get("tfjob", job_name(run, "tiny", 0))
     conditions = {c["type"]: c["status"] for c in job["status"]["conditions"]}
     assert conditions.get("Succeeded") == "True", job["status"]
     # The operator made the replicas and wrote TF_CONFIG naming both by their Services. The chief's pod stays;
     # worker 1's may be gone: cleanPodPolicy Running deletes a replica still running when the chief succeeds.
-    chief = profile.get("pod", f"{job['metadata']['name']}-worker-0")
-    assert chief is not None
+    chief = profile.must_get("pod", f"{job['metadata']['name']}-worker-0")
     env = {e["name"]: e.get("value") for e in chief["spec"]["containers"][0].get("env", [])}
     tf_config = json.loads(env["TF_CONFIG"])
     assert tf_config["task"] == {"type": "worker", "index": 0}
@@ -231,8 +236,8 @@ def test_a_killed_replica_is_restarted_by_the_kubelet_and_resumes_from_its_backu
     assert pod["status"]["phase"] == "Succeeded", profile.log(f"step-fault-{UNIQUE}")[-3000:]
     # The chief lost its peer mid-all-reduce and was restarted in place too; worker 1's pod may be gone already
     # (cleanPodPolicy Running deletes a replica still running when the chief succeeds).
-    chief = profile.get("pod", f"{name}-worker-0")
-    assert chief is not None and chief["status"]["containerStatuses"][0]["restartCount"] >= 1
+    chief = profile.must_get("pod", f"{name}-worker-0")
+    assert chief["status"]["containerStatuses"][0]["restartCount"] >= 1
     with profile.as_profile():
         raw = open_store(profile.store_uri).get_bytes(f"{runs.variant_prefix(run, 'tiny')}/{runs.METRICS}").decode()
     metrics = WorkerMetrics.from_json(raw, runs.METRICS)
@@ -245,10 +250,9 @@ def test_a_retried_step_replaces_the_finished_job_of_the_same_name(profile: Prof
     run = f"r-retry-{UNIQUE}"
     profile.step_pod(f"step-retry-1-{UNIQUE}", run)
     assert profile.wait_pod(f"step-retry-1-{UNIQUE}")["status"]["phase"] == "Succeeded"
-    first = profile.get("tfjob", job_name(run, "tiny", 0))
+    first = profile.must_get("tfjob", job_name(run, "tiny", 0))
     profile.step_pod(f"step-retry-2-{UNIQUE}", run)
     pod = profile.wait_pod(f"step-retry-2-{UNIQUE}")
     assert pod["status"]["phase"] == "Succeeded", profile.log(f"step-retry-2-{UNIQUE}")[-3000:]
-    second = profile.get("tfjob", job_name(run, "tiny", 0))
-    assert first is not None and second is not None
+    second = profile.must_get("tfjob", job_name(run, "tiny", 0))
     assert second["metadata"]["uid"] != first["metadata"]["uid"]  # deleted and created anew, not the old one read back
