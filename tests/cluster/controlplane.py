@@ -90,6 +90,11 @@ class ControlPlane:
         return f"https://127.0.0.1:{self.ports.api}"
 
     @property
+    def pod_cidr(self) -> str:
+        """This plane's pod addresses: a loopback /24 named by its API server's port, so two planes never share one."""
+        return f"127.{self.ports.api >> 8}.{self.ports.api & 255}.0/24"
+
+    @property
     def kubeconfig(self) -> Path:
         """The admin's kubeconfig (system:masters)."""
         return self.state / "admin.kubeconfig"
@@ -336,6 +341,7 @@ class _Starter:
             f"--serving-cert={certs['kubelet-serving'].cert}",
             f"--serving-key={certs['kubelet-serving'].key}",
             f"--api-server={self.plane.server}",
+            f"--pod-cidr={self.plane.pod_cidr}",
             *[f"--image={image}={venv}" for image in BAKEOFF_IMAGES],
         ]
         process = self.spawn("kubelet", command, env={"PYTHONPATH": str(REPO)})

@@ -265,7 +265,22 @@ def test_a_volume_over_the_images_files_is_refused(tmp_path: Path) -> None:
         layout.container_mounts(container, {"data": tmp_path}, tmp_path / "c", tmp_path / "hosts", image, {})
     container.volume_mounts[0].mount_path = "/data"
     mounts, _ = layout.container_mounts(container, {"data": tmp_path}, tmp_path / "c", tmp_path / "hosts", image, {})
-    assert [m.target for m in mounts] == ["/tmp", "/data", "/etc/hosts", "/dev/termination-log"]
+    # tmp_path lies below /tmp: the private /tmp shows the image's venv again, at its own path.
+    assert [m.target for m in mounts] == ["/tmp", "/data", "/etc/hosts", "/dev/termination-log", str(venv)]
+    assert mounts[-1].host and mounts[-1].source == venv
+
+
+def test_an_image_below_tmp_stays_visible_through_the_private_tmp(tmp_path: Path) -> None:
+    """A clone under /tmp (CI's may be): its .venv and the sources its editable install reads are shown again."""
+    project = tmp_path / "clone"
+    (project / ".venv" / "bin").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("")
+    image = Image("img", project / ".venv", ImageConfig(env={}))
+    assert project in image.files
+    mounts, _ = layout.container_mounts(V1Container(name="c"), {}, tmp_path / "c", tmp_path / "hosts", image, {})
+    shown = {m.target: m for m in mounts}
+    assert shown["/tmp"].source == tmp_path / "c" / "tmp"
+    assert shown[str(project)].host and shown[str(project / ".venv")].host
 
 
 PROBE = textwrap.dedent("""
@@ -304,6 +319,8 @@ def test_a_container_sees_its_mounts_and_the_machine_gets_nothing(tmp_path: Path
             sandbox.Mount(sources["home"], "/home/bakeoff"),
             sandbox.Mount(sources["launcher"], "/kfp-launcher"),
             sandbox.Mount(sources["message"], "/dev/termination-log"),
+            # this test's Python, shown again where a clone below /tmp keeps its venv (as layout does for an image)
+            *([sandbox.Mount(Path(sys.prefix), sys.prefix, host=True)] if sys.prefix.startswith("/tmp/") else []),
         ]
     )
     argv = sandbox.command(

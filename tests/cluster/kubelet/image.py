@@ -42,8 +42,11 @@ class Image:
 
     @property
     def files(self) -> tuple[Path, ...]:
-        """Where this "image" lies on this machine: the virtual environment and the Python it was made from."""
+        """Where this "image" lies on this machine: the virtual environment, the Python it was made from, and the
+        project it sits in (`make install` puts .venv beside pyproject.toml; its editable install reads the sources)."""
         paths = [self.venv]
+        if (self.venv.parent / "pyproject.toml").is_file():
+            paths.append(self.venv.parent)
         config = self.venv / "pyvenv.cfg"
         if config.is_file():
             for line in config.read_text().splitlines():

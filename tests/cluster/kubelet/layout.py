@@ -67,6 +67,12 @@ def container_mounts(
     ]
     if image.home:
         mounts.append(sandbox.Mount(home, image.home))
+    # The image's files are this machine's: where they lie below /tmp, the private /tmp must show them again.
+    mounts.extend(
+        sandbox.Mount(path, str(path), host=True)
+        for path in image.files
+        if PurePosixPath("/tmp") in PurePosixPath(path).parents
+    )
     for mount in container.volume_mounts or []:
         if mount.name not in volumes:
             raise ConfigError(f"volumeMount {mount.name!r}: the pod has no volume of that name")
