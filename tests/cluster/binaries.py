@@ -1,8 +1,9 @@
 """The control plane's programs, built from their Go modules into a cache outside the repository.
 
-Two tool modules pin them: `tests/cluster/go.mod` (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, kubectl at one Kubernetes release) and `tests/cluster/operator/go.mod` (the Training
-Operator, which builds on an older Kubernetes library). The cache key is the hash of both modules' go.mod
+Three tool modules pin them: `tests/cluster/go.mod` (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kubectl at one Kubernetes release), `tests/cluster/operator/go.mod` (the Training Operator,
+which builds on an older Kubernetes library) and `tests/cluster/trainer/go.mod` (Kubeflow Trainer v2's
+controller manager and the JobSet controller it pins). The cache key is the hash of every module's go.mod
 and go.sum and of the Go toolchain's version, so a pin change rebuilds and nothing else does.
 """
 
@@ -19,10 +20,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MODULES = (HERE, HERE / "operator")
+MODULES = (HERE, HERE / "operator", HERE / "trainer")
 CACHE_ENV = "BAKEOFF_CLUSTER_CACHE"  # overrides where the binaries are kept
 # What `go build -o DIR tool` names each program (the last path element that is not a major version).
-PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "training-operator")
+PROGRAMS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "training-operator",
+    "trainer-controller-manager",
+    "jobset-controller-manager",
+)
+# What the build names a program (left) and the name it is kept under (right), where the two differ.
+RENAMES = {
+    "server": "etcd",  # go.etcd.io/etcd/server/v3
+    "training-operator.v1": "training-operator",
+    "jobset": "jobset-controller-manager",  # sigs.k8s.io/jobset's main package is its controller manager
+}
 
 
 class BuildError(RuntimeError):
@@ -97,12 +113,17 @@ def ensure(log=print) -> Binaries:
     k8s_flags = f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitMajor={major} -X {stamp}.gitMinor={minor}"
     log(
         f"building the control plane (Kubernetes {version}, Training Operator "
-        f"{_require(MODULES[1], 'github.com/kubeflow/training-operator')}) into {folder}: ~10 min on 2 cores, once"
+        f"{_require(MODULES[1], 'github.com/kubeflow/training-operator')}, Kubeflow Trainer "
+        f"{_require(MODULES[2], 'github.com/kubeflow/trainer/v2')}, "
+        f"JobSet {_require(MODULES[2], 'sigs.k8s.io/jobset')})"
+        f" into {folder}: ~15 min on 2 cores, once"
     )
     _build(toolchain, MODULES[0], staging, k8s_flags)
-    _build(toolchain, MODULES[1], staging, "-s -w")
-    (staging / "server").rename(staging / "etcd")  # go.etcd.io/etcd/server/v3 builds as `server`
-    (staging / "training-operator.v1").rename(staging / "training-operator")
+    for module in MODULES[1:]:
+        _build(toolchain, module, staging, "-s -w")
+    for built, kept in RENAMES.items():
+        if (staging / built).is_file():
+            (staging / built).rename(staging / kept)
     missing = [program for program in PROGRAMS if not (staging / program).is_file()]
     if missing:
         raise BuildError(f"the Go build made no {', '.join(missing)} in {staging}")
