@@ -1,10 +1,12 @@
 """The real control plane on loopback: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the
-Training Operator and the process kubelet, as local processes built from their Go modules.
+Training Operator, the JobSet controller, Kubeflow Trainer v2's controller manager and the process kubelet, as
+local processes built from their Go modules.
 
 `python -m tests.cluster.controlplane up [--state-dir DIR]` starts it and prints the admin kubeconfig's path;
 `down` stops everything it started. The pytest fixture in tests/cluster/conftest.py calls `start`/`stop`.
 Ports are free loopback ports chosen at start; nothing listens beyond 127.0.0.0/8 except the Training
 Operator's webhook and metrics servers, which bind every interface as upstream's flags do (their port only).
+JobSet's and Trainer's configuration files bind their webhook servers to loopback and turn their metrics off.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -37,17 +40,73 @@ DEFAULT_STATE = REPO / ".bakeoff" / "cluster"
 NODE = "bakeoff-node"
 TEST_IMAGE = "bakeoff.local/bakeoff:dev"  # what the cluster tests compile their pipelines and jobs for
 BAKEOFF_IMAGES = (defaults.IMAGE, TEST_IMAGE)  # the process kubelet runs these in the project's environment
-OPERATOR_NAMESPACE = "kubeflow"
 SERVICE_CIDR = "10.0.0.0/24"  # allocated, never routed: no kube-proxy runs, pods reach the API server on loopback
 START_TIMEOUT = 120.0  # seconds for one component to become ready; they take a few seconds each here
 STOP_GRACE = 10.0  # seconds between SIGTERM and SIGKILL
 LOG_TAIL = 25  # lines of a failed component's log in its error
 # The order to start in; `down` stops in reverse.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "training-operator", "kubelet")
-# What the operator's webhooks answer to (its cert-controller makes a cert for <service>.<namespace>.svc).
-WEBHOOK_SERVICE = "training-operator"
-WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
-OPERATOR_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # pkg/cert/cert.go certDir: fixed, not $TMPDIR
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "training-operator",
+    "jobset-controller-manager",
+    "trainer-controller-manager",
+    "kubelet",
+)
+# Where each of the three controllers' cert-controller waits for its Secret's files (their pkg/.../cert certDir):
+# fixed, not $TMPDIR, so each runs with its own folder mounted there.
+CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """A controller serving webhooks, named as its upstream manifests and cert code name it."""
+
+    component: str  # its name in COMPONENTS, its log's and its start-up errors'
+    namespace: str  # where it runs: its cert code's default when no pod's namespace file exists
+    account: str  # its service account
+    secret: str  # the Secret its cert-controller fills
+    service: str  # the Service its cert is made for
+
+    @property
+    def host(self) -> str:
+        """What its cert-controller makes the cert for, and what its webhooks are called at."""
+        return f"{self.service}.{self.namespace}.svc"
+
+
+OPERATOR = Upstream(
+    "training-operator", "kubeflow", "training-operator", "training-operator-webhook-cert", "training-operator"
+)
+# config/default's namePrefix `jobset-` on config/components; pkg/util/cert/cert.go defaultNamespace.
+JOBSET = Upstream(
+    "jobset-controller-manager",
+    "jobset-system",
+    "jobset-controller-manager",
+    "jobset-webhook-server-cert",
+    "jobset-webhook-service",
+)
+# manifests/base's names; pkg/util/cert/cert.go defaultNamespace (manifests/overlays/manager's namespace too).
+TRAINER = Upstream(
+    "trainer-controller-manager",
+    "kubeflow-system",
+    "kubeflow-trainer-controller-manager",
+    "kubeflow-trainer-webhook-cert",
+    "kubeflow-trainer-controller-manager",
+)
+OPERATOR_WEBHOOKS = "validator.training-operator.kubeflow.org"
+UPSTREAMS = (OPERATOR, JOBSET, TRAINER)
+# The webhook configurations JobSet's cert-controller injects its CA into (cert.go's names), and their patches
+# (config/components/webhook: objectSelectors on the pod webhooks, so that only JobSet's pods are sent).
+JOBSET_WEBHOOKS = {
+    "MutatingWebhookConfiguration": "jobset-mutating-webhook-configuration",
+    "ValidatingWebhookConfiguration": "jobset-validating-webhook-configuration",
+}
+JOBSET_WEBHOOK_PATCHES = {
+    "MutatingWebhookConfiguration": "mutating-patch.yaml",
+    "ValidatingWebhookConfiguration": "validating-patch.yaml",
+}
 
 
 class StartError(RuntimeError):
@@ -63,6 +122,10 @@ class Ports:
     webhook: int
     operator_metrics: int
     operator_health: int
+    jobset_webhook: int
+    jobset_health: int
+    trainer_webhook: int
+    trainer_health: int
 
     @classmethod
     def free(cls) -> Ports:
@@ -256,7 +319,7 @@ class _Starter:
         p, s = self.plane.ports, self.pki
         # Webhooks are called by URL at their Service's DNS name; this hosts file is the API server's cluster DNS.
         hosts = self.plane.state / "apiserver-hosts"
-        hosts.write_text(f"127.0.0.1 localhost\n127.0.0.1 {WEBHOOK_SERVICE}.{OPERATOR_NAMESPACE}.svc\n")
+        hosts.write_text("".join(f"127.0.0.1 {name}\n" for name in ("localhost", *(up.host for up in UPSTREAMS))))
         command = [
             str(self.bins.path("kube-apiserver")),
             f"--etcd-servers=http://127.0.0.1:{p.etcd}",
@@ -324,10 +387,30 @@ class _Starter:
         )
 
     def custom_resources(self) -> None:
-        crds = [CONTRACTS / "kubeflow.org_tfjobs.yaml", *sorted(CONTRACTS.glob("serving.kserve.io_*.yaml"))]
-        self.apply([doc for path in crds for doc in yaml.safe_load_all(path.read_text()) if doc])
-        names = [doc["metadata"]["name"] for path in crds for doc in yaml.safe_load_all(path.read_text()) if doc]
-        self.plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{name}" for name in names])
+        paths = [CONTRACTS / "kubeflow.org_tfjobs.yaml", *sorted(CONTRACTS.glob("serving.kserve.io_*.yaml"))]
+        self.crds([doc for path in paths for doc in _documents(path)])
+
+    def crds(self, documents: list[dict]) -> None:
+        """Applies the CRDs and waits until each is served (`kubectl wait` fails on one with no status yet)."""
+        self.apply(documents)
+        names = [f"crd/{doc['metadata']['name']}" for doc in documents]
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            waited = self.plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names, check=False)
+            if waited.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise StartError(f"the CRDs were not established: {waited.stderr.strip()[:500]}")
+            time.sleep(0.2)
+
+    def named(self, component: str, step: Callable[[], None]) -> None:
+        """Runs one component's start; a call of it that fails (kubectl, go) raises StartError naming the component."""
+        try:
+            step()
+        except StartError:
+            raise
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as error:
+            raise StartError(f"{component} did not start: {error}") from error
 
     def kubelet(self, certs: dict[str, pki.KeyPair], venv: Path) -> None:
         command = [
@@ -352,65 +435,133 @@ class _Starter:
             lambda: self.plane.kubectl("get", "node", NODE, "-o", ready, check=False).stdout == "True",
         )
 
-    def operator(self) -> None:
-        """The Training Operator as upstream deploys it: its own service account, RBAC and webhook cert Secret."""
-        upstream = operator_manifests()
-        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
-        rbac = [
-            yaml.safe_load((upstream / "rbac" / name).read_text())
-            for name in ("service-account.yaml", "role.yaml", "cluster-role-binding.yaml")
-        ]
-        rbac[0]["metadata"]["namespace"] = OPERATOR_NAMESPACE
-        for subject in rbac[2]["subjects"]:
-            subject["namespace"] = OPERATOR_NAMESPACE
-        # cert-controller fills this Secret and injects its CA into the webhook configuration below.
+    def webhook_controller(
+        self, up: Upstream, documents: list[dict], command: list[str], health: int, env: dict[str, str] | None = None
+    ) -> None:
+        """``up`` started as upstream deploys it: its own service account, RBAC and webhook cert Secret.
+
+        ``documents``: its RBAC and webhook configurations; ``command``: its program and flags but the kubeconfig.
+        """
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": up.namespace}}
+        # cert-controller fills this Secret and injects its CA into the webhook configurations.
         secret = {
             "apiVersion": "v1",
             "kind": "Secret",
             "type": "Opaque",
-            "metadata": {"name": "training-operator-webhook-cert", "namespace": OPERATOR_NAMESPACE},
+            "metadata": {"name": up.secret, "namespace": up.namespace},
         }
-        self.apply([namespace, *rbac, secret, _webhook_configuration(upstream, self.plane.ports.webhook)])
-        token = self.plane.kubectl(
-            "create", "token", "training-operator", "-n", OPERATOR_NAMESPACE, "--duration=48h"
-        ).stdout.strip()
+        self.apply([namespace, *_in_namespace(documents, up.namespace), secret])
+        token = self.plane.kubectl("create", "token", up.account, "-n", up.namespace, "--duration=48h").stdout.strip()
         config = pki.kubeconfig(
-            self.plane.state / "training-operator.kubeconfig",
+            self.plane.state / f"{up.component}.kubeconfig",
             self.plane.server,
             self.plane.ca,
-            user="training-operator",
+            user=up.account,
             token=token,
         )
         # Upstream mounts the Secret at this fixed path; here a folder of the state is mounted there, privately.
-        certs = self.plane.state / "training-operator-certs"
+        certs = self.plane.state / f"{up.component}-certs"
         certs.mkdir(exist_ok=True)
-        Path(OPERATOR_CERT_DIR).mkdir(parents=True, exist_ok=True)
+        Path(CERT_DIR).mkdir(parents=True, exist_ok=True)
+        command = _in_private_mounts([*command, f"--kubeconfig={config}"], [(certs, CERT_DIR)])
+        process = self.spawn(up.component, command, env=env)
+        # Its cert-controller writes the Secret, then waits for the files, as a kubelet's Secret volume makes them.
+        self.wait(
+            up.component,
+            process,
+            lambda: self.project_secret(up.namespace, up.secret, certs, "tls.crt"),
+            what="made its webhook cert",
+        )
+        self.wait(
+            up.component,
+            process,
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=5).status == 200,
+        )
+
+    def operator(self) -> None:
+        """The Training Operator (TFJob), its RBAC and validating webhooks from upstream's manifests/base."""
+        upstream = operator_manifests()
+        rbac = [
+            yaml.safe_load((upstream / "rbac" / name).read_text())
+            for name in ("service-account.yaml", "role.yaml", "cluster-role-binding.yaml")
+        ]
         p = self.plane.ports
         command = [
             str(self.bins.path("training-operator")),
-            f"--kubeconfig={config}",
             "--enable-scheme=tfjob",
             f"--webhook-server-port={p.webhook}",
             f"--metrics-bind-address=127.0.0.1:{p.operator_metrics}",
             f"--health-probe-bind-address=127.0.0.1:{p.operator_health}",
         ]
-        process = self.spawn(
-            "training-operator",
-            _in_private_mounts(command, [(certs, OPERATOR_CERT_DIR)]),
-            env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE},
+        self.webhook_controller(
+            OPERATOR,
+            [*rbac, _webhook_configuration(upstream, p.webhook)],
+            command,
+            p.operator_health,
+            env={"MY_POD_NAMESPACE": OPERATOR.namespace},
         )
-        # Its cert-controller writes the Secret, then waits for the files, as a kubelet's Secret volume makes them.
-        self.wait(
-            "training-operator",
-            process,
-            lambda: self.project_secret(OPERATOR_NAMESPACE, "training-operator-webhook-cert", certs, "tls.crt"),
-            what="made its webhook cert",
+
+    def jobset(self) -> None:
+        """The JobSet controller from its config/components: CRD, RBAC, webhooks, its own cert management."""
+        upstream = module_dir("sigs.k8s.io/jobset") / "config" / "components"
+        self.crds(_documents(upstream / "crd" / "bases" / "jobset.x-k8s.io_jobsets.yaml"))
+        rbac = _prefixed(
+            [
+                doc
+                for name in ("service_account.yaml", "role.yaml", "role_binding.yaml")
+                for doc in _documents(upstream / "rbac" / name)
+            ],
+            "jobset-",
         )
-        self.wait(
-            "training-operator",
-            process,
-            lambda: urllib.request.urlopen(f"http://127.0.0.1:{p.operator_health}/readyz", timeout=5).status == 200,
+        hooks = []
+        for config in _documents(upstream / "webhook" / "manifests.yaml"):
+            patch = upstream / "webhook" / "patches" / JOBSET_WEBHOOK_PATCHES[config["kind"]]
+            config = _replaced(config, yaml.safe_load(patch.read_text()))
+            config["metadata"]["name"] = JOBSET_WEBHOOKS[config["kind"]]
+            hooks.append(_by_url(config, JOBSET.host, self.plane.ports.jobset_webhook))
+        p = self.plane.ports
+        settings = yaml.safe_load((upstream / "manager" / "controller_manager_config.yaml").read_text())
+        settings |= {
+            "leaderElection": {"leaderElect": False},  # one replica: no lease to wait for
+            "webhook": {"port": p.jobset_webhook, "host": "127.0.0.1"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{p.jobset_health}"},
+            "metrics": {"bindAddress": "0"},
+        }  # controller-runtime's "off"
+        config_file = self.plane.state / "jobset-config.yaml"
+        config_file.write_text(yaml.safe_dump(settings))
+        command = [str(self.bins.path("jobset-controller-manager")), f"--config={config_file}"]
+        self.webhook_controller(JOBSET, [*rbac, *hooks], command, p.jobset_health)
+
+    def trainer(self) -> None:
+        """Kubeflow Trainer v2's controller manager from its manifests/base: CRDs, RBAC, webhooks, config."""
+        upstream = module_dir("github.com/kubeflow/trainer/v2") / "manifests" / "base"
+        self.crds(
+            [
+                doc
+                for path in sorted((upstream / "crds").glob("trainer.kubeflow.org_*.yaml"))
+                for doc in _documents(path)
+            ]
         )
+        rbac = [
+            doc
+            for name in ("service_account.yaml", "role.yaml", "role_binding.yaml")
+            for doc in _documents(upstream / "rbac" / name)
+        ]
+        (config,) = _documents(upstream / "webhook" / "manifests.yaml")
+        config = _replaced(config, yaml.safe_load((upstream / "webhook" / "patch.yaml").read_text()))
+        hooks = _by_url(config, TRAINER.host, self.plane.ports.trainer_webhook)
+        p = self.plane.ports
+        settings = yaml.safe_load((upstream / "manager" / "controller_manager_config.yaml").read_text())
+        settings |= {
+            "leaderElection": {"leaderElect": False},
+            "webhook": {"port": p.trainer_webhook, "host": "127.0.0.1"},
+            "health": {**settings["health"], "healthProbeBindAddress": f"127.0.0.1:{p.trainer_health}"},
+            "metrics": {"bindAddress": "0"},
+        }
+        config_file = self.plane.state / "trainer-config.yaml"
+        config_file.write_text(yaml.safe_dump(settings))
+        command = [str(self.bins.path("trainer-controller-manager")), f"--config={config_file}"]
+        self.webhook_controller(TRAINER, [*rbac, hooks], command, p.trainer_health)
 
     def project_secret(self, namespace: str, name: str, folder: Path, required: str) -> bool:
         """Writes the Secret's keys as files into ``folder`` once it holds ``required``."""
@@ -423,28 +574,74 @@ class _Starter:
         return True
 
 
+def module_dir(path: str) -> Path:
+    """Where the Go module cache holds the version of ``path`` a tool module pins (its go.mod's require)."""
+    module = HERE / "operator" if path == "github.com/kubeflow/training-operator" else HERE / "trainer"
+    result = subprocess.run(
+        [binaries.go(), "list", "-m", "-f", "{{.Dir}}", path], cwd=module, capture_output=True, text=True, check=True
+    )
+    return Path(result.stdout.strip())
+
+
 def operator_manifests() -> Path:
     """Upstream's manifests/base of the pinned Training Operator, read from the Go module cache."""
-    result = subprocess.run(
-        [binaries.go(), "list", "-m", "-f", "{{.Dir}}", "github.com/kubeflow/training-operator"],
-        cwd=HERE / "operator",
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(result.stdout.strip()) / "manifests" / "base"
+    return module_dir("github.com/kubeflow/training-operator") / "manifests" / "base"
+
+
+def _documents(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _in_namespace(documents: list[dict], namespace: str) -> list[dict]:
+    """The documents with their service accounts, and the bindings' subjects, in ``namespace`` (kustomize's
+    `namespace:`)."""
+    for doc in documents:
+        if doc["kind"] == "ServiceAccount":
+            doc["metadata"]["namespace"] = namespace
+        for subject in doc.get("subjects", []):
+            if subject["kind"] == "ServiceAccount":
+                subject["namespace"] = namespace
+    return documents
+
+
+def _prefixed(documents: list[dict], prefix: str) -> list[dict]:
+    """kustomize's namePrefix on RBAC: every name, and the names the bindings refer to."""
+    for doc in documents:
+        doc["metadata"]["name"] = prefix + doc["metadata"]["name"]
+        if "roleRef" in doc:
+            doc["roleRef"]["name"] = prefix + doc["roleRef"]["name"]
+        for subject in doc.get("subjects", []):
+            subject["name"] = prefix + subject["name"]
+    return documents
+
+
+def _replaced(document: dict, patch: list[dict]) -> dict:
+    """``document`` with a JSON patch's `replace` operations applied (the only kind upstream's webhook patches use)."""
+    for operation in patch:
+        if operation["op"] != "replace":
+            raise ValueError(f"unsupported JSON patch operation {operation['op']!r} at {operation['path']}")
+        *parents, last = operation["path"].lstrip("/").split("/")
+        target: Any = document
+        for key in parents:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        target[int(last) if isinstance(target, list) else last] = operation["value"]
+    return document
+
+
+def _by_url(config: dict, host: str, port: int) -> dict:
+    """The webhook configuration calling its webhooks by URL at ``host``: no Service can route to a loopback pod."""
+    for hook in config["webhooks"]:
+        path = hook["clientConfig"]["service"]["path"]
+        hook["clientConfig"] = {"url": f"https://{host}:{port}{path}"}
+    return config
 
 
 def _webhook_configuration(upstream: Path, port: int) -> dict:
-    """Upstream's validating webhooks for TFJob, called by URL: no Service can route to a loopback pod."""
+    """Upstream's validating webhooks for TFJob."""
     config = yaml.safe_load((upstream / "webhook" / "manifests.yaml").read_text())
-    config["metadata"]["name"] = WEBHOOK_CONFIGURATION
-    hooks = [hook for hook in config["webhooks"] if "tfjobs" in hook["rules"][0]["resources"]]
-    for hook in hooks:
-        path = hook["clientConfig"]["service"]["path"]
-        hook["clientConfig"] = {"url": f"https://{WEBHOOK_SERVICE}.{OPERATOR_NAMESPACE}.svc:{port}{path}"}
-    config["webhooks"] = hooks
-    return config
+    config["metadata"]["name"] = OPERATOR_WEBHOOKS
+    config["webhooks"] = [hook for hook in config["webhooks"] if "tfjobs" in hook["rules"][0]["resources"]]
+    return _by_url(config, OPERATOR.host, port)
 
 
 def start(
@@ -469,7 +666,9 @@ def start(
         starter.apiserver(certs)
         starter.controllers()
         starter.custom_resources()
-        starter.operator()
+        starter.named(OPERATOR.component, starter.operator)
+        starter.named(JOBSET.component, starter.jobset)
+        starter.named(TRAINER.component, starter.trainer)
         if kubelet:
             starter.kubelet(certs, venv or Path(sys.prefix))
     except BaseException:
