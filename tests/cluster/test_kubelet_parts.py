@@ -163,6 +163,22 @@ def test_hosts_file_maps_services_to_ready_pods() -> None:
     assert "job-worker-1.other" not in hosts  # the other namespace's Service selects no pod of its namespace
 
 
+def test_hosts_file_names_a_subdomains_pods_as_cluster_dns_and_the_search_path_do() -> None:
+    """An indexed Job's pods under a headless Service (JobSet's): peers address each other as <hostname>.<subdomain>."""
+    table = HostsTable("cluster.local", {})
+    for uid, index in (("a", 0), ("b", 1)):
+        table.set_pod(
+            uid, PodName("ns", f"js-node-0-{index}-x", f"127.1.0.{index + 1}", f"js-node-0-{index}", subdomain="js")
+        )
+    table.set_pod("c", PodName("other", "elsewhere", "127.1.0.9", "elsewhere"))
+    hosts = table.render("a")
+    assert hosts.count("127.1.0.1\tjs-node-0-0.js.ns.svc.cluster.local\tjs-node-0-0\n") == 1  # the kubelet's own line
+    assert "127.1.0.1\tjs-node-0-0.js.ns.svc\tjs-node-0-0.js.ns\tjs-node-0-0.js\n" in hosts
+    peer = "127.1.0.2\tjs-node-0-1.js.ns.svc.cluster.local\tjs-node-0-1.js.ns.svc\tjs-node-0-1.js.ns"
+    assert f"{peer}\tjs-node-0-1.js\n" in hosts
+    assert f"{peer}\n" in table.render("c")  # another namespace's search path does not complete the shortest name
+
+
 def test_hosts_file_is_rewritten_in_place(tmp_path: Path) -> None:
     hosts = tmp_path / "hosts"
     table = HostsTable("cluster.local", {})

@@ -158,9 +158,19 @@ class HostsTable:
                     names.append(service.name)
                 lines.append(f"{address}\t" + "\t".join(names) + "\n")
             for other in sorted(self._pods.values(), key=lambda p: (p.namespace, p.name)):
-                if other.subdomain and other is not pod:
-                    fqdn = f"{other.hostname}.{other.subdomain}.{other.namespace}.svc"
-                    lines.append(f"{other.address}\t{fqdn}.{self.cluster_domain}\t{fqdn}\n")
+                if not other.subdomain:
+                    continue
+                short = f"{other.hostname}.{other.subdomain}"
+                # Cluster DNS's name, then what a pod's search path (<ns>.svc.<domain>, svc.<domain>) completes.
+                names = [
+                    f"{short}.{other.namespace}.svc.{self.cluster_domain}",
+                    f"{short}.{other.namespace}.svc",
+                    f"{short}.{other.namespace}",
+                    *([short] if other.namespace == pod.namespace else []),
+                ]
+                if other is pod:
+                    names = names[1:]  # its cluster DNS name is in the kubelet's line above
+                lines.append(f"{other.address}\t" + "\t".join(names) + "\n")
             return "".join(lines)
 
     def _write_all(self) -> None:
