@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import controlplane
+from tests.cluster.profile import Profile
+from tests.conftest import KfpStore
 
 RUNNING_ENV = "BAKEOFF_CLUSTER"  # the state folder of a control plane already running (make cluster's .bakeoff/cluster)
 
@@ -32,3 +34,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlp
         pytest.fail(f"the control plane did not start: {error}", pytrace=False)
     yield plane
     controlplane.stop(state)
+
+
+@pytest.fixture(scope="module")
+def profile(control_plane: controlplane.ControlPlane, kfp_store: KfpStore, small_dataset: Path) -> Iterator[Profile]:
+    """A Kubeflow profile's namespace with bakeoff's Role, the store's secret and a dataset (see profile.py)."""
+    yield Profile(control_plane, kfp_store, small_dataset)
