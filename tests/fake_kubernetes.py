@@ -40,9 +40,11 @@ ClusterTrainingRuntime.ValidateObjects, pkg/runtime/core/clustertrainingruntime.
 denial as "admission webhook … denied the request"). The JobSet named after the job gets one Job ``<job>-node-0``
 whose pods are ``<job>-node-0-<i>-<5 random>`` (the Job controller's generateName for an indexed Job), labelled
 with the JobSet's labels and annotated with their completion index; a pod name past 63 characters is a violation
-(JobSet's webhook would refuse the JobSet, and the TrainJob would never start). A TrainJob reports no condition
-while it runs, then Complete or Failed, copied from the JobSet's (the jobset plugin's Status). Pods can be listed by
-an equality label selector.
+(JobSet's webhook would refuse the JobSet, and the TrainJob would never start). A restart at a state of
+``restarts`` is the JobSet's (bakeoff's runtime: failurePolicy, restartPolicy Never): every worker gets a new pod,
+new letters and the next ``jobset.sigs.k8s.io/restart-attempt`` label, and the old pods are gone. A TrainJob reports
+no condition while it runs, then Complete or Failed, copied from the JobSet's (the jobset plugin's Status). Pods can be
+listed by an equality label selector.
 
 Time is counted in states: each GET of a TFJob by name reports its next state along ``phases`` (condition
 types), and its pods are in the state last reported.
@@ -161,11 +163,12 @@ def trainjob_errors(body: dict) -> list[str]:
     return errors
 
 
-def trainjob_pod_name(job: str, index: int) -> str:
+def trainjob_pod_name(job: str, index: int, attempt: int = 0) -> str:
     """Worker ``index``'s pod: the Job controller's generateName <job>-<index>- for Job <trainjob>-node-0, plus 5
-    letters."""
+    letters; each restart ``attempt`` of the JobSet makes new pods, hence new letters."""
+    letters = "bcdfghjklmnpqrstvwxz"
     return f"{job}-{TRAINER_CONTAINER}-0-{index}-" + "".join(
-        "bcdfghjklmnpqrstvwxz"[(len(job) + index * 7 + i) % 20] for i in range(5)
+        letters[(len(job) + index * 7 + attempt * 3 + i) % 20] for i in range(5)
     )
 
 
@@ -952,9 +955,10 @@ class FakeKubernetes:
             return (body["spec"].get("trainer") or {}).get("numNodes", 1)
         return body["spec"]["tfReplicaSpecs"]["Worker"]["replicas"]
 
-    @staticmethod
-    def _pod_name_of(job: str, body: dict, index: int) -> str:
-        return trainjob_pod_name(job, index) if body["kind"] == "TrainJob" else f"{job}-worker-{index}"
+    def _pod_name_of(self, job: str, body: dict, index: int) -> str:
+        if body["kind"] == "TrainJob":
+            return trainjob_pod_name(job, index, self._restarts(self._timeline(job)))
+        return f"{job}-worker-{index}"
 
     def _live_workers(self) -> list[tuple[str, int, _Timeline]]:
         """(job, index, timeline) of every worker pod that exists now; a job being deleted has lost its pods."""
@@ -976,8 +980,13 @@ class FakeKubernetes:
             None,
         )
 
-    def _restart_count(self, index: int, timeline: _Timeline) -> int:
-        return sum(1 for state in self.restarts if state <= timeline.now) if index == 0 else 0
+    def _restarts(self, timeline: _Timeline) -> int:
+        """The restarts so far: worker 0's container's in a TFJob, the whole JobSet's in a TrainJob."""
+        return sum(1 for state in self.restarts if state <= timeline.now)
+
+    def _restart_count(self, job: str, index: int, timeline: _Timeline) -> int:
+        """A container's restartCount: a TrainJob's pods never restart in place."""
+        return self._restarts(timeline) if index == 0 and self.jobs[job]["kind"] != "TrainJob" else 0
 
     def _worker_pod(self, job: str, index: int, timeline: _Timeline) -> dict:
         body = self.jobs[job]
@@ -991,12 +1000,14 @@ class FakeKubernetes:
             container, image = TRAINER_CONTAINER, body["spec"]["trainer"]["image"]
             overrides = [o["spec"] for o in body["spec"].get("podTemplateOverrides") or [] if o.get("spec")]
             account = next((o["serviceAccountName"] for o in overrides if o.get("serviceAccountName")), "default")
+            restart_policy = "Never"
             metadata = {  # labelAndAnnotateObject (JobSet) and the Job controller's index annotation
                 "labels": {
                     "jobset.sigs.k8s.io/jobset-name": job,
                     "jobset.sigs.k8s.io/replicatedjob-name": TRAINER_CONTAINER,
                     "jobset.sigs.k8s.io/job-index": "0",
                     "batch.kubernetes.io/job-completion-index": str(index),
+                    "jobset.sigs.k8s.io/restart-attempt": str(self._restarts(timeline)),
                 },
                 "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
                 "ownerReferences": [
@@ -1014,6 +1025,7 @@ class FakeKubernetes:
             template = body["spec"]["tfReplicaSpecs"]["Worker"]["template"]
             container, image = CONTAINER, template["spec"]["containers"][0]["image"]
             account = template["spec"].get("serviceAccountName", "default")
+            restart_policy = "OnFailure"
             metadata = {
                 "labels": {
                     "training.kubeflow.org/job-name": job,
@@ -1037,12 +1049,12 @@ class FakeKubernetes:
             "metadata": {
                 "name": self._pod_name_of(job, body, index),
                 "namespace": self.namespace,
-                "uid": f"{uid}-{index}",
+                "uid": f"{uid}-{index}" + (f"-{self._restarts(timeline)}" if body["kind"] == "TrainJob" else ""),
                 "creationTimestamp": rfc3339nano(LOG_EPOCH),
                 **metadata,
             },
             "spec": {
-                "restartPolicy": "OnFailure",
+                "restartPolicy": restart_policy,
                 "serviceAccountName": account,
                 "containers": [{"name": container, "image": image}],
             },
@@ -1051,7 +1063,7 @@ class FakeKubernetes:
                 "containerStatuses": [
                     {
                         "name": container,
-                        "restartCount": self._restart_count(index, timeline),
+                        "restartCount": self._restart_count(job, index, timeline),
                         "ready": phase == "Running",
                         "state": state,
                         "image": "bakeoff",
@@ -1067,7 +1079,7 @@ class FakeKubernetes:
         if index:
             text, container = self.worker_logs.get(index, ""), 0
         else:
-            container = self._restart_count(0, timeline)
+            container = self._restarts(timeline)  # the restarted container's, or the JobSet's new pod's
             logs = [self.log] if isinstance(self.log, str) else list(self.log)
             text = logs[min(container, len(logs) - 1)]
         start = LOG_EPOCH + timedelta(minutes=container)
@@ -1386,7 +1398,7 @@ class FakeKubernetes:
                 job, index, timeline = worker
                 phase = timeline.pod_phase()
                 fake.log_reads.append(
-                    LogRead(call.name, phase, fake._restart_count(index, timeline), go_bool(query, "follow"))
+                    LogRead(call.name, phase, fake._restart_count(job, index, timeline), go_bool(query, "follow"))
                 )
                 expected = TRAINER_CONTAINER if fake.jobs[job]["kind"] == "TrainJob" else CONTAINER
                 container = query.get("container", [expected])[0]

@@ -662,14 +662,20 @@ def test_trainer_runtime_is_bakeoffs_plainml_runtime():
     assert network == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}, (
         "no subdomain: peers live under the JobSet's name"
     )
+    # A fault restarts the whole JobSet, BACKOFF_LIMIT times, whatever the worker count: the Job controller would fail
+    # a job restarted in place once its pods' restarts reach backoffLimit, which one fault of 2 workers does at 2.
+    assert runtime["spec"]["template"]["spec"]["failurePolicy"] == {
+        "maxRestarts": defaults.BACKOFF_LIMIT,
+        "restartStrategy": "BlockingRecreate",
+    }
     (replicated,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
     assert replicated["name"] == trainjob.NODE and replicated["replicas"] == 1
     assert replicated["template"]["metadata"]["labels"] == {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
     job = replicated["template"]["spec"]
-    assert job["completionMode"] == "Indexed" and job["backoffLimit"] == defaults.BACKOFF_LIMIT
+    assert job["completionMode"] == "Indexed" and job["backoffLimit"] == 0
     pod = job["template"]
     assert pod["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
-    assert pod["spec"]["restartPolicy"] == "OnFailure", "a failed worker restarts in place, under the same hostname"
+    assert pod["spec"]["restartPolicy"] == "Never", "no restart in place: the JobSet restarts every worker together"
     (container,) = pod["spec"]["containers"]
     assert container["name"] == trainjob.CONTAINER == "node"
     assert container["image"] == defaults.IMAGE and container["command"] == ["python", "-m", WORKER_PROGRAM]

@@ -135,22 +135,24 @@ def test_created_running_completed_with_the_chiefs_log() -> None:
     )
 
 
-def test_the_chief_log_is_followed_again_after_its_container_restarts() -> None:
+def test_the_chiefs_new_pod_is_followed_after_the_jobset_restarts() -> None:
+    """bakeoff's runtime restarts the whole JobSet on a fault: the chief comes back in a new pod, not container."""
     job = tfjob()
-    chief = trainjob_pod_name(trainjob_name(job.metadata.name), 0)
+    name = trainjob_name(job.metadata.name)
+    chief, again = trainjob_pod_name(name, 0), trainjob_pod_name(name, 0, attempt=1)
     with FakeKubernetes(
         ["Created", "Running", "Running", "Running", "Succeeded"],
         restarts=[3],
         log=["epoch 1\n", "resumed after epoch 1\nsaved\n"],
     ) as fake:
         lines, error = run(fake, job)
-    assert error is None
-    shown = [line for line in lines if line.startswith(f"[{chief}]") or "restarted" in line]
+    assert error is None and chief != again
+    shown = [line for line in lines if line.startswith((f"[{chief}]", f"[{again}]")) or "new pod" in line]
     assert shown == [
         f"[{chief}] epoch 1",
-        f"{chief}: its container restarted (restart 1); following the new one",
-        f"[{chief}] resumed after epoch 1",
-        f"[{chief}] saved",
+        f"{again}: the chief's new pod (its job was started again); following it",
+        f"[{again}] resumed after epoch 1",
+        f"[{again}] saved",
     ]
 
 

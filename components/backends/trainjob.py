@@ -5,8 +5,9 @@ variant's training is still described once, by ``build_tfjob``: this backend der
 TFJob rather than from a neutral description of both, because the TFJob is the reference the design asks for,
 the local backend executes it as it is, and everything a TrainJob needs maps from its one Worker replica spec
 (image, command, args, environment with the store secret's references and the thread caps, resources, replica
-count, service account). What has no TrainJob field at v2.1 stays with the runtime (the Job's backoffLimit:
-``manifests/trainer-v2/``) or with this backend (activeDeadlineSeconds: the runner deletes the job past it).
+count, service account). What has no TrainJob field at v2.1 stays with the runtime (the restarts: its
+JobSet's failurePolicy, ``manifests/trainer-v2/``) or with this backend (activeDeadlineSeconds: the runner
+deletes the job past it).
 
 The spec is built with the ``kubeflow-trainer-api`` models (v2.1.0, the Trainer's own OpenAPI models); the
 calls go through the kubernetes client's CustomObjectsApi, since the ``kubeflow`` SDK's TrainerClient submits
