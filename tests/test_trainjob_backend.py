@@ -156,6 +156,21 @@ def test_the_chiefs_new_pod_is_followed_after_the_jobset_restarts() -> None:
     ]
 
 
+def test_a_new_chief_pod_that_ends_between_two_polls_is_still_named_and_shown() -> None:
+    job = tfjob()
+    name = trainjob_name(job.metadata.name)
+    chief, again = trainjob_pod_name(name, 0), trainjob_pod_name(name, 0, attempt=1)
+    with FakeKubernetes(["Created", "Running", "Succeeded"], restarts=[2], log=["epoch 1\n", "saved\n"]) as fake:
+        lines, error = run(fake, job)
+    assert error is None
+    shown = [line for line in lines if line.startswith((f"[{chief}]", f"[{again}]")) or "new pod" in line]
+    assert shown == [
+        f"[{chief}] epoch 1",
+        f"{again}: the chief's new pod (its job was started again); following it",
+        f"[{again}] saved",
+    ]
+
+
 def test_failed_job_raises_with_its_condition_and_every_workers_last_lines() -> None:
     job = tfjob()
     name = trainjob_name(job.metadata.name)

@@ -36,6 +36,7 @@ API_ATTEMPTS = 8  # tries of one API call before a transient failure becomes the
 RETRY_DELAY = 1.0  # seconds before the second try; doubled after each failure
 RETRY_DELAY_MAX = 30.0
 LOG_IDLE_SECONDS = 300  # a followed log silent this long is followed afresh: a half-open connection never ends
+STARTING_POLL_SECONDS = 1.0  # polls while the chief has not started: a fast job must not end unfollowed
 SUBMIT_ATTEMPTS = 5  # create → found → adopt or replace rounds, against a job that keeps changing under us
 # What a client raises for an API answer: the kubernetes client's ApiException, or TrainingClient's RuntimeError around
 # it.
@@ -473,13 +474,13 @@ class KubeJobRunner(Generic[J]):
                 )
             chief = self._chief_pod(name, namespace)
             if current.outcome:
-                if chief is not None:
-                    self._follow(
-                        chief.metadata.name, namespace, cursor, deadline, follow=False
-                    )  # what a broken stream missed
+                if chief is not None:  # what a broken stream missed, or a new pod that ended between two polls
+                    self._note_restart(chief, seen)
+                    self._follow(chief.metadata.name, namespace, cursor, deadline, follow=False)
                 return current
             if time.monotonic() >= deadline:
                 raise _PastDeadline(name)
+            pause = min(self.polling_interval, STARTING_POLL_SECONDS)
             # A pending pod has no log yet (and TrainingClient.get_job_logs would skip it and return at once).
             if (
                 chief is not None
@@ -488,7 +489,8 @@ class KubeJobRunner(Generic[J]):
             ):
                 seen = self._note_restart(chief, seen)
                 self._follow(chief.metadata.name, namespace, cursor, deadline)
-            time.sleep(max(0.0, min(self.polling_interval, deadline - time.monotonic())))
+                pause = self.polling_interval
+            time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 
     def _chief_pod(self, name: str, namespace: str) -> Any | None:
         try:

@@ -95,8 +95,10 @@ def test_a_killed_worker_restarts_the_jobset_and_every_worker_resumes_from_the_b
     profile.step_pod(step, run, {**TINY, "training": {**TINY["training"], "epochs": epochs}}, trainer="trainjob")
     deadline = time.monotonic() + POD_TIMEOUT
     pods: list[dict[str, Any]] = []
-    # The chief's own log, not the step's relay of it, which may lag: epochs 1 and 2 are backed up by then.
-    while not pods or f"Epoch 3/{epochs}" not in profile.log(pods[0]["metadata"]["name"]):
+    # The chief's own log (epochs 1 and 2 are backed up by then), and the step relays it: it follows this pod.
+    while not pods or any(
+        f"Epoch 3/{epochs}" not in text for text in (profile.log(pods[0]["metadata"]["name"]), profile.log(step))
+    ):
         assert time.monotonic() < deadline, profile.log(step)[-3000:]
         time.sleep(1)
         pods = workers(profile, name)
