@@ -11,7 +11,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 IMAGE ?= $(shell sed -n 's/^IMAGE = "\([^"]*\)".*/\1/p' components/defaults.py)
 
-.PHONY: help run test test-fast test-cluster lint format bench install system test-system compile image clean cluster cluster-down cluster-binaries
+.PHONY: help run test test-fast test-cluster lint typecheck format bench install system test-system compile image clean cluster cluster-down cluster-binaries
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -55,9 +55,12 @@ test-fast: $(INSTALLED) system ## the unit lane: trains nothing, starts no serve
 test-cluster: $(INSTALLED) system cluster-binaries ## the cluster lane: the real control plane on loopback (tests/cluster/)
 	$(BIN)/pytest -m cluster $(PYTEST_ARGS)
 
-lint: $(INSTALLED) ## ruff's lint rules, its formatter's layout and mypy over the whole tree (pyproject.toml)
+lint: $(INSTALLED) typecheck ## ruff's lint rules, its formatter's layout and mypy over the whole tree (pyproject.toml)
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
+
+typecheck: $(INSTALLED) ## mypy over the whole tree, the folders under their installed names (bakeoff.components, ...)
+	@mkdir -p .lint/bakeoff && ln -sfn ../../components .lint/bakeoff/components && ln -sfn ../../pipelines .lint/bakeoff/pipelines
 	$(BIN)/mypy
 
 format: $(INSTALLED) ## apply ruff's safe fixes and its formatter to the whole tree
@@ -74,7 +77,7 @@ image: ## build the runtime image with docker (IMAGE=registry/name:tag names it)
 	docker build -f images/Dockerfile -t $(IMAGE) .
 
 clean: ## remove local run outputs (keeps .venv and the store)
-	rm -rf .bakeoff .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .bakeoff .pytest_cache .mypy_cache .ruff_cache .lint
 
 cluster-binaries: $(INSTALLED) ## build the control plane from its Go modules into ~/.cache/bakeoff/cluster (once per pin)
 	$(BIN)/python -m tests.cluster.binaries

@@ -14,12 +14,12 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from bakeoff.components.storage import runs
+from bakeoff.components.storage.records import Summary, WorkerMetrics
 from benchmarks.faults import faults
 from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median, timed
 from benchmarks.search import search
 from benchmarks.serving import serving
-from components.storage import runs
-from components.storage.records import Summary, WorkerMetrics
 
 SEED_CNN = {"name": "cnn", "model": {"type": "cnn", "filters": [32, 64, 64], "dense_units": 64}}
 BENCH_EXAMPLES = 16384  # per measurement: 128 steps of the global batch
@@ -45,10 +45,10 @@ def _job(
     data: Path | None = None,
 ) -> Job:
     """One local TFJob of the real worker program (on ``data``, else the context's dataset); its metrics.json."""
-    from components.backends.local import LocalBackend
-    from components.spec import from_dict
-    from components.storage import open_store
-    from components.training.tfjob import build_tfjob, worker_args
+    from bakeoff.components.backends.local import LocalBackend
+    from bakeoff.components.spec import from_dict
+    from bakeoff.components.storage import open_store
+    from bakeoff.components.training.tfjob import build_tfjob, worker_args
 
     spec = from_dict(
         {
@@ -73,8 +73,8 @@ def _job(
 def _plain(context: Context, variant: dict, examples: int, tuned: bool = False) -> float:
     """One plain process: as a user's script runs it, or ``tuned`` as the replicas run (tcmalloc, oneDNN, steps per
     execution)."""
-    from components.backends import allocator
-    from components.spec import Training
+    from bakeoff.components.backends import allocator
+    from bakeoff.components.spec import Training
 
     env = dict(os.environ)
     if tuned:
@@ -107,7 +107,7 @@ def _plain(context: Context, variant: dict, examples: int, tuned: bool = False) 
 
 def mwms(context: Context) -> list[Figure]:
     """Multi-worker efficiency: examples/s of N local workers ÷ one plain process on the same cores."""
-    from components.spec import Training
+    from bakeoff.components.spec import Training
 
     samples: dict[str, list[float]] = {"plain": [], "plain_tuned": [], "1w": [], "2w": [], "4w": []}
     rss: list[float] = []
@@ -179,9 +179,9 @@ def mwms(context: Context) -> list[Figure]:
 
 def ingest(context: Context) -> list[Figure]:
     """The artifact's cost over plain IDX decoding, both in one warm process."""
-    from components import defaults
-    from components.data import artifact as dataset
-    from components.data import fashion_mnist
+    from bakeoff.components import defaults
+    from bakeoff.components.data import artifact as dataset
+    from bakeoff.components.data import fashion_mnist
 
     fashion_mnist.class_names()  # imports TFDS once, outside both timings
     decode, build = [], []
@@ -239,10 +239,10 @@ def pipeline(context: Context) -> list[Figure]:
     With successive halving the same trainings are each variant trained, from scratch in one job, to the
     epoch it reached: the pipeline trains those epochs too, spread over rungs that resume.
     """
-    from components.defaults import CONFIG as DEFAULT_CONFIG
-    from components.modeling import evaluation
-    from components.spec import load_variants
-    from components.storage import open_store
+    from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
+    from bakeoff.components.modeling import evaluation
+    from bakeoff.components.spec import load_variants
+    from bakeoff.components.storage import open_store
 
     work = context.scratch / "pipeline"
     work.mkdir()
@@ -279,7 +279,7 @@ def pipeline(context: Context) -> list[Figure]:
     winner = summary.winner
 
     seed = _job(context, SEED_CNN, 2, 70 * GLOBAL_BATCH, epochs=1, tag="seed")
-    from components.data import artifact as dataset
+    from bakeoff.components.data import artifact as dataset
 
     test = dataset.read_shards(open_store(str(context.dataset())), "test")
     model_dir = open_store(seed.store).get_dir(f"{seed.prefix}/{runs.MODEL}", context.scratch / "seed-model")
@@ -334,9 +334,9 @@ VALIDATION_EPOCHS = 2  # whole epochs of the default dataset (55,000 training ex
 
 def _without_validation(context: Context) -> Path:
     """The context's dataset with its validation split emptied: the worker then scores nothing at epoch ends."""
-    from components.data import artifact as dataset
-    from components.data.fashion_mnist import Split
-    from components.storage import open_store
+    from bakeoff.components.data import artifact as dataset
+    from bakeoff.components.data.fashion_mnist import Split
+    from bakeoff.components.storage import open_store
 
     source = open_store(str(context.dataset()))
     metadata = dataset.read_metadata(source)

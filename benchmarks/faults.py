@@ -9,8 +9,8 @@ import signal
 import time
 from collections.abc import Callable
 
+from bakeoff.components.storage.records import WorkerMetrics
 from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median
-from components.storage.records import WorkerMetrics
 
 WORKERS = 2
 EPOCHS = 5
@@ -22,8 +22,8 @@ STARTED = re.compile(r"\[[^]]+\] replica (\S+) started as pid (\d+)$")
 
 def _variant() -> dict:
     """The default bake-off's first variant (the seed CNN and its training settings), shortened."""
-    from components.defaults import CONFIG
-    from components.spec import load_variants
+    from bakeoff.components.defaults import CONFIG
+    from bakeoff.components.spec import load_variants
 
     spec = load_variants(CONFIG)[0].to_dict()
     spec["training"] |= {"epochs": EPOCHS, "batch_size": GLOBAL_BATCH // WORKERS}
@@ -48,10 +48,10 @@ def _killer(victim: str, trigger: str) -> Callable[[str], None]:
 
 def _run(context: Context, spec: dict, sink: Callable[[str], None] | None) -> tuple[float, WorkerMetrics]:
     """(wall seconds of the whole job, restarts included; the chief's metrics)."""
-    from components.backends.local import LocalBackend
-    from components.spec import from_dict
-    from components.storage import open_store, runs
-    from components.training.tfjob import build_tfjob, worker_args
+    from bakeoff.components.backends.local import LocalBackend
+    from bakeoff.components.spec import from_dict
+    from bakeoff.components.storage import open_store, runs
+    from bakeoff.components.training.tfjob import build_tfjob, worker_args
 
     variant = from_dict(spec)
     store = open_store(str(context.scratch / "faults-store"))

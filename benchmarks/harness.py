@@ -34,8 +34,8 @@ class Context:
 
     def dataset(self) -> Path:
         if self._dataset is None:
-            from components import defaults
-            from components.data import artifact as dataset
+            from bakeoff.components import defaults
+            from bakeoff.components.data import artifact as dataset
 
             self._dataset = self.scratch / "dataset"
             dataset.build(

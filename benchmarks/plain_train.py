@@ -29,12 +29,12 @@ def main(argv: list[str] | None = None) -> int:
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    from components.data import artifact as dataset
-    from components.modeling.architectures import ARCHITECTURES
-    from components.modeling.optimizers import make_optimizer
-    from components.spec import from_dict
-    from components.storage import open_store
-    from components.training.worker import Throughput
+    from bakeoff.components.data import artifact as dataset
+    from bakeoff.components.modeling.architectures import ARCHITECTURES
+    from bakeoff.components.modeling.optimizers import make_optimizer
+    from bakeoff.components.spec import from_dict
+    from bakeoff.components.storage import open_store
+    from bakeoff.components.training.worker import Throughput
 
     variant = from_dict(json.loads(args.variant))
     store = open_store(args.data)

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bakeoff.components.tfenv import quiet_tensorflow
 from benchmarks.harness import Context, Figure
-from components.tfenv import quiet_tensorflow
 
 HERE = Path(__file__).resolve().parent
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from bakeoff.components.storage.records import Summary
 from benchmarks.harness import Context, Figure
-from components.storage.records import Summary
 
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
 
@@ -43,8 +43,8 @@ FULL = Size()
 
 def _configs(size: Size, scratch: Path) -> tuple[Path, Path]:
     """(the search config with halving, the same sampled variants written out plainly, each trained to max_epochs)."""
-    from components.defaults import CONFIG
-    from components.spec import load_config, load_variants
+    from bakeoff.components.defaults import CONFIG
+    from bakeoff.components.spec import load_config, load_variants
 
     base = load_variants(CONFIG)[0].to_dict()  # the seed CNN and the default training settings
     base["training"].pop("epochs")
@@ -96,7 +96,7 @@ def _run(config: Path, size: Size, where: Path) -> tuple[float, Summary]:
 def _epochs(where: Path, summary: Summary) -> dict:
     """Epochs the run trained (every job's epochs_trained), and what retraining each rung from scratch would have
     cost."""
-    from components.storage import open_store, runs
+    from bakeoff.components.storage import open_store, runs
 
     store, run_id = open_store(str(where / "store")), summary.run_id
     records = runs.search_records(store, run_id)

@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import Context, Figure
-from components.storage.records import (
+from bakeoff.components.storage.records import (
     DatasetInfo,
     Decision,
     Manifest,
@@ -30,6 +29,7 @@ from components.storage.records import (
     SelectionBasis,
     WorkerMetrics,
 )
+from benchmarks.harness import Context, Figure
 
 # The default bake-off's winner as published (results.md): the batch_norm CNN, averaging each image and its mirror.
 MODEL: dict[str, Any] = {"filters": [32, 64, 64], "dense_units": 64, "batch_norm": True}
@@ -121,7 +121,7 @@ def _start_server(store_uri: str, port: int, log: Path) -> subprocess.Popen:
         [
             sys.executable,
             "-m",
-            "components.serving.server",
+            "bakeoff.components.serving.server",
             "--store",
             store_uri,
             "--model-name",
@@ -153,11 +153,11 @@ def serving(context: Context) -> list[Figure]:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
-    from components import defaults
-    from components.data.fashion_mnist import read_idx_dir
-    from components.modeling.architectures import CnnConfig, build_cnn
-    from components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE, export
-    from components.storage import open_store, registry
+    from bakeoff.components import defaults
+    from bakeoff.components.data.fashion_mnist import read_idx_dir
+    from bakeoff.components.modeling.architectures import CnnConfig, build_cnn
+    from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE, export
+    from bakeoff.components.storage import open_store, registry
 
     images = read_idx_dir(Path(defaults.SOURCE))["test"].images
     model_dir = context.scratch / "serving-model"

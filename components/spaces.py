@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Protocol, TypeGuard
 
-from components.errors import BakeoffError
+from bakeoff.components.errors import BakeoffError
 
 SPACES = ("choice", "uniform", "log_uniform", "int_uniform")
 SAMPLE_DIGITS = 3  # significant digits a sampled float keeps, so a variant's name shows the exact value it trains with

@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from components import defaults, spaces
-from components.errors import BakeoffError
-from components.modeling.architectures import ARCHITECTURES
-from components.modeling.optimizers import OPTIMIZERS, SCHEDULES
+from bakeoff.components import defaults, spaces
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.modeling.architectures import ARCHITECTURES
+from bakeoff.components.modeling.optimizers import OPTIMIZERS, SCHEDULES
 
 # Limits that catch a slip (an extra zero, a sign, a unit) before anything runs; each error names its limit.
 MAX_NAME = 128  # a variant names store paths (one file name each); TFJob names and labels get a digest past 63
@@ -188,7 +188,7 @@ def _quantity(text: str) -> Decimal | None:
 
 
 def _validate_model(variant: Variant, where: _Where) -> None:
-    from components.data.fashion_mnist import IMAGE_SHAPE
+    from bakeoff.components.data.fashion_mnist import IMAGE_SHAPE
 
     model = variant.model
     if not 0 <= model.get("dropout", 0) < 1:

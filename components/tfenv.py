@@ -6,7 +6,7 @@ import ctypes.util
 import os
 from collections.abc import MutableMapping
 
-from components import defaults
+from bakeoff.components import defaults
 
 LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 # TensorFlow probes CUDA whenever it lists its devices. Without NVIDIA's driver library the probe can only

@@ -10,11 +10,11 @@ from typing import Any
 
 import yaml
 
-from components import defaults
-from components.errors import BakeoffError
-from components.spec import Config
-from pipelines import conformance
-from pipelines.pipeline import Cluster, build_pipeline
+from bakeoff.components import defaults
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.spec import Config
+from bakeoff.pipelines import conformance
+from bakeoff.pipelines.pipeline import Cluster, build_pipeline
 
 COMPILED = Path(__file__).resolve().parent / "bakeoff.yaml"
 
@@ -56,7 +56,7 @@ def planned(config: Path, max_train_examples: int = 0) -> Config:
     Each shrink is said on stderr. Compiling plans for the whole training split,
     the default of the compiled pipeline's ``max_train_examples``.
     """
-    from components.search.budget import plan_file
+    from bakeoff.components.search.budget import plan_file
 
     plan, _ = plan_file(config, max_train_examples)
     for line in plan.shrunk:

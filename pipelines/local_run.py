@@ -12,13 +12,13 @@ import warnings
 from pathlib import Path
 from typing import TextIO
 
-from components import defaults
-from components.errors import ERROR_FILE_ENV, BakeoffError
-from components.progress import PROGRESS_DIR_ENV
-from components.selection.settings import SelectionSettings
-from components.spec import Search, Variant
-from components.storage.records import Summary
-from pipelines.pipeline import build_pipeline
+from bakeoff.components import defaults
+from bakeoff.components.errors import ERROR_FILE_ENV, BakeoffError
+from bakeoff.components.progress import PROGRESS_DIR_ENV
+from bakeoff.components.selection.settings import SelectionSettings
+from bakeoff.components.spec import Search, Variant
+from bakeoff.components.storage.records import Summary
+from bakeoff.pipelines.pipeline import build_pipeline
 
 PIPELINE_LOG = "pipeline.log"  # kfp.local's own output, in the progress folder of a watched run
 # What makes text no plain text: terminal escape sequences (kfp.local colours its messages), carriage returns

@@ -5,17 +5,17 @@ import dataclasses
 
 from kfp import dsl
 
-from components import defaults
-from components.search.halving import Rung, schedule
-from components.spec import Search
-from components.steps.check import check
-from components.steps.factory import as_component
-from components.steps.halve import halve
-from components.steps.ingest import ingest
-from components.steps.select import select
-from components.steps.train import train
-from components.storage import S3_INSECURE_ENV
-from components.training.tfjob import STORE_SECRET, STORE_SECRET_KEYS
+from bakeoff.components import defaults
+from bakeoff.components.search.halving import Rung, schedule
+from bakeoff.components.spec import Search
+from bakeoff.components.steps.check import check
+from bakeoff.components.steps.factory import as_component
+from bakeoff.components.steps.halve import halve
+from bakeoff.components.steps.ingest import ingest
+from bakeoff.components.steps.select import select
+from bakeoff.components.steps.train import train
+from bakeoff.components.storage import S3_INSECURE_ENV
+from bakeoff.components.training.tfjob import STORE_SECRET, STORE_SECRET_KEYS
 
 
 @dataclasses.dataclass(frozen=True)

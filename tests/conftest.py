@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from components.data import artifact as dataset
-from components.storage import Store, open_store
+from bakeoff.components.data import artifact as dataset
+from bakeoff.components.storage import Store, open_store
 
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 BUCKET = "bakeoff"

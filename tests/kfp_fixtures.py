@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.kfp_client import connection, endpoint, runs
+from bakeoff.pipelines.kfp_client import connection, endpoint, runs
 from tests.fake_kfp_api import FakeKfpApi
 
 

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from components.storage.records import Candidate, Manifest, WorkerMetrics
+from bakeoff.components.storage.records import Candidate, Manifest, WorkerMetrics
 
 RECORDS = Path(__file__).resolve().parent / "data" / "records"
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipelines.cli.main import main
+from bakeoff.pipelines.cli.main import main
 from tests.conftest import BUCKET, free_port
 from tests.fake_kfp_api import FakeKfpApi
 
@@ -62,7 +62,7 @@ def bakeoff(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_
     def started(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the local pipeline started: a bad input got past every check")
 
-    monkeypatch.setattr("pipelines.local_run.run_local", started)
+    monkeypatch.setattr("bakeoff.pipelines.local_run.run_local", started)
 
     def run(*args: str) -> Result:
         capsys.readouterr()

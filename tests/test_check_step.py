@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from components.errors import ERROR_FILE_ENV
-from components.steps.check import check
-from pipelines.cli.main import main
+from bakeoff.components.errors import ERROR_FILE_ENV
+from bakeoff.components.steps.check import check
+from bakeoff.pipelines.cli.main import main
 from tests.conftest import BUCKET, FASHION_MNIST, free_port
 
 pytestmark = pytest.mark.unit
@@ -192,7 +192,7 @@ def test_an_s3_store_is_opened_but_not_written(
     monkeypatch.setenv("BAKEOFF_S3_INSECURE", "1")
     store = f"s3://{BUCKET}/{tmp_path.name}"
     check(**parameters(tmp_path, store=store, s3_endpoint=endpoint))
-    from components.storage import open_store
+    from bakeoff.components.storage import open_store
 
     assert open_store(store, endpoint).list("") == []
     assert refusal(capsys, **parameters(tmp_path, store="s3://nope/x", s3_endpoint=endpoint)) == (

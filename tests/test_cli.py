@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from components.storage import open_store, registry
-from components.storage.records import PublishedVersion, SelectionBasis, Summary
+from bakeoff.components.storage import open_store, registry
+from bakeoff.components.storage.records import PublishedVersion, SelectionBasis, Summary
 from tests.conftest import BUCKET, free_port
 from tests.test_report import assert_select_artifacts
 

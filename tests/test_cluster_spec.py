@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from components.backends import cluster_spec
-from components.backends.cluster_spec import (
+from bakeoff.components.backends import cluster_spec
+from bakeoff.components.backends.cluster_spec import (
     COMPLETION_INDEX_ENV,
     JOB_INDEX_ENV,
     JOBSET_ENV,
@@ -21,7 +21,7 @@ from components.backends.cluster_spec import (
     ensure_tf_config,
     from_jobset,
 )
-from components.errors import BakeoffError
+from bakeoff.components.errors import BakeoffError
 
 pytestmark = pytest.mark.unit
 
@@ -77,7 +77,7 @@ def test_tensorflow_reads_it_as_one_worker_of_the_cluster() -> None:
     """The resolver MultiWorkerMirroredStrategy uses takes the derived TF_CONFIG: this pod is worker 1 of 3."""
     env = runtime_env(jobset_pod(TRAINJOB, "node", 0, 1), 3)
     program = (
-        "import json, os; from components.backends import cluster_spec; cluster_spec.ensure_tf_config();"
+        "import json, os; from bakeoff.components.backends import cluster_spec; cluster_spec.ensure_tf_config();"
         " import tensorflow as tf; r = tf.distribute.cluster_resolver.TFConfigClusterResolver();"
         " print(json.dumps([r.task_type, r.task_id, r.cluster_spec().as_dict()]))"
     )
@@ -151,7 +151,7 @@ def test_the_worker_program_derives_it_before_training() -> None:
         [
             sys.executable,
             "-m",
-            "components.training.worker",
+            "bakeoff.components.training.worker",
             "--variant",
             "{}",
             "--data",

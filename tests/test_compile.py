@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.defaults import CONFIG as DEFAULT_CONFIG
-from components.defaults import IMAGE as BASE_IMAGE
-from pipelines.cli.main import main
-from pipelines.compiling import COMPILED
+from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
+from bakeoff.components.defaults import IMAGE as BASE_IMAGE
+from bakeoff.pipelines.cli.main import main
+from bakeoff.pipelines.compiling import COMPILED
 
 pytestmark = pytest.mark.unit
 

@@ -3,7 +3,7 @@
 Rules from ``backend/src/v2/driver/resolve.go`` (``resolveInputs`` →
 ``handleParamTypeValidationAndConversion``, ``resolveInputParameter``'s
 placeholder ``switch``; ``driver.go`` in 2.4.1 and 2.5.0) at each release tag
-of ``pipelines.conformance.BACKENDS``; see that module's docstring.
+of ``bakeoff.pipelines.conformance.BACKENDS``; see that module's docstring.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.errors import BakeoffError
-from components.storage import resolve_namespace, runs
-from pipelines import conformance
-from pipelines.cli.main import main
-from pipelines.compiling import COMPILED, check_backends
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage import resolve_namespace, runs
+from bakeoff.pipelines import conformance
+from bakeoff.pipelines.cli.main import main
+from bakeoff.pipelines.compiling import COMPILED, check_backends
 
 pytestmark = pytest.mark.unit
 

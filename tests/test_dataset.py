@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.data import artifact as dataset
-from components.data import fashion_mnist
-from components.errors import BakeoffError
-from components.storage import open_store
+from bakeoff.components.data import artifact as dataset
+from bakeoff.components.data import fashion_mnist
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage import open_store
 
 pytestmark = pytest.mark.unit
 

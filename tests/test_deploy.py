@@ -10,10 +10,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from components import defaults
-from components.serving import deploy
-from components.storage import Store, open_store, registry
-from pipelines.cli.main import main
+from bakeoff.components import defaults
+from bakeoff.components.serving import deploy
+from bakeoff.components.storage import Store, open_store, registry
+from bakeoff.pipelines.cli.main import main
 from tests.conftest import free_port
 from tests.fake_kubernetes import FakeKubernetes, knative_port_errors, kserve_errors, merge_ports
 from tests.samples import manifest
@@ -103,7 +103,7 @@ def test_first_deploy_creates_the_runtime_and_the_service_valid_against_the_crds
     # The predictor runs bakeoff's server on the model KServe's storage initializer copied, HTTP and gRPC on
     # KServe's ports, and declares the one port Knative (the default Serverless mode) takes.
     container = fake.effective_container("fashion-mnist")
-    assert container["command"] == ["python", "-m", "components.serving.server"]
+    assert container["command"] == ["python", "-m", "bakeoff.components.serving.server"]
     assert container["args"] == [
         "--model-dir",
         "/mnt/models",

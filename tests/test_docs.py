@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
+from bakeoff.components.spec import load_variants
 from benchmarks.harness import Context, Figure
 from benchmarks.run import write_results
-from components.defaults import CONFIG as DEFAULT_CONFIG
-from components.spec import load_variants
 
 pytestmark = pytest.mark.unit
 

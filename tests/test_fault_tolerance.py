@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from components.backends.local import LocalBackend
-from components.errors import BakeoffError
-from components.spec import from_dict
-from components.storage import Store, open_store, runs
-from components.training import backup
-from components.training.tfjob import build_tfjob, worker_args
+from bakeoff.components.backends.local import LocalBackend
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.spec import from_dict
+from bakeoff.components.storage import Store, open_store, runs
+from bakeoff.components.training import backup
+from bakeoff.components.training.tfjob import build_tfjob, worker_args
 from tests.conftest import still_running
 
 EPOCHS = 6
@@ -108,7 +108,7 @@ def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(
     assert metrics.optimizer_iterations == EPOCHS * STEPS
     assert store.exists(f"{PREFIX}/model/saved_model.pb")
     assert store.list(backup.backup_prefix(PREFIX)) == []  # removed once the variant succeeded
-    assert still_running(injector.every_pid, "components.training.worker") == []
+    assert still_running(injector.every_pid, "bakeoff.components.training.worker") == []
 
 
 @pytest.mark.training
@@ -135,12 +135,12 @@ def test_a_lost_replica_past_the_backoff_limit_fails_the_job_in_one_line_and_pub
         message
     )
     assert [key for key in store.list(PREFIX) if not key.startswith(backup.backup_prefix(PREFIX) + "/")] == []
-    assert still_running(injector.every_pid, "components.training.worker") == []
+    assert still_running(injector.every_pid, "bakeoff.components.training.worker") == []
 
 
 STOPS_ITSELF = """
 import json, os, signal, sys, time
-from components.backends.local import start_heartbeat
+from bakeoff.components.backends.local import start_heartbeat
 start_heartbeat()
 index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 pid_file = os.path.join(sys.argv[1], f"replica-{index}.pid")
@@ -228,7 +228,7 @@ def test_a_backup_written_up_to_its_manifest_only_is_not_restored(store: Store, 
 
 WAITS_FOR_PEERS = """
 import json, os, time
-from components.backends.local import joining, start_heartbeat
+from bakeoff.components.backends.local import joining, start_heartbeat
 index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 if index == 0:  # TensorFlow holds the GIL while it waits for the peers: no heartbeat can run
     with joining():

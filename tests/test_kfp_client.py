@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.errors import BakeoffError
-from pipelines.cli.flags import IMAGE_ENV
-from pipelines.cli.main import main
-from pipelines.kfp_client.parameters import parse_params, pipeline_parameters
-from pipelines.kfp_client.triggers import validate_cron
+from bakeoff.components.errors import BakeoffError
+from bakeoff.pipelines.cli.flags import IMAGE_ENV
+from bakeoff.pipelines.cli.main import main
+from bakeoff.pipelines.kfp_client.parameters import parse_params, pipeline_parameters
+from bakeoff.pipelines.kfp_client.triggers import validate_cron
 from tests.conftest import free_port
 from tests.fake_kfp_api import SPEC_PATH, FakeKfpApi
 from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
@@ -76,8 +76,8 @@ def bakeoff(capsys: pytest.CaptureFixture) -> Callable[..., Result]:
 @pytest.fixture(scope="module")
 def parameters() -> str:
     """The compiled pipeline's input parameters, as the unknown-parameter message lists them."""
-    from pipelines.compiling import compiled_text
-    from pipelines.pipeline import Cluster
+    from bakeoff.pipelines.compiling import compiled_text
+    from bakeoff.pipelines.pipeline import Cluster
 
     spec = next(iter(yaml.safe_load_all(compiled_text(cluster=Cluster()))))
     return ", ".join(sorted(pipeline_parameters(spec)))

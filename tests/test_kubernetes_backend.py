@@ -11,13 +11,13 @@ import pytest
 from kubeflow.training import TrainingClient
 from kubernetes.client import ApiClient, Configuration
 
-from components.backends.backend import job_restarts, operator_backoff_limit
-from components.backends.kubejob import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV
-from components.backends.kubernetes import KubernetesBackend
-from components.defaults import CONFIG as DEFAULT_CONFIG
-from components.errors import BakeoffError
-from components.spec import from_dict, load_variants
-from components.training.tfjob import SPEC_LABEL, VARIANT_LABEL, build_tfjob, job_name, worker_args
+from bakeoff.components.backends.backend import job_restarts, operator_backoff_limit
+from bakeoff.components.backends.kubejob import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV
+from bakeoff.components.backends.kubernetes import KubernetesBackend
+from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.spec import from_dict, load_variants
+from bakeoff.components.training.tfjob import SPEC_LABEL, VARIANT_LABEL, build_tfjob, job_name, worker_args
 from tests.fake_kubernetes import FakeKubernetes, metadata_errors, tfjob_schema
 
 pytestmark = pytest.mark.unit
@@ -106,7 +106,7 @@ def test_every_tfjob_we_build_satisfies_the_operators_crd(variant: dict) -> None
     assert pod["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
     container = pod["spec"]["containers"][0]
     assert container["name"] == "tensorflow" and container["image"] == "registry.example/bakeoff:1"
-    assert container["command"] == ["python", "-m", "components.training.worker"]
+    assert container["command"] == ["python", "-m", "bakeoff.components.training.worker"]
     secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
     assert secrets == {
         "AWS_ACCESS_KEY_ID": {"name": "mlpipeline-minio-artifact", "key": "accesskey", "optional": True},

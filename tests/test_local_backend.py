@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from components import progress
-from components.backends.local import LocalBackend, thread_cap
-from components.errors import BakeoffError
-from components.spec import from_dict
-from components.training.tfjob import build_tfjob
+from bakeoff.components import progress
+from bakeoff.components.backends.local import LocalBackend, thread_cap
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.spec import from_dict
+from bakeoff.components.training.tfjob import build_tfjob
 from tests.conftest import still_running
 
 pytestmark = pytest.mark.unit
@@ -71,7 +71,7 @@ def test_each_replica_gets_the_operators_tf_config(tmp_path: Path) -> None:
 
 
 MALLOC = """
-from components.backends.allocator import in_use
+from bakeoff.components.backends.allocator import in_use
 print("malloc", in_use())
 """
 

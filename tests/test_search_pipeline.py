@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import progress
-from components.steps.halve import halve
-from components.storage import open_store, registry, runs
-from components.storage.records import Score, Summary, WorkerMetrics
-from pipelines import conformance
-from pipelines.cli.main import main
+from bakeoff.components import progress
+from bakeoff.components.steps.halve import halve
+from bakeoff.components.storage import open_store, registry, runs
+from bakeoff.components.storage.records import Score, Summary, WorkerMetrics
+from bakeoff.pipelines import conformance
+from bakeoff.pipelines.cli.main import main
 from tests import samples
 
 pytestmark = pytest.mark.unit

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from components.errors import BakeoffError
-from components.storage.records import Summary
-from pipelines.cli.main import main
-from pipelines.kfp_client import endpoint
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage.records import Summary
+from bakeoff.pipelines.cli.main import main
+from bakeoff.pipelines.kfp_client import endpoint
 from tests import conftest
 from tests.fake_kfp_api import FakeKfpApi
 from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
@@ -47,9 +47,9 @@ def users_image(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # Loaded through PYTHONPATH by every Python process of the run: it writes each TFJob that
-# components.training.launch builds to $BAKEOFF_TEST_TFJOB_DIR, exactly as a backend receives it.
+# bakeoff.components.training.launch builds to $BAKEOFF_TEST_TFJOB_DIR, exactly as a backend receives it.
 TFJOB_RECORDER = textwrap.dedent('''
-    """Test hook: records every TFJob that components.training.launch builds."""
+    """Test hook: records every TFJob that bakeoff.components.training.launch builds."""
     import importlib.machinery
     import json
     import os
@@ -58,7 +58,7 @@ TFJOB_RECORDER = textwrap.dedent('''
 
     class _Recorder:
         def find_spec(self, name, path=None, target=None):
-            if name != "components.training.launch" or not os.environ.get("BAKEOFF_TEST_TFJOB_DIR"):
+            if name != "bakeoff.components.training.launch" or not os.environ.get("BAKEOFF_TEST_TFJOB_DIR"):
                 return None
             spec = importlib.machinery.PathFinder.find_spec(name, path)
             execute = spec.loader.exec_module

@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.data import artifact
-from components.data.fashion_mnist import Split
-from components.errors import BakeoffError
-from components.selection.promotion import Gate
-from components.selection.ranking import METRICS, direction, rank
-from components.selection.settings import SelectionSettings
-from components.selection.winner import select_winner
-from components.storage import open_store, registry, runs
-from components.storage.records import (
+from bakeoff.components.data import artifact
+from bakeoff.components.data.fashion_mnist import Split
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.selection.promotion import Gate
+from bakeoff.components.selection.ranking import METRICS, direction, rank
+from bakeoff.components.selection.settings import SelectionSettings
+from bakeoff.components.selection.winner import select_winner
+from bakeoff.components.storage import open_store, registry, runs
+from bakeoff.components.storage.records import (
     Candidate,
     Champion,
     DatasetInfo,
@@ -82,7 +82,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Each MODELS entry exported once with the serving signatures; copied into each test's store."""
     import tf_keras as keras
 
-    from components.modeling.savedmodel import export
+    from bakeoff.components.modeling.savedmodel import export
 
     root = tmp_path_factory.mktemp("exported")
     for variant, predicted, logit in MODELS:
@@ -356,7 +356,7 @@ def test_the_kept_mistakes_are_the_most_confident_first(tmp_path: Path) -> None:
     """A model whose certainty of class 0 grows with brightness: the brightest wrongly labelled images come first."""
     import tf_keras as keras
 
-    from components.modeling.savedmodel import export
+    from bakeoff.components.modeling.savedmodel import export
 
     n = 64
     values = np.random.default_rng(7).permutation(n) * 4  # every image one grey level of its own: no ties

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.data.fashion_mnist import read_idx_dir
-from components.modeling.savedmodel import ARRAYS_SIGNATURE, export
-from components.storage import open_store, registry
+from bakeoff.components.data.fashion_mnist import read_idx_dir
+from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE, export
+from bakeoff.components.storage import open_store, registry
 from tests.conftest import free_port
 from tests.samples import manifest
 
@@ -128,7 +128,7 @@ def setup(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         [
             sys.executable,
             "-m",
-            "components.serving.server",
+            "bakeoff.components.serving.server",
             "--model-dir",
             str(tmp / "store" / "models" / NAME),
             "--model-name",
@@ -475,7 +475,7 @@ def test_a_newer_version_is_swapped_in_under_load_never_a_partial_one_and_no_req
 
 @pytest.mark.unit
 def test_a_model_folder_offers_its_complete_versions_or_is_one_savedmodel(tmp_path: Path) -> None:
-    from components.serving.server import FolderSource
+    from bakeoff.components.serving.server import FolderSource
 
     for name, complete in (("1", True), ("2", False), ("10", True), ("notes", True)):
         (tmp_path / "layout" / name).mkdir(parents=True)
@@ -499,7 +499,7 @@ def test_the_heap_settled_again_frees_what_was_frozen_then_dropped() -> None:
     import gc
     import weakref
 
-    from components.serving.server import settle_heap
+    from bakeoff.components.serving.server import settle_heap
 
     class Node:
         cycle: object = None

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from components.errors import BakeoffError
-from components.storage import FolderStore, S3Store, Store, open_store, s3
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage import FolderStore, S3Store, Store, open_store, s3
 
 pytestmark = pytest.mark.unit
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from components.errors import BakeoffError
-from components.storage import S3Store, registry, s3
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage import S3Store, registry, s3
 from tests.conftest import BUCKET, WeedServer, free_port
 from tests.samples import manifest
 

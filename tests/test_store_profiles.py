@@ -8,8 +8,8 @@ import minio
 import minio.error
 import pytest
 
-from components.errors import BakeoffError
-from components.storage import S3Store, open_store
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage import S3Store, open_store
 from tests.conftest import KfpStore
 from tests.store_policies import PROFILE_SETUPS, ProfileSetup
 

@@ -6,7 +6,7 @@ import ctypes.util
 
 import pytest
 
-from components import tfenv
+from bakeoff.components import tfenv
 
 pytestmark = pytest.mark.unit
 

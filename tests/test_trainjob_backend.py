@@ -10,10 +10,10 @@ from collections.abc import Callable
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
-from components.backends.cluster_spec import NODES_ENV
-from components.backends.kubejob import SERVICE_ACCOUNT_ENV
-from components.backends.trainjob import RUNTIME, TrainJobBackend, trainjob_for, trainjob_name
-from components.errors import BakeoffError
+from bakeoff.components.backends.cluster_spec import NODES_ENV
+from bakeoff.components.backends.kubejob import SERVICE_ACCOUNT_ENV
+from bakeoff.components.backends.trainjob import RUNTIME, TrainJobBackend, trainjob_for, trainjob_name
+from bakeoff.components.errors import BakeoffError
 from tests import test_kubernetes_backend as kubernetes_tests
 from tests.fake_kubernetes import FakeKubernetes, trainjob_errors, trainjob_pod_name, trainjob_schema
 from tests.test_kubernetes_backend import (  # noqa: F401 (a fixture)
@@ -333,9 +333,9 @@ def test_the_trainjob_role_allows_every_call_the_backend_makes_and_nothing_more(
 
 
 def test_the_trainer_choice_picks_the_backend_on_a_cluster_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from components.backends.kubernetes import KubernetesBackend
-    from components.backends.local import LocalBackend
-    from components.training.launch import make_backend
+    from bakeoff.components.backends.kubernetes import KubernetesBackend
+    from bakeoff.components.backends.local import LocalBackend
+    from bakeoff.components.training.launch import make_backend
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert isinstance(make_backend("auto", 1, "trainjob"), LocalBackend), (
@@ -358,7 +358,7 @@ def test_trainer_is_a_pipeline_parameter_that_reaches_every_train_step() -> None
 
     import yaml
 
-    from pipelines.kfp_client.parameters import parse_params, pipeline_parameters
+    from bakeoff.pipelines.kfp_client.parameters import parse_params, pipeline_parameters
 
     ir = next(yaml.safe_load_all((Path(__file__).resolve().parent.parent / "pipelines" / "bakeoff.yaml").read_text()))
     assert ir["root"]["inputDefinitions"]["parameters"]["trainer"] == {

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from components.defaults import CONFIG as DEFAULT_CONFIG
-from components.errors import BakeoffError
-from components.spec import from_dict, load_variants
+from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.spec import from_dict, load_variants
 
 pytestmark = pytest.mark.unit
 

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components import tfenv
-from components.backends.local import LocalBackend
-from components.data import artifact as dataset
-from components.data import fashion_mnist
-from components.modeling import evaluation, savedmodel
-from components.spec import from_dict
-from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
-from components.storage.records import WorkerMetrics
-from components.training.tfjob import build_tfjob, worker_args
+from bakeoff.components import tfenv
+from bakeoff.components.backends.local import LocalBackend
+from bakeoff.components.data import artifact as dataset
+from bakeoff.components.data import fashion_mnist
+from bakeoff.components.modeling import evaluation, savedmodel
+from bakeoff.components.spec import from_dict
+from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
+from bakeoff.components.storage.records import WorkerMetrics
+from bakeoff.components.training.tfjob import build_tfjob, worker_args
 
 SMALL_CNN = {
     "name": "small",
@@ -223,7 +223,7 @@ def test_serving_accepts_encoded_images(trained: Trained, small_dataset: Path) -
 def test_random_flip_mirrors_some_images_and_keeps_labels(small_dataset: Path) -> None:
     import tensorflow as tf
 
-    from components.training.worker import _random_flip
+    from bakeoff.components.training.worker import _random_flip
 
     images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256]
     labels = np.arange(256)

@@ -20,7 +20,7 @@ VARIANT_ANNOTATION = "bakeoff/variant"
 
 
 class Backend(Protocol):
-    """Executes a TFJob built by ``components.training.tfjob``; it never changes what the job asks for."""
+    """Executes a TFJob built by ``bakeoff.components.training.tfjob``; it never changes what the job asks for."""
 
     def run(self, job: KubeflowOrgV1TFJob) -> None:
         """Runs ``job`` until it succeeds; raises BakeoffError saying which replica failed and why."""

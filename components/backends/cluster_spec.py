@@ -23,8 +23,8 @@ import json
 import os
 from collections.abc import Mapping, MutableMapping
 
-from components.backends.backend import PORT
-from components.errors import BakeoffError
+from bakeoff.components.backends.backend import PORT
+from bakeoff.components.errors import BakeoffError
 
 TF_CONFIG = "TF_CONFIG"
 # Downward-API variables of bakeoff's runtime, each from the JobSet label named beside it.

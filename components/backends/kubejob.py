@@ -22,9 +22,9 @@ from kubernetes.client import ApiClient, V1DeleteOptions, V1OwnerReference
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from components.backends.backend import Sink, print_line
-from components.defaults import LOG_TAIL
-from components.errors import BakeoffError
+from bakeoff.components.backends.backend import Sink, print_line
+from bakeoff.components.defaults import LOG_TAIL
+from bakeoff.components.errors import BakeoffError
 
 SERVICE_ACCOUNT_ENV = "BAKEOFF_TFJOB_SERVICE_ACCOUNT"  # names the replicas' service account instead of the step's
 # This step's pod name: KFP's downward-API variable first (commonEnvs in kubeflow/pipelines

@@ -20,11 +20,11 @@ from typing import TextIO
 
 from kubeflow.training import KubeflowOrgV1TFJob
 
-from components import defaults, progress
-from components.backends import allocator
-from components.backends.backend import VARIANT_ANNOTATION, Sink, job_restarts, print_line
-from components.defaults import LOG_TAIL
-from components.errors import ERROR_PREFIX, BakeoffError
+from bakeoff.components import defaults, progress
+from bakeoff.components.backends import allocator
+from bakeoff.components.backends.backend import VARIANT_ANNOTATION, Sink, job_restarts, print_line
+from bakeoff.components.defaults import LOG_TAIL
+from bakeoff.components.errors import ERROR_PREFIX, BakeoffError
 
 # Replica types in the order the Training Operator lists them in TF_CONFIG.
 REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")

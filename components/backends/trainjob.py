@@ -31,9 +31,9 @@ from kubeflow_trainer_api.models import (
 )
 from kubernetes.client import ApiClient, V1DeleteOptions, V1ObjectMeta
 
-from components.backends.backend import WORKER
-from components.backends.cluster_spec import NODES_ENV
-from components.backends.kubejob import JobState, KubeJobRunner, api_reason
+from bakeoff.components.backends.backend import WORKER
+from bakeoff.components.backends.cluster_spec import NODES_ENV
+from bakeoff.components.backends.kubejob import JobState, KubeJobRunner, api_reason
 
 GROUP, VERSION, PLURAL, KIND = "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
 RUNTIME = "bakeoff-tensorflow"  # manifests/trainer-v2/'s ClusterTrainingRuntime

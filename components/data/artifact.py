@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from components.data.fashion_mnist import IMAGE_SHAPE, Split, class_names, read
-from components.errors import BakeoffError
-from components.storage.store import Store
+from bakeoff.components.data.fashion_mnist import IMAGE_SHAPE, Split, class_names, read
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage.store import Store
 
 SPLITS = ("train", "validation", "test")
 METADATA_FILE = "metadata.json"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from components.errors import BakeoffError
+from bakeoff.components.errors import BakeoffError
 
 IMAGE_SHAPE = (28, 28)
 CLASSES = 10

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from components.modeling.savedmodel import ARRAYS_SIGNATURE
+from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE
 
 MIN_PROBABILITY = 1e-7  # a certain mistake costs -log(1e-7) ≈ 16 instead of infinity
 

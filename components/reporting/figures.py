@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from components.storage.records import VAL_EPOCHS
+from bakeoff.components.storage.records import VAL_EPOCHS
 
 # Per-epoch series of a metrics.json history: (panel, its training key, its validation key).
 PANELS = (("loss", "loss", "val_loss"), ("accuracy", "accuracy", "val_accuracy"))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from components.errors import BakeoffError
-from components.reporting import figures
-from components.storage import Store, runs
-from components.storage.records import Mistake, SelectionRecord
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.reporting import figures
+from bakeoff.components.storage import Store, runs
+from bakeoff.components.storage.records import Mistake, SelectionRecord
 
 # Inline, so the page needs nothing but itself: it is opened from disk, a KFP UI or an email.
 STYLE = """

@@ -6,12 +6,12 @@ import dataclasses
 import itertools
 from pathlib import Path
 
-from components import defaults
-from components.data.fashion_mnist import CLASSES, IMAGE_SHAPE, TRAIN_IMAGES
-from components.errors import BakeoffError
-from components.modeling.architectures import CnnConfig, MlpConfig
-from components.search.halving import Rung, schedule
-from components.spec import Config, Halving, Variant, load_config
+from bakeoff.components import defaults
+from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE, TRAIN_IMAGES
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
+from bakeoff.components.search.halving import Rung, schedule
+from bakeoff.components.spec import Config, Halving, Variant, load_config
 
 IMAGE_SIDE = IMAGE_SHAPE[0]
 TRAIN_EXAMPLES = TRAIN_IMAGES - defaults.VALIDATION_SIZE  # Fashion-MNIST's training images less the validation split

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from components.defaults import HALVING_WINDOW
-from components.errors import BakeoffError
-from components.selection.ranking import check_metric, rank
-from components.spec import Halving, Variant
-from components.storage.records import VAL_EPOCHS, Score
+from bakeoff.components.defaults import HALVING_WINDOW
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.selection.ranking import check_metric, rank
+from bakeoff.components.spec import Halving, Variant
+from bakeoff.components.storage.records import VAL_EPOCHS, Score
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from components.errors import BakeoffError
-from components.selection.ranking import direction
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.selection.ranking import direction
 
 
 @dataclasses.dataclass(frozen=True)

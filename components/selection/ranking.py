@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol, TypeVar
 
-from components.errors import BakeoffError
+from bakeoff.components.errors import BakeoffError
 
 # metric → the direction that is better; a metric never travels without it
 METRICS = {"val_accuracy": "max", "val_loss": "min"}
@@ -24,7 +24,7 @@ def direction(metric: str) -> str:
 
 
 class Scored(Protocol):
-    """A record of a variant with a value of the selection metric (components.storage.records)."""
+    """A record of a variant with a value of the selection metric (bakeoff.components.storage.records)."""
 
     @property
     def variant(self) -> str: ...

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from components import defaults
-from components.selection.promotion import Gate
-from components.selection.ranking import check_metric
-from components.storage.registry import check_model_name
+from bakeoff.components import defaults
+from bakeoff.components.selection.promotion import Gate
+from bakeoff.components.selection.ranking import check_metric
+from bakeoff.components.storage.registry import check_model_name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import numpy as np
 
-from components import defaults, progress
-from components.data import artifact
-from components.data.fashion_mnist import Split
-from components.errors import BakeoffError
-from components.modeling.evaluation import confident_mistakes, confusion_matrix, evaluate, predict, score
-from components.selection.promotion import promote
-from components.selection.ranking import direction, rank
-from components.selection.settings import SelectionSettings
-from components.storage import Store, open_store, registry, runs
-from components.storage.records import (
+from bakeoff.components import defaults, progress
+from bakeoff.components.data import artifact
+from bakeoff.components.data.fashion_mnist import Split
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.modeling.evaluation import confident_mistakes, confusion_matrix, evaluate, predict, score
+from bakeoff.components.selection.promotion import promote
+from bakeoff.components.selection.ranking import direction, rank
+from bakeoff.components.selection.settings import SelectionSettings
+from bakeoff.components.storage import Store, open_store, registry, runs
+from bakeoff.components.storage.records import (
     Candidate,
     Champion,
     DatasetInfo,

@@ -28,16 +28,16 @@ from kserve import (
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from components import defaults
-from components.errors import BakeoffError
-from components.storage import NAMESPACE_TOKEN, POD_NAMESPACE_FILE, open_store, registry
+from bakeoff.components import defaults
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage import NAMESPACE_TOKEN, POD_NAMESPACE_FILE, open_store, registry
 
 GROUP = "serving.kserve.io"
 ISVC_VERSION, ISVC_PLURAL = "v1beta1", "inferenceservices"
 RUNTIME_VERSION, RUNTIME_PLURAL = "v1alpha1", "servingruntimes"
 RUNTIME_NAME = "bakeoff"  # manifests/kserve/servingruntime.yaml
 CONTAINER = "kserve-container"  # the runtime container KServe merges the predictor's model spec into
-SERVER_MODULE = "components.serving.server"
+SERVER_MODULE = "bakeoff.components.serving.server"
 MODEL_DIR = "/mnt/models"  # where KServe's storage initializer puts storageUri
 HTTP_PORT = defaults.SERVING_PORT  # the port Knative and KServe's runtimes expect
 # KServe's ModelServer default (DEFAULT_GRPC_PORT), where its own Python runtimes serve V2 gRPC beside HTTP.

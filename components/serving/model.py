@@ -22,8 +22,8 @@ try:
 finally:
     sys.argv = _argv
 
-from components.errors import BakeoffError  # noqa: E402 (after kserve's import, above)
-from components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE  # noqa: E402
+from bakeoff.components.errors import BakeoffError  # noqa: E402 (after kserve's import, above)
+from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE  # noqa: E402
 
 ARRAYS_INPUT = "images"  # the input of ARRAYS_SIGNATURE
 BYTES_INPUT = "image_bytes"  # the input of BYTES_SIGNATURE
@@ -59,7 +59,7 @@ def load_version(path: Path, number: int) -> Version:
     if missing:
         raise BakeoffError(
             f"the SavedModel in {str(path)!r} lacks the signature {missing[0]!r}: export it with "
-            "components.modeling.savedmodel"
+            "bakeoff.components.modeling.savedmodel"
         )
     arrays, encoded = saved_model.signatures[ARRAYS_SIGNATURE], saved_model.signatures[BYTES_SIGNATURE]
     height, width = arrays.structured_input_signature[1][ARRAYS_INPUT].shape[1:]

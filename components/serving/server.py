@@ -1,5 +1,5 @@
-"""`python -m components.serving.server`: serves the newest complete version of a model with KServe and follows newer
-ones.
+"""Serves the newest complete version of a model with KServe and follows newer ones
+(`python -m bakeoff.components.serving.server`).
 
 ``--model-dir DIR`` reads TF Serving's layout ``DIR/<version>/`` (where KServe's
 storage initializer puts a storageUri, /mnt/models); ``--store URI --model-name
@@ -30,14 +30,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from components import defaults
-from components.errors import BakeoffError, reported
-from components.storage import Store, open_store, registry
-from components.storage.records import Manifest
-from components.tfenv import quiet_tensorflow
+from bakeoff.components import defaults
+from bakeoff.components.errors import BakeoffError, reported
+from bakeoff.components.storage import Store, open_store, registry
+from bakeoff.components.storage.records import Manifest
+from bakeoff.components.tfenv import quiet_tensorflow
 
 if TYPE_CHECKING:
-    from components.serving.model import ServedModel, Version
+    from bakeoff.components.serving.model import ServedModel, Version
 
 HTTP_PORT = defaults.SERVING_PORT
 POLL_SECONDS = defaults.SERVING_POLL_SECONDS  # each poll is one listing of the model's folder or prefix
@@ -302,7 +302,7 @@ def serve(source: Source, settings: Settings) -> int:
     for port, flag in ((settings.http_port, "--http-port"), (settings.grpc_port, "--grpc-port")):
         if port:
             check_port(port, flag)  # before seconds of loading, not after
-    from components.serving.model import ServedModel, load_version
+    from bakeoff.components.serving.model import ServedModel, load_version
 
     model = ServedModel(settings.model_name, load_version(source.fetch(first), first))
     import kserve
@@ -379,7 +379,9 @@ def seconds_arg(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python -m components.serving.server", description=__doc__.splitlines()[0])
+    top = argparse.ArgumentParser(
+        prog="python -m bakeoff.components.serving.server", description=__doc__.splitlines()[0]
+    )
     where = top.add_mutually_exclusive_group(required=True)
     where.add_argument(
         "--model-dir", type=Path, help="folder in TF Serving's layout, DIR/<version>/ (KServe: /mnt/models)"

@@ -27,16 +27,16 @@ def check(
     keeps hold only for that many variants, each scheduled to ``max_epochs``.
     The store is opened (an S3 store answers a listing) but nothing is written.
     """
-    from components.data.artifact import check_shards, check_validation_size
-    from components.data.fashion_mnist import TRAIN_IMAGES, check_source
-    from components.errors import for_parameter, reported
-    from components.search.halving import check_compiled
-    from components.selection.promotion import Gate
-    from components.selection.ranking import check_metric
-    from components.spec import Halving, parse_variants
-    from components.storage import check_shared, open_store, use_s3_endpoint
-    from components.storage.registry import check_model_name
-    from components.training.launch import (
+    from bakeoff.components.data.artifact import check_shards, check_validation_size
+    from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES, check_source
+    from bakeoff.components.errors import for_parameter, reported
+    from bakeoff.components.search.halving import check_compiled
+    from bakeoff.components.selection.promotion import Gate
+    from bakeoff.components.selection.ranking import check_metric
+    from bakeoff.components.spec import Halving, parse_variants
+    from bakeoff.components.storage import check_shared, open_store, use_s3_endpoint
+    from bakeoff.components.storage.registry import check_model_name
+    from bakeoff.components.training.launch import (
         check_backend,
         check_max_train_examples,
         check_timeout,

@@ -21,12 +21,12 @@ def halve(
     """
     import datetime
 
-    from components import progress
-    from components.errors import BakeoffError, reported
-    from components.search.halving import rung_score, survivors
-    from components.storage import open_store, runs, use_s3_endpoint
-    from components.storage.records import RungRecord, RungStop, Score
-    from components.training import backup
+    from bakeoff.components import progress
+    from bakeoff.components.errors import BakeoffError, reported
+    from bakeoff.components.search.halving import rung_score, survivors
+    from bakeoff.components.storage import open_store, runs, use_s3_endpoint
+    from bakeoff.components.storage.records import RungRecord, RungStop, Score
+    from bakeoff.components.training import backup
 
     with reported():
         use_s3_endpoint(s3_endpoint)

@@ -13,8 +13,8 @@ def ingest(
     """
     from pathlib import Path
 
-    from components.data import artifact
-    from components.errors import reported
+    from bakeoff.components.data import artifact
+    from bakeoff.components.errors import reported
 
     with reported():
         metadata = artifact.build(source, Path(data.path), validation_size, shards, seed)

@@ -26,12 +26,12 @@ def select(
     """
     from pathlib import Path
 
-    from components.errors import reported
-    from components.reporting.report import markdown, read_record, write_report
-    from components.selection.promotion import Gate
-    from components.selection.settings import SelectionSettings
-    from components.selection.winner import select_run
-    from components.storage import open_store, use_s3_endpoint
+    from bakeoff.components.errors import reported
+    from bakeoff.components.reporting.report import markdown, read_record, write_report
+    from bakeoff.components.selection.promotion import Gate
+    from bakeoff.components.selection.settings import SelectionSettings
+    from bakeoff.components.selection.winner import select_run
+    from bakeoff.components.storage import open_store, use_s3_endpoint
 
     with reported():
         use_s3_endpoint(s3_endpoint)

@@ -25,9 +25,9 @@ def train(
     JSON rather than a dict: KFP would turn every integer of a dict into a float.
     ``metrics`` shows the job's final numbers in the KFP UI.
     """
-    from components.errors import reported
-    from components.storage import use_s3_endpoint
-    from components.training.launch import JobSettings, final_metrics, train_variant
+    from bakeoff.components.errors import reported
+    from bakeoff.components.storage import use_s3_endpoint
+    from bakeoff.components.training.launch import JobSettings, final_metrics, train_variant
 
     with reported():
         use_s3_endpoint(s3_endpoint)

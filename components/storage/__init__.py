@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-from components import defaults
-from components.errors import BakeoffError
-from components.storage.folder import FolderStore
-from components.storage.s3 import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, S3Store
-from components.storage.store import Store
+from bakeoff.components import defaults
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage.folder import FolderStore
+from bakeoff.components.storage.s3 import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, S3Store
+from bakeoff.components.storage.store import Store
 
 __all__ = [
     "S3_ENDPOINT_ENV",

@@ -8,8 +8,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from components.errors import BakeoffError
-from components.storage.store import Store
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage.store import Store
 
 
 class FolderStore(Store):

@@ -19,7 +19,7 @@ import types
 import typing
 from typing import Any, ClassVar, Union
 
-from components.errors import BakeoffError
+from bakeoff.components.errors import BakeoffError
 
 SCHEMA_VERSION = 1
 VERSION_FIELD = "schema_version"
@@ -237,7 +237,7 @@ class Candidate(Record):
     VERSIONED: ClassVar[bool] = True
 
     variant: str
-    spec: dict[str, Any]  # the resolved variant spec it was trained from (components.spec.from_dict reads it)
+    spec: dict[str, Any]  # the resolved variant spec it was trained from (bakeoff.components.spec.from_dict reads it)
     uri: str  # of its SavedModel
     prefix: str  # its folder below the store: runs/<run>/<variant>
     metrics: WorkerMetrics

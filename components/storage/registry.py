@@ -8,9 +8,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from components.errors import BakeoffError
-from components.storage.records import Manifest
-from components.storage.store import Store
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage.records import Manifest
+from bakeoff.components.storage.store import Store
 
 MANIFEST = "manifest.json"
 _VERSION_KEY = re.compile(r"^models/[^/]+/(\d+)/(.+)$")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from components.errors import BakeoffError
-from components.storage.records import Candidate, RungRecord, SelectionRecord, WorkerMetrics
-from components.storage.store import Store
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage.records import Candidate, RungRecord, SelectionRecord, WorkerMetrics
+from bakeoff.components.storage.store import Store
 
 MODEL = "model"  # the SavedModel, as served
 METRICS = "metrics.json"  # the chief's training metrics

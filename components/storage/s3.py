@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from components import defaults
-from components.defaults import S3_REGION
-from components.errors import BakeoffError
-from components.storage.store import Store, files_below
+from bakeoff.components import defaults
+from bakeoff.components.defaults import S3_REGION
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage.store import Store, files_below
 
 S3_ENDPOINT_ENV = "BAKEOFF_S3_ENDPOINT"
 S3_INSECURE_ENV = "BAKEOFF_S3_INSECURE"

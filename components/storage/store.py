@@ -6,7 +6,7 @@ import abc
 from collections.abc import Iterator
 from pathlib import Path
 
-from components.errors import BakeoffError
+from bakeoff.components.errors import BakeoffError
 
 
 class Store(abc.ABC):

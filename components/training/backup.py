@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from components.storage import Store
+from bakeoff.components.storage import Store
 
 # Below a variant's prefix: <fingerprint>/epoch-NNNN/ (one folder per backed-up
 # epoch, each key written once) and <fingerprint>/attempts/stop-NNNN/NNNN (one per

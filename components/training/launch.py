@@ -3,15 +3,15 @@
 import dataclasses
 import os
 
-from components import defaults
-from components.backends.backend import Backend
-from components.data import artifact
-from components.errors import BakeoffError
-from components.spec import MAX_TIMEOUT_SECONDS, Variant, from_dict
-from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, open_store, runs
-from components.storage.records import Candidate, WorkerMetrics
-from components.training import rungs
-from components.training.tfjob import build_tfjob, job_name, worker_args
+from bakeoff.components import defaults
+from bakeoff.components.backends.backend import Backend
+from bakeoff.components.data import artifact
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.spec import MAX_TIMEOUT_SECONDS, Variant, from_dict
+from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, open_store, runs
+from bakeoff.components.storage.records import Candidate, WorkerMetrics
+from bakeoff.components.training import rungs
+from bakeoff.components.training.tfjob import build_tfjob, job_name, worker_args
 
 # What a replica needs from the environment it was started in. Never credentials:
 # on a cluster those come from the store secret, locally from the user's shell.
@@ -72,13 +72,13 @@ def make_backend(name: str, concurrent_jobs: int, trainer: str = defaults.TRAINE
     check_trainer(trainer)
     if name == "kubernetes" or (name == "auto" and in_kubernetes()):
         if trainer == "trainjob":
-            from components.backends.trainjob import TrainJobBackend
+            from bakeoff.components.backends.trainjob import TrainJobBackend
 
             return TrainJobBackend()
-        from components.backends.kubernetes import KubernetesBackend
+        from bakeoff.components.backends.kubernetes import KubernetesBackend
 
         return KubernetesBackend()
-    from components.backends.local import LocalBackend
+    from bakeoff.components.backends.local import LocalBackend
 
     return LocalBackend(concurrent_jobs=concurrent_jobs)
 

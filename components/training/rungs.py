@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from components.errors import BakeoffError
-from components.spec import Variant
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.spec import Variant
 
 
 def stop_epoch(variant: Variant, requested: int) -> int:

@@ -28,11 +28,11 @@ from kubernetes.client import (
 )
 from kubernetes.utils import parse_quantity
 
-from components.backends.backend import CONTAINER, PORT, VARIANT_ANNOTATION, WORKER, operator_backoff_limit
-from components.defaults import BACKOFF_LIMIT, TIMEOUT_SECONDS
-from components.spec import Variant
+from bakeoff.components.backends.backend import CONTAINER, PORT, VARIANT_ANNOTATION, WORKER, operator_backoff_limit
+from bakeoff.components.defaults import BACKOFF_LIMIT, TIMEOUT_SECONDS
+from bakeoff.components.spec import Variant
 
-WORKER_PROGRAM = "components.training.worker"  # run as `python -m`
+WORKER_PROGRAM = "bakeoff.components.training.worker"  # run as `python -m`
 # KFP's own object-store secret, present in every KFP namespace: data key → variable.
 STORE_SECRET = "mlpipeline-minio-artifact"
 STORE_SECRET_KEYS = {"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"}

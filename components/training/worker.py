@@ -1,7 +1,7 @@
 """The worker program: one TFJob replica training a variant under MultiWorkerMirroredStrategy.
 
 Started the same way by the Training Operator, the local backend and the
-tests: ``python -m components.training.worker --variant JSON --data URI --store URI --prefix KEY
+tests: ``python -m bakeoff.components.training.worker --variant JSON --data URI --store URI --prefix KEY
 [--stop-epoch N --rung K]`` with ``TF_CONFIG`` in the environment.
 """
 
@@ -28,8 +28,8 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # (benchmarks/results.md). A value the user set wins.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
-from components.backends.local import EXITING, joining, mark, start_heartbeat
-from components.tfenv import quiet_tensorflow
+from bakeoff.components.backends.local import EXITING, joining, mark, start_heartbeat
+from bakeoff.components.tfenv import quiet_tensorflow
 
 if __name__ == "__main__":
     quiet_tensorflow()  # a replica's TensorFlow: the log level, and no CUDA probe where it can only fail
@@ -37,18 +37,18 @@ if __name__ == "__main__":
 
 import tf_keras as keras
 
-from components import progress
-from components.backends import allocator, cluster_spec
-from components.data import artifact
-from components.errors import BakeoffError, reported
-from components.modeling.architectures import ARCHITECTURES
-from components.modeling.optimizers import make_optimizer
-from components.modeling.savedmodel import export
-from components.spec import Variant, from_dict
-from components.storage import Store, open_store, runs
-from components.storage.records import VAL_EPOCHS, WorkerMetrics
-from components.storage.store import files_below
-from components.training import backup, rungs
+from bakeoff.components import progress
+from bakeoff.components.backends import allocator, cluster_spec
+from bakeoff.components.data import artifact
+from bakeoff.components.errors import BakeoffError, reported
+from bakeoff.components.modeling.architectures import ARCHITECTURES
+from bakeoff.components.modeling.optimizers import make_optimizer
+from bakeoff.components.modeling.savedmodel import export
+from bakeoff.components.spec import Variant, from_dict
+from bakeoff.components.storage import Store, open_store, runs
+from bakeoff.components.storage.records import VAL_EPOCHS, WorkerMetrics
+from bakeoff.components.storage.store import files_below
+from bakeoff.components.training import backup, rungs
 
 SHUFFLE_SEED = 1234
 VALIDATION_BATCH = 500  # images per forward pass when scoring validation: inference needs no small batches
@@ -213,7 +213,7 @@ class Validation(keras.callbacks.Callback):
 
 
 class Progress(keras.callbacks.Callback):
-    """The chief's progress events for a live display (``components.progress``), one per epoch end."""
+    """The chief's progress events for a live display (``bakeoff.components.progress``), one per epoch end."""
 
     def __init__(self, variant: str, epochs: int, examples_per_epoch: int) -> None:
         super().__init__()
@@ -492,7 +492,9 @@ def _save(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m components.training.worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bakeoff.components.training.worker", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--variant", required=True, help="the variant spec as JSON")
     parser.add_argument("--data", required=True, help="URI of the ingested dataset")
     parser.add_argument("--store", required=True, help="URI of the object store")

@@ -7,9 +7,9 @@ import re
 import sys
 from pathlib import Path
 
-from components.errors import BakeoffError
-from pipelines.cli.flags import compile_settings, pipeline_args
-from pipelines.kfp_client import connection, endpoint, packages, parameters, runs, schedules, triggers, uploads
+from bakeoff.components.errors import BakeoffError
+from bakeoff.pipelines.cli.flags import compile_settings, pipeline_args
+from bakeoff.pipelines.kfp_client import connection, endpoint, packages, parameters, runs, schedules, triggers, uploads
 
 NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # DNS-1123 label, as Kubernetes names namespaces
 RUN_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_]{0,127}")  # KFP's ids are UUIDs

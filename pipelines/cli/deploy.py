@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components import defaults
-from components.errors import BakeoffError
-from pipelines.cli.flags import positive
+from bakeoff.components import defaults
+from bakeoff.components.errors import BakeoffError
+from bakeoff.pipelines.cli.flags import positive
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from components.serving import deploy
+    from bakeoff.components.serving import deploy
 
     if args.namespace is not None and not args.namespace.strip():
         raise BakeoffError("--namespace is empty: pass your profile's namespace, or leave it out for the kube-config's")

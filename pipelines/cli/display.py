@@ -14,11 +14,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from components import defaults
-from components.errors import BakeoffError
-from components.progress import log_file, read_events
-from components.storage.records import Summary
-from pipelines.local_run import PIPELINE_LOG, LocalRun, run_local
+from bakeoff.components import defaults
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.progress import log_file, read_events
+from bakeoff.components.storage.records import Summary
+from bakeoff.pipelines.local_run import PIPELINE_LOG, LocalRun, run_local
 
 STYLES = {
     "waiting": "dim",

@@ -8,10 +8,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from components import defaults
-from components.errors import BakeoffError
-from components.spec import load_variants
-from components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, check_shared, open_store
+from bakeoff.components import defaults
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.spec import load_variants
+from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, check_shared, open_store
 
 MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
 IMAGE_ENV = "BAKEOFF_IMAGE"  # --image's variable, as KF_PIPELINES_ENDPOINT is --host's
@@ -101,7 +101,7 @@ def compile_settings(args: argparse.Namespace, sends: bool = False) -> dict:
     ``sends`` refuses a pipeline without an image of the user's (flag or variable): the project's default is
     not published, so every pod of a pipeline sent with it would end in ImagePullBackOff.
     """
-    from pipelines.pipeline import Cluster
+    from bakeoff.pipelines.pipeline import Cluster
 
     load_variants(args.config)  # one clear line for a bad config, before kfp sees it
     # Both are baked into the package: a bad one would fail only on the cluster, at run time.

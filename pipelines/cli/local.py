@@ -10,21 +10,28 @@ import shlex
 import sys
 from pathlib import Path
 
-from components import defaults
-from components.errors import BakeoffError
-from components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS
-from components.storage.records import PublishedVersion, Summary
-from pipelines.cli.flags import MAX_PARALLELISM, compile_settings, open_cli_store, pipeline_args, positive, store_args
+from bakeoff.components import defaults
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS
+from bakeoff.components.storage.records import PublishedVersion, Summary
+from bakeoff.pipelines.cli.flags import (
+    MAX_PARALLELISM,
+    compile_settings,
+    open_cli_store,
+    pipeline_args,
+    positive,
+    store_args,
+)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from components.data.fashion_mnist import digest
-    from components.reporting.report import write_report
-    from components.selection.promotion import Gate
-    from components.selection.settings import SelectionSettings
-    from pipelines.cli.display import new_progress_folder, run_watched
-    from pipelines.compiling import planned
-    from pipelines.local_run import LocalRun, run_local
+    from bakeoff.components.data.fashion_mnist import digest
+    from bakeoff.components.reporting.report import write_report
+    from bakeoff.components.selection.promotion import Gate
+    from bakeoff.components.selection.settings import SelectionSettings
+    from bakeoff.pipelines.cli.display import new_progress_folder, run_watched
+    from bakeoff.pipelines.compiling import planned
+    from bakeoff.pipelines.local_run import LocalRun, run_local
 
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
     config = planned(args.config, args.max_train_examples or 0)  # a search budget shrinks it here
@@ -86,8 +93,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(summary.to_json(), flush=True)
     if args.serve:
-        from components.serving.server import POLL_SECONDS
-        from pipelines.cli.serving import cmd_serve
+        from bakeoff.components.serving.server import POLL_SECONDS
+        from bakeoff.pipelines.cli.serving import cmd_serve
 
         # `bakeoff serve`'s defaults: its HTTP port, no gRPC, the newest version and newer ones as they come.
         # With --json, stdout holds the run's one document: the server's URL goes to stderr.
@@ -121,7 +128,7 @@ def leaderboard(summary: Summary) -> str:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from pipelines.compiling import compile_pipeline
+    from bakeoff.pipelines.compiling import compile_pipeline
 
     settings = compile_settings(args)
     try:
@@ -141,7 +148,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    from components.storage.registry import list_versions
+    from bakeoff.components.storage.registry import list_versions
 
     versions = [PublishedVersion.of(manifest) for manifest in list_versions(open_cli_store(args), args.model_name)]
     if args.json:
@@ -161,7 +168,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
 
 def add_local_commands(commands: argparse._SubParsersAction) -> None:
     """Registers run, compile and models."""
-    from components.selection.ranking import METRICS
+    from bakeoff.components.selection.ranking import METRICS
 
     run = commands.add_parser("run", help="run the bake-off on this machine (kfp.local, TFJob replicas as processes)")
     run.add_argument(

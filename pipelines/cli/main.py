@@ -6,14 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from components.errors import ERROR_PREFIX, BakeoffError
-from components.tfenv import quiet_tensorflow
-from pipelines.cli.cluster import add_cluster_commands
-from pipelines.cli.deploy import add_deploy_commands
-from pipelines.cli.local import add_local_commands
-from pipelines.cli.plan import add_plan_commands
-from pipelines.cli.report import add_report_commands
-from pipelines.cli.serving import add_serving_commands
+from bakeoff.components.errors import ERROR_PREFIX, BakeoffError
+from bakeoff.components.tfenv import quiet_tensorflow
+from bakeoff.pipelines.cli.cluster import add_cluster_commands
+from bakeoff.pipelines.cli.deploy import add_deploy_commands
+from bakeoff.pipelines.cli.local import add_local_commands
+from bakeoff.pipelines.cli.plan import add_plan_commands
+from bakeoff.pipelines.cli.report import add_report_commands
+from bakeoff.pipelines.cli.serving import add_serving_commands
 
 
 def parser() -> argparse.ArgumentParser:

@@ -7,10 +7,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from components import defaults
-from components.search.budget import Plan, plan_file
-from components.spaces import describe
-from pipelines.cli.flags import positive
+from bakeoff.components import defaults
+from bakeoff.components.search.budget import Plan, plan_file
+from bakeoff.components.spaces import describe
+from bakeoff.pipelines.cli.flags import positive
 
 
 def plan_document(plan: Plan) -> dict:

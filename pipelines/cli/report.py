@@ -6,14 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from components import defaults
-from pipelines.cli.flags import open_cli_store, store_location_args
+from bakeoff.components import defaults
+from bakeoff.pipelines.cli.flags import open_cli_store, store_location_args
 
 LATEST = "latest"
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from components.reporting.report import latest_run, write_report
+    from bakeoff.components.reporting.report import latest_run, write_report
 
     store = open_cli_store(args)
     run_id = latest_run(store) if args.run_id == LATEST else args.run_id

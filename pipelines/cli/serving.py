@@ -10,9 +10,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from components import defaults
-from components.errors import BakeoffError
-from pipelines.cli.flags import open_cli_store, positive, store_args
+from bakeoff.components import defaults
+from bakeoff.components.errors import BakeoffError
+from bakeoff.pipelines.cli.flags import open_cli_store, positive, store_args
 
 PREDICT_TOP = 3  # classes printed per image
 PREDICT_TIMEOUT_SECONDS = 60.0  # a cold server's first batch included
@@ -20,7 +20,7 @@ IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # as serving/model.py che
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from components.serving.server import HTTP_PORT, Settings, StoreSource, check_port, choose, serve
+    from bakeoff.components.serving.server import HTTP_PORT, Settings, StoreSource, check_port, choose, serve
 
     store = open_cli_store(args)
     source = StoreSource(store, args.model_name, None)
@@ -123,7 +123,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def add_serving_commands(commands: argparse._SubParsersAction) -> None:
     """Registers serve and predict."""
-    from components.serving.server import HTTP_PORT, POLL_SECONDS, port_arg, seconds_arg, version_arg
+    from bakeoff.components.serving.server import HTTP_PORT, POLL_SECONDS, port_arg, seconds_arg, version_arg
 
     serve = commands.add_parser(
         "serve", help="serve a published model here with KServe (V1 TF Serving REST and V2), following newer versions"

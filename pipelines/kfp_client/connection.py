@@ -11,10 +11,17 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from components.errors import BakeoffError
-from components.storage import POD_NAMESPACE_FILE
-from pipelines.kfp_client.endpoint import CONNECT_TIMEOUT_S, REACH_HINT, READ_TIMEOUT_S, Target
-from pipelines.kfp_client.failures import refused, server_message, tls_failed, tls_reason, translated, unreachable
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage import POD_NAMESPACE_FILE
+from bakeoff.pipelines.kfp_client.endpoint import CONNECT_TIMEOUT_S, REACH_HINT, READ_TIMEOUT_S, Target
+from bakeoff.pipelines.kfp_client.failures import (
+    refused,
+    server_message,
+    tls_failed,
+    tls_reason,
+    translated,
+    unreachable,
+)
 
 if TYPE_CHECKING:
     import kfp

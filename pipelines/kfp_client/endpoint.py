@@ -8,7 +8,7 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
-from components.errors import BakeoffError
+from bakeoff.components.errors import BakeoffError
 
 HOST_ENV = "KF_PIPELINES_ENDPOINT"  # kfp.Client's own name for the API address
 TOKEN_FILE_ENV = "KF_PIPELINES_SA_TOKEN_PATH"  # kfp's name; Kubeflow's PodDefault sets it in notebooks

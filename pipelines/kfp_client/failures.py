@@ -8,8 +8,14 @@ import ssl
 from collections.abc import Iterator
 from typing import Any
 
-from components.errors import BakeoffError
-from pipelines.kfp_client.endpoint import CONNECT_TIMEOUT_S, CREDENTIALS_HINT, REACH_HINT, READ_TIMEOUT_S, Target
+from bakeoff.components.errors import BakeoffError
+from bakeoff.pipelines.kfp_client.endpoint import (
+    CONNECT_TIMEOUT_S,
+    CREDENTIALS_HINT,
+    REACH_HINT,
+    READ_TIMEOUT_S,
+    Target,
+)
 
 
 def server_message(body: Any) -> str:

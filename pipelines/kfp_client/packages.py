@@ -20,7 +20,7 @@ def compiled(settings: Mapping[str, Any]) -> Iterator[tuple[Path, dict]]:
     """The pipeline compiled with the same settings as `bakeoff compile`, as a file kfp can send, and its IR."""
     import tempfile
 
-    from pipelines.compiling import compile_pipeline
+    from bakeoff.pipelines.compiling import compile_pipeline
 
     with tempfile.TemporaryDirectory(prefix="bakeoff-package-") as scratch:
         package = compile_pipeline(Path(scratch) / "bakeoff.yaml", **settings)

@@ -8,8 +8,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from components.errors import BakeoffError
-from components.selection.ranking import METRICS, direction
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.selection.ranking import METRICS, direction
 
 PARAMETER_KINDS = {
     "STRING": ("text", "hello"),
@@ -28,7 +28,7 @@ RETIRED = {
 
 # values the pipeline's steps would refuse only after the cluster started: the step's own check runs here first
 def _trainer(value: str) -> object:
-    from components.training.launch import check_trainer  # here, not at the top: it loads the job libraries
+    from bakeoff.components.training.launch import check_trainer  # here, not at the top: it loads the job libraries
 
     return check_trainer(value)
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.kfp_client.connection import Api
+from bakeoff.pipelines.kfp_client.connection import Api
 
 if TYPE_CHECKING:
     import kfp_server_api

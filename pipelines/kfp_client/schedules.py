@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from components.errors import BakeoffError
-from pipelines.kfp_client.connection import Api
-from pipelines.kfp_client.runs import experiment_id
-from pipelines.kfp_client.triggers import Trigger
+from bakeoff.components.errors import BakeoffError
+from bakeoff.pipelines.kfp_client.connection import Api
+from bakeoff.pipelines.kfp_client.runs import experiment_id
+from bakeoff.pipelines.kfp_client.triggers import Trigger
 
 if TYPE_CHECKING:
     import kfp_server_api

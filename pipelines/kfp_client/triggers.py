@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from components.errors import BakeoffError
+from bakeoff.components.errors import BakeoffError
 
 if TYPE_CHECKING:
     import kfp_server_api

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from components.errors import BakeoffError
-from pipelines.kfp_client.connection import Api
+from bakeoff.components.errors import BakeoffError
+from bakeoff.pipelines.kfp_client.connection import Api
 
 if TYPE_CHECKING:
     import kfp_server_api

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from components import defaults
+from bakeoff.components import defaults
 from tests.cluster import binaries, pki
 
 HERE = Path(__file__).resolve().parent

@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from components.storage import open_store, runs
-from components.storage.records import WorkerMetrics
+from bakeoff.components.storage import open_store, runs
+from bakeoff.components.storage.records import WorkerMetrics
 from tests.cluster import controlplane
 from tests.conftest import KfpStore
 from tests.store_policies import BUCKET_2_17, ProfileSetup, make_profile_keys
@@ -33,8 +33,8 @@ POD_TIMEOUT = 420.0  # seconds for a step pod to finish; a tiny job trains in we
 # What a KFP train step does once its inputs are resolved (components/steps/train.py), as a pod's program.
 STEP = """
 import json, sys
-from components.errors import reported
-from components.training.launch import JobSettings, train_variant
+from bakeoff.components.errors import reported
+from bakeoff.components.training.launch import JobSettings, train_variant
 with reported():
     variant, data, store, run = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     settings = JobSettings(image=sys.argv[5], max_train_examples=int(sys.argv[6]), timeout_seconds=600,

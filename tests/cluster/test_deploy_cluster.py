@@ -20,9 +20,9 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from components.errors import BakeoffError
-from components.serving import deploy
-from components.storage import open_store, registry
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.serving import deploy
+from bakeoff.components.storage import open_store, registry
 from tests import test_deploy
 from tests.cluster import controlplane
 from tests.conftest import BUCKET

@@ -14,9 +14,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from components.spec import from_dict
-from components.training.tfjob import build_tfjob
-from pipelines.pipeline import Cluster
+from bakeoff.components.spec import from_dict
+from bakeoff.components.training.tfjob import build_tfjob
+from bakeoff.pipelines.pipeline import Cluster
 from tests.cluster import controlplane
 from tests.test_manifests import (
     MANIFESTS,

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from components.training.tfjob import job_name
+from bakeoff.components.training.tfjob import job_name
 from tests.cluster.profile import EPOCHS, NAMESPACE, POD_TIMEOUT, TINY, UNIQUE, Profile, processes_of
 
 pytestmark = pytest.mark.cluster

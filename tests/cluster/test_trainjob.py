@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from components.backends import cluster_spec
-from components.backends.trainjob import COMPLETION_INDEX, JOBSET_LABEL, trainjob_name
-from components.training.tfjob import job_name
+from bakeoff.components.backends import cluster_spec
+from bakeoff.components.backends.trainjob import COMPLETION_INDEX, JOBSET_LABEL, trainjob_name
+from bakeoff.components.training.tfjob import job_name
 from tests.cluster import controlplane
 from tests.cluster.profile import EPOCHS, NAMESPACE, POD_TIMEOUT, TINY, UNIQUE, Profile, processes_of
 
