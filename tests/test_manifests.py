@@ -709,7 +709,8 @@ def test_dockerfile_copies_what_pyproject_packages():
     ]
     for source in sources:
         assert (ROOT / source).exists(), f"COPY {source}: no such path in the repository"
-    packages = {pattern.rstrip("*") for pattern in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    # the folders that pyproject maps onto bakeoff.* (package-dir): what the image must copy to install the project
+    packages = set(pyproject["tool"]["setuptools"]["package-dir"].values())
     assert packages | {"pyproject.toml", pyproject["project"]["readme"]} <= set(sources)
     ignore = DOCKERIGNORE.read_text().splitlines()
     allowed = {line[1:] for line in ignore if line.startswith("!")}
