@@ -49,8 +49,8 @@ test: $(INSTALLED) system test-system lint cluster-binaries ## lint, then every 
 # the unit lane alone: a test also in a heavier lane (pyproject.toml's markers) runs there
 FAST := unit and not (s3 or training or serving or cluster)
 
-test-fast: $(INSTALLED) system ## the unit lane: trains nothing, starts no server (the check before each commit)
-	$(BIN)/pytest -m "$(FAST)" $(PYTEST_ARGS)
+test-fast: $(INSTALLED) system ## the unit lane, one process per core: trains nothing, starts no server (the check before each commit)
+	$(BIN)/pytest -n auto -m "$(FAST)" $(PYTEST_ARGS)
 
 test-cluster: $(INSTALLED) system cluster-binaries ## the cluster lane: the real control plane on loopback (tests/cluster/)
 	$(BIN)/pytest -m cluster $(PYTEST_ARGS)

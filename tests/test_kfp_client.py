@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -506,11 +505,10 @@ COMMANDS = {
 
 
 @pytest.mark.parametrize("command", COMMANDS.values(), ids=COMMANDS.keys())
-def test_an_unreachable_host_fails_in_seconds(bakeoff, command: list[str]) -> None:
+def test_an_unreachable_host_fails_at_the_probe_in_one_line(bakeoff, command: list[str]) -> None:
+    # the message names the refused connection: the probe's single try, not kfp.Client's retries, saw it
     host = f"http://127.0.0.1:{free_port()}"
-    started = time.monotonic()
     result = bakeoff(*command, "--host", host)
-    assert time.monotonic() - started < 5
     assert result.code == 1
     assert result.error == (
         f"bakeoff: error: cannot reach the KFP API at {host} (connection refused): "
