@@ -140,7 +140,7 @@ def test_a_lost_replica_past_the_backoff_limit_fails_the_job_in_one_line_and_pub
 
 STOPS_ITSELF = """
 import json, os, signal, sys, time
-from bakeoff.components.backends.local import start_heartbeat
+from bakeoff.components.backends.heartbeat import start_heartbeat
 start_heartbeat()
 index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 pid_file = os.path.join(sys.argv[1], f"replica-{index}.pid")
@@ -228,7 +228,7 @@ def test_a_backup_written_up_to_its_manifest_only_is_not_restored(store: Store, 
 
 WAITS_FOR_PEERS = """
 import json, os, time
-from bakeoff.components.backends.local import joining, start_heartbeat
+from bakeoff.components.backends.heartbeat import joining, start_heartbeat
 index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 if index == 0:  # TensorFlow holds the GIL while it waits for the peers: no heartbeat can run
     with joining():

@@ -23,24 +23,17 @@ from kubeflow.training import KubeflowOrgV1TFJob
 from bakeoff.components import defaults, progress
 from bakeoff.components.backends import allocator
 from bakeoff.components.backends.backend import VARIANT_ANNOTATION, Sink, job_restarts, print_line
+from bakeoff.components.backends.heartbeat import HEARTBEAT_ENV
 from bakeoff.components.defaults import LOG_TAIL
 from bakeoff.components.errors import ERROR_PREFIX, BakeoffError
 
 # Replica types in the order the Training Operator lists them in TF_CONFIG.
 REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
 RESTARTING_POLICIES = ("OnFailure", "Always", "ExitCode")
-# The watchdog: each replica touches its heartbeat file from a thread of its own,
-# so a replica that is stopped, frozen or starved goes quiet while one tracing its
-# first step, waiting in a collective or saving keeps beating. The file's content
-# marks the spans in which a healthy replica cannot beat; it is not suspected then.
-HEARTBEAT_ENV = "BAKEOFF_HEARTBEAT_FILE"
-HEARTBEAT_SECONDS = defaults.HEARTBEAT_SECONDS
-JOINING = b"joining"  # waiting for the peers: TensorFlow holds the GIL for as long as a peer is late
-EXITING = b"exiting"  # done: the interpreter's shutdown ends the heartbeat thread
-# A peer stopped mid-training makes TensorFlow's coordination service fail the others
-# about 10 s later: a replica quiet for SUSPECT_SECONDS when another fails is the cause.
-# STALL_SECONDS of quiet means stalled even when no peer notices (one replica, or before
-# the coordination service runs). How both were chosen: docs/faults.md.
+# The watchdog reads the replicas' heartbeats (backends/heartbeat.py). A peer stopped mid-training makes
+# TensorFlow's coordination service fail the others about 10 s later: a replica quiet for SUSPECT_SECONDS when
+# another fails is the cause. STALL_SECONDS of quiet means stalled even when no peer notices (one replica, or
+# before the coordination service runs). How both were chosen: docs/faults.md.
 SUSPECT_SECONDS = defaults.SUSPECT_SECONDS
 STALL_SECONDS = defaults.STALL_SECONDS
 STALL_HINT = "check what stopped, froze or starved it (SIGSTOP, a debugger, swapping)"
@@ -73,40 +66,6 @@ def tf_configs(job: KubeflowOrgV1TFJob) -> dict[tuple[str, int], dict]:
         for kind in kinds
         for index in range(specs[kind].replicas or 1)
     }
-
-
-def start_heartbeat() -> None:
-    """The replica's side of the watchdog: touches the file the backend named, from a daemon thread."""
-    path = os.environ.get(HEARTBEAT_ENV)
-    if not path:
-        return  # not started by the local backend
-
-    def beat() -> None:
-        while True:
-            try:
-                Path(path).touch()
-            except OSError:
-                pass  # the backend has moved on; the replica is being stopped
-            time.sleep(HEARTBEAT_SECONDS)
-
-    threading.Thread(target=beat, name="bakeoff-heartbeat", daemon=True).start()
-
-
-def mark(phase: bytes) -> None:
-    """Tells the watchdog the replica is in a span without heartbeats (JOINING, EXITING), or out of it (b"")."""
-    path = os.environ.get(HEARTBEAT_ENV)
-    if path:
-        Path(path).write_bytes(phase)
-
-
-@contextlib.contextmanager
-def joining() -> Iterator[None]:
-    """Marks the span in which the replica waits for its peers."""
-    mark(JOINING)
-    try:
-        yield
-    finally:
-        mark(b"")
 
 
 def exit_text(code: int) -> str:

@@ -28,7 +28,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # (benchmarks/results.md). A value the user set wins.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
-from bakeoff.components.backends.local import EXITING, joining, mark, start_heartbeat
+from bakeoff.components.backends.heartbeat import EXITING, joining, mark, start_heartbeat
 from bakeoff.components.tfenv import quiet_tensorflow
 
 if __name__ == "__main__":
