@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 
+from bakeoff.components import progress
 from bakeoff.components.defaults import HALVING_WINDOW
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.selection.ranking import check_metric, rank
 from bakeoff.components.spec import Halving, Variant
-from bakeoff.components.storage.records import VAL_EPOCHS, Score
+from bakeoff.components.storage import Store, runs
+from bakeoff.components.storage.records import VAL_EPOCHS, RungRecord, RungStop, Score
+from bakeoff.components.training import backup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,3 +100,60 @@ def survivors(candidates: list[Score], keep: int, metric: str) -> tuple[list[str
     )
     names = [c.variant for c in ranked]
     return names[:keep], names[keep:]
+
+
+def halve(store: Store, run_id: str, names: list[str], rung: int, keep: int, metric: str) -> list[str]:
+    """Keeps the ``keep`` of ``names`` best by ``metric`` after rung ``rung`` and records who stopped there, and why.
+
+    The record goes to ``runs/<run>/search/rung-<k>.json``, and the stopped variants' backups are deleted: no later
+    job resumes them. Returns the kept names, best first.
+    """
+    scores, since, epochs = _rung_scores(store, run_id, names, rung, metric)
+    kept, stopped = survivors(scores, keep, metric)
+    value = {entry.variant: entry.value for entry in scores}
+    last = max(epochs)
+    # Which epochs a score averages, when more than one.
+    averaged = {name: f" (mean of epochs {first}-{last})" if first < last else "" for name, first in since.items()}
+    places = {name: place for place, name in enumerate(kept + stopped, start=1)}
+    record = RungRecord(
+        rung=rung,
+        epochs=last,
+        metric=metric,
+        entered=names,
+        kept=[Score(name, metric, value[name]) for name in kept],
+        stopped=[
+            RungStop(
+                name,
+                metric,
+                value[name],
+                reason=f"{metric} {value[name]:.4f}{averaged[name]} placed {places[name]} of {len(names)}"
+                f" after epoch {last}; rung {rung} keeps {len(kept)}",
+            )
+            for name in stopped
+        ],
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    )
+    store.put_bytes(runs.search_key(run_id, rung), record.to_json().encode())
+    for name in stopped:
+        backup.remove(store, runs.variant_prefix(run_id, name))
+        progress.emit(name, state="stopped")
+    return kept
+
+
+def _rung_scores(
+    store: Store, run_id: str, names: list[str], rung: int, metric: str
+) -> tuple[list[Score], dict[str, int], list[int]]:
+    """Each variant's ``rung_score`` from the metrics its rung's job left (``runs/<run>/<variant>/rung-<k>.json``),
+    the first epoch each averages, and the epoch each job ended at."""
+    scores, since, epochs = [], {}, []
+    for name in names:
+        record = runs.rung_metrics(store, run_id, name, rung)
+        if not record.history.get(metric):
+            raise BakeoffError(
+                f"variant {name!r} has no {metric} in its record of rung {rung}: halving ranks on validation,"
+                " which the worker scores at every job's last epoch: run an image built from this bakeoff"
+            )
+        score, since[name] = rung_score(record.history, metric, record.epochs)
+        scores.append(Score(name, metric, score))
+        epochs.append(record.epochs)
+    return scores, since, epochs
