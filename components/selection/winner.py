@@ -56,32 +56,13 @@ def select_winner(
     """
     if not candidates:
         raise BakeoffError("no candidates to select from: the config must list at least one variant")
-    model_name, metric, gate = settings.model_name, settings.metric, settings.gate
+    model_name, metric = settings.model_name, settings.metric
     store = open_store(store_uri)
     data = open_store(data_dir)
     metadata = artifact.read_metadata(data)
     validation = artifact.read_shards(data, "validation")
-    scored = []
     with tempfile.TemporaryDirectory(prefix="bakeoff-select-") as scratch:
-        for candidate in candidates:
-            progress.emit(candidate.variant, state="evaluating")
-            model_dir = store.get_dir(f"{candidate.prefix}/{runs.MODEL}", Path(scratch) / candidate.variant)
-            result = evaluate(model_dir, validation.images, validation.labels)
-            training = candidate.metrics
-            scored.append(
-                ScoredCandidate(
-                    variant=candidate.variant,
-                    workers=training.workers,
-                    num_replicas_in_sync=training.num_replicas_in_sync,
-                    val_accuracy=result["accuracy"],
-                    val_loss=result["loss"],
-                    epochs=training.epochs,
-                    train_seconds=training.train_seconds,
-                    examples_per_second=training.examples_per_second,
-                    uri=candidate.uri,
-                )
-            )
-        ranking = rank(scored, metric)
+        ranking = rank(_scored(store, candidates, validation, Path(scratch)), metric)
         best = ranking[0]
         winner = next(c for c in candidates if c.variant == best.variant)
         winner_dir = Path(scratch) / winner.variant
@@ -89,27 +70,8 @@ def select_winner(
         test_probabilities = predict(winner_dir, test.images)  # once: the test scores and the record come from it
         test_result = score(test_probabilities, test.labels)
         champion = _champion(store, model_name, validation, Path(scratch) / "champion")
-        decision = Decision(
-            published=promote(gate, metric, best.score(metric), champion.score(metric) if champion else None),
-            forced=gate.force,
-            min_improvement=gate.min_improvement,
-            champion=champion,
-            challenger=Score(best.variant, metric, best.score(metric)),
-        )
-        manifest = Manifest(
-            model=model_name,
-            run_id=run_id,
-            variant=winner.variant,
-            spec=winner.spec,
-            metrics=PublishedMetrics(
-                best.val_accuracy, best.val_loss, test_result["accuracy"], test_result["loss"], winner.metrics
-            ),
-            selection=SelectionBasis(metric, direction(metric), [c.variant for c in ranking]),
-            dataset=DatasetInfo(metadata["fingerprint"], metadata["counts"]),
-            promotion=decision,
-            source_uri=winner.uri,
-            created=_now(),
-        )
+        decision = _decide(settings, best, champion)
+        manifest = _manifest(run_id, settings, winner, ranking, test_result, metadata, decision)
         version = registry.publish(store, model_name, winner_dir, manifest) if decision.published else None
     summary = Summary(
         run_id=run_id,
@@ -124,16 +86,85 @@ def select_winner(
         candidates=ranking,
         stopped=list(stopped),
     )
-    record = SelectionRecord(
+    store.put_bytes(
+        runs.selection_key(run_id), _record(summary, metric, metadata, test, test_probabilities).to_json().encode()
+    )
+    return summary
+
+
+def _scored(store: Store, candidates: list[Candidate], validation: Split, scratch: Path) -> list[ScoredCandidate]:
+    """Every candidate's model fetched into ``scratch`` and scored on ``validation``, beside its training numbers."""
+    scored = []
+    for candidate in candidates:
+        progress.emit(candidate.variant, state="evaluating")
+        model_dir = store.get_dir(f"{candidate.prefix}/{runs.MODEL}", scratch / candidate.variant)
+        result = evaluate(model_dir, validation.images, validation.labels)
+        training = candidate.metrics
+        scored.append(
+            ScoredCandidate(
+                variant=candidate.variant,
+                workers=training.workers,
+                num_replicas_in_sync=training.num_replicas_in_sync,
+                val_accuracy=result["accuracy"],
+                val_loss=result["loss"],
+                epochs=training.epochs,
+                train_seconds=training.train_seconds,
+                examples_per_second=training.examples_per_second,
+                uri=candidate.uri,
+            )
+        )
+    return scored
+
+
+def _decide(settings: SelectionSettings, best: ScoredCandidate, champion: Champion | None) -> Decision:
+    """Whether ``best`` is published: the promotion gate between it and the champion, if there is one."""
+    metric, gate = settings.metric, settings.gate
+    return Decision(
+        published=promote(gate, metric, best.score(metric), champion.score(metric) if champion else None),
+        forced=gate.force,
+        min_improvement=gate.min_improvement,
+        champion=champion,
+        challenger=Score(best.variant, metric, best.score(metric)),
+    )
+
+
+def _manifest(
+    run_id: str,
+    settings: SelectionSettings,
+    winner: Candidate,
+    ranking: list[ScoredCandidate],
+    test_result: dict[str, float],
+    metadata: dict,
+    decision: Decision,
+) -> Manifest:
+    """What a published version says of itself: the winner's spec, its numbers, how it was chosen and on what data."""
+    best, metric = ranking[0], settings.metric
+    return Manifest(
+        model=settings.model_name,
+        run_id=run_id,
+        variant=winner.variant,
+        spec=winner.spec,
+        metrics=PublishedMetrics(
+            best.val_accuracy, best.val_loss, test_result["accuracy"], test_result["loss"], winner.metrics
+        ),
+        selection=SelectionBasis(metric, direction(metric), [c.variant for c in ranking]),
+        dataset=DatasetInfo(metadata["fingerprint"], metadata["counts"]),
+        promotion=decision,
+        source_uri=winner.uri,
+        created=_now(),
+    )
+
+
+def _record(summary: Summary, metric: str, metadata: dict, test: Split, probabilities: np.ndarray) -> SelectionRecord:
+    """The run's selection record: the summary and what the report shows of the winner on test."""
+    return SelectionRecord(
         **vars(summary),
         metric=metric,
         class_names=metadata["class_names"],
-        confusion_matrix=confusion_matrix(test.labels, test_probabilities.argmax(axis=1), len(metadata["class_names"])),
-        misclassified=_misclassified(test, test_probabilities),
+        confusion_matrix=confusion_matrix(test.labels, probabilities.argmax(axis=1), len(metadata["class_names"])),
+        misclassified=_misclassified(test, probabilities),
         created=_now(),
     )
-    store.put_bytes(runs.selection_key(run_id), record.to_json().encode())
-    return summary
 
 
 def _now() -> str:
