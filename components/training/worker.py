@@ -8,6 +8,7 @@ tests: ``python -m bakeoff.components.training.worker --variant JSON --data URI 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -289,6 +290,39 @@ def _is_chief(resolver: Any) -> bool:
     return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """How a job divides its training: workers and replicas, the global batch, the examples and steps of an epoch."""
+
+    workers: int
+    replicas: int
+    global_batch: int
+    train_count: int
+    steps_per_epoch: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _BackupPlace:
+    """Where a job's per-epoch backups go (``digest`` names the job) and whether this replica uploads them."""
+
+    store: Store
+    prefix: str
+    digest: str
+    chief: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fitted:
+    """What ``fit`` leaves for a job's metrics: where it resumed, the attempt, and what its callbacks measured."""
+
+    resume: backup.Resume
+    attempt: int
+    backing_up: StoreBackup
+    throughput: Throughput
+    train_seconds: float
+    validation_seconds: float
+
+
 def train(
     variant: Variant,
     data_uri: str,
@@ -304,56 +338,70 @@ def train(
     stops before it (``stop_epoch``, 0: at the end) keeps its backup, and the
     next job of the variant resumes there on the same schedule (rung training).
     """
-    import tensorflow as tf
-
-    schedule_epochs = variant.training.epochs
     stop_epoch = rungs.stop_epoch(variant, stop_epoch)
+    strategy = _strategy()
+    data = open_store(data_uri)
+    metadata = artifact.read_metadata(data)
+    shape = _shape(variant, strategy, metadata["counts"]["train"], max_train_examples)
+    model = _compiled_model(variant, strategy, metadata, shape.steps_per_epoch)
+    inputs = _inputs(variant, strategy, data, shape)
+    store = open_store(store_uri)
+    chief = _is_chief(strategy.cluster_resolver)
+    validation = _validation(variant, strategy, data, metadata, shape.workers, stop_epoch)
+    # Not the stop epoch: the next rung resumes this job's backup (a restart of this rung too).
+    digest = backup.fingerprint(
+        {
+            "variant": variant.to_dict(),
+            "data": data_uri,
+            "train_examples": shape.train_count,
+            "replicas": shape.replicas,
+        }
+    )
+    place = _BackupPlace(store, prefix, digest, chief)
+    fitted = _fit(model, inputs, variant, stop_epoch, shape, validation, place)
+    metrics = _metrics(variant, rung, model, shape, fitted, metadata["counts"].get("validation", 0))
+    # Else a rung ended before the schedule did: halving decides whether it goes on.
+    finished = stop_epoch == variant.training.epochs
+    _save(model, chief, metadata["class_names"], store, prefix, metrics, variant, finished)
+    if chief:
+        progress.emit(variant.name, state="done" if finished else "paused")
+    return metrics
+
+
+def _strategy() -> Any:
+    """This replica's MultiWorkerMirroredStrategy, once every peer has joined, under the backend's thread caps."""
+    import tensorflow as tf
 
     _configure_threads()
     # No timeout on every collective (it costs a thread each): TensorFlow's coordination
     # service fails the others ~10 s after a peer goes quiet, and the local backend names it.
     with joining():
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+        return tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=tf.distribute.experimental.CommunicationOptions(
                 implementation=tf.distribute.experimental.CommunicationImplementation.RING
             )
         )
-    data = open_store(data_uri)
-    metadata = artifact.read_metadata(data)
+
+
+def _shape(variant: Variant, strategy: Any, train_examples: int, max_train_examples: int) -> _Shape:
+    """The job's shape over ``train_examples`` (at most ``max_train_examples``, 0: all); one line if they make no
+    full global batch."""
     replicas = strategy.num_replicas_in_sync
     global_batch = variant.training.batch_size * replicas
-    train_count = metadata["counts"]["train"]
-    if max_train_examples:
-        train_count = min(train_count, max_train_examples)
+    train_count = min(train_examples, max_train_examples) if max_train_examples else train_examples
     steps_per_epoch = train_count // global_batch
     if steps_per_epoch < 1:
         raise BakeoffError(
             f"variant {variant.name!r}: {train_count} training examples make no full global batch of {global_batch}:"
             " raise --max-train-examples or lower training.batch_size"
         )
+    workers = len(strategy.cluster_resolver.cluster_spec().as_dict().get("worker", [])) or 1
+    return _Shape(workers, replicas, global_batch, train_count, steps_per_epoch)
 
-    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        # Each input pipeline reads whole shard files of its own: no worker
-        # reads (and throws away) the others' data.
-        part = artifact.read_shards(data, "train", context.input_pipeline_id, context.num_input_pipelines)
-        limit = math.ceil(train_count / context.num_input_pipelines)
-        images, labels = part.images[:limit], part.labels[:limit]
-        batches = (
-            tf.data.Dataset.from_tensor_slices((images, labels))
-            .shuffle(len(labels), seed=SHUFFLE_SEED + context.input_pipeline_id, reshuffle_each_iteration=True)
-            .repeat()
-            .batch(context.get_per_replica_batch_size(global_batch), drop_remainder=True)
-        )
-        if variant.training.random_flip:
-            batches = batches.map(_random_flip, num_parallel_calls=tf.data.AUTOTUNE)
-        # No tf.data autotuning: at the end of fit, deleting an autotuned
-        # iterator waits for one of its background threads, idling both replicas
-        # for seconds (py-spy: ~RootDataset::Iterator in ~LogicalThreadWrapper).
-        # Fixed buffers train as fast.
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        return batches.prefetch(2).with_options(options)
 
+def _compiled_model(variant: Variant, strategy: Any, metadata: dict, steps_per_epoch: int) -> Any:
+    """The variant's model, built and compiled in ``strategy``'s scope, its learning rate scheduled over every
+    epoch."""
     training = variant.training
     with strategy.scope():
         architecture = ARCHITECTURES[variant.architecture]
@@ -371,85 +419,125 @@ def train(
             metrics=["accuracy"],
             # Many steps per call into the graph: per-step Python and
             # coordination overhead is otherwise a large part of a small step.
-            steps_per_execution=variant.training.steps_per_execution,
+            steps_per_execution=training.steps_per_execution,
         )
+    return model
+
+
+def _inputs(variant: Variant, strategy: Any, data: Store, shape: _Shape) -> Any:
+    """The training batches, distributed: each input pipeline shuffles and batches shards of its own, endlessly."""
+    import tensorflow as tf
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        # Each input pipeline reads whole shard files of its own: no worker
+        # reads (and throws away) the others' data.
+        part = artifact.read_shards(data, "train", context.input_pipeline_id, context.num_input_pipelines)
+        limit = math.ceil(shape.train_count / context.num_input_pipelines)
+        images, labels = part.images[:limit], part.labels[:limit]
+        batches = (
+            tf.data.Dataset.from_tensor_slices((images, labels))
+            .shuffle(len(labels), seed=SHUFFLE_SEED + context.input_pipeline_id, reshuffle_each_iteration=True)
+            .repeat()
+            .batch(context.get_per_replica_batch_size(shape.global_batch), drop_remainder=True)
+        )
+        if variant.training.random_flip:
+            batches = batches.map(_random_flip, num_parallel_calls=tf.data.AUTOTUNE)
+        # No tf.data autotuning: at the end of fit, deleting an autotuned
+        # iterator waits for one of its background threads, idling both replicas
+        # for seconds (py-spy: ~RootDataset::Iterator in ~LogicalThreadWrapper).
+        # Fixed buffers train as fast.
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return batches.prefetch(2).with_options(options)
+
     # No per-replica prefetch on top of the pipeline's own: on a CPU replica it
     # only adds a thread, and deleting it at the end of fit can keep a replica waiting.
     no_device_prefetch = tf.distribute.InputOptions(experimental_per_replica_buffer_size=0)
-    inputs = strategy.distribute_datasets_from_function(dataset_fn, no_device_prefetch)
-    store = open_store(store_uri)
-    resolver = strategy.cluster_resolver
-    chief = _is_chief(resolver)
-    workers = len(resolver.cluster_spec().as_dict().get("worker", [])) or 1
-    validation = None
-    if metadata["counts"].get("validation"):
-        # The validation shards index::count, as the training shards: every example scored once, by one replica.
-        part = artifact.read_shards(data, "validation", resolver.task_id or 0, workers)
-        validation = Validation(strategy, part.images, part.labels, training.validation_freq, stop_epoch)
-    # Not the stop epoch: the next rung resumes this job's backup (a restart of this rung too).
-    digest = backup.fingerprint(
-        {"variant": variant.to_dict(), "data": data_uri, "train_examples": train_count, "replicas": replicas}
-    )
+    return strategy.distribute_datasets_from_function(dataset_fn, no_device_prefetch)
+
+
+def _validation(
+    variant: Variant, strategy: Any, data: Store, metadata: dict, workers: int, stop_epoch: int
+) -> Validation | None:
+    """The callback scoring this replica's part of the validation split; None for a dataset without one."""
+    if not metadata["counts"].get("validation"):
+        return None
+    # The validation shards index::count, as the training shards: every example scored once, by one replica.
+    part = artifact.read_shards(data, "validation", strategy.cluster_resolver.task_id or 0, workers)
+    return Validation(strategy, part.images, part.labels, variant.training.validation_freq, stop_epoch)
+
+
+def _fit(
+    model: Any,
+    inputs: Any,
+    variant: Variant,
+    stop_epoch: int,
+    shape: _Shape,
+    validation: Validation | None,
+    place: _BackupPlace,
+) -> _Fitted:
+    """Fits ``model`` until ``stop_epoch``, resuming from the job's backup and backing up every epoch."""
     backup_dir = Path(tempfile.mkdtemp(prefix="bakeoff-backup-"))
     try:
         # Every replica restores the same epoch: the chief's next upload needs every replica's steps.
-        resume = backup.restore(store, prefix, digest, backup_dir)
-        attempt = backup.begin_attempt(store, prefix, digest, stop_epoch) if chief else 0
+        resume = backup.restore(place.store, place.prefix, place.digest, backup_dir)
+        attempt = backup.begin_attempt(place.store, place.prefix, place.digest, stop_epoch) if place.chief else 0
         if resume.epochs_done:
             print(
-                f"resuming after epoch {resume.epochs_done} of {schedule_epochs} from the backup",
+                f"resuming after epoch {resume.epochs_done} of {variant.training.epochs} from the backup",
                 file=sys.stderr,
                 flush=True,
             )
-        backing_up = StoreBackup(backup_dir, store, prefix, digest, chief, resume)
-        throughput = Throughput(global_batch, paused=lambda: validation.seconds if validation else 0.0)
+        backing_up = StoreBackup(backup_dir, place.store, place.prefix, place.digest, place.chief, resume)
+        throughput = Throughput(shape.global_batch, paused=lambda: validation.seconds if validation else 0.0)
         # Validation first: the callbacks after it find its numbers in the epoch's logs.
         callbacks = [
             callback
             for callback in (
                 validation,
-                Progress(variant.name, stop_epoch, steps_per_epoch * global_batch) if chief else None,
+                Progress(variant.name, stop_epoch, shape.steps_per_epoch * shape.global_batch) if place.chief else None,
             )
             if callback is not None
         ] + [backing_up, throughput]
         started = time.perf_counter()
-        model.fit(inputs, epochs=stop_epoch, steps_per_epoch=steps_per_epoch, verbose=2, callbacks=callbacks)
+        model.fit(inputs, epochs=stop_epoch, steps_per_epoch=shape.steps_per_epoch, verbose=2, callbacks=callbacks)
         train_seconds = time.perf_counter() - started
     finally:
         shutil.rmtree(backup_dir, ignore_errors=True)
-    metrics = WorkerMetrics(
+    validation_seconds = validation.seconds if validation else 0.0
+    return _Fitted(resume, attempt, backing_up, throughput, train_seconds, validation_seconds)
+
+
+def _metrics(
+    variant: Variant, rung: int, model: Any, shape: _Shape, fitted: _Fitted, validation_examples: int
+) -> WorkerMetrics:
+    """This replica's record of the job: what it trained, how fast, on what, and what it cost."""
+    return WorkerMetrics(
         variant=variant.name,
-        history=backing_up.history,
-        epochs=resume.epochs_done + throughput.epochs,
-        schedule_epochs=schedule_epochs,
+        history=fitted.backing_up.history,
+        epochs=fitted.resume.epochs_done + fitted.throughput.epochs,
+        schedule_epochs=variant.training.epochs,
         rung=rung,
-        attempt=attempt,
-        resumed_from_epoch=resume.epochs_done,
-        epochs_trained=throughput.epochs,
+        attempt=fitted.attempt,
+        resumed_from_epoch=fitted.resume.epochs_done,
+        epochs_trained=fitted.throughput.epochs,
         optimizer_iterations=int(model.optimizer.iterations.numpy()),
         learning_rate=float(model.optimizer.learning_rate.numpy()),
-        workers=workers,
-        num_replicas_in_sync=replicas,
-        global_batch_size=global_batch,
-        steps_per_epoch=steps_per_epoch,
-        train_examples=train_count,
-        train_seconds=train_seconds,
-        backup_seconds=backing_up.seconds,
-        validation_seconds=validation.seconds if validation else 0.0,
-        validation_examples=metadata["counts"].get("validation", 0),
-        examples_per_second=throughput.examples_per_second,
-        examples_per_second_steady=throughput.steady,
+        workers=shape.workers,
+        num_replicas_in_sync=shape.replicas,
+        global_batch_size=shape.global_batch,
+        steps_per_epoch=shape.steps_per_epoch,
+        train_examples=shape.train_count,
+        train_seconds=fitted.train_seconds,
+        backup_seconds=fitted.backing_up.seconds,
+        validation_seconds=fitted.validation_seconds,
+        validation_examples=validation_examples,
+        examples_per_second=fitted.throughput.examples_per_second,
+        examples_per_second_steady=fitted.throughput.steady,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         allocator=allocator.in_use(),
         onednn=_onednn_enabled(),
     )
-    finished = (
-        stop_epoch == schedule_epochs
-    )  # else a rung ended before the schedule did: halving decides whether it goes on
-    _save(model, chief, metadata["class_names"], store, prefix, metrics, variant, finished)
-    if chief:
-        progress.emit(variant.name, state="done" if finished else "paused")
-    return metrics
 
 
 def _save(
