@@ -2,12 +2,14 @@
 select and publish."""
 
 import dataclasses
+from typing import Any, Self
 
 from kfp import dsl
+from kfp.dsl.python_component import PythonComponent
 
 from bakeoff.components import defaults
 from bakeoff.components.search.halving import Rung, schedule
-from bakeoff.components.spec import Search
+from bakeoff.components.spec import Halving, Search
 from bakeoff.components.steps.check import check
 from bakeoff.components.steps.factory import as_component
 from bakeoff.components.steps.halve import halve
@@ -53,68 +55,97 @@ def build_pipeline(
     last rung's variants. Without it there is one sub-pipeline, as always.
     """
     halving = search.halving if search else None
-    compiled = len(
-        variants
-    )  # the rungs' keeps hold for this many; the pipeline's own ``variants`` parameter shadows the list
-    plan: list[Rung | None] = list(schedule(compiled, halving)) if halving else [None]
-    check_op, ingest_op, train_op, halve_op, select_op = (
-        as_component(func, image) for func in (check, ingest, train, halve, select)
-    )
+    plan: list[Rung | None] = list(schedule(len(variants), halving)) if halving else [None]
+    steps = _Steps.on_image(image, parallelism, cluster)
+    # Defined here: KFP allows no pipeline definition inside another.
+    rungs = [(rung, _train_variants(steps, rung)) for rung in plan]
+    return _bakeoff(steps, variants, rungs, halving)
 
-    def on_cluster(task: dsl.PipelineTask) -> dsl.PipelineTask:
-        if cluster is not None:
+
+@dataclasses.dataclass(frozen=True)
+class _Steps:
+    """The steps as components on the pipeline's image, and the compile-time settings their tasks get."""
+
+    image: str
+    parallelism: int
+    cluster: Cluster | None
+    check: PythonComponent
+    ingest: PythonComponent
+    train: PythonComponent
+    halve: PythonComponent
+    select: PythonComponent
+
+    @classmethod
+    def on_image(cls, image: str, parallelism: int, cluster: Cluster | None) -> Self:
+        """Each step made a component on ``image`` once, for every task of it."""
+        components = (as_component(func, image) for func in (check, ingest, train, halve, select))
+        return cls(image, parallelism, cluster, *components)
+
+    def on_cluster(self, task: dsl.PipelineTask) -> dsl.PipelineTask:
+        """``task`` given the store's keys from the cluster's secret (and plain HTTP where the store speaks it)."""
+        if self.cluster is not None:
             from kfp import kubernetes
 
-            kubernetes.use_secret_as_env(task, secret_name=cluster.secret, secret_key_to_env=STORE_SECRET_KEYS)
-            if cluster.s3_insecure:
+            kubernetes.use_secret_as_env(task, secret_name=self.cluster.secret, secret_key_to_env=STORE_SECRET_KEYS)
+            if self.cluster.s3_insecure:
                 task.set_env_variable(S3_INSECURE_ENV, "1")
         return task
 
-    def train_variants(rung: Rung | None) -> dsl.graph_component.GraphComponent:
-        """The sub-pipeline that trains each of its ``variants`` as a TFJob: to its own epochs, or to ``rung``'s,
-        resuming."""
-        until = {} if rung is None else {"stop_epoch": rung.epochs, "rung": rung.index}
 
-        @dsl.pipeline(
-            name="train-variants" if rung is None else f"rung-{rung.index}",
-            description="One multi-worker TFJob per variant."
-            if rung is None
-            else f"Trains {rung.entering} variants until epoch {rung.epochs} and keeps the best {rung.keep}.",
-        )
-        def trainer(
-            variants: list[dict],
-            data: dsl.Input[dsl.Dataset],
-            store: str,
-            s3_endpoint: str,
-            max_train_examples: int,
-            timeout_seconds: int,
-            backend: str,
-            trainer: str,
-        ) -> None:
-            # The items are this sub-pipeline's list[dict] input, so each is typed STRUCT, as train's variant is,
-            # also where a halve step's output feeds it (the KFP driver refuses a string item for a STRUCT input).
-            with dsl.ParallelFor(variants, parallelism=parallelism) as variant:
-                trained = on_cluster(
-                    train_op(
-                        variant=variant,
-                        data=data,
-                        store=store,
-                        s3_endpoint=s3_endpoint,
-                        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                        image=image,
-                        max_train_examples=max_train_examples,
-                        concurrent_jobs=parallelism,
-                        timeout_seconds=timeout_seconds,
-                        backend=backend,
-                        trainer=trainer,
-                        **until,
-                    )
+def _train_variants(steps: _Steps, rung: Rung | None) -> dsl.graph_component.GraphComponent:
+    """The sub-pipeline that trains each of its ``variants`` as a TFJob: to its own epochs, or to ``rung``'s,
+    resuming."""
+    until = {} if rung is None else {"stop_epoch": rung.epochs, "rung": rung.index}
+
+    @dsl.pipeline(
+        name="train-variants" if rung is None else f"rung-{rung.index}",
+        description="One multi-worker TFJob per variant."
+        if rung is None
+        else f"Trains {rung.entering} variants until epoch {rung.epochs} and keeps the best {rung.keep}.",
+    )
+    def trainer(
+        variants: list[dict],
+        data: dsl.Input[dsl.Dataset],
+        store: str,
+        s3_endpoint: str,
+        max_train_examples: int,
+        timeout_seconds: int,
+        backend: str,
+        trainer: str,
+    ) -> None:
+        # The items are this sub-pipeline's list[dict] input, so each is typed STRUCT, as train's variant is,
+        # also where a halve step's output feeds it (the KFP driver refuses a string item for a STRUCT input).
+        with dsl.ParallelFor(variants, parallelism=steps.parallelism) as variant:
+            trained = steps.on_cluster(
+                steps.train(
+                    variant=variant,
+                    data=data,
+                    store=store,
+                    s3_endpoint=s3_endpoint,
+                    run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                    image=steps.image,
+                    max_train_examples=max_train_examples,
+                    concurrent_jobs=steps.parallelism,
+                    timeout_seconds=timeout_seconds,
+                    backend=backend,
+                    trainer=trainer,
+                    **until,
                 )
-                trained.set_caching_options(False)
+            )
+            trained.set_caching_options(False)
 
-        return trainer
+    return trainer
 
-    trainers = [train_variants(rung) for rung in plan]  # defined here: KFP allows no pipeline definition inside another
+
+def _bakeoff(
+    steps: _Steps,
+    variants: list[dict],
+    rungs: list[tuple[Rung | None, dsl.graph_component.GraphComponent]],
+    halving: Halving | None,
+) -> dsl.graph_component.GraphComponent:
+    """The top-level pipeline: check, ingest, each rung's training (and halving), select; its parameters are a run's."""
+    cluster = steps.cluster
+    compiled = len(variants)  # the rungs' keeps hold for this many; the pipeline's ``variants`` shadows the list
 
     @dsl.pipeline(name="bakeoff", description="Trains CNN variants as multi-worker TFJobs and publishes the best.")
     def bakeoff(
@@ -135,8 +166,8 @@ def build_pipeline(
         trainer: str = defaults.TRAINER,
     ) -> str:
         # What a UI or SDK user may set is checked first, against what was compiled in: a mismatch costs no ingest.
-        checked = on_cluster(
-            check_op(
+        checked = steps.on_cluster(
+            steps.check(
                 variants=variants,
                 store=store,
                 s3_endpoint=s3_endpoint,
@@ -156,8 +187,8 @@ def build_pipeline(
             )
         )
         checked.set_caching_options(False)  # it opens the store, whose reachability a cached success would not prove
-        data = on_cluster(
-            ingest_op(
+        data = steps.on_cluster(
+            steps.ingest(
                 source=source,
                 source_digest=source_digest,
                 validation_size=validation_size,
@@ -165,36 +196,21 @@ def build_pipeline(
                 seed=defaults.SEED,
             ).after(checked)
         )
-        entering = variants
-        for rung, train_rung in zip(plan, trainers, strict=True):
-            trained = train_rung(
-                variants=entering,
-                data=data.outputs["data"],
-                store=store,
-                s3_endpoint=s3_endpoint,
-                max_train_examples=max_train_examples,
-                timeout_seconds=timeout_seconds,
-                backend=backend,
-                trainer=trainer,
-            )
-            if rung is None or rung is plan[-1]:
-                break
-            # Each next step waits for the whole rung, then reads its results back from the store (no dsl.Collected).
-            halved = on_cluster(
-                halve_op(
-                    variants=entering,
-                    store=store,
-                    s3_endpoint=s3_endpoint,
-                    run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                    rung=rung.index,
-                    keep=rung.keep,
-                    metric=metric,
-                ).after(trained)
-            )
-            halved.set_caching_options(False)
-            entering = halved.output
-        selected = on_cluster(
-            select_op(
+        entering, trained = _train_rungs(
+            steps,
+            rungs,
+            variants,
+            metric,
+            data=data.outputs["data"],
+            store=store,
+            s3_endpoint=s3_endpoint,
+            max_train_examples=max_train_examples,
+            timeout_seconds=timeout_seconds,
+            backend=backend,
+            trainer=trainer,
+        )
+        selected = steps.on_cluster(
+            steps.select(
                 variants=entering,
                 data=data.outputs["data"],
                 store=store,
@@ -210,3 +226,36 @@ def build_pipeline(
         return selected.outputs["Output"]
 
     return bakeoff
+
+
+def _train_rungs(
+    steps: _Steps,
+    rungs: list[tuple[Rung | None, dsl.graph_component.GraphComponent]],
+    variants: Any,
+    metric: Any,
+    **training: Any,
+) -> tuple[Any, dsl.PipelineTask]:
+    """Each rung's sub-pipeline over the variants the halve step before it kept; the last rung's variants and task.
+
+    ``training`` holds what every rung's sub-pipeline gets besides its variants (the data, the store, the limits).
+    """
+    entering = variants
+    for rung, train_rung in rungs:
+        trained = train_rung(variants=entering, **training)
+        if rung is None or rung is rungs[-1][0]:
+            break
+        # Each next step waits for the whole rung, then reads its results back from the store (no dsl.Collected).
+        halved = steps.on_cluster(
+            steps.halve(
+                variants=entering,
+                store=training["store"],
+                s3_endpoint=training["s3_endpoint"],
+                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                rung=rung.index,
+                keep=rung.keep,
+                metric=metric,
+            ).after(trained)
+        )
+        halved.set_caching_options(False)
+        entering = halved.output
+    return entering, trained
