@@ -5,7 +5,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -237,3 +240,21 @@ def test_random_flip_mirrors_some_images_and_keeps_labels(small_dataset: Path) -
     assert all(m or k for m, k in zip(mirrored, kept, strict=True))
     assert 64 < sum(mirrored) < 192  # about half, for 256 images
     assert np.array_equal(same_labels.numpy(), labels)
+
+
+@pytest.mark.unit
+def test_the_replica_program_does_not_load_its_launcher() -> None:
+    """The heartbeat's contract is backends/heartbeat.py: a replica loads neither the local backend nor its imports."""
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, bakeoff.components.training.worker; print(*sorted(sys.modules), sep=chr(10))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    ).stdout.split()
+    assert "bakeoff.components.backends.heartbeat" in loaded
+    assert "bakeoff.components.backends.local" not in loaded
