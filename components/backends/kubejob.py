@@ -25,6 +25,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from bakeoff.components.backends.backend import Sink, print_line
 from bakeoff.components.defaults import LOG_TAIL
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.retry import Backoff, retrying
 
 SERVICE_ACCOUNT_ENV = "BAKEOFF_TFJOB_SERVICE_ACCOUNT"  # names the replicas' service account instead of the step's
 # This step's pod name: KFP's downward-API variable first (commonEnvs in kubeflow/pipelines
@@ -287,22 +288,18 @@ class KubeJobRunner(Generic[J]):
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
         """``call()``, tried again after a growing pause while the API fails transiently; other errors go to the
         caller."""
-        delay = self.retry_delay
-        for attempt in range(1, self.api_attempts + 1):
-            try:
-                return call()
-            except Exception as error:
-                if not _transient(error):
-                    raise
-                if attempt == self.api_attempts:
-                    raise BakeoffError(
-                        f"the Kubernetes API failed {attempt} times in a row to {what} ({api_reason(error)}):"
-                        " check the API server, then retry the run"
-                    ) from None
-                self.sink(f"Kubernetes API could not {what} ({api_reason(error)}); trying again in {delay:g}s")
-                time.sleep(delay)
-                delay = min(delay * 2, RETRY_DELAY_MAX)
-        raise AssertionError("unreachable")
+        backoff = Backoff(first=self.retry_delay, longest=RETRY_DELAY_MAX, attempts=self.api_attempts)
+
+        def announce(error: Exception, wait: float) -> None:
+            self.sink(f"Kubernetes API could not {what} ({api_reason(error)}); trying again in {wait:.1f}s")
+
+        def give_up(error: Exception, attempts: int) -> BakeoffError:
+            return BakeoffError(
+                f"the Kubernetes API failed {attempts} times in a row to {what} ({api_reason(error)}):"
+                " check the API server, then retry the run"
+            )
+
+        return retrying(call, _transient, backoff, announce, give_up)
 
     def _read_job(self, name: str, namespace: str) -> JobState | None:
         """The job's state, or None when there is none by that name."""

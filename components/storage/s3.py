@@ -5,9 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import random
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import TypeVar
 from bakeoff.components import defaults
 from bakeoff.components.defaults import S3_REGION
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.retry import Backoff, retrying
 from bakeoff.components.storage.store import Store, files_below
 
 S3_ENDPOINT_ENV = "BAKEOFF_S3_ENDPOINT"
@@ -155,33 +154,28 @@ class S3Store(Store):
         """
         import minio.error
 
-        deadline: float | None = None
-        pause = S3_RETRY_FIRST_PAUSE
-        while True:
-            try:
-                return request()
-            except Exception as error:
-                if isinstance(error, minio.error.S3Error) and error.code in expected:
-                    raise
-                if not _transient(error):
-                    if isinstance(error, minio.error.MinioException):
-                        raise BakeoffError(
-                            f"S3 {action} of {self.uri_for(key)!r} was refused ({_reason(error)}):"
-                            " check the store URI and what these keys may do there"
-                        ) from None
-                    raise
-                now = time.monotonic()
-                deadline = deadline if deadline is not None else now + self.retry_seconds
-                if now >= deadline:
-                    raise BakeoffError(
-                        f"S3 {action} of {self.uri_for(key)!r} still failed after {self.retry_seconds:g} s of retries"
-                        f" ({_reason(error)}): check that {self.endpoint} is up, then run again"
-                    ) from None
-                # Jittered, so that many clients of one restarting server do not come back in step.
-                wait = min(pause * random.uniform(0.5, 1.0), deadline - now)
-                self.report(f"S3 {action} of {self.uri_for(key)} failed ({_reason(error)}): retrying in {wait:.1f} s")
-                time.sleep(wait)
-                pause = min(pause * 2, S3_RETRY_MAX_PAUSE)
+        def passing(error: Exception) -> bool:
+            return not (isinstance(error, minio.error.S3Error) and error.code in expected) and _transient(error)
+
+        def announce(error: Exception, wait: float) -> None:
+            self.report(f"S3 {action} of {self.uri_for(key)} failed ({_reason(error)}): retrying in {wait:.1f} s")
+
+        def give_up(error: Exception, attempts: int) -> BakeoffError:
+            return BakeoffError(
+                f"S3 {action} of {self.uri_for(key)!r} still failed after {self.retry_seconds:g} s of retries"
+                f" ({_reason(error)}): check that {self.endpoint} is up, then run again"
+            )
+
+        backoff = Backoff(first=S3_RETRY_FIRST_PAUSE, longest=S3_RETRY_MAX_PAUSE, seconds=self.retry_seconds)
+        try:
+            return retrying(request, passing, backoff, announce, give_up)
+        except minio.error.MinioException as error:
+            if isinstance(error, minio.error.S3Error) and error.code in expected:
+                raise
+            raise BakeoffError(
+                f"S3 {action} of {self.uri_for(key)!r} was refused ({_reason(error)}):"
+                " check the store URI and what these keys may do there"
+            ) from None
 
     def _put_checked(self, name: str, data: bytes) -> None:
         """One upload, checked: the ETag of a single-part put is the MD5 of what the server stored."""
