@@ -7,17 +7,14 @@ the job's end, retry transient API errors; each backend says how its kind is cal
 from __future__ import annotations
 
 import collections
-import json
-import multiprocessing
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-import urllib3
 from kubernetes.client import ApiClient, V1DeleteOptions, V1OwnerReference
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
@@ -25,6 +22,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from bakeoff.components.backends.backend import Sink, print_line
 from bakeoff.components.defaults import LOG_TAIL
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.kubeapi import api_exception, api_reason, api_status, names_an_object, unanswered
 from bakeoff.components.retry import Backoff, retrying
 
 SERVICE_ACCOUNT_ENV = "BAKEOFF_TFJOB_SERVICE_ACCOUNT"  # names the replicas' service account instead of the step's
@@ -53,58 +51,12 @@ class _PastDeadline(Exception):
     """The job outlived its deadline plus the grace period."""
 
 
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    """``error`` and what caused it: TrainingClient wraps the API's exceptions in RuntimeError."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def _api_exception(error: BaseException) -> ApiException | None:
-    return next((cause for cause in _chain(error) if isinstance(cause, ApiException)), None)
-
-
-def api_status(error: BaseException) -> int | None:
-    api = _api_exception(error)
-    return api.status if api is not None else None
-
-
 def _transient(error: BaseException) -> bool:
     """A server-side hiccup or a lost connection, as opposed to an answer about the request itself."""
-    api = _api_exception(error)
+    api = api_exception(error)
     if api is not None:
         return not api.status or api.status in TRANSIENT_STATUSES
-    unanswered = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, multiprocessing.TimeoutError)
-    return any(isinstance(cause, unanswered) for cause in _chain(error))
-
-
-def api_reason(error: BaseException) -> str:
-    """One line out of a multi-line client error: the API's status and message, else the root cause."""
-    api = _api_exception(error)
-    if api is not None and api.status:
-        try:
-            message = json.loads(api.body)["message"]
-        except (TypeError, ValueError, KeyError):
-            message = api.reason
-        return f"HTTP {api.status}: {message}"
-    root = list(_chain(error))[-1]
-    return f"{type(root).__name__}: {str(root).splitlines()[0] if str(root) else 'no answer'}"
-
-
-def names_an_object(error: BaseException) -> bool:
-    """Whether a 404 is about an object (a metav1.Status whose details name it), not about the resource type.
-
-    For a resource type it does not serve (no CRD) the API server answers Go's plain "404 page not found"
-    (k8s.io/apiserver/pkg/util/notfoundhandler), with no Status at all.
-    """
-    api = _api_exception(error)
-    try:
-        return bool((json.loads(api.body).get("details") or {}).get("name")) if api is not None else False
-    except (TypeError, ValueError, AttributeError):
-        return False
+    return unanswered(error)
 
 
 def _restart_count(pod: Any, container: str) -> int:

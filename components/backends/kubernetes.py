@@ -8,7 +8,8 @@ from kubeflow.training import KubeflowOrgV1TFJob
 from kubernetes.client import V1DeleteOptions
 
 from bakeoff.components.backends.backend import CONTAINER, WORKER
-from bakeoff.components.backends.kubejob import JobState, KubeJobRunner, api_reason
+from bakeoff.components.backends.kubejob import JobState, KubeJobRunner
+from bakeoff.components.kubeapi import api_reason
 
 JOB_KIND = "TFJob"
 JOB_GROUP, JOB_PLURAL = "kubeflow.org", "tfjobs"  # the Training Operator v1's CRD

@@ -33,7 +33,8 @@ from kubernetes.client import ApiClient, V1DeleteOptions, V1ObjectMeta
 
 from bakeoff.components.backends.backend import WORKER
 from bakeoff.components.backends.cluster_spec import NODES_ENV
-from bakeoff.components.backends.kubejob import JobState, KubeJobRunner, api_reason
+from bakeoff.components.backends.kubejob import JobState, KubeJobRunner
+from bakeoff.components.kubeapi import api_reason
 
 GROUP, VERSION, PLURAL, KIND = "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
 RUNTIME = "bakeoff-tensorflow"  # manifests/trainer-v2/'s ClusterTrainingRuntime

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import os
 import re
 import time
@@ -14,7 +13,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import urllib3
 from kserve import (
     V1alpha1ServingRuntime,
     V1alpha1ServingRuntimeSpec,
@@ -30,6 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.kubeapi import api_body, api_reason, api_status, unanswered
 from bakeoff.components.storage import NAMESPACE_TOKEN, POD_NAMESPACE_FILE, open_store, registry
 
 GROUP = "serving.kserve.io"
@@ -66,7 +65,6 @@ WRITE_ATTEMPTS = 3  # get → create/patch rounds against someone else writing t
 # know would otherwise vanish from what deploy reports as deployed. kubectl validates the same way by default.
 FIELD_VALIDATION = "Strict"
 _WRITE = {"field_validation": FIELD_VALIDATION, "_request_timeout": REQUEST_SECONDS}  # every create and patch
-STRICT_DECODING = "strict decoding error:"  # what the API server's message says from, after quoting the whole object
 # Knative names each predictor revision, so its DNS label "<name>-predictor-00001" must stay within 63 characters.
 MAX_NAME = 63 - len("-predictor-00001")
 _ISVC_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # KServe's IsvcNameFmt
@@ -193,76 +191,39 @@ def as_dict(model: Any) -> dict:
 # ---------------------------------------------------------------- talking to the API
 
 
-def _chain(error: BaseException) -> list[BaseException]:
-    found: list[BaseException] = []
-    current: BaseException | None = error
-    while current is not None and current not in found:
-        found.append(current)
-        current = current.__cause__ or current.__context__
-    return found
-
-
-def _api_body(error: ApiException) -> dict:
-    """The metav1.Status the API server answered with; {} for a plain-text answer (a path it does not serve)."""
-    try:
-        body = json.loads(error.body)
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _api_message(error: ApiException) -> str:
-    message = _api_body(error).get("message")
-    if not message:
-        return str(error.reason or "no message")
-    message = " ".join(str(message).split())
-    # A refused merge patch quotes the whole patched object before the reason: keep the reason.
-    return message[message.find(STRICT_DECODING) :] if STRICT_DECODING in message else message
-
-
 def _failure(error: BaseException, doing: str, cluster: Cluster, namespace: str) -> BakeoffError:
     """One line for a failed API call: what was refused, and what to do."""
-    if isinstance(error, ApiException) and error.status:
-        message = _api_message(error)
-        if error.status == 401:
-            return BakeoffError(
-                f"the Kubernetes API at {cluster.host} does not accept your credentials (HTTP 401: {message}):"
-                " log in again, or check your kube-config context"
-            )
-        if error.status == 403:
-            return BakeoffError(
-                f"not allowed to {doing} in namespace {namespace!r} (HTTP 403: {message}): you need get, create and "
-                "patch"
-                f" on inferenceservices and servingruntimes ({GROUP}) there, or another --namespace"
-            )
-        if error.status == 404 and (_api_body(error).get("details") or {}).get("kind") == "namespaces":
-            return BakeoffError(
-                f"cannot {doing}: namespace {namespace!r} does not exist on {cluster.host} (HTTP 404: {message}):"
-                " pass --namespace with your profile's namespace, or leave it out for the kube-config's"
-            )
-        if error.status == 404:
-            return BakeoffError(
-                f"cannot {doing}: the API at {cluster.host} has no {GROUP} resources (HTTP 404: {message}):"
-                " install KServe on the cluster first"
-            )
-        if error.status in (400, 422):
-            return BakeoffError(
-                f"the API at {cluster.host} refused to {doing} in namespace {namespace!r} (HTTP {error.status}: "
-                f"{message}):"
-                f" the cluster's {GROUP} CRDs refuse the field named; an older KServe may lack it: upgrade KServe there"
-            )
-        return BakeoffError(f"cannot {doing} in namespace {namespace!r} (HTTP {error.status}: {message})")
-    root = _chain(error)[-1]
-    text = str(root).splitlines()[0] if str(root) else "no answer"
+    status, reason = api_status(error), api_reason(error)
+    if status == 401:
+        return BakeoffError(
+            f"the Kubernetes API at {cluster.host} does not accept your credentials ({reason}):"
+            " log in again, or check your kube-config context"
+        )
+    if status == 403:
+        return BakeoffError(
+            f"not allowed to {doing} in namespace {namespace!r} ({reason}): you need get, create and patch"
+            f" on inferenceservices and servingruntimes ({GROUP}) there, or another --namespace"
+        )
+    if status == 404 and (api_body(error).get("details") or {}).get("kind") == "namespaces":
+        return BakeoffError(
+            f"cannot {doing}: namespace {namespace!r} does not exist on {cluster.host} ({reason}):"
+            " pass --namespace with your profile's namespace, or leave it out for the kube-config's"
+        )
+    if status == 404:
+        return BakeoffError(
+            f"cannot {doing}: the API at {cluster.host} has no {GROUP} resources ({reason}):"
+            " install KServe on the cluster first"
+        )
+    if status in (400, 422):
+        return BakeoffError(
+            f"the API at {cluster.host} refused to {doing} in namespace {namespace!r} ({reason}):"
+            f" the cluster's {GROUP} CRDs refuse the field named; an older KServe may lack it: upgrade KServe there"
+        )
+    if status:
+        return BakeoffError(f"cannot {doing} in namespace {namespace!r} ({reason})")
     return BakeoffError(
-        f"cannot reach the Kubernetes API at {cluster.host} to {doing} ({type(root).__name__}: {text}):"
+        f"cannot reach the Kubernetes API at {cluster.host} to {doing} ({reason}):"
         " check the kube-config context (kubectl config current-context) and the network"
-    )
-
-
-def _unanswered(error: BaseException) -> bool:
-    return any(
-        isinstance(cause, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)) for cause in _chain(error)
     )
 
 
@@ -275,7 +236,7 @@ def _request(cluster: Cluster, namespace: str, doing: str, call: Callable[[], An
             return None
         raise _failure(error, doing, cluster, namespace) from None
     except Exception as error:  # the client lets urllib3's and the socket's errors through
-        if _unanswered(error):
+        if unanswered(error):
             raise _failure(error, doing, cluster, namespace) from None
         raise
 
@@ -290,7 +251,7 @@ def _get(cluster: Cluster, namespace: str, plural: str, name: str) -> dict | Non
                 GROUP, version, namespace, plural, name, _request_timeout=REQUEST_SECONDS
             )
         except ApiException as error:
-            if error.status == 404 and (_api_body(error).get("details") or {}).get("name") == name:
+            if error.status == 404 and (api_body(error).get("details") or {}).get("name") == name:
                 return None
             raise
 

@@ -21,6 +21,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.kubeapi import STRICT_DECODING
 from bakeoff.components.serving import deploy
 from bakeoff.components.storage import open_store, registry
 from tests import test_deploy
@@ -458,8 +459,8 @@ def _seen(status: int, body: Any, previous: dict | None) -> dict:
         # Invalid and BadRequest are worded by each validator; deploy shows them, and keeps a strict decoding error's
         # reason.
         seen["message"] = (
-            message[message.find(deploy.STRICT_DECODING) :]
-            if deploy.STRICT_DECODING in message
+            message[message.find(STRICT_DECODING) :]
+            if STRICT_DECODING in message
             else ("" if status in (400, 422) else message)
         )
         return seen
