@@ -22,6 +22,8 @@ STATES = (
     "done",
     "failed",
 )  # paused: its rung ended, halving decides
+# The states the job's own end emits: its clock stops there, whatever select or halving say of it later.
+TRAINING_ENDS = frozenset({"paused", "done", "failed"})
 
 
 def progress_dir() -> Path | None:
@@ -61,7 +63,8 @@ def log_file(folder: Path, variant: str) -> Path:
 def read_events(folder: Path) -> dict[str, dict]:
     """Each variant's state: its events merged in order, so ``done`` keeps the last epoch's numbers.
 
-    A line still being written (no JSON yet) is skipped; the next read sees it whole.
+    ``first_time`` is its first event's time; ``end_time`` that of the event that ended its job (absent while a job
+    of it runs). A line still being written (no JSON yet) is skipped; the next read sees it whole.
     """
     states: dict[str, dict] = {}
     for path in sorted(folder.glob(f"*{EVENTS_SUFFIX}")):
@@ -76,5 +79,10 @@ def read_events(folder: Path) -> dict[str, dict]:
                 continue
             if not isinstance(event, dict) or "variant" not in event:
                 continue
-            states.setdefault(event["variant"], {"first_time": event.get("time")}).update(event)
+            state = states.setdefault(event["variant"], {"first_time": event.get("time")})
+            state.update(event)
+            if event.get("state") in TRAINING_ENDS:
+                state["end_time"] = event.get("time")
+            elif event.get("state") == "training":
+                state.pop("end_time", None)
     return states

@@ -116,6 +116,29 @@ def test_rows_follow_the_runs_variants_waiting_until_their_first_event() -> None
     assert [row.state for row in finished] == ["done", "done"]  # the pipeline returned: every variant was scored
 
 
+def test_a_variants_clock_stops_where_its_job_ended_not_at_what_select_or_halving_said_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = iter([100.0, 130.0, 200.0, 100.0, 130.0, 160.0, 100.0, 130.0, 150.0])
+    monkeypatch.setattr(progress.time, "time", lambda: next(clock))
+    states = emitted(
+        tmp_path,
+        monkeypatch,
+        ("scored", {"state": "training"}),
+        ("scored", {"state": "done"}),
+        ("scored", {"state": "evaluating"}),  # select, long after its training ended
+        ("dropped", {"state": "training"}),
+        ("dropped", {"state": "paused"}),
+        ("dropped", {"state": "stopped"}),  # halving, after the rung's last variant
+        ("resumed", {"state": "training"}),
+        ("resumed", {"state": "paused"}),
+        ("resumed", {"state": "training"}),  # the next rung: its clock runs again
+    )
+    elapsed = {row.variant: row.elapsed for row in rows(["scored", "dropped", "resumed"], states, now=250.0)}
+    assert elapsed == {"scored": 30.0, "dropped": 30.0, "resumed": 150.0}
+    assert [row.elapsed for row in rows(["scored"], states, now=250.0, finished=True)] == [30.0]
+
+
 def test_halving_shows_who_waits_for_its_rung_and_who_it_stopped() -> None:
     events = {
         "kept": {"first_time": 100.0, "time": 130.0, "state": "paused", "epoch": 3, "epochs": 3},

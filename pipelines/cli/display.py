@@ -62,8 +62,8 @@ def rows(variants: list[str], events: dict[str, dict], now: float, finished: boo
         state = event.get("state", "training")
         if finished and state in ("training", "paused", "evaluating"):
             state = "done"
-        # Training time runs while the job runs; it stops at the job's last word.
-        end = now if state == "training" and not finished else event.get("time", now)
+        # Training time runs while the job runs; it stops where the job ended, not at what select or halving said later.
+        end = now if state == "training" and not finished else event.get("end_time", event.get("time", now))
         result.append(
             Row(
                 variant=name,
