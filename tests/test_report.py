@@ -35,10 +35,12 @@ pytestmark = pytest.mark.unit
 RUN_ID = "report-run"
 # Two small real models on real data, trained here so their metrics.json holds a real tf-keras history:
 # `mlp` is validated every epoch, `every_other` only at epochs 2 and 4 (validation_freq), as contract 1 allows.
+# `every_other` trained in two rungs' jobs, the second resumed from the first's backup: RUNG_SECONDS each.
 TRAINED = {
     "mlp": {"epochs": 3, "validation_freq": 1, "units": 32},
     "every_other": {"epochs": 4, "validation_freq": 2, "units": 8},
 }
+RUNG_SECONDS = {"mlp": [1.0], "every_other": [1.0, 2.5]}
 TEST_SIZE = 700
 CHROMIUM = shutil.which("chromium")
 
@@ -90,16 +92,19 @@ def run_store(fashion_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
         prefix = runs.variant_prefix(RUN_ID, variant)
         export(model, root / "export" / variant, names)
         store.put_dir(root / "export" / variant, f"{prefix}/{runs.MODEL}")
-        metrics = samples.metrics(
-            variant=variant,
-            workers=1,
-            num_replicas_in_sync=1,
-            epochs=settings["epochs"],
-            train_seconds=1.0,
-            examples_per_second=3000.0,
-            history=history,
-        )
-        store.put_bytes(f"{prefix}/{runs.METRICS}", metrics.to_json().encode())
+        for rung, seconds in enumerate(RUNG_SECONDS[variant]):
+            metrics = samples.metrics(
+                variant=variant,
+                workers=1,
+                num_replicas_in_sync=1,
+                epochs=settings["epochs"],
+                rung=rung,
+                train_seconds=seconds,
+                examples_per_second=3000.0,
+                history=history,
+            )
+            store.put_bytes(f"{prefix}/{runs.rung_name(rung)}", metrics.to_json().encode())
+        store.put_bytes(f"{prefix}/{runs.METRICS}", metrics.to_json().encode())  # the last rung's, as launch leaves it
         store.put_bytes(f"{prefix}/{runs.SPEC}", json.dumps({"name": variant}).encode())
     select_run(list(TRAINED), str(root / "data"), store_uri, RUN_ID, SelectionSettings("fashion-mnist", "val_accuracy"))
     return store_uri, root / "data"
@@ -114,6 +119,11 @@ def record(run_store: tuple[str, Path]) -> SelectionRecord:
 def histories(run_store: tuple[str, Path]) -> dict[str, dict]:
     store = open_store(run_store[0])
     return {variant: runs.metrics(store, RUN_ID, variant).history for variant in TRAINED}
+
+
+@pytest.fixture(scope="module")
+def seconds() -> dict[str, list[float]]:
+    return RUNG_SECONDS
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +204,8 @@ def test_the_leaderboard_has_every_candidate_best_first_the_winner_marked_and_th
     assert winners[0][1] == f"{record.winner.variant} ★ winner"
     for (_, cells), candidate in zip(parsed.rows[1:], record.candidates, strict=True):
         assert cells[2] == f"{candidate.val_accuracy:.4f}"
+    train_seconds = {attributes["data-variant"]: cells[6] for attributes, cells in parsed.rows[1:]}
+    assert train_seconds == {"mlp": "1.0", "every_other": "3.5 (1.0 + 2.5)"}, "a resumed variant: total, then rungs"
     decision = parsed.attribute("decision", "class")
     assert decision == "decision"
     text = "".join(parsed.text)
@@ -266,11 +278,18 @@ def test_the_mistakes_grid_shows_each_kept_mistake_with_its_true_and_predicted_n
 
 
 @pytest.mark.training
-def test_the_markdown_leaderboard_lists_every_candidate_and_marks_the_winner(record: SelectionRecord) -> None:
-    rows = [line for line in markdown(record).splitlines() if line.startswith("| ") and "variant" not in line]
+def test_the_markdown_leaderboard_lists_every_candidate_and_marks_the_winner(
+    record: SelectionRecord, seconds: dict[str, list[float]]
+) -> None:
+    text = markdown(record, seconds)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "variant" not in line]
     assert [row.split(" | ")[1] for row in rows] == [c.variant for c in record.candidates]
+    assert {row.split(" | ")[1]: row.removesuffix(" |").split(" | ")[6] for row in rows} == {
+        "mlp": "1.0",
+        "every_other": "3.5 (1.0 + 2.5)",
+    }
     assert rows[0].startswith("| 1 ★ winner | ") and "★" not in "".join(rows[1:])
-    assert record.promotion.message in markdown(record)
+    assert record.promotion.message in text
 
 
 @pytest.mark.training
@@ -379,12 +398,12 @@ def test_a_report_that_cannot_be_written_is_one_line(run_store: tuple[str, Path]
 
 @pytest.mark.training
 def test_the_winner_mark_follows_the_records_winner_not_the_first_row(
-    record: SelectionRecord, histories: dict[str, dict]
+    record: SelectionRecord, histories: dict[str, dict], seconds: dict[str, list[float]]
 ) -> None:
     swapped = dataclasses.replace(
         record, winner=dataclasses.replace(record.winner, variant=record.candidates[1].variant)
     )
-    rows = Page(render(swapped, histories)).rows
+    rows = Page(render(swapped, histories, seconds)).rows
     assert [attributes.get("class") for attributes, _ in rows[1:]] == [None, "winner"]
 
 

@@ -32,8 +32,9 @@ img.figure { max-width: 100%; }
 WINNER_MARK = "★ winner"
 
 
-def render(record: SelectionRecord, histories: dict[str, dict]) -> str:
-    """The page for a selection record (``runs/<run>/selection.json``) and each candidate's metrics.json ``history``."""
+def render(record: SelectionRecord, histories: dict[str, dict], seconds: dict[str, list[float]]) -> str:
+    """The page for a selection record (``runs/<run>/selection.json``), each candidate's metrics.json ``history`` and
+    its training ``seconds`` per rung (train_seconds)."""
     names = record.class_names
     ordered = {c.variant: histories.get(c.variant, {}) for c in record.contestants()}
     curves = figures.curves(ordered)
@@ -45,7 +46,7 @@ def render(record: SelectionRecord, histories: dict[str, dict]) -> str:
         f"<p>selected by {_text(record.metric)} on validation · {_text(record.created)}</p>",
         f'<p class="decision" id="decision">{_text(_decision(record))}</p>',
         "<h2>Leaderboard</h2>",
-        _leaderboard(record),
+        _leaderboard(record, seconds),
         f"<p>winner: <b>{_text(winner.variant)}</b>, test accuracy {winner.test_accuracy:.4f}</p>",
         "<h2>Training and validation, per epoch</h2>",
         _figure(curves, "training and validation curves", "curves", json.dumps(figures.series(curves))),
@@ -62,8 +63,9 @@ def render(record: SelectionRecord, histories: dict[str, dict]) -> str:
     )
 
 
-def markdown(record: SelectionRecord) -> str:
-    """The leaderboard and the promotion decision in Markdown (the KFP UI's Markdown artifact)."""
+def markdown(record: SelectionRecord, seconds: dict[str, list[float]]) -> str:
+    """The leaderboard and the promotion decision in Markdown (the KFP UI's Markdown artifact); ``seconds``: as for
+    render."""
     metric = record.metric
     rows = [
         f"| | variant | {_marked('val_accuracy', metric)} | {_marked('val_loss', metric)} | epochs | workers | "
@@ -74,7 +76,7 @@ def markdown(record: SelectionRecord) -> str:
         mark = f"{place} {WINNER_MARK}" if c.variant == record.winner.variant else str(place)
         rows.append(
             f"| {mark} | {c.variant} | {c.val_accuracy:.4f} | {c.val_loss:.4f} | {c.epochs}"
-            f" | {c.workers} | {c.train_seconds:.1f} |"
+            f" | {c.workers} | {_seconds(seconds[c.variant])} |"
         )
     rows += [f"| stopped | {s.variant} | {s.reason} | | {s.epochs} | | |" for s in record.stopped]
     winner = record.winner
@@ -116,11 +118,16 @@ def latest_run(store: Store) -> str:
     return max(records, key=lambda record: (record.created, record.run_id)).run_id
 
 
+def train_seconds(store: Store, record: SelectionRecord) -> dict[str, list[float]]:
+    """Each candidate's training seconds per rung, from its rungs' metrics (its metrics.json has the last rung's)."""
+    return {c.variant: runs.rung_seconds(store, record.run_id, c.variant) for c in record.candidates}
+
+
 def write_report(store: Store, run_id: str, path: Path) -> Path:
-    """Writes the run's page to ``path`` all at once, from selection.json and every candidate's metrics.json."""
+    """Writes the run's page to ``path`` all at once, from selection.json and every candidate's metrics."""
     record = read_record(store, run_id)
     histories = {c.variant: runs.metrics(store, run_id, c.variant).history for c in record.contestants()}
-    page = render(record, histories)
+    page = render(record, histories, train_seconds(store, record))
     path = Path(path)
     staged = path.with_name(f".{path.name}.{os.getpid()}.partial")  # beside it, so the rename stays on one file system
     try:
@@ -149,7 +156,13 @@ def _decision(record: SelectionRecord) -> str:
     return record.promotion.message + where
 
 
-def _leaderboard(record: SelectionRecord) -> str:
+def _seconds(rungs: list[float]) -> str:
+    """The total, then each rung's share where the variant trained in more than one: ``93.4 (31.2 + 62.2)``."""
+    parts = f" ({' + '.join(f'{part:.1f}' for part in rungs)})" if len(rungs) > 1 else ""
+    return f"{sum(rungs):.1f}{parts}"
+
+
+def _leaderboard(record: SelectionRecord, seconds: dict[str, list[float]]) -> str:
     metric = record.metric
     columns = ("val_accuracy", "val_loss")
     head = "".join(f'<th class="metric">{c} (selection)</th>' if c == metric else f"<th>{c}</th>" for c in columns)
@@ -166,7 +179,7 @@ def _leaderboard(record: SelectionRecord) -> str:
         rows.append(
             f'<tr{" class=winner" if won else ""} data-variant="{_text(c.variant)}"><td>{place}</td>'
             f"<td>{_text(c.variant)}{' ' + WINNER_MARK if won else ''}</td>{cells}<td>{c.epochs}</td>"
-            f"<td>{c.workers}</td><td>{c.train_seconds:.1f}</td><td>{c.examples_per_second:.0f}</td></tr>"
+            f"<td>{c.workers}</td><td>{_seconds(seconds[c.variant])}</td><td>{c.examples_per_second:.0f}</td></tr>"
         )
     rows += [
         f'<tr class="stopped" data-variant="{_text(s.variant)}"><td>rung {s.rung}</td><td>{_text(s.variant)}</td>'

@@ -27,7 +27,7 @@ def select(
     from pathlib import Path
 
     from bakeoff.components.errors import reported
-    from bakeoff.components.reporting.report import markdown, read_record, write_report
+    from bakeoff.components.reporting.report import markdown, read_record, train_seconds, write_report
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.settings import SelectionSettings
     from bakeoff.components.selection.winner import select_run
@@ -41,5 +41,5 @@ def select(
         record = read_record(opened, run_id)
         confusion.log_confusion_matrix(record.class_names, record.confusion_matrix)
         write_report(opened, run_id, Path(report.path))
-        Path(leaderboard.path).write_text(markdown(record), encoding="utf-8")
+        Path(leaderboard.path).write_text(markdown(record, train_seconds(opened, record)), encoding="utf-8")
         return summary.to_json(indent=None)

@@ -70,6 +70,12 @@ def rung_metrics(store: Store, run_id: str, variant: str, rung: int) -> WorkerMe
     return WorkerMetrics.from_json(store.get_bytes(key), store.uri_for(key))
 
 
+def rung_seconds(store: Store, run_id: str, variant: str) -> list[float]:
+    """A variant's training seconds, one number per rung's job, rung 0 first: a resumed variant trained in several."""
+    last = metrics(store, run_id, variant).rung
+    return [rung_metrics(store, run_id, variant, rung).train_seconds for rung in range(last + 1)]
+
+
 def search_key(run_id: str, rung: int) -> str:
     return f"runs/{run_id}/{SEARCH}/{rung_name(rung)}"
 
