@@ -22,10 +22,10 @@ from bakeoff.components.data import artifact
 from bakeoff.components.data.fashion_mnist import Split, read_idx_dir
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.reporting import figures
-from bakeoff.components.reporting.report import markdown, render, write_report
+from bakeoff.components.reporting.report import latest_run, markdown, render, write_report
 from bakeoff.components.selection.settings import SelectionSettings
 from bakeoff.components.selection.winner import select_run
-from bakeoff.components.storage import open_store, runs
+from bakeoff.components.storage import FolderStore, open_store, runs
 from bakeoff.components.storage.records import SelectionRecord, Summary
 from bakeoff.pipelines.cli.main import main
 from tests import samples
@@ -335,7 +335,7 @@ def test_bakeoff_report_writes_the_latest_run_or_a_named_one(
         newer, run_id="a-newer-run", created="2999-01-01T00:00:00+00:00"
     )  # sorts before RUN_ID by name
     shutil.copytree(store_root / "runs" / RUN_ID, store_root / "runs" / "a-newer-run")
-    (store_root / "runs" / "a-newer-run" / "selection.json").write_text(newer.to_json())
+    runs.write_selection(open_store(str(store_root)), newer)
 
     assert main(["report", "--store", str(store_root), "-o", str(tmp_path / "latest.html")]) == 0
     assert "bakeoff run a-newer-run" in (tmp_path / "latest.html").read_text()
@@ -347,6 +347,35 @@ def test_bakeoff_report_writes_the_latest_run_or_a_named_one(
     assert main(["report", RUN_ID, "--store", str(store_root), "-o", str(tmp_path / "named.html")]) == 0
     assert f"bakeoff run {RUN_ID}</h1>" in (tmp_path / "named.html").read_text()
     assert capsys.readouterr().err.splitlines()[-1] == f"wrote the report of run {RUN_ID} to {tmp_path / 'named.html'}"
+
+
+def selection_sample(run_id: str, created: str) -> SelectionRecord:
+    sample = SelectionRecord.from_json((samples.RECORDS / "selection.json").read_text(), "selection.json")
+    return dataclasses.replace(sample, run_id=run_id, created=created)
+
+
+class Unlisted(FolderStore):
+    """A store on which listing fails: what `report latest` must not need on a big S3 store."""
+
+    def list(self, prefix: str) -> list[str]:
+        raise AssertionError(f"listed {prefix!r}")
+
+
+def test_latest_reads_the_newest_runs_pointer_without_listing_and_an_older_run_never_moves_it(tmp_path: Path) -> None:
+    store = Unlisted(tmp_path)
+    runs.write_selection(store, selection_sample("first", "2026-01-01T00:00:00+00:00"))
+    assert latest_run(store) == "first"
+    runs.write_selection(store, selection_sample("newer", "2026-03-01T00:00:00+00:00"))
+    runs.write_selection(store, selection_sample("late-but-older", "2026-02-01T00:00:00+00:00"))  # a slow select
+    assert latest_run(store) == "newer"
+    assert runs.selection(store, "late-but-older").run_id == "late-but-older"  # its record is written all the same
+
+
+def test_latest_of_a_store_written_before_the_pointer_is_found_by_listing(tmp_path: Path) -> None:
+    store = FolderStore(tmp_path)
+    for run_id, created in (("old", "2025-01-01T00:00:00+00:00"), ("older", "2024-01-01T00:00:00+00:00")):
+        store.put_bytes(runs.selection_key(run_id), selection_sample(run_id, created).to_json().encode())
+    assert latest_run(store) == "old"
 
 
 @pytest.mark.parametrize(

@@ -105,7 +105,11 @@ def read_record(store: Store, run_id: str) -> SelectionRecord:
 
 
 def latest_run(store: Store) -> str:
-    """The run id of the newest selection record in the store."""
+    """The run id of the newest selection record in the store: as ``runs/latest.json`` names it, else by listing."""
+    pointer = runs.latest(store)
+    if pointer is not None:
+        return pointer.run_id
+    # A store whose runs all predate the pointer: listing every key under runs/ is slow, but finds them.
     records = [
         runs.selection(store, key.split("/")[1])
         for key in store.list("runs/")

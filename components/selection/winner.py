@@ -86,9 +86,7 @@ def select_winner(
         candidates=ranking,
         stopped=list(stopped),
     )
-    store.put_bytes(
-        runs.selection_key(run_id), _record(summary, metric, metadata, test, test_probabilities).to_json().encode()
-    )
+    runs.write_selection(store, _record(summary, metric, metadata, test, test_probabilities))
     return summary
 
 

@@ -397,6 +397,16 @@ class SelectionRecord(Summary):
         return Summary(**{field.name: getattr(self, field.name) for field in dataclasses.fields(Summary)})
 
 
+@dataclasses.dataclass(frozen=True)
+class LatestRun(Record):
+    """Which run's selection record is the newest: ``runs/latest.json``, so `report latest` lists no ``runs/``."""
+
+    VERSIONED: ClassVar[bool] = True
+
+    run_id: str
+    created: str  # its selection record's
+
+
 # ---------------------------------------------------------------- the registry
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.storage.records import Candidate, RungRecord, SelectionRecord, WorkerMetrics
+from bakeoff.components.storage.records import Candidate, LatestRun, RungRecord, SelectionRecord, WorkerMetrics
 from bakeoff.components.storage.store import Store
 
 MODEL = "model"  # the SavedModel, as served
 METRICS = "metrics.json"  # the chief's training metrics
 SPEC = "variant.json"  # the resolved variant spec it was trained from
 SELECTION = "selection.json"  # the run's selection record (select's summary, confusion matrix, mistakes), per run
+LATEST = "runs/latest.json"  # which run's selection record is the newest (a LatestRun)
 
 
 def variant_prefix(run_id: str, variant: str) -> str:
@@ -54,6 +55,25 @@ def candidate(store: Store, run_id: str, variant: str) -> Candidate:
 def selection(store: Store, run_id: str) -> SelectionRecord:
     key = selection_key(run_id)
     return SelectionRecord.from_json(store.get_bytes(key), store.uri_for(key))
+
+
+def write_selection(store: Store, record: SelectionRecord) -> None:
+    """Writes the run's selection record, then points ``runs/latest.json`` at it unless a newer run's is there.
+
+    Two selects finishing at once may both read the old pointer; the later write wins, so the pointer may name
+    the older of the two until the next run: `report latest` then reports that one, never a run without a record.
+    """
+    store.put_bytes(selection_key(record.run_id), record.to_json().encode())
+    current = latest(store)
+    if current is None or (record.created, record.run_id) >= (current.created, current.run_id):
+        store.put_bytes(LATEST, LatestRun(record.run_id, record.created).to_json().encode())
+
+
+def latest(store: Store) -> LatestRun | None:
+    """The newest run with a selection record, as ``runs/latest.json`` names it; None where no select wrote one."""
+    if not store.exists(LATEST):
+        return None
+    return LatestRun.from_json(store.get_bytes(LATEST), store.uri_for(LATEST))
 
 
 SEARCH = "search"  # runs/<run>/search/rung-<k>.json: whom each halving rung kept and stopped, and why
