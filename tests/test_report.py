@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kfp import dsl
 from PIL import Image
 
 from bakeoff.components.data import artifact
@@ -25,6 +26,7 @@ from bakeoff.components.reporting import figures
 from bakeoff.components.reporting.report import latest_run, markdown, render, write_report
 from bakeoff.components.selection.settings import SelectionSettings
 from bakeoff.components.selection.winner import select_run
+from bakeoff.components.steps.select import select
 from bakeoff.components.storage import FolderStore, open_store, runs
 from bakeoff.components.storage.records import SelectionRecord, Summary
 from bakeoff.pipelines.cli.main import main
@@ -349,6 +351,31 @@ def test_bakeoff_report_writes_the_latest_run_or_a_named_one(
     assert capsys.readouterr().err.splitlines()[-1] == f"wrote the report of run {RUN_ID} to {tmp_path / 'named.html'}"
 
 
+@pytest.mark.training
+def test_the_select_steps_page_has_an_html_name(run_store: tuple[str, Path], tmp_path: Path) -> None:
+    store_uri, data_dir = run_store
+    shutil.copytree(store_uri[len("file://") :], tmp_path / "store")
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    report = dsl.HTML(uri=str(outputs / "report"))
+    select(
+        variants=[{"name": variant} for variant in TRAINED],
+        data=dsl.Dataset(uri=str(data_dir)),
+        store=f"file://{tmp_path / 'store'}",
+        s3_endpoint="",
+        model_name="fashion-mnist",
+        run_id=RUN_ID,
+        metric="val_accuracy",
+        min_improvement=0.0,
+        force_publish=False,
+        confusion=dsl.ClassificationMetrics(uri=str(outputs / "confusion")),
+        report=report,
+        leaderboard=dsl.Markdown(uri=str(outputs / "leaderboard")),
+    )
+    assert report.uri == str(outputs / "report.html")
+    assert Path(report.path).read_text().startswith("<!doctype html>")
+
+
 def selection_sample(run_id: str, created: str) -> SelectionRecord:
     sample = SelectionRecord.from_json((samples.RECORDS / "selection.json").read_text(), "selection.json")
     return dataclasses.replace(sample, run_id=run_id, created=created)
@@ -447,7 +474,7 @@ def assert_select_artifacts(work_dir: Path, store_uri: str, summary: Summary) ->
     rows = np.array([row["row"] for row in matrix["rows"]])
     assert rows.tolist() == record.confusion_matrix and rows.sum() == 10_000, "the winner on the whole test split"
     assert np.trace(rows) / rows.sum() == summary.winner.test_accuracy
-    page = Page((select_dir / "report").read_text())
+    page = Page((select_dir / "report.html").read_text())
     assert [attributes["data-variant"] for attributes, _ in page.rows[1:]] == [c.variant for c in summary.candidates]
     assert [attributes.get("class") for attributes, _ in page.rows[1:]] == ["winner"] + [None] * (
         len(summary.candidates) - 1

@@ -40,6 +40,9 @@ def select(
         opened = open_store(store)
         record = read_record(opened, run_id)
         confusion.log_confusion_matrix(record.class_names, record.confusion_matrix)
+        # Named .html so that a browser opens the downloaded artifact as a page; KFP uploads whatever URI the executor
+        # output names.
+        report.uri += ".html"
         write_report(opened, run_id, Path(report.path))
         Path(leaderboard.path).write_text(markdown(record, train_seconds(opened, record)), encoding="utf-8")
         return summary.to_json(indent=None)
