@@ -106,15 +106,21 @@ def service_name(model_name: str) -> str:
     return model_name
 
 
-def storage_uri(store: str, namespace: str, model_name: str) -> str:
-    """The model's folder in the store, as KServe's storage initializer reads it (s3://)."""
-    store = store.replace(NAMESPACE_TOKEN, namespace).rstrip("/")
+def check_store(store: str) -> None:
+    """Refuses a store KServe's storage initializer cannot read (it reads s3://); needs no cluster, so runs first."""
     parsed = urlparse(store)
     if parsed.scheme not in ("s3", "minio") or not parsed.netloc:
         raise BakeoffError(
             f"store {store!r} is not one KServe can read: pass --store s3://BUCKET/PREFIX, the store the pipeline"
             f" publishes to (default {defaults.CLUSTER_STORE})"
         )
+
+
+def storage_uri(store: str, namespace: str, model_name: str) -> str:
+    """The model's folder in the store, as KServe's storage initializer reads it (s3://)."""
+    store = store.replace(NAMESPACE_TOKEN, namespace).rstrip("/")
+    check_store(store)
+    parsed = urlparse(store)
     return f"s3://{parsed.netloc}{parsed.path}/{registry.model_prefix(model_name)}"
 
 

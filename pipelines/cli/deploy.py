@@ -16,6 +16,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if args.namespace is not None and not args.namespace.strip():
         raise BakeoffError("--namespace is empty: pass your profile's namespace, or leave it out for the kube-config's")
     name = deploy.service_name(args.model_name)  # before any connection
+    deploy.check_store(args.store)
     cluster = deploy.connect()
     namespace = args.namespace or cluster.namespace
     uri = deploy.storage_uri(args.store, namespace, args.model_name)
