@@ -639,6 +639,11 @@ def test_bad_predict_input_fails_in_one_line(bakeoff, tmp_path: Path) -> None:
         (["predict", str(image), "--top", "0"], r"argument --top: --top must be at least 1, got 0"),
         (["predict", str(image), "--url", "gopher://127.0.0.1:1"], r"no model server answers at gopher://"),
         (["predict", str(image), "--url", free], r"no model server answers at http://127\.0\.0\.1:\d+"),
+        # Refused here, though nothing listens at --url: the name never reaches a server.
+        (
+            ["predict", str(image), "--url", free, "--model-name", "../x"],
+            r"model name '\.\./x' is not usable in a path",
+        ),
     ]
     for args, message in cases:
         assert_one_line(bakeoff(*args), message)

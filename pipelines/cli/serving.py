@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage.registry import check_model_name
 from bakeoff.pipelines.cli.flags import open_cli_store, positive, store_args
 
 PREDICT_TOP = 3  # classes printed per image
@@ -83,8 +84,8 @@ def _call(url: str, body: bytes = b"", timeout: float = PREDICT_TIMEOUT_SECONDS)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    base = f"{args.url.rstrip('/')}/v1/models/{check_model_name(args.model_name)}"  # a path segment: no '../'
     images = [_read_image(path) for path in args.images]
-    base = f"{args.url.rstrip('/')}/v1/models/{args.model_name}"
     body = json.dumps(
         {"signature_name": "serving_bytes", "instances": [{"b64": base64.b64encode(data).decode()} for data in images]}
     ).encode()
