@@ -11,7 +11,7 @@ import pytest
 from kubeflow.training import TrainingClient
 from kubernetes.client import ApiClient, Configuration
 
-from bakeoff.components.backends.backend import job_restarts, operator_backoff_limit
+from bakeoff.components.backends.backend import JobFailed, job_restarts, operator_backoff_limit
 from bakeoff.components.backends.kubejob import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV
 from bakeoff.components.backends.kubernetes import KubernetesBackend
 from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
@@ -196,6 +196,7 @@ def test_failed_job_raises_with_conditions_and_last_log_lines() -> None:
         ["Created", "Running", "Failed"], log=LOG, worker_logs={1: "Epoch 1/1\nworker 1 waits\n"}
     ) as fake:
         _, error = run(fake, job)
+    assert isinstance(error, JobFailed)
     message = str(error)
     assert message.startswith(f"TFJob team-a/{job.metadata.name} failed: Created: TFJobCreated")
     assert "Failed: TFJobFailed TFJob is failed." in message
@@ -313,6 +314,7 @@ def test_an_api_that_keeps_failing_is_its_own_error_not_a_failed_tfjob() -> None
     with FakeKubernetes(["Created", "Running", "Succeeded"]) as fake:
         fake.fail("get", "tfjobs", times=100, answer=503)
         _, error = run(fake, job, api_attempts=3)
+    assert not isinstance(error, JobFailed)  # the job may still succeed: a retry resumes it from its backup
     assert str(error) == (
         f"the Kubernetes API failed 3 times in a row to read TFJob team-a/{job.metadata.name}"
         " (HTTP 503: etcdserver: request timed out): check the API server, then retry the run"

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from bakeoff.components import progress
+from bakeoff.components.backends.backend import JobFailed
 from bakeoff.components.data import artifact as dataset
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.modeling import evaluation
 from bakeoff.components.spec import from_dict
 from bakeoff.components.storage import open_store, runs
 from bakeoff.components.storage.records import Candidate, WorkerMetrics
-from bakeoff.components.training import backup
+from bakeoff.components.training import backup, launch
 from bakeoff.components.training.launch import JobSettings, final_metrics, train_variant
 from tests.test_fault_tolerance import TINY_CNN
 
@@ -221,3 +222,35 @@ def test_each_rung_is_a_job_of_its_own_name() -> None:
 
     names = [job_name("run-a", "tiny", rung) for rung in range(3)]
     assert len(set(names)) == 3 and names[0] == job_name("run-a", "tiny")
+
+
+class Failing:
+    """A backend whose job ends with ``error``: what train_variant does with the variant's backup then."""
+
+    def __init__(self, error: BakeoffError) -> None:
+        self.error = error
+
+    def run(self, job: object) -> None:
+        raise self.error
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "error, kept",
+    [
+        (JobFailed("TFJob 'tiny' failed: replica tiny-worker-0 exited with code 1 after 2 restart(s)"), False),
+        (BakeoffError("the Kubernetes API failed 8 times in a row to read TFJob team-a/tiny"), True),
+    ],
+    ids=["failed for good", "transport error"],
+)
+def test_a_job_failed_for_good_takes_its_backup_and_one_cut_off_by_the_api_keeps_it_for_a_retry(
+    small_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: BakeoffError, kept: bool
+) -> None:
+    store = open_store(str(tmp_path / "store"))
+    saved = f"{backup.backup_prefix(PREFIX)}/0123456789abcdef/epoch-0001/{backup.MANIFEST}"
+    store.put_bytes(saved, b"{}")
+    monkeypatch.setattr(launch, "make_backend", lambda *args: Failing(error))
+    with pytest.raises(BakeoffError) as raised:
+        train_variant(TINY, str(small_dataset), store.uri, RUN, JOB)
+    assert raised.value is error
+    assert store.list(backup.backup_prefix(PREFIX)) == ([saved] if kept else [])

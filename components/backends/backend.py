@@ -9,6 +9,8 @@ from typing import Protocol
 
 from kubeflow.training import KubeflowOrgV1TFJob
 
+from bakeoff.components.errors import BakeoffError
+
 Sink = Callable[[str], None]  # where a backend sends each log line
 
 # The TFJob's shape that the Training Operator, the backends and the job's builder share.
@@ -19,11 +21,17 @@ WORKER = "Worker"  # the replica type bakeoff's jobs consist of
 VARIANT_ANNOTATION = "bakeoff/variant"
 
 
+class JobFailed(BakeoffError):
+    """The job ran and ended Failed, its restarts used up: an answer about the training, not about reaching a cluster
+    (an API or transport error stays a plain BakeoffError, after which a retry may resume the job)."""
+
+
 class Backend(Protocol):
     """Executes a TFJob built by ``bakeoff.components.training.tfjob``; it never changes what the job asks for."""
 
     def run(self, job: KubeflowOrgV1TFJob) -> None:
-        """Runs ``job`` until it succeeds; raises BakeoffError saying which replica failed and why."""
+        """Runs ``job`` until it succeeds; raises JobFailed saying which replica failed and why, BakeoffError for what
+        kept it from knowing."""
 
 
 _print_lock = threading.Lock()

@@ -19,7 +19,7 @@ from kubernetes.client import ApiClient, V1DeleteOptions, V1OwnerReference
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from bakeoff.components.backends.backend import Sink, print_line
+from bakeoff.components.backends.backend import JobFailed, Sink, print_line
 from bakeoff.components.defaults import LOG_TAIL
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.kubeapi import api_exception, api_reason, api_status, names_an_object, unanswered
@@ -230,7 +230,7 @@ class KubeJobRunner(Generic[J]):
                 f" raise --timeout or check {self.CONTROLLER}"
             ) from None
         if final.outcome == self.FAILED:
-            raise BakeoffError(
+            raise JobFailed(
                 f"{self.KIND} {namespace}/{name} failed: {final.conditions}{self._log_tail(job, namespace, cursor)}"
             )
         self.sink(f"{self.KIND} {namespace}/{name} succeeded")

@@ -22,7 +22,7 @@ from kubeflow.training import KubeflowOrgV1TFJob
 
 from bakeoff.components import defaults, progress
 from bakeoff.components.backends import allocator
-from bakeoff.components.backends.backend import VARIANT_ANNOTATION, Sink, job_restarts, print_line
+from bakeoff.components.backends.backend import VARIANT_ANNOTATION, JobFailed, Sink, job_restarts, print_line
 from bakeoff.components.backends.heartbeat import HEARTBEAT_ENV
 from bakeoff.components.defaults import LOG_TAIL
 from bakeoff.components.errors import ERROR_PREFIX, BakeoffError
@@ -231,7 +231,7 @@ class LocalBackend:
                 what = exit_text(failed.process.returncode)
                 hint = failed.last_error() if failed.process.returncode > 0 else KILLED_HINT
             if not restartable or restarts >= backoff_limit:
-                raise BakeoffError(
+                raise JobFailed(
                     f"TFJob {name!r} failed: replica {failed.label} {what} after {restarts} restart(s): {hint}"
                 )
             restarts += 1

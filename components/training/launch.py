@@ -4,13 +4,13 @@ import dataclasses
 import os
 
 from bakeoff.components import defaults
-from bakeoff.components.backends.backend import Backend
+from bakeoff.components.backends.backend import Backend, JobFailed
 from bakeoff.components.data import artifact
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import MAX_TIMEOUT_SECONDS, Variant, from_dict
 from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, open_store, runs
 from bakeoff.components.storage.records import Candidate, WorkerMetrics
-from bakeoff.components.training import rungs
+from bakeoff.components.training import backup, rungs
 from bakeoff.components.training.tfjob import build_tfjob, job_name, worker_args
 
 # What a replica needs from the environment it was started in. Never credentials:
@@ -116,6 +116,7 @@ def train_variant(
 
     A job that stops before ``training.epochs`` keeps the variant's backup, so
     the next rung's job resumes there; each job's metrics are also kept as ``rung-<rung>.json``.
+    A job that fails for good (JobFailed) takes the backup with it.
     """
     variant = from_dict(variant_spec)
     rungs.stop_epoch(variant, stop_epoch)  # checked before anything runs
@@ -132,7 +133,12 @@ def train_variant(
         env={key: os.environ[key] for key in PASSED_ENV if key in os.environ},
         active_deadline_seconds=settings.timeout_seconds,
     )
-    make_backend(settings.backend, settings.concurrent_jobs, settings.trainer).run(job)
+    try:
+        make_backend(settings.backend, settings.concurrent_jobs, settings.trainer).run(job)
+    except JobFailed:
+        # Past its restarts nothing resumes it; after an API or transport error (not JobFailed) a retry may.
+        backup.remove(store, prefix)
+        raise
     store.put_bytes(
         f"{prefix}/{runs.rung_name(rung)}", store.get_bytes(f"{prefix}/{runs.METRICS}")
     )  # this rung's record, kept past the next
