@@ -15,7 +15,7 @@ from typing import cast
 import pytest
 
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.storage import FolderStore, S3Store, Store, registry
+from bakeoff.components.storage import FolderStore, S3Store, Store, registry, s3
 from tests.samples import manifest
 
 pytestmark = pytest.mark.unit
@@ -225,6 +225,8 @@ def test_concurrent_publishers_each_get_their_own_version(scheme_store: tuple[St
         assert {report["create_only"] for report in reports.values()} == {create_only == "honoured"}
         # The claims lie outside the model's prefix, all of which KServe downloads.
         assert store._list_all("models/fm") == store.list("models/fm")
+        # Each claim went once its number held files: a winner's after its marker, a loser's as it yielded.
+        assert store._list_all(s3.CLAIMS) == []
     if create_only == "honoured":
         # One holder per number, and it always completes: no number is skipped.
         assert sorted(got.values()) == list(range(1, PUBLISHERS + 1))
@@ -313,6 +315,8 @@ def test_a_number_held_by_a_publisher_that_died_after_claiming_it_is_skipped(s3_
     assert store.list("models/fm") == []
     assert registry.publish(store, "fm", model_dir(tmp_path), manifest(run_id="r2")) == 2
     assert [(m.version, m.run_id) for m in registry.list_versions(store, "fm")] == [(2, "r2")]
+    assert isinstance(store, S3Store)
+    assert store._list_all(s3.CLAIMS) == [f"{s3.CLAIMS}/models/fm/1/{s3.OWNER}"]  # the dead one's, and only that
 
 
 def test_bad_model_names_are_refused(store: Store, tmp_path: Path) -> None:

@@ -284,38 +284,40 @@ class S3Store(Store):
         (KFP 2.14/2.15) ignores the header and overwrites. Asked once per store, by
         creating a probe object twice.
         """
-        import minio.error
-
         if self._create_only is None:
             probe = f"{CLAIMS}/probe-{uuid.uuid4().hex}"
             self._create_only = self._create(probe, b"first") and not self._create(probe, b"second")
-            try:
-                self._call(
-                    "delete",
-                    probe,
-                    lambda: self.client.remove_object(self.bucket, self._object(probe)),
-                    expected=("AccessDenied",),
-                )
-            except (
-                BakeoffError,
-                minio.error.S3Error,
-            ):  # keys that may not delete leave the probe, which no listing shows
-                pass
+            self._tidy(probe)
         return self._create_only
 
-    def _claim(self, prefix: str) -> bool:
-        """Whether this publisher now holds ``prefix`` (see publish)."""
+    def _tidy(self, key: str) -> None:
+        """Deletes a bookkeeping object (a probe, a released claim) where these keys may: left, no listing shows it."""
+        import minio.error
+
+        try:
+            self._call(
+                "delete",
+                key,
+                lambda: self.client.remove_object(self.bucket, self._object(key)),
+                expected=("AccessDenied",),
+            )
+        except (BakeoffError, minio.error.S3Error):  # what it failed to do is housekeeping, never the caller's work
+            pass
+
+    def _claim(self, prefix: str) -> str | None:
+        """The key of this publisher's claim on ``prefix``, or None when another publisher holds it (see publish)."""
         claims = f"{CLAIMS}/{prefix.strip('/')}"
         if self.honours_create_only():
-            return self._create(f"{claims}/{OWNER}", uuid.uuid4().hex.encode())
+            owner = f"{claims}/{OWNER}"
+            return owner if self._create(owner, uuid.uuid4().hex.encode()) else None
         mine = f"{claims}/{uuid.uuid4().hex}"
         self.put_bytes(mine, b"")
         if self._list_all(claims) == [mine]:
-            return True
+            return mine
         # Another claim is there: yield. Removing ours lets a later publisher have the number should every claimant
         # yield.
         self.delete(mine)
-        return False
+        return None
 
     def publish(self, local_dir: Path, prefix: str, marker: str) -> None:
         """Claims ``prefix``, then writes every file, the marker last; FileExistsError when another publisher holds it.
@@ -332,20 +334,25 @@ class S3Store(Store):
           claim and yields: at most one holds a prefix. Both may yield; each then tries
           the next number, so numbers may be skipped but never shared.
 
-        A held claim is never released (only a yielding one is removed), so a publisher
-        that dies midway keeps its number taken; it leaves files but never the marker,
-        so no reader takes them for a version.
+        A held claim is released once the prefix holds files (the marker written, or
+        another writer's leftovers found): from then on those files refuse the prefix to
+        any later claimant. A publisher that dies midway keeps its claim, so its number
+        stays taken; it leaves files but never the marker, so no reader takes them for a
+        version.
         """
-        if not self._claim(prefix):
+        claim = self._claim(prefix)
+        if claim is None:
             raise FileExistsError(prefix)
         # Objects that a writer without claims left (an older bakeoff's crash) would mix with ours.
         if self.list(prefix):
+            self._tidy(claim)
             raise FileExistsError(prefix)
         for path in files_below(local_dir):
             name = path.relative_to(local_dir).as_posix()
             if name != marker:
                 self.put_bytes(f"{prefix}/{name}", path.read_bytes())
         self.put_bytes(f"{prefix}/{marker}", (local_dir / marker).read_bytes())
+        self._tidy(claim)
 
 
 def _transient(error: Exception) -> bool:
