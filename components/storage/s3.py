@@ -33,8 +33,7 @@ S3_READ_TIMEOUT = 60.0  # seconds without a byte from the server before a reques
 # dot names) and outside every prefix a reader downloads (KServe copies all of models/<name>/).
 CLAIMS = ".claims"
 OWNER = "owner"  # the claim object of a create-only claim; tokens of claims by listing are hex, never this
-# A create-only put: the server refuses it (412) when the key exists. minio's put_object would
-# send any extra header as user metadata (x-amz-meta-if-none-match), so it goes out raw.
+# A create-only put: the server refuses it (412) when the key exists.
 CREATE_ONLY = {"If-None-Match": "*"}
 # S3 error codes that say "try again": a server restarting, overloaded, or a conditional write racing another.
 TRANSIENT_CODES = frozenset(
@@ -258,7 +257,7 @@ class S3Store(Store):
             attempts += 1
             name = self._object(key)
             try:
-                # The pinned minio (7.2) sends _put_object's headers unchanged.
+                # Private: minio 7.2.20's put_object takes no headers and would send If-None-Match as x-amz-meta-*.
                 result = self.client._put_object(self.bucket, name, data, headers=dict(CREATE_ONLY))
             except minio.error.S3Error as error:
                 if error.code == "PreconditionFailed" or error.response.status == 412:
