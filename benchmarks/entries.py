@@ -343,7 +343,7 @@ def _without_validation(context: Context) -> Path:
     splits = {name: dataset.read_shards(source, name) for name in ("train", "test")}
     splits["validation"] = Split(splits["test"].images[:0], splits["test"].labels[:0])
     out = context.scratch / "dataset-without-validation"
-    dataset.write(splits, out, metadata["shards"], metadata["class_names"], metadata["source"])
+    dataset.write(splits, out, metadata.shards, metadata.class_names, metadata.source)
     return out
 
 

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         .prefetch(tf.data.AUTOTUNE)
     )
     model = ARCHITECTURES[variant.architecture].build(
-        tuple(metadata["image_shape"]), len(metadata["class_names"]), variant.model_config()
+        tuple(metadata.image_shape), len(metadata.class_names), variant.model_config()
     )
     model.compile(
         optimizer=make_optimizer(

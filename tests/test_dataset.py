@@ -43,10 +43,10 @@ def test_idx_files_hold_fashion_mnist(fashion_dir: Path) -> None:
 
 
 def test_artifact_metadata(small_dataset: Path) -> None:
-    metadata = json.loads((small_dataset / "metadata.json").read_text())
-    assert metadata["counts"] == {"train": 55000, "validation": 5000, "test": 10000}
-    assert metadata["class_names"][0] == "T-shirt/top" and len(metadata["class_names"]) == 10
-    assert metadata["shards"] == 4
+    metadata = dataset.read_metadata(open_store(f"file://{small_dataset}"))
+    assert metadata.counts == {"train": 55000, "validation": 5000, "test": 10000}
+    assert metadata.class_names[0] == "T-shirt/top" and len(metadata.class_names) == 10
+    assert metadata.shards == 4
 
 
 def test_workers_read_disjoint_shards_that_cover_the_split(small_dataset: Path) -> None:
@@ -84,7 +84,7 @@ def test_validation_and_train_partition_the_original_train_split(fashion_dir: Pa
 def test_same_input_same_fingerprint(fashion_dir: Path, tmp_path: Path, small_dataset: Path) -> None:
     """Ingesting the same files again gives the same fingerprint, so the artifact is recognised."""
     metadata = dataset.build(str(fashion_dir), tmp_path / "again", validation_size=5000, shards=4, seed=0)
-    assert metadata["fingerprint"] == json.loads((small_dataset / "metadata.json").read_text())["fingerprint"]
+    assert metadata.fingerprint == json.loads((small_dataset / "metadata.json").read_text())["fingerprint"]
 
 
 def test_one_changed_pixel_changes_the_fingerprint(fashion_dir: Path) -> None:

@@ -9,6 +9,7 @@ import pytest
 from bakeoff.components.storage import records
 from bakeoff.components.storage.records import (
     Candidate,
+    DatasetMetadata,
     Manifest,
     RecordError,
     RungRecord,
@@ -30,6 +31,7 @@ KINDS: dict[str, type[records.Record]] = {
     "summary.json": Summary,  # `bakeoff run --json`
     "selection.json": SelectionRecord,  # runs/<run>/selection.json, select's
     "manifest.json": Manifest,  # models/fashion-mnist/2/manifest.json, with the champion it replaced
+    "dataset-metadata.json": DatasetMetadata,  # the Dataset artifact's metadata.json, ingest's from Debian's files
 }
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 from pathlib import Path
 
 import numpy as np
 
 from bakeoff.components.data.fashion_mnist import IMAGE_SHAPE, Split, class_names, read
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage.records import DatasetMetadata
 from bakeoff.components.storage.store import Store
 
 SPLITS = ("train", "validation", "test")
@@ -53,7 +53,7 @@ def shard_name(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.npz"
 
 
-def write(splits: dict[str, Split], out: Path, shards: int, names: list[str], source: str) -> dict:
+def write(splits: dict[str, Split], out: Path, shards: int, names: list[str], source: str) -> DatasetMetadata:
     """Writes each split as ``shards`` .npz files plus metadata.json; returns the metadata.
 
     Every split gets the same shard count so any worker count up to
@@ -66,25 +66,25 @@ def write(splits: dict[str, Split], out: Path, shards: int, names: list[str], so
         for index, (images, labels) in enumerate(parts):
             with open(out / shard_name(split, index, shards), "wb") as file:
                 np.savez(file, images=images, labels=labels)
-    metadata = {
-        "counts": {split: len(data) for split, data in splits.items()},
-        "shards": shards,
-        "image_shape": list(IMAGE_SHAPE),
-        "class_names": names,
-        "fingerprint": fingerprint(splits),
-        "source": source,
-    }
-    (out / METADATA_FILE).write_text(json.dumps(metadata, indent=2))
+    metadata = DatasetMetadata(
+        counts={split: len(data) for split, data in splits.items()},
+        shards=shards,
+        image_shape=list(IMAGE_SHAPE),
+        class_names=names,
+        fingerprint=fingerprint(splits),
+        source=source,
+    )
+    (out / METADATA_FILE).write_text(metadata.to_json())
     return metadata
 
 
-def read_metadata(store: Store) -> dict:
-    return json.loads(store.get_bytes(METADATA_FILE))
+def read_metadata(store: Store) -> DatasetMetadata:
+    return DatasetMetadata.from_json(store.get_bytes(METADATA_FILE), METADATA_FILE)
 
 
 def read_shards(store: Store, split: str, index: int = 0, count: int = 1) -> Split:
     """Reads the shards ``index::count`` of ``split``: one worker's disjoint part."""
-    shards = read_metadata(store)["shards"]
+    shards = read_metadata(store).shards
     if count > shards:
         raise BakeoffError(
             f"{count} workers need at least {count} shards, the dataset has {shards}: lower workers or re-ingest with "
@@ -97,7 +97,7 @@ def read_shards(store: Store, split: str, index: int = 0, count: int = 1) -> Spl
     return Split(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
 
 
-def build(source: str, out: Path, validation_size: int, shards: int, seed: int) -> dict:
+def build(source: str, out: Path, validation_size: int, shards: int, seed: int) -> DatasetMetadata:
     """Builds the artifact in ``out``; ``source`` is an IDX folder or 'tfds' (download)."""
     check_shards(shards)
     original = read(source)

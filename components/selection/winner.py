@@ -22,6 +22,7 @@ from bakeoff.components.storage.records import (
     Candidate,
     Champion,
     DatasetInfo,
+    DatasetMetadata,
     Decision,
     Manifest,
     Mistake,
@@ -132,7 +133,7 @@ def _manifest(
     winner: Candidate,
     ranking: list[ScoredCandidate],
     test_result: dict[str, float],
-    metadata: dict,
+    metadata: DatasetMetadata,
     decision: Decision,
 ) -> Manifest:
     """What a published version says of itself: the winner's spec, its numbers, how it was chosen and on what data."""
@@ -146,20 +147,22 @@ def _manifest(
             best.val_accuracy, best.val_loss, test_result["accuracy"], test_result["loss"], winner.metrics
         ),
         selection=SelectionBasis(metric, direction(metric), [c.variant for c in ranking]),
-        dataset=DatasetInfo(metadata["fingerprint"], metadata["counts"]),
+        dataset=DatasetInfo(metadata.fingerprint, metadata.counts),
         promotion=decision,
         source_uri=winner.uri,
         created=_now(),
     )
 
 
-def _record(summary: Summary, metric: str, metadata: dict, test: Split, probabilities: np.ndarray) -> SelectionRecord:
+def _record(
+    summary: Summary, metric: str, metadata: DatasetMetadata, test: Split, probabilities: np.ndarray
+) -> SelectionRecord:
     """The run's selection record: the summary and what the report shows of the winner on test."""
     return SelectionRecord(
         **vars(summary),
         metric=metric,
-        class_names=metadata["class_names"],
-        confusion_matrix=confusion_matrix(test.labels, probabilities.argmax(axis=1), len(metadata["class_names"])),
+        class_names=metadata.class_names,
+        confusion_matrix=confusion_matrix(test.labels, probabilities.argmax(axis=1), len(metadata.class_names)),
         misclassified=_misclassified(test, probabilities),
         created=_now(),
     )

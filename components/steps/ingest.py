@@ -18,5 +18,5 @@ def ingest(
 
     with reported():
         metadata = artifact.build(source, Path(data.path), validation_size, shards, seed)
-    for key in ("counts", "shards", "fingerprint", "class_names", "source"):
-        data.metadata[key] = metadata[key]
+    for key in ("counts", "shards", "fingerprint", "class_names", "source"):  # shown in the KFP UI
+        data.metadata[key] = getattr(metadata, key)

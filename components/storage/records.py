@@ -230,6 +230,24 @@ class WorkerMetrics(Record):
     onednn: bool  # whether TensorFlow ran its oneDNN kernels
 
 
+# ---------------------------------------------------------------- the Dataset artifact
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetMetadata(Record):
+    """The Dataset artifact's ``metadata.json``, written by ingest beside the shards; every reader of the data
+    reads it."""
+
+    VERSIONED: ClassVar[bool] = True
+
+    counts: dict[str, int]  # examples per split: train, validation, test
+    shards: int  # .npz files per split, the most workers that can read disjoint parts
+    image_shape: list[int]  # height, width, channels
+    class_names: list[str]  # by label
+    fingerprint: str  # a content hash of every split (data/artifact.py fingerprint)
+    source: str  # the IDX folder or 'tfds' it was read from
+
+
 @dataclasses.dataclass(frozen=True)
 class Candidate(Record):
     """One trained variant as selection needs it, read back from the store; the train step's output."""

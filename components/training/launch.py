@@ -122,7 +122,7 @@ def train_variant(
     rungs.stop_epoch(variant, stop_epoch)  # checked before anything runs
     if rung < 0:
         raise BakeoffError(f"variant {variant.name!r}: rung={rung} must be 0 or more")
-    check_workers(variant, artifact.read_metadata(open_store(data_uri))["shards"])
+    check_workers(variant, artifact.read_metadata(open_store(data_uri)).shards)
     store = open_store(store_uri)
     prefix = runs.variant_prefix(run_id, variant.name)
     job = build_tfjob(

@@ -47,7 +47,7 @@ from bakeoff.components.modeling.optimizers import make_optimizer
 from bakeoff.components.modeling.savedmodel import export
 from bakeoff.components.spec import Variant, from_dict
 from bakeoff.components.storage import Store, open_store, runs
-from bakeoff.components.storage.records import VAL_EPOCHS, WorkerMetrics
+from bakeoff.components.storage.records import VAL_EPOCHS, DatasetMetadata, WorkerMetrics
 from bakeoff.components.storage.store import files_below
 from bakeoff.components.training import backup, rungs
 
@@ -342,7 +342,7 @@ def train(
     strategy = _strategy()
     data = open_store(data_uri)
     metadata = artifact.read_metadata(data)
-    shape = _shape(variant, strategy, metadata["counts"]["train"], max_train_examples)
+    shape = _shape(variant, strategy, metadata.counts["train"], max_train_examples)
     model = _compiled_model(variant, strategy, metadata, shape.steps_per_epoch)
     inputs = _inputs(variant, strategy, data, shape)
     store = open_store(store_uri)
@@ -359,10 +359,10 @@ def train(
     )
     place = _BackupPlace(store, prefix, digest, chief)
     fitted = _fit(model, inputs, variant, stop_epoch, shape, validation, place)
-    metrics = _metrics(variant, rung, model, shape, fitted, metadata["counts"].get("validation", 0))
+    metrics = _metrics(variant, rung, model, shape, fitted, metadata.counts.get("validation", 0))
     # Else a rung ended before the schedule did: halving decides whether it goes on.
     finished = stop_epoch == variant.training.epochs
-    _save(model, chief, metadata["class_names"], store, prefix, metrics, variant, finished)
+    _save(model, chief, metadata.class_names, store, prefix, metrics, variant, finished)
     if chief:
         progress.emit(variant.name, state="done" if finished else "paused")
     return metrics
@@ -399,13 +399,13 @@ def _shape(variant: Variant, strategy: Any, train_examples: int, max_train_examp
     return _Shape(workers, replicas, global_batch, train_count, steps_per_epoch)
 
 
-def _compiled_model(variant: Variant, strategy: Any, metadata: dict, steps_per_epoch: int) -> Any:
+def _compiled_model(variant: Variant, strategy: Any, metadata: DatasetMetadata, steps_per_epoch: int) -> Any:
     """The variant's model, built and compiled in ``strategy``'s scope, its learning rate scheduled over every
     epoch."""
     training = variant.training
     with strategy.scope():
         architecture = ARCHITECTURES[variant.architecture]
-        built = architecture.build(tuple(metadata["image_shape"]), len(metadata["class_names"]), variant.model_config())
+        built = architecture.build(tuple(metadata.image_shape), len(metadata.class_names), variant.model_config())
         model = SyncOnceModel(built.inputs, built.outputs, name=built.name)
         model.compile(
             optimizer=make_optimizer(
@@ -457,10 +457,10 @@ def _inputs(variant: Variant, strategy: Any, data: Store, shape: _Shape) -> Any:
 
 
 def _validation(
-    variant: Variant, strategy: Any, data: Store, metadata: dict, workers: int, stop_epoch: int
+    variant: Variant, strategy: Any, data: Store, metadata: DatasetMetadata, workers: int, stop_epoch: int
 ) -> Validation | None:
     """The callback scoring this replica's part of the validation split; None for a dataset without one."""
-    if not metadata["counts"].get("validation"):
+    if not metadata.counts.get("validation"):
         return None
     # The validation shards index::count, as the training shards: every example scored once, by one replica.
     part = artifact.read_shards(data, "validation", strategy.cluster_resolver.task_id or 0, workers)
