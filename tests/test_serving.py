@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -319,6 +321,130 @@ def test_grpc_v2_answers_as_the_savedmodel_in_process(setup: dict, test_images: 
     }
     probabilities = np.frombuffer(outputs["probabilities"][1], np.float32).reshape(IMAGES, 10)
     assert_same(probabilities, np.frombuffer(outputs["class_id"][1], np.int64).tolist(), in_process)
+
+
+def binary_request(
+    images: np.ndarray, parameters: dict | None = None, outputs: list | None = None
+) -> tuple[bytes, dict]:
+    """A V2 request in the binary tensor data extension: its JSON, then the images' FP32 little-endian bytes."""
+    data = images.astype("<f4").tobytes()
+    tensor = {"name": "images", "shape": list(images.shape), "datatype": "FP32"}
+    request: dict = {"inputs": [{**tensor, "parameters": {"binary_data_size": len(data)}}]}
+    if parameters is not None:
+        request["parameters"] = parameters
+    if outputs is not None:
+        request["outputs"] = outputs
+    head = json.dumps(request).encode()
+    return head + data, {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(head))}
+
+
+def post_binary(url: str, body: bytes, headers: dict) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def read_outputs(headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    """A V2 answer's outputs: binary ones read from the bytes after the JSON, in order; JSON ones as sent."""
+    length = int(headers.get("inference-header-content-length", len(body)))
+    offset = length
+    outputs: dict[str, Any] = {}
+    for output in json.loads(body[:length])["outputs"]:
+        size = (output.get("parameters") or {}).get("binary_data_size")
+        if size is None:
+            outputs[output["name"]] = output["data"]
+            continue
+        raw, offset = body[offset : offset + size], offset + size
+        if output["datatype"] == "BYTES":  # each element: a 4-byte little-endian length, then its bytes
+            names, at = [], 0
+            while at < len(raw):
+                (n,) = struct.unpack_from("<I", raw, at)
+                names.append(raw[at + 4 : at + 4 + n].decode())
+                at += 4 + n
+            outputs[output["name"]] = names
+        else:
+            dtype = {"FP32": "<f4", "INT64": "<i8"}[output["datatype"]]
+            outputs[output["name"]] = np.frombuffer(raw, dtype).reshape(output["shape"])
+    assert offset == len(body), "bytes beyond the outputs' binary_data_size"
+    return outputs
+
+
+@pytest.mark.serving
+def test_v2_binary_tensors_answer_as_the_savedmodel_in_process_in_binary_or_json_as_asked(
+    setup: dict, test_images: np.ndarray, in_process: dict
+) -> None:
+    url = f"{setup['folder'].url}/v2/models/{NAME}/infer"
+    names = [CLASS_NAMES[i] for i in in_process["class_id"]]
+    status, headers, body = post_binary(url, *binary_request(test_images, {"binary_data_output": True}))
+    assert status == 200 and headers["content-type"] == "application/octet-stream", body[:300]
+    outputs = read_outputs(headers, body)
+    assert isinstance(outputs["probabilities"], np.ndarray) and isinstance(outputs["class_id"], np.ndarray)
+    assert_same(outputs["probabilities"], outputs["class_id"].tolist(), in_process)
+    assert outputs["class_name"] == names
+
+    # Each output's own binary_data overrides the request's binary_data_output; outputs not named are not sent.
+    asked = [{"name": "probabilities", "parameters": {"binary_data": False}}, {"name": "class_id"}]
+    status, headers, body = post_binary(url, *binary_request(test_images, {"binary_data_output": True}, asked))
+    assert status == 200, body[:300]
+    outputs = read_outputs(headers, body)
+    assert list(outputs) == ["probabilities", "class_id"] and isinstance(outputs["probabilities"], list)
+    assert isinstance(outputs["class_id"], np.ndarray)
+    assert_same(np.reshape(outputs["probabilities"], (IMAGES, 10)), outputs["class_id"].tolist(), in_process)
+
+    # Binary in, nothing asked in binary: a plain JSON answer.
+    status, headers, body = post_binary(url, *binary_request(test_images))
+    assert status == 200 and headers["content-type"] == "application/json", body[:300]
+    assert "inference-header-content-length" not in {key.lower() for key in headers}
+    outputs = read_outputs(headers, body)
+    assert_same(np.reshape(outputs["probabilities"], (IMAGES, 10)), outputs["class_id"], in_process)
+    assert outputs["class_name"] == names
+
+
+def _bad_binary(case: str, image: np.ndarray) -> tuple[bytes, dict]:
+    """A one-image binary request spoilt as ``case`` says."""
+    body, headers = binary_request(image[None])
+    length = int(headers["Inference-Header-Content-Length"])
+    if case == "no Inference-Header-Content-Length":
+        del headers["Inference-Header-Content-Length"]
+    elif case == "header not a number":
+        headers["Inference-Header-Content-Length"] = "a lot"
+    elif case == "header past the body":
+        headers["Inference-Header-Content-Length"] = str(len(body) + 1)
+    elif case == "header cuts the JSON short":
+        headers["Inference-Header-Content-Length"] = str(length - 1)
+    elif case == "binary data short of binary_data_size":
+        body = body[:-4]
+    elif case == "bytes after the binary data":
+        body += b"\0\0\0\0"
+    elif case == "binary data short of the shape":
+        body = body.replace(b"[1, 28, 28]", b"[2, 28, 28]")
+    return body, headers
+
+
+BAD_BINARY = {
+    "no Inference-Header-Content-Length": "needs the Inference-Header-Content-Length header",
+    "header not a number": "Inference-Header-Content-Length is 'a lot'",
+    "header past the body": "not a length within the body's",
+    "header cuts the JSON short": "are not JSON",
+    "binary data short of binary_data_size": "has binary_data_size 3136, but only 3132 bytes of the body are left",
+    "bytes after the binary data": "the body has 4 bytes beyond",
+    "binary data short of the shape": "does not fill its shape [2, 28, 28]",
+}
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("case", list(BAD_BINARY))
+def test_a_bad_binary_request_answers_400_with_a_message_and_the_next_good_one_succeeds(
+    setup: dict, test_images: np.ndarray, case: str
+) -> None:
+    url = f"{setup['folder'].url}/v2/models/{NAME}/infer"
+    status, _, body = post_binary(url, *_bad_binary(case, test_images[0]))
+    assert (status, BAD_BINARY[case] in json.loads(body).get("error", "")) == (400, True), body
+    status, headers, body = post_binary(url, *binary_request(test_images[:2]))
+    assert status == 200 and len(read_outputs(headers, body)["class_id"]) == 2
 
 
 # Each bad request, and the fragment its 4xx message must hold.

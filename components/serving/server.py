@@ -15,7 +15,6 @@ import argparse
 import dataclasses
 import gc
 import hashlib
-import json
 import logging
 import os
 import re
@@ -216,59 +215,6 @@ class Watcher(threading.Thread):
         say(f"now serving version {newest} (was {serving})")
 
 
-class BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes answers 413 before anything parses it."""
-
-    def __init__(self, app: Callable, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and int(length) > self.limit:
-            # Read (and drop) what the client sends: most clients read no answer before their body is out.
-            while (await receive()).get("more_body"):
-                pass
-            return await self.refuse(send, int(length))
-        if length is not None:
-            return await self.app(scope, receive, send)
-        chunks, size = [], 0  # chunked: counted as it arrives, then handed on whole
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.limit:
-                return await self.refuse(send, size)
-            if not message.get("more_body"):
-                break
-        body, delivered = b"".join(chunks), False
-
-        async def replay() -> dict:
-            nonlocal delivered
-            if delivered:
-                return await receive()
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    async def refuse(self, send: Callable, size: int) -> None:
-        body = json.dumps(
-            {"error": f"request body of {size} bytes is over the limit of {self.limit}: send fewer images per request"}
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
-
 class ClientErrorsInOneLine(logging.Filter):
     """KServe logs every 4xx with a traceback at ERROR; a client's bad request is one WARNING line, not a server
     fault."""
@@ -321,7 +267,10 @@ def serve(source: Source, settings: Settings) -> int:
         logging.getLogger(per_request).setLevel(logging.WARNING)
     logging.getLogger("kserve").addFilter(ClientErrorsInOneLine())
     warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")  # KServe 0.21's own use, once per process
-    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    from bakeoff.components.serving.asgi import BinaryTensors, BodyLimit  # after model: KServe reads no sys.argv
+
+    app.add_middleware(BinaryTensors, model=model)
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)  # added last, so it runs first
 
     async def metadata(model_name: str) -> dict:
         """TF Serving's metadata endpoint, plus the label table clients need to name more than the top class."""
