@@ -61,5 +61,7 @@ CLUSTER_STORE = "s3://mlpipeline/private/{namespace}/bakeoff"  # writable by a p
 CLUSTER_S3_ENDPOINT = "seaweedfs.kubeflow:9000"  # KFP >= 2.16; a run-time parameter for older ones
 SERVING_PORT = 8080  # the model server's HTTP port: KServe's container port, and `bakeoff serve`'s
 SERVING_POLL_SECONDS = 10.0  # how often a server of `latest` looks for a newer complete version
+SERVING_MAX_BATCH = 64  # images per model call when concurrent requests are merged; 1: each request runs alone
+SERVING_BATCH_WINDOW_MS = 2.0  # the longest a request waits for others to merge with while the model is busy
 DEPLOY_TIMEOUT_SECONDS = 600  # `deploy --wait`: a first start pulls the image and copies the model
 S3_REGION = "us-east-1"  # what MinIO and SeaweedFS answer; BAKEOFF_S3_REGION overrides it

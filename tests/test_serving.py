@@ -3,6 +3,7 @@ under load."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import http.client
 import json
@@ -16,8 +17,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -528,6 +531,116 @@ def test_a_bad_request_answers_4xx_with_a_message_and_the_next_good_one_succeeds
     assert (got, message in answer.get("error", "")) == (status, True), answer
     good, answer = post(f"{url}/v1/models/{NAME}:predict", {"instances": test_images[:2].tolist()})
     assert good == 200 and len(answer["predictions"]) == 2
+
+
+def _asking_client(url: str, image: np.ndarray, rounds: int, answers: list) -> None:
+    """Sends one image, alternately as a binary V2 and a JSON V1 request, ``rounds`` times over one connection."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    v1 = json.dumps({"instances": [image.tolist()]}).encode()
+    v2, headers = binary_request(image[None], {"binary_data_output": True})
+    try:
+        for round_ in range(rounds):
+            if round_ % 2:
+                connection.request("POST", f"/v1/models/{NAME}:predict", v1, {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                answers.append(json.loads(response.read())["predictions"][0]["probabilities"])
+            else:
+                connection.request("POST", f"/v2/models/{NAME}/infer", v2, headers)
+                response = connection.getresponse()
+                answers.append(read_outputs(dict(response.headers), response.read())["probabilities"][0])
+    finally:
+        connection.close()
+
+
+@pytest.mark.serving
+def test_concurrent_requests_each_get_their_own_images_answer(
+    setup: dict, test_images: np.ndarray, in_process: dict
+) -> None:
+    """The folder server merges concurrent requests (the default --max-batch): no answer may go to another
+    request."""
+    answers: list[list] = [[] for _ in test_images]
+    clients = [
+        threading.Thread(target=_asking_client, args=(setup["folder"].url, image, 20, answers[index]))
+        for index, image in enumerate(test_images)
+    ]
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join(120)
+    for index, per_client in enumerate(answers):
+        assert len(per_client) == 20
+        np.testing.assert_allclose(
+            np.asarray(per_client, np.float32),
+            np.broadcast_to(in_process["probabilities"][index], (20, 10)),
+            rtol=0,
+            atol=1e-6,
+        )
+
+
+def _batched(max_batch: int, window_ms: float, values: list[float], release_after: int) -> tuple[list, list[int]]:
+    """``values`` (one image each) through a Batcher whose model calls hold until ``release_after`` of them have
+    started: each batch's outputs or error, and the images of each model call in the order they ran."""
+    from bakeoff.components.serving.batching import Batcher
+    from bakeoff.components.serving.model import Batch, Version
+
+    calls: list[int] = []
+    started, release = threading.Semaphore(0), threading.Event()
+
+    def run(batch: Batch) -> dict[str, np.ndarray]:
+        calls.append(len(batch.tensor))
+        started.release()
+        assert release.wait(60), "the model calls were never released"
+        if (np.asarray(batch.tensor) < 0).any():
+            raise ValueError("a negative pixel")
+        return {"doubled": np.asarray(batch.tensor) * 2}
+
+    async def main() -> list:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2 * len(values)))  # calls and waits
+        batcher = Batcher(run, max_batch, window_ms)
+        version = cast(Version, SimpleNamespace(number=1))
+        batches = [Batch(ARRAYS_SIGNATURE, np.full((1, 2, 2), value, np.float32), version) for value in values]
+        first = asyncio.ensure_future(batcher(batches[0]))
+        await asyncio.to_thread(started.acquire)  # the model is busy with the first batch
+        rest = [asyncio.ensure_future(batcher(batch)) for batch in batches[1:]]
+        for _ in range(release_after - 1):
+            assert await asyncio.to_thread(started.acquire, timeout=20), f"calls so far: {calls}"
+        await asyncio.sleep(0)  # the batches submitted last have reached the batcher
+        release.set()
+        return await asyncio.gather(first, *rest, return_exceptions=True)
+
+    return asyncio.run(main()), calls
+
+
+def _rows(result: object) -> object:
+    return result["doubled"][:, 0, 0].tolist() if isinstance(result, dict) else repr(result)
+
+
+@pytest.mark.unit
+def test_batches_that_arrive_while_the_model_is_busy_run_as_one_call_and_each_gets_its_own_rows() -> None:
+    # A long window: only the first call's end lets the others go, together.
+    results, calls = _batched(64, 60_000, [float(i) for i in range(8)], release_after=1)
+    assert [_rows(result) for result in results] == [[2.0 * i] for i in range(8)]
+    assert calls == [1, 7]
+
+
+@pytest.mark.unit
+def test_waiting_batches_go_after_the_window_even_while_the_model_is_busy() -> None:
+    results, calls = _batched(64, 1, [float(i) for i in range(8)], release_after=2)
+    assert calls == [1, 7] and [_rows(result) for result in results] == [[2.0 * i] for i in range(8)]
+
+
+@pytest.mark.unit
+def test_max_batch_1_runs_each_batch_alone_as_it_arrives() -> None:
+    results, calls = _batched(1, 60_000, [float(i) for i in range(8)], release_after=8)
+    assert calls == [1] * 8 and [_rows(result) for result in results] == [[2.0 * i] for i in range(8)]
+
+
+@pytest.mark.unit
+def test_a_failing_merged_call_runs_each_batch_again_alone_so_only_the_bad_one_fails() -> None:
+    results, calls = _batched(64, 60_000, [0.0, 1.0, -1.0, 3.0], release_after=1)
+    assert [_rows(result) for result in results] == [[0.0], [2.0], "ValueError('a negative pixel')", [6.0]]
+    assert calls == [1, 3, 1, 1, 1]
 
 
 def _looping_client(index: int, url: str, image: list, answers: list, stop: threading.Event) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import dataclasses
@@ -22,8 +21,10 @@ try:
 finally:
     sys.argv = _argv
 
-from bakeoff.components.errors import BakeoffError  # noqa: E402 (after kserve's import, above)
+from bakeoff.components import defaults  # noqa: E402 (after kserve's import, above)
+from bakeoff.components.errors import BakeoffError  # noqa: E402
 from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE  # noqa: E402
+from bakeoff.components.serving.batching import Batcher  # noqa: E402
 
 ARRAYS_INPUT = "images"  # the input of ARRAYS_SIGNATURE
 BYTES_INPUT = "image_bytes"  # the input of BYTES_SIGNATURE
@@ -90,12 +91,22 @@ class Batch:
 
 
 class ServedModel(kserve.Model):
-    """A kserve.Model over one loaded version at a time; ``swap`` replaces it while requests keep flowing."""
+    """A kserve.Model over one loaded version at a time; ``swap`` replaces it while requests keep flowing.
 
-    def __init__(self, name: str, version: Version) -> None:
+    Concurrent requests run as one model call of up to ``max_batch`` images (batching.Batcher; 1: each alone).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        version: Version,
+        max_batch: int = defaults.SERVING_MAX_BATCH,
+        batch_window_ms: float = defaults.SERVING_BATCH_WINDOW_MS,
+    ) -> None:
         super().__init__(name)
         self.current = version
         self.ready = True
+        self.batcher = Batcher(run, max_batch, batch_window_ms)
 
     def swap(self, version: Version) -> None:
         # One reference assignment: each request took the version it started with, so none sees half a switch.
@@ -131,8 +142,7 @@ class ServedModel(kserve.Model):
         raise InvalidInput('send a JSON object such as {"instances": [...]} with Content-Type: application/json')
 
     async def predict(self, batch: Batch, headers: dict | None = None) -> tuple[Batch, dict]:
-        # TensorFlow releases the GIL: in a thread, concurrent requests overlap and the event loop keeps accepting.
-        return batch, await asyncio.get_running_loop().run_in_executor(None, run, batch)
+        return batch, await self.batcher(batch)
 
     async def postprocess(
         self, result: tuple[Batch, dict], headers: dict | None = None, response_headers: dict | None = None

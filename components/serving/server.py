@@ -237,6 +237,8 @@ class Settings:
     grpc_port: int = 0  # 0: no gRPC
     poll_seconds: float = POLL_SECONDS
     max_request_bytes: int = MAX_REQUEST_BYTES
+    max_batch: int = defaults.SERVING_MAX_BATCH  # images per merged model call; 1: no merging
+    batch_window_ms: float = defaults.SERVING_BATCH_WINDOW_MS
 
 
 def serve(source: Source, settings: Settings) -> int:
@@ -250,7 +252,9 @@ def serve(source: Source, settings: Settings) -> int:
             check_port(port, flag)  # before seconds of loading, not after
     from bakeoff.components.serving.model import ServedModel, load_version
 
-    model = ServedModel(settings.model_name, load_version(source.fetch(first), first))
+    model = ServedModel(
+        settings.model_name, load_version(source.fetch(first), first), settings.max_batch, settings.batch_window_ms
+    )
     import kserve
     from kserve.errors import ModelNotFound
     from kserve.model_server import app
@@ -327,6 +331,46 @@ def seconds_arg(text: str) -> float:
     return value
 
 
+def whole_arg(flag: str) -> Callable[[str], int]:
+    """A whole number of at least 1 for ``flag``."""
+
+    def parse(text: str) -> int:
+        if not text.isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"{flag} takes a whole number of at least 1, got {text!r}")
+        return int(text)
+
+    return parse
+
+
+def window_arg(text: str) -> float:
+    """--batch-window-ms: milliseconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"--batch-window-ms takes milliseconds, 0 or more, got {text!r}")
+    return value
+
+
+def batching_args(parser: argparse.ArgumentParser) -> None:
+    """--max-batch and --batch-window-ms, for this module's parser and `bakeoff serve`'s."""
+    parser.add_argument(
+        "--max-batch",
+        type=whole_arg("--max-batch"),
+        default=defaults.SERVING_MAX_BATCH,
+        help="images per model call when concurrent requests are merged; 1 runs each request alone"
+        f" (default {defaults.SERVING_MAX_BATCH})",
+    )
+    parser.add_argument(
+        "--batch-window-ms",
+        type=window_arg,
+        default=defaults.SERVING_BATCH_WINDOW_MS,
+        help="the longest a request waits, while the model is busy, for others to run with"
+        f" (default {defaults.SERVING_BATCH_WINDOW_MS:g})",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="python -m bakeoff.components.serving.server", description=__doc__.splitlines()[0]
@@ -361,6 +405,7 @@ def parser() -> argparse.ArgumentParser:
         default=MAX_REQUEST_BYTES,
         help=f"larger bodies answer 413 (default {MAX_REQUEST_BYTES})",
     )
+    batching_args(top)
     top.add_argument(
         "--cache-dir",
         type=Path,
@@ -379,7 +424,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     settings = Settings(
-        args.model_name, args.version, args.http_port, args.grpc_port, args.poll_seconds, args.max_request_bytes
+        args.model_name,
+        args.version,
+        args.http_port,
+        args.grpc_port,
+        args.poll_seconds,
+        args.max_request_bytes,
+        args.max_batch,
+        args.batch_window_ms,
     )
     with reported():
         if args.model_dir:

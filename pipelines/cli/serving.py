@@ -47,7 +47,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             )
         else:
             print(url, flush=True)
-        return serve(source, Settings(args.model_name, args.version, port, args.grpc_port or 0, args.poll_seconds))
+        settings = Settings(
+            args.model_name,
+            args.version,
+            port,
+            args.grpc_port or 0,
+            args.poll_seconds,
+            max_batch=args.max_batch,
+            batch_window_ms=args.batch_window_ms,
+        )
+        return serve(source, settings)
     finally:
         source.close()
 
@@ -124,7 +133,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def add_serving_commands(commands: argparse._SubParsersAction) -> None:
     """Registers serve and predict."""
-    from bakeoff.components.serving.server import HTTP_PORT, POLL_SECONDS, port_arg, seconds_arg, version_arg
+    from bakeoff.components.serving.server import (
+        HTTP_PORT,
+        POLL_SECONDS,
+        batching_args,
+        port_arg,
+        seconds_arg,
+        version_arg,
+    )
 
     serve = commands.add_parser(
         "serve", help="serve a published model here with KServe (V1 TF Serving REST and V2), following newer versions"
@@ -144,6 +160,7 @@ def add_serving_commands(commands: argparse._SubParsersAction) -> None:
         default=POLL_SECONDS,
         help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})",
     )
+    batching_args(serve)
     serve.set_defaults(handler=cmd_serve)
 
     predict = commands.add_parser("predict", help="classify PNG/JPEG files with a running model server")
