@@ -1,10 +1,15 @@
-"""Serving overhead: `:predict` over HTTP against the same SavedModel called in process, on the same images."""
+"""Serving overhead: the model server over HTTP against the same SavedModel called in process, on the same images.
+
+Requests are JSON arrays and PNG files to V1 `:predict`, and FP32 bytes in V2's binary tensor data extension.
+"""
 
 from __future__ import annotations
 
 import base64
+import functools
 import gc
 import http.client
+import itertools
 import json
 import os
 import socket
@@ -35,7 +40,9 @@ from benchmarks.harness import Context, Figure
 MODEL: dict[str, Any] = {"filters": [32, 64, 64], "dense_units": 64, "batch_norm": True}
 MIRROR_AVERAGE = True
 BATCHES = (1, 64)
-CASES = (("img", 1), ("img", 64), ("png", 64))  # (input kind, images per request)
+# (input kind, images per request): JSON arrays and PNG files to V1, FP32 bytes to V2's binary extension ("bin").
+CASES = (("img", 1), ("img", 64), ("png", 64), ("bin", 1), ("bin", 64))
+KINDS = {"img": "JSON array", "png": "PNG file", "bin": "binary FP32 image"}
 CONCURRENCY = (1, 8)
 REQUESTS = {1: 400, 64: 60}  # per client thread and repetition: a few seconds each
 DISTINCT = 16  # different image batches cycled through, so no layer sees one input over and over
@@ -84,6 +91,19 @@ def _manifest() -> Manifest:
     )
 
 
+def _binary_request(images: np.ndarray) -> tuple[dict[str, str], bytes]:
+    """V2's binary extension: the JSON, then the images as FP32 bytes; the outputs asked back as bytes too."""
+    data = images.astype("<f4").tobytes()
+    tensor = {"name": "images", "shape": list(images.shape), "datatype": "FP32"}
+    head = json.dumps(
+        {
+            "inputs": [{**tensor, "parameters": {"binary_data_size": len(data)}}],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
+    return {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(head))}, head + data
+
+
 def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q))
 
@@ -116,7 +136,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start_server(store_uri: str, port: int, log: Path) -> subprocess.Popen:
+def _start_server(store_uri: str, port: int, log: Path, *flags: str) -> subprocess.Popen:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -130,6 +150,7 @@ def _start_server(store_uri: str, port: int, log: Path) -> subprocess.Popen:
             "1",
             "--http-port",
             str(port),
+            *flags,
         ],
         stdout=subprocess.DEVNULL,
         stderr=log.open("w"),
@@ -145,6 +166,22 @@ def _start_server(store_uri: str, port: int, log: Path) -> subprocess.Popen:
             time.sleep(0.2)
     process.kill()
     raise RuntimeError("the model server did not become ready in 120 s")
+
+
+def _rate_figure(key: str, rates: list[float], base: list[float], goal: float | None, detail: str) -> Figure:
+    """The median over repetitions of ``rates`` ÷ ``base``.
+
+    Each repetition's sides ran back to back: their ratio holds while other load on the machine comes and goes.
+    """
+    ratio = statistics.median(s / h for s, h in zip(rates, base, strict=True))
+    return Figure(
+        key,
+        ratio,
+        "×",
+        goal=f"≥ {goal}" if goal else "",
+        met=ratio >= goal if goal else None,
+        detail=f"{detail}; medians {statistics.median(rates):.0f} and {statistics.median(base):.0f} images/s",
+    )
 
 
 def serving(context: Context) -> list[Figure]:
@@ -172,19 +209,35 @@ def serving(context: Context) -> list[Figure]:
     registry.publish(open_store(store_uri), NAME, model_dir, _manifest())
     loaded = tf.saved_model.load(str(model_dir))
 
-    # Arrays: clients send uint8 pixels as JSON integers, in process gets the float32 array (serving_default).
-    # PNG: both sides get the same PNG files (serving_bytes), as `bakeoff predict` sends them.
+    # Arrays: clients send uint8 pixels as JSON integers, or as FP32 bytes (binary); in process gets the float32
+    # array (serving_default). PNG: both sides get the same PNG files (serving_bytes), as `bakeoff predict` sends them.
     batches = {n: [images[i * n : (i + 1) * n] for i in range(DISTINCT)] for n in BATCHES}
     pngs = [[tf.io.encode_png(image[:, :, None]).numpy() for image in batch] for batch in batches[64]]
-    inputs = {("img", n): [{"images": tf.constant(b, tf.float32)} for b in batches[n]] for n in BATCHES}
+    inputs = {(kind, n): [{"images": tf.constant(b, tf.float32)} for b in batches[n]] for kind, n in CASES}
     inputs[("png", 64)] = [{"image_bytes": tf.constant(batch)} for batch in pngs]
-    bodies = {("img", n): [json.dumps({"instances": b.tolist()}).encode() for b in batches[n]] for n in BATCHES}
-    bodies[("png", 64)] = [
-        json.dumps({"instances": [{"b64": base64.b64encode(p).decode()} for p in batch]}).encode() for batch in pngs
+    json_headers = {"Content-Type": "application/json"}
+    predict, infer = f"/v1/models/{NAME}:predict", f"/v2/models/{NAME}/infer"
+    requests = {
+        ("img", n): [(predict, json_headers, json.dumps({"instances": b.tolist()}).encode()) for b in batches[n]]
+        for n in BATCHES
+    }
+    requests[("png", 64)] = [
+        (predict, json_headers, json.dumps({"instances": [{"b64": base64.b64encode(p).decode()} for p in b]}).encode())
+        for b in pngs
     ]
-    signatures = {"img": loaded.signatures[ARRAYS_SIGNATURE], "png": loaded.signatures[BYTES_SIGNATURE]}
-    port = _free_port()
-    server = _start_server(store_uri, port, context.scratch / "serving-server.log")
+    for n in BATCHES:
+        requests[("bin", n)] = [(infer, *_binary_request(b)) for b in batches[n]]
+    signatures = {
+        "img": loaded.signatures[ARRAYS_SIGNATURE],
+        "bin": loaded.signatures[ARRAYS_SIGNATURE],
+        "png": loaded.signatures[BYTES_SIGNATURE],
+    }
+    # The server as it ships, and one that runs each request alone: what merging concurrent requests gains.
+    ports = {"served": _free_port(), "unbatched": _free_port()}
+    servers = [
+        _start_server(store_uri, ports["served"], context.scratch / "serving-server.log"),
+        _start_server(store_uri, ports["unbatched"], context.scratch / "unbatched-server.log", "--max-batch", "1"),
+    ]
     samples: dict[str, dict] = {}
     gc.collect()
     gc.freeze()  # as the server does: no full collection of TensorFlow's objects in the middle of either side's timings
@@ -192,25 +245,27 @@ def serving(context: Context) -> list[Figure]:
         for _ in range(context.repetitions):  # interleaved, so a noisy minute hits both sides
             for kind, n in CASES:
                 for clients in CONCURRENCY:
-                    connections = [http.client.HTTPConnection("127.0.0.1", port) for _ in range(clients)]
+                    connections = {
+                        side: [http.client.HTTPConnection("127.0.0.1", port) for _ in range(clients)]
+                        for side, port in ports.items()
+                        if side == "served" or (n == 1 and clients > 1)  # unbatched: only where merging can happen
+                    }
 
                     def in_process(client: int, i: int, case: tuple = (kind, n)) -> None:
                         signatures[case[0]](**inputs[case][(client + i) % DISTINCT])["probabilities"].numpy()
 
-                    def served(client: int, i: int, case: tuple = (kind, n), connections: list = connections) -> None:
+                    def served(client: int, i: int, connections: list, case: tuple = (kind, n)) -> None:
                         connection = connections[client]
-                        connection.request(
-                            "POST",
-                            f"/v1/models/{NAME}:predict",
-                            bodies[case][(client + i) % DISTINCT],
-                            {"Content-Type": "application/json"},
-                        )
+                        path, headers, body = requests[case][(client + i) % DISTINCT]
+                        connection.request("POST", path, body, headers)
                         response = connection.getresponse()
                         data = response.read()
                         if response.status != 200:
                             raise RuntimeError(f"{response.status}: {data[:300]!r}")
 
-                    for side, call in (("in_process", in_process), ("served", served)):
+                    sides = [("in_process", in_process)]
+                    sides += [(side, functools.partial(served, connections=c)) for side, c in connections.items()]
+                    for side, call in sides:
                         call(0, 0)  # warm: the connection, and the first call of a shape
                         latencies, seconds = _load(clients, REQUESTS[n], call)
                         entry = samples.setdefault(
@@ -218,12 +273,14 @@ def serving(context: Context) -> list[Figure]:
                         )
                         entry["latency_ms"].extend(1000 * value for value in latencies)
                         entry["images_per_second"].append(n * len(latencies) / seconds)
-                    for connection in connections:
+                    for connection in itertools.chain(*connections.values()):
                         connection.close()
     finally:
         gc.unfreeze()
-        server.terminate()
-        server.wait(30)
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait(30)
     context.samples["serving"] = {
         key: {
             "p50_ms": _percentile(v["latency_ms"], 50),
@@ -236,10 +293,7 @@ def serving(context: Context) -> list[Figure]:
     for kind, n in CASES:
         for clients in CONCURRENCY:
             here, there = samples[f"{n}{kind}_c{clients}_in_process"], samples[f"{n}{kind}_c{clients}_served"]
-            label = (
-                f"{n} {'PNG file' if kind == 'png' else 'image'}{'s' if n > 1 else ''}, {clients} "
-                f"client{'s' if clients > 1 else ''}"
-            )
+            label = f"{n} {KINDS[kind]}{'s' if n > 1 else ''}, {clients} client{'s' if clients > 1 else ''}"
             for q in (50, 99):
                 served_ms, local_ms = _percentile(there["latency_ms"], q), _percentile(here["latency_ms"], q)
                 figures.append(
@@ -250,41 +304,45 @@ def serving(context: Context) -> list[Figure]:
                         detail=f"{label}: p{q} {served_ms:.2f} ms served ÷ {local_ms:.2f} ms in process",
                     )
                 )
-            served_rate, local_rate = (
-                statistics.median(there["images_per_second"]),
-                statistics.median(here["images_per_second"]),
-            )
-            # Each repetition's two sides ran back to back: their ratio holds when other load on the machine comes and
-            # goes.
-            ratio = statistics.median(
-                s / h for s, h in zip(there["images_per_second"], here["images_per_second"], strict=True)
-            )
-            goal = n == 64
             figures.append(
-                Figure(
+                _rate_figure(
                     f"serving_{n}{kind}_c{clients}_throughput_ratio",
-                    ratio,
-                    "×",
-                    goal="≥ 0.8" if goal else "",
-                    met=ratio >= 0.8 if goal else None,
-                    detail=f"{label}: median of each repetition's images/s served ÷ in process, run back to back;"
-                    f" medians {served_rate:.0f} and {local_rate:.0f} images/s",
+                    there["images_per_second"],
+                    here["images_per_second"],
+                    0.8 if n == 64 else None,
+                    f"{label}: median of each repetition's images/s served ÷ in process, run back to back",
                 )
             )
-    overhead = _percentile(samples["1img_c1_served"]["latency_ms"], 50) - _percentile(
-        samples["1img_c1_in_process"]["latency_ms"], 50
-    )
-    figures.append(
-        Figure(
-            "serving_1img_p50_overhead_ms",
-            overhead,
-            "ms",
-            goal="≤ 2",
-            met=overhead <= 2,
-            detail="one image, one client: p50 of `:predict` over loopback HTTP (JSON in, JSON out) minus p50 of the"
-            " serving_default signature called in process; the default winner's shape (batch_norm CNN, "
-            "mirror-averaged),"
-            " KServe ModelServer, one uvicorn worker",
+    for kind in ("img", "bin"):
+        alone = samples[f"1{kind}_c1_in_process"]["images_per_second"]
+        for side in ("served", "unbatched"):
+            merged = side == "served"
+            figures.append(
+                _rate_figure(
+                    f"serving_1{kind}_c8_{'batched' if merged else 'unbatched'}_vs_one_at_a_time",
+                    samples[f"1{kind}_c8_{side}"]["images_per_second"],
+                    alone,
+                    1.0 if merged else None,
+                    f"8 clients sending one {KINDS[kind]} each, "
+                    + ("merged into model calls (the default)" if merged else "each its own model call (--max-batch 1)")
+                    + ": images/s ÷ one caller of the model in process, one image at a time; median of each"
+                    " repetition's ratio",
+                )
+            )
+        overhead = _percentile(samples[f"1{kind}_c1_served"]["latency_ms"], 50) - _percentile(
+            samples[f"1{kind}_c1_in_process"]["latency_ms"], 50
         )
-    )
+        request = "`:predict` (JSON in, JSON out)" if kind == "img" else "V2 `infer` (binary FP32 in and out)"
+        figures.append(
+            Figure(
+                f"serving_1{kind}_p50_overhead_ms",
+                overhead,
+                "ms",
+                goal="≤ 2",
+                met=overhead <= 2,
+                detail=f"one image, one client: p50 of {request} over loopback HTTP minus p50 of the serving_default"
+                " signature called in process; the default winner's shape (batch_norm CNN, mirror-averaged), KServe"
+                " ModelServer, one uvicorn worker",
+            )
+        )
     return figures
