@@ -424,6 +424,10 @@ def _bad_binary(case: str, image: np.ndarray) -> tuple[bytes, dict]:
         body += b"\0\0\0\0"
     elif case == "binary data short of the shape":
         body = body.replace(b"[1, 28, 28]", b"[2, 28, 28]")
+    elif case == "a BYTES length past its data":
+        tensor = {"name": "image_bytes", "shape": [1], "datatype": "BYTES", "parameters": {"binary_data_size": 8}}
+        head = json.dumps({"inputs": [tensor]}).encode()
+        body, headers["Inference-Header-Content-Length"] = head + struct.pack("<I", 1000) + b"\x89PNG", str(len(head))
     return body, headers
 
 
@@ -435,6 +439,7 @@ BAD_BINARY = {
     "binary data short of binary_data_size": "has binary_data_size 3136, but only 3132 bytes of the body are left",
     "bytes after the binary data": "the body has 4 bytes beyond",
     "binary data short of the shape": "does not fill its shape [2, 28, 28]",
+    "a BYTES length past its data": "input 'image_bytes': its data does not fill its shape [1]",
 }
 
 

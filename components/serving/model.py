@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import struct
 import sys
 import uuid
 from pathlib import Path
@@ -292,7 +293,7 @@ def v2_batch(request: InferRequest, version: Version) -> Batch:
 def _v2_data(tensor: Any) -> np.ndarray:
     try:
         return tensor.as_numpy()  # JSON data, gRPC contents or raw bytes alike, reshaped to the declared shape
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, struct.error):  # struct.error: a binary BYTES element's length runs past the data
         raise InvalidInput(f"input {tensor.name!r}: its data does not fill its shape {list(tensor.shape)}") from None
 
 
