@@ -84,6 +84,11 @@ def thread_cap(replicas: int, concurrent_jobs: int, cores: int | None = None) ->
     return max(1, cores // max(1, replicas * concurrent_jobs))
 
 
+def thread_env(threads: int) -> dict[str, str]:
+    """The variables that cap a replica's TensorFlow (and OpenMP) at ``threads`` threads per pool."""
+    return {name: str(threads) for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")}
+
+
 class _Replica:
     """One running replica: its process and the last lines of its log."""
 
@@ -243,7 +248,7 @@ class LocalBackend:
         """Starts every replica once; returns (None, "", 0) on success, else the replica to blame,
         "failed", "stalled" or "deadline", and how long it has been quiet."""
         configs = tf_configs(job)
-        threads = str(thread_cap(len(configs), self.concurrent_jobs))
+        threads = thread_env(thread_cap(len(configs), self.concurrent_jobs))
         replicas = []
         heartbeats = Path(tempfile.mkdtemp(prefix="bakeoff-heartbeats-"))
         try:
@@ -254,9 +259,7 @@ class LocalBackend:
                     **allocator.with_tcmalloc(os.environ, self.tcmalloc),
                     **{var.name: var.value for var in container.env or [] if var.value is not None},
                     "TF_CONFIG": json.dumps(tf_config),
-                    "TF_NUM_INTRAOP_THREADS": threads,
-                    "TF_NUM_INTEROP_THREADS": threads,
-                    "OMP_NUM_THREADS": threads,
+                    **threads,
                     "PYTHONUNBUFFERED": "1",
                     HEARTBEAT_ENV: str(heartbeats / label),  # the replica creates it
                 }
