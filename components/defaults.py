@@ -24,12 +24,13 @@ HALVING_ETA = (
 HALVING_WINDOW = (
     3  # a rung ranks variants by the mean validation metric over the last third of their epochs (halving.rung_score)
 )
-# The plan's cost model (components/search/budget.py): an epoch costs train examples × forward MACs per image ×
-# SECONDS_PER_MAC (backward pass, validation and backups included), a job JOB_START_SECONDS more (all outside fit:
-# processes, TensorFlow, and ingest, halving and select spread over the jobs). From an idle default `make run`:
-# benchmarks/results.md.
-SECONDS_PER_MAC = 3.3e-11
-JOB_START_SECONDS = 13.0
+# The plan's cost model (components/search/budget.py): an epoch costs its steps × the step of its family's probe
+# model, scaled by forward MACs per image, measured on this machine; a job costs a measured start more. Measured
+# once per machine and TensorFlow, kept in CACHE_DIR (BAKEOFF_CACHE overrides it).
+CALIBRATION_STEPS = 32  # timed steps per family, after one execution of CALIBRATION_STEPS_PER_EXECUTION to trace
+CALIBRATION_STEPS_PER_EXECUTION = 8  # short executions: a steady rate within seconds; 64 would take 4× as long
+CACHE_DIR = Path("~/.cache/bakeoff")
+CACHE_ENV = "BAKEOFF_CACHE"
 MISCLASSIFIED = (
     24  # the winner's most confident test mistakes kept in the selection record: one screenful in the report
 )

@@ -12,7 +12,7 @@ import yaml
 
 from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.spec import Config
+from bakeoff.components.spec import Config, load_config
 from bakeoff.pipelines import conformance
 from bakeoff.pipelines.pipeline import Cluster, build_pipeline
 
@@ -34,7 +34,7 @@ def compile_pipeline(
     """
     from kfp import compiler
 
-    loaded = planned(config)
+    loaded = planned(load_config(config))
     variants = [variant.to_dict() for variant in loaded.variants]
     pipeline = build_pipeline(
         parallelism=parallelism, variants=variants, image=image, cluster=cluster, search=loaded.search
@@ -49,16 +49,18 @@ def compile_pipeline(
     return output
 
 
-def planned(config: Path, max_train_examples: int = 0) -> Config:
+def planned(config: Config, max_train_examples: int = 0) -> Config:
     """The config as a run trains it: a search budget shrinks it here, before anything runs (what ``bakeoff plan``
     shows).
 
     Each shrink is said on stderr. Compiling plans for the whole training split,
-    the default of the compiled pipeline's ``max_train_examples``.
+    the default of the compiled pipeline's ``max_train_examples``. Only a budget needs this machine's costs.
     """
-    from bakeoff.components.search.budget import plan_file
+    from bakeoff.components.search.budget import plan_config
 
-    plan, _ = plan_file(config, max_train_examples)
+    if config.search is None or config.search.budget_minutes is None:
+        return config
+    plan, _ = plan_config(config, max_train_examples)
     for line in plan.shrunk:
         print(f"bakeoff: within search.budget: {line}", file=sys.stderr)
     return plan.config

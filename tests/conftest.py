@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff.components.data import artifact as dataset
+from bakeoff.components.defaults import CACHE_ENV
 from bakeoff.components.storage import Store, open_store
 
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -61,6 +62,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def cost_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache folder of each test's own: no test reads, or measures into, the machine's cached costs."""
+    path = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv(CACHE_ENV, str(path))
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from bakeoff.components.search import calibration as costs
+from bakeoff.components.spec import Config
 from bakeoff.components.storage.records import Candidate, Manifest, WorkerMetrics
 
 RECORDS = Path(__file__).resolve().parent / "data" / "records"
@@ -28,3 +30,20 @@ def manifest(**changes: Any) -> Manifest:
     """A real published version's manifest (a run that replaced a champion), with ``changes``; publish numbers it."""
     sample = Manifest.from_json((RECORDS / "manifest.json").read_text(), "manifest.json")
     return dataclasses.replace(sample, **({"version": 0} | changes))
+
+
+def calibration(*configs: Config, step_seconds: float = 0.05, start_seconds: float = 10.0) -> costs.Calibration:
+    """This machine's costs as if measured: every shape of ``configs``, each step ``step_seconds``."""
+    steps = [
+        costs.StepCost(shape.architecture, shape.batch_size, shape.workers, 1, step_seconds)
+        for shape in sorted(costs.shapes(v for config in configs for v in config.variants), key=dataclasses.astuple)
+    ]
+    return costs.Calibration(costs.VERSION, costs.machine_key(), "2026-01-01T00:00:00+00:00", start_seconds, steps)
+
+
+def cache_calibration(cache: Path, *configs: Config, **numbers: float) -> costs.Calibration:
+    """Writes ``calibration(*configs)`` where plan reads it (``cache``: the tests' own cache folder): nothing is
+    measured."""
+    written = calibration(*configs, **numbers)
+    (cache / costs.FILE).write_text(written.to_json())
+    return written

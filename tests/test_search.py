@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
-from bakeoff.components.defaults import JOB_START_SECONDS
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.search.budget import epoch_seconds, estimate, fit
+from bakeoff.components.search import calibration as costs
+from bakeoff.components.search.budget import epoch_seconds, estimate, fit, macs
 from bakeoff.components.search.halving import Halving, schedule, survivors
 from bakeoff.components.spec import load_config, load_variants
 from bakeoff.components.storage.records import Score
 from bakeoff.pipelines.cli.main import main
+from tests import samples
 
 pytestmark = pytest.mark.unit
 
@@ -332,15 +333,36 @@ def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tm
             "search: {halving: {min_epochs: 2, max_epochs: 6, eta: 3}}\n",
         )
     )
-    small, mid, big = (epoch_seconds(v, 1000) for v in config.variants)
+    measured = samples.calibration(config)
+    small, mid, big = sorted(epoch_seconds(v, 1000, measured) for v in config.variants)
     assert small < mid < big
-    rungs, seconds = estimate(config, 1000)
+    rungs, seconds = estimate(config, 1000, measured)
     assert [(r.epochs, r.entering, r.keep) for r in rungs or []] == [(2, 3, 1), (6, 1, 1)]
     # Rung 0: all three for 2 epochs; rung 1: the one survivor, costed as the costliest, for the 4 epochs it has not
     # done.
-    assert seconds == pytest.approx((small + mid + big) * 2 + big * 4 + 4 * JOB_START_SECONDS)
+    assert seconds == pytest.approx((small + mid + big) * 2 + big * 4 + 4 * measured.start_seconds)
     plain = dataclasses.replace(config, search=None)
-    assert estimate(plain, 1000) == pytest.approx((None, (small + mid + big) * 6 + 3 * JOB_START_SECONDS))
+    assert estimate(plain, 1000, measured) == pytest.approx(
+        (None, (small + mid + big) * 6 + 3 * measured.start_seconds)
+    )
+
+
+def test_an_epoch_is_its_steps_at_the_measured_step_scaled_by_macs(tmp_path: Path) -> None:
+    """The probe model itself costs its steps; a CNN of other filters, the probe's step times the ratio of MACs."""
+    config = load_config(
+        write(
+            tmp_path,
+            "variants:\n  - {name: probe, model: {type: cnn}, training: {batch_size: 50}, workers: 2}\n"
+            "  - {name: wide, model: {type: cnn, filters: [64, 128, 128]}, training: {batch_size: 50}, workers: 2}\n",
+        )
+    )
+    measured = samples.calibration(config, step_seconds=0.2)
+    probe, wide = config.variants
+    assert epoch_seconds(probe, 1000, measured) == pytest.approx(10 * 0.2)  # 1000 examples in global batches of 100
+    assert epoch_seconds(probe, 1099, measured) == pytest.approx(10 * 0.2)  # the worker drops the last part batch
+    ratio = macs(wide) / macs(costs.probe_variant("cnn", 50))
+    assert ratio > 3
+    assert epoch_seconds(wide, 1000, measured) == pytest.approx(10 * 0.2 * ratio)
 
 
 def budgeted(tmp_path: Path, minutes: float, samples: int = 8) -> Path:
@@ -352,8 +374,9 @@ def budgeted(tmp_path: Path, minutes: float, samples: int = 8) -> Path:
 
 def test_a_budget_drops_draws_first(tmp_path: Path) -> None:
     three = load_config(budgeted(tmp_path, 10000.0, samples=3))
-    minutes = estimate(three, 55000)[1] / 60 + 0.01  # just what three draws per variant cost
-    plan = fit(load_config(budgeted(tmp_path, minutes)))
+    measured = samples.calibration(three)
+    minutes = estimate(three, 55000, measured)[1] / 60 + 0.01  # just what three draws per variant cost
+    plan = fit(load_config(budgeted(tmp_path, minutes)), measured)
     assert [v.name for v in plan.config.variants] == [
         v.name for v in three.variants
     ]  # the first three draws, grid and base kept
@@ -363,15 +386,18 @@ def test_a_budget_drops_draws_first(tmp_path: Path) -> None:
         "search.samples 8 -> 3: 8 draws per sampled variant take an estimated "
     )
     assert plan.shrunk[0].endswith(f", over the budget of {minutes:g} min")
-    assert fit(load_config(budgeted(tmp_path, 10000.0))).shrunk == []
+    assert fit(load_config(budgeted(tmp_path, 10000.0)), measured).shrunk == []
+    slower = dataclasses.replace(measured, start_seconds=measured.start_seconds * 2)
+    assert fit(load_config(budgeted(tmp_path, minutes)), slower).config.search.samples < 3  # type: ignore[union-attr]
 
 
 def test_a_budget_then_lowers_max_epochs_and_refuses_what_cannot_fit(tmp_path: Path) -> None:
     one = load_config(budgeted(tmp_path, 10000.0, samples=1))
+    measured = samples.calibration(one)
     assert one.search is not None
     at_nine = dataclasses.replace(one, search=dataclasses.replace(one.search, halving=Halving(2, 9, 3)))
-    minutes = estimate(at_nine, 55000)[1] / 60 + 0.01
-    plan = fit(load_config(budgeted(tmp_path, minutes)))
+    minutes = estimate(at_nine, 55000, measured)[1] / 60 + 0.01
+    plan = fit(load_config(budgeted(tmp_path, minutes)), measured)
     assert plan.config.search is not None and plan.config.search.samples == 1
     assert plan.config.search.halving == Halving(2, 9, 3)
     assert {v.training.epochs for v in plan.config.variants} == {9}
@@ -385,14 +411,17 @@ def test_a_budget_then_lowers_max_epochs_and_refuses_what_cannot_fit(tmp_path: P
         match=rf"^{path}: search.budget.minutes: 0.01 min cannot hold even 8 variants at 1 epoch"
         r" \(an estimated [0-9.]+ min here\): raise the budget or list fewer variants$",
     ):
-        fit(load_config(path))
+        fit(load_config(path), measured)
 
 
-def test_plan_prints_the_variants_the_rungs_and_the_estimate(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_plan_prints_the_variants_the_rungs_and_the_estimate(
+    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
+) -> None:
     path = write(tmp_path, SEARCH.replace("SEED", "0"))
+    config = load_config(path)
+    measured = samples.cache_calibration(cost_cache, config)
     assert main(["plan", "--config", str(path)]) == 0
     out = capsys.readouterr().out
-    config = load_config(path)
     assert out.startswith(f"11 variants from {path}:\n")
     for variant in config.variants:
         assert f"  {variant.name} " in out
@@ -400,6 +429,10 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(tmp_path: Path, cap
     assert "successive halving (eta 3, epochs 2 to 15):\n  rung  epochs  entering  kept\n" in out
     assert "     0       2        11     3\n     1       6         3     1\n     2      15         1     1\n" in out
     assert "estimated training time: " in out and "one job at a time on 55,000 examples" in out
+    assert (
+        f"\ncosts measured here at 2026-01-01T00:00:00+00:00 ({costs.machine_key()}): cnn 50 ms/step (batch 64, 2×1"
+        " threads); 10.0 s to start a job\n"
+    ) in out
     assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert [v["name"] for v in document["variants"]] == [v.name for v in config.variants]
@@ -408,10 +441,71 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(tmp_path: Path, cap
         {"index": 1, "epochs": 6, "entering": 3, "keep": 1},
         {"index": 2, "epochs": 15, "entering": 1, "keep": 1},
     ]
-    assert document["estimated_seconds"] < estimate(config, 55000)[1]
+    assert document["estimated_seconds"] < estimate(config, 55000, measured)[1]
+    assert document["calibration"] == json.loads(measured.to_json())
 
 
-def test_plan_on_the_default_config(capsys: pytest.CaptureFixture) -> None:
+def test_plan_s_estimate_is_the_cached_calibration_s_arithmetic(
+    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Two probe-sized variants of 3 epochs, 10 steps an epoch on 1000 examples: 60 steps and two starts."""
+    path = write(
+        tmp_path,
+        "defaults: {training: {batch_size: 50, epochs: 3}, workers: 2}\n"
+        "variants:\n  - {name: a, model: {type: mlp}}\n  - {name: b, model: {type: cnn}}\n",
+    )
+    samples.cache_calibration(cost_cache, load_config(path), step_seconds=0.25, start_seconds=7.0)
+    assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["estimated_seconds"] == pytest.approx(2 * 3 * 10 * 0.25 + 2 * 7.0)
+    assert document["calibration"]["start_seconds"] == 7.0
+    assert [(s["architecture"], s["step_seconds"]) for s in document["calibration"]["steps"]] == [
+        ("cnn", 0.25),
+        ("mlp", 0.25),
+    ]
+
+
+def test_an_unreadable_calibration_is_measured_again(cost_cache: Path, capsys: pytest.CaptureFixture) -> None:
+    (cost_cache / costs.FILE).write_text('{"version": 1, "machine": "x"}')
+    assert costs.read(cost_cache / costs.FILE) is None
+    assert capsys.readouterr().err.startswith(
+        f"bakeoff: measuring this machine's costs again: {cost_cache / costs.FILE}: is a Calibration record that lacks"
+    )
+    older = dataclasses.replace(samples.calibration(), version=costs.VERSION - 1)
+    (cost_cache / costs.FILE).write_text(older.to_json())
+    assert costs.read(cost_cache / costs.FILE) is None
+
+
+def test_the_machine_key_names_the_cpu_its_avx512_its_cores_and_tensorflow(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 avx512f\n\nprocessor\t: 1\n")
+    with_avx512 = costs.machine_key(cpuinfo)
+    assert with_avx512.startswith("Some CPU, avx512f, ") and f"cost model {costs.VERSION}" in with_avx512
+    cpuinfo.write_text("model name\t: Some CPU\nflags\t\t: fpu avx2 avx512_vnni\n")
+    assert costs.machine_key(cpuinfo).startswith("Some CPU, no avx512f, ")
+
+
+@pytest.mark.training
+def test_another_machine_s_calibration_is_measured_again(
+    cost_cache: Path, fashion_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A record of another machine key holds nothing here: plan measures (a tiny workload) and replaces it."""
+    mlp = costs.Shape("mlp", 16, 1)
+    elsewhere = dataclasses.replace(
+        samples.calibration(start_seconds=99.0), machine="another CPU", steps=[costs.StepCost("mlp", 16, 1, 1, 9.0)]
+    )
+    (cost_cache / costs.FILE).write_text(elsewhere.to_json())
+    measured = costs.calibrated({mlp}, str(fashion_dir), steps=2)
+    assert measured.machine == costs.machine_key() and measured.measured_at > elsewhere.measured_at
+    assert [cost.shape for cost in measured.steps] == [mlp]
+    assert 0 < measured.step(mlp).step_seconds < 9.0 and 0 < measured.start_seconds < 99.0
+    assert costs.read(cost_cache / costs.FILE) == measured
+    assert costs.calibrated({mlp}, str(fashion_dir), steps=2) == measured  # cached now: nothing measured again
+    assert capsys.readouterr().err.count("measuring this machine's training costs once") == 1
+
+
+def test_plan_on_the_default_config(cost_cache: Path, capsys: pytest.CaptureFixture) -> None:
+    samples.cache_calibration(cost_cache, load_config(DEFAULT_CONFIG))
     assert main(["plan"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"6 variants from {DEFAULT_CONFIG}:\n")

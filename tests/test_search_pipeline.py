@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from bakeoff.components import progress
+from bakeoff.components.spec import load_config
 from bakeoff.components.steps.halve import halve
 from bakeoff.components.storage import open_store, registry, runs
 from bakeoff.components.storage.records import Score, Summary, WorkerMetrics
@@ -105,11 +106,12 @@ def test_without_halving_the_pipeline_keeps_its_one_sub_pipeline(tmp_path: Path)
 
 
 def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(
-    tmp_path: Path, capsys: pytest.CaptureFixture
+    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """Eight draws do not fit 3 minutes: plan shrinks them, and the compiled pipeline trains exactly that plan."""
     config = tmp_path / "budget.yaml"
     config.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 3}}"))
+    samples.cache_calibration(cost_cache, load_config(config), start_seconds=20.0)  # 15 jobs: 5 min
     assert main(["plan", "--config", str(config), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["shrunk"] and 1 < len(plan["variants"]) < 8
@@ -225,9 +227,12 @@ def test_halve_refuses_a_record_without_validation(tmp_path: Path, capsys: pytes
     assert runs.search_records(store, "r") == []
 
 
-def test_run_refuses_a_budget_that_holds_nothing_before_ingest(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_run_refuses_a_budget_that_holds_nothing_before_ingest(
+    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
+) -> None:
     config = tmp_path / "budget.yaml"
     config.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 0.001}}"))
+    samples.cache_calibration(cost_cache, load_config(config))
     assert (
         main(["run", "--config", str(config), "--store", str(tmp_path / "store"), "--work-dir", str(tmp_path / "work")])
         == 1

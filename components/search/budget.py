@@ -1,4 +1,4 @@
-"""The plan's cost: seconds per epoch from each architecture's arithmetic, and a search shrunk to fit its budget."""
+"""The plan's cost: seconds per epoch from this machine's measured steps, and a search shrunk to fit its budget."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from bakeoff.components import defaults
 from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE, TRAIN_IMAGES
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
+from bakeoff.components.search.calibration import Calibration, Shape, calibrated, probe_variant, shapes
 from bakeoff.components.search.halving import Rung, schedule
 from bakeoff.components.spec import Config, Halving, Variant, load_config
 
@@ -18,8 +19,7 @@ TRAIN_EXAMPLES = TRAIN_IMAGES - defaults.VALIDATION_SIZE  # Fashion-MNIST's trai
 
 
 def macs(variant: Variant) -> int:
-    """Multiply-accumulates of one image through the network (the forward pass; training's backward pass is in the
-    constant)."""
+    """Multiply-accumulates of one image through the network's forward pass: how a family's variants differ in cost."""
     config = variant.model_config()
     if isinstance(config, MlpConfig):
         widths = [IMAGE_SIDE * IMAGE_SIDE, *config.hidden_units, CLASSES]
@@ -36,10 +36,12 @@ def macs(variant: Variant) -> int:
     return total + flat * config.dense_units + config.dense_units * CLASSES
 
 
-def epoch_seconds(variant: Variant, train_examples: int) -> float:
-    """One epoch of ``variant`` on this machine's class of CPU: its multiply-accumulates, validation and the backward
-    pass in the constant."""
-    return train_examples * macs(variant) * defaults.SECONDS_PER_MAC
+def epoch_seconds(variant: Variant, train_examples: int, calibration: Calibration) -> float:
+    """One epoch of ``variant`` here: its steps, each the measured step of its family's probe model at its batch and
+    workers, scaled by the MACs of the two."""
+    cost = calibration.step(Shape(variant.architecture, variant.training.batch_size, variant.workers))
+    steps = train_examples // (variant.training.batch_size * variant.workers)  # as the worker divides an epoch
+    return steps * cost.step_seconds * macs(variant) / macs(probe_variant(variant.architecture, cost.batch_size))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,22 +53,24 @@ class Plan:
     rungs: list[Rung] | None
     seconds: float
     shrunk: list[str]
+    calibration: Calibration  # the costs the estimate used
 
 
-def estimate(config: Config, train_examples: int) -> tuple[list[Rung] | None, float]:
+def estimate(config: Config, train_examples: int, calibration: Calibration) -> tuple[list[Rung] | None, float]:
     """The rungs and the estimated seconds of training, one job at a time.
 
     With halving, which variants survive is not known in advance, so each rung is costed as if the costliest
-    ones did: the estimate is an upper bound. Every job also pays ``JOB_START_SECONDS`` (processes, TensorFlow, data).
+    ones did: the estimate is an upper bound. Every job also pays the calibration's ``start_seconds``.
     """
     halving = config.search.halving if config.search else None
-    costs = sorted((epoch_seconds(v, train_examples) for v in config.variants), reverse=True)
+    start = calibration.start_seconds
+    costs = sorted((epoch_seconds(v, train_examples, calibration) for v in config.variants), reverse=True)
     if halving is None:
-        seconds = sum(epoch_seconds(v, train_examples) * v.training.epochs for v in config.variants)
-        return None, seconds + len(config.variants) * defaults.JOB_START_SECONDS
+        seconds = sum(epoch_seconds(v, train_examples, calibration) * v.training.epochs for v in config.variants)
+        return None, seconds + len(config.variants) * start
     rungs, seconds, done = schedule(len(config.variants), halving), 0.0, 0
     for rung in rungs:
-        seconds += sum(costs[: rung.entering]) * (rung.epochs - done) + rung.entering * defaults.JOB_START_SECONDS
+        seconds += sum(costs[: rung.entering]) * (rung.epochs - done) + rung.entering * start
         done = rung.epochs
     return rungs, seconds
 
@@ -102,21 +106,25 @@ def _minutes(seconds: float) -> str:
     return f"{minutes:.3g} min" if minutes < 100 else f"{minutes:.0f} min"
 
 
-def fit(config: Config, train_examples: int = TRAIN_EXAMPLES) -> Plan:
+def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EXAMPLES) -> Plan:
     """The plan for ``config``, shrunk to ``search.budget_minutes`` before anything runs rather than cut short mid-rung.
 
     Fewer draws per sampled variant first (grid and baseline variants stay), then fewer epochs for every variant
     (with halving, a lower ``max_epochs``); if even one draw at one epoch is over the budget, one line says so.
     """
-    rungs, seconds = estimate(config, train_examples)
+    rungs, seconds = estimate(config, train_examples, calibration)
     budget = config.search.budget_minutes if config.search else None
     if budget is None or seconds <= budget * 60:
-        return Plan(config, rungs, seconds, [])
+        return Plan(config, rungs, seconds, [], calibration)
     assert config.search is not None
     limit, shrunk, samples = budget * 60, [], config.search.samples
     halving = config.search.halving  # kept by the shrinking below
     if any(expansion.sample is not None for expansion in config.expansions.values()):
-        fitting = [k for k in range(samples, 0, -1) if estimate(_with_samples(config, k), train_examples)[1] <= limit]
+        fitting = [
+            k
+            for k in range(samples, 0, -1)
+            if estimate(_with_samples(config, k), train_examples, calibration)[1] <= limit
+        ]
         kept = fitting[0] if fitting else 1
         if kept < samples:
             config = _with_samples(config, kept)
@@ -124,14 +132,16 @@ def fit(config: Config, train_examples: int = TRAIN_EXAMPLES) -> Plan:
                 f"search.samples {samples} -> {kept}: {samples} draws per sampled variant take"
                 f" an estimated {_minutes(seconds)}, over the budget of {budget:g} min"
             )
-            rungs, seconds = estimate(config, train_examples)
+            rungs, seconds = estimate(config, train_examples, calibration)
     if seconds > limit:
         longest = max(variant.training.epochs for variant in config.variants)
         fitting = [
-            e for e in range(longest - 1, 0, -1) if estimate(_with_epochs(config, e), train_examples)[1] <= limit
+            e
+            for e in range(longest - 1, 0, -1)
+            if estimate(_with_epochs(config, e), train_examples, calibration)[1] <= limit
         ]
         if not fitting:
-            least = estimate(_with_epochs(config, 1), train_examples)[1]
+            least = estimate(_with_epochs(config, 1), train_examples, calibration)[1]
             raise BakeoffError(
                 f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} "
                 f"variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"
@@ -143,12 +153,17 @@ def fit(config: Config, train_examples: int = TRAIN_EXAMPLES) -> Plan:
             f"budget of {budget:g} min"
         )
         config = _with_epochs(config, fitting[0])
-        rungs, seconds = estimate(config, train_examples)
-    return Plan(config, rungs, seconds, shrunk)
+        rungs, seconds = estimate(config, train_examples, calibration)
+    return Plan(config, rungs, seconds, shrunk, calibration)
+
+
+def plan_config(config: Config, max_train_examples: int = 0) -> tuple[Plan, int]:
+    """``config``'s plan for at most ``max_train_examples`` (0: the whole training split) with this machine's costs
+    (measured first if not cached), and that number of examples."""
+    examples = min(max_train_examples or TRAIN_EXAMPLES, TRAIN_EXAMPLES)
+    return fit(config, calibrated(shapes(config.variants)), examples), examples
 
 
 def plan_file(path: Path, max_train_examples: int = 0) -> tuple[Plan, int]:
-    """A config file's plan for at most ``max_train_examples`` (0: the whole training split), and that number of
-    examples."""
-    examples = min(max_train_examples or TRAIN_EXAMPLES, TRAIN_EXAMPLES)
-    return fit(load_config(path), examples), examples
+    """A config file's plan (``plan_config``)."""
+    return plan_config(load_config(path), max_train_examples)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS
+from bakeoff.components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS, load_config
 from bakeoff.components.storage.records import PublishedVersion, Summary
 from bakeoff.pipelines.cli.flags import (
     MAX_PARALLELISM,
@@ -34,7 +34,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.pipelines.local_run import LocalRun, run_local
 
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
-    config = planned(args.config, args.max_train_examples or 0)  # a search budget shrinks it here
+    config = load_config(args.config)
     if args.epochs and config.search and config.search.halving:
         raise BakeoffError(
             f"--epochs does not apply to {args.config}'s successive halving: set search.halving.max_epochs there"
@@ -45,6 +45,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{flag} would change what {args.config}'s search.budget planned: set it in the file, where the budget "
             "counts it"
         )
+    for variant in config.variants:
+        workers = args.workers or variant.workers
+        # Local ingest writes the default shard count; more workers would fail only after ingest, in training.
+        if workers > defaults.SHARDS:
+            raise BakeoffError(
+                f"variant {variant.name!r}: workers={workers} exceeds the {defaults.SHARDS} shards a local "
+                "run ingests:"
+                f" use at most {defaults.SHARDS} workers"
+            )
+    selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
+    source_digest = digest(args.source)
+    # After the other checks (a budget may first measure this machine's costs), before the store is made.
+    config = planned(config, args.max_train_examples or 0)
+    store = open_cli_store(args)
+    store.check_writable()
     variants = [
         dataclasses.replace(
             variant,
@@ -53,18 +68,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         for variant in config.variants
     ]
-    for variant in variants:
-        # Local ingest writes the default shard count; more workers would fail only after ingest, in training.
-        if variant.workers > defaults.SHARDS:
-            raise BakeoffError(
-                f"variant {variant.name!r}: workers={variant.workers} exceeds the {defaults.SHARDS} shards a local "
-                "run ingests:"
-                f" use at most {defaults.SHARDS} workers"
-            )
-    selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
-    source_digest = digest(args.source)
-    store = open_cli_store(args)
-    store.check_writable()
     out = sys.stderr if args.json else sys.stdout
     # On a terminal a live table shows each variant; replica logs go to files. Else (a pipe, a CI log,
     # --no-progress) every log line is printed as plain text.

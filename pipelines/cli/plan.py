@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bakeoff.components import defaults
 from bakeoff.components.search.budget import Plan, plan_file
+from bakeoff.components.search.calibration import Calibration
 from bakeoff.components.spaces import describe
 from bakeoff.pipelines.cli.flags import positive
 
@@ -32,6 +33,7 @@ def plan_document(plan: Plan) -> dict:
         "rungs": [dataclasses.asdict(rung) for rung in plan.rungs] if plan.rungs is not None else None,
         "estimated_seconds": round(plan.seconds, 1),
         "shrunk": plan.shrunk,
+        "calibration": plan.calibration.to_dict(),
     }
 
 
@@ -54,12 +56,25 @@ def render(plan: Plan, train_examples: int) -> str:
     lines.append(
         f"estimated training time: {plan.seconds / 60:.1f} min{bound}, one job at a time on {train_examples:,} examples"
     )
+    lines.append(costs(plan.calibration))
     if config.search and config.search.budget_minutes is not None:
         lines.append(
             f"budget: {config.search.budget_minutes:g} min" + ("; shrunk to fit:" if plan.shrunk else ", which it fits")
         )
         lines += [f"  {line}" for line in plan.shrunk]
     return "\n".join(lines)
+
+
+def costs(calibration: Calibration) -> str:
+    """The calibration an estimate used, in one line."""
+    steps = ", ".join(
+        f"{c.architecture} {c.step_seconds * 1000:.3g} ms/step (batch {c.batch_size}, {c.workers}×{c.threads} threads)"
+        for c in calibration.steps
+    )
+    return (
+        f"costs measured here at {calibration.measured_at} ({calibration.machine}): {steps};"
+        f" {calibration.start_seconds:.1f} s to start a job"
+    )
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
