@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     for text in shapes:
         architecture, batch = text.split(":")
         variant = probe_variant(architecture, int(batch))
-        shape = worker._shape(variant, strategy, metadata["counts"]["train"], 0)
+        shape = worker._shape(variant, strategy, metadata.counts["train"], 0)
         model = worker._compiled_model(variant, strategy, metadata, shape.steps_per_epoch)
         inputs = worker._inputs(variant, strategy, data, shape)
         # The worker's own rate: timed from the end of the first execution, which traces the step.
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
             traced = time.time() - (time.perf_counter() - throughput.started)
             began = time.perf_counter()
             with tempfile.TemporaryDirectory(prefix="bakeoff-probe-") as scratch:
-                export(model, Path(scratch) / "model", metadata["class_names"])
+                export(model, Path(scratch) / "model", metadata.class_names)
             start = traced - launched - first * step_seconds[0] + time.perf_counter() - began
     print(json.dumps({"start_seconds": start, "step_seconds": step_seconds}), flush=True)
     return 0
