@@ -7,12 +7,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 
 def read_package(path: Path) -> dict:
-    """The PipelineSpec document of a compiled package (the first YAML document; the second is the platform spec)."""
-    return next(iter(yaml.safe_load_all(path.read_text(encoding="utf-8"))))
+    """The PipelineSpec document of a compiled package."""
+    from bakeoff.pipelines.compiling import read_ir
+
+    return read_ir(path.read_text(encoding="utf-8"))
 
 
 @contextlib.contextmanager
