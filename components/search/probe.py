@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     from bakeoff.components.storage import open_store
     from bakeoff.components.training import worker
 
-    strategy = worker._strategy()
+    strategy = worker.make_strategy()
     data = open_store(data_uri)
     metadata = artifact.read_metadata(data)
     step_seconds: list[float] = []
@@ -31,9 +31,9 @@ def main(argv: list[str]) -> int:
     for text in shapes:
         architecture, batch = text.split(":")
         variant = probe_variant(architecture, int(batch))
-        shape = worker._shape(variant, strategy, metadata.counts["train"], 0)
-        model = worker._compiled_model(variant, strategy, metadata, shape.steps_per_epoch)
-        inputs = worker._inputs(variant, strategy, data, shape)
+        shape = worker.epoch_shape(variant, strategy, metadata.counts["train"], 0)
+        model = worker.compiled_model(variant, strategy, metadata, shape.steps_per_epoch)
+        inputs = worker.distributed_inputs(variant, strategy, data, shape)
         # The worker's own rate: timed from the end of the first execution, which traces the step.
         throughput = worker.Throughput(shape.global_batch)
         first = variant.training.steps_per_execution

@@ -291,7 +291,7 @@ def _is_chief(resolver: Any) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Shape:
+class EpochShape:
     """How a job divides its training: workers and replicas, the global batch, the examples and steps of an epoch."""
 
     workers: int
@@ -339,12 +339,12 @@ def train(
     next job of the variant resumes there on the same schedule (rung training).
     """
     stop_epoch = rungs.stop_epoch(variant, stop_epoch)
-    strategy = _strategy()
+    strategy = make_strategy()
     data = open_store(data_uri)
     metadata = artifact.read_metadata(data)
-    shape = _shape(variant, strategy, metadata.counts["train"], max_train_examples)
-    model = _compiled_model(variant, strategy, metadata, shape.steps_per_epoch)
-    inputs = _inputs(variant, strategy, data, shape)
+    shape = epoch_shape(variant, strategy, metadata.counts["train"], max_train_examples)
+    model = compiled_model(variant, strategy, metadata, shape.steps_per_epoch)
+    inputs = distributed_inputs(variant, strategy, data, shape)
     store = open_store(store_uri)
     chief = _is_chief(strategy.cluster_resolver)
     validation = _validation(variant, strategy, data, metadata, shape.workers, stop_epoch)
@@ -368,7 +368,7 @@ def train(
     return metrics
 
 
-def _strategy() -> Any:
+def make_strategy() -> Any:
     """This replica's MultiWorkerMirroredStrategy, once every peer has joined, under the backend's thread caps."""
     import tensorflow as tf
 
@@ -383,7 +383,7 @@ def _strategy() -> Any:
         )
 
 
-def _shape(variant: Variant, strategy: Any, train_examples: int, max_train_examples: int) -> _Shape:
+def epoch_shape(variant: Variant, strategy: Any, train_examples: int, max_train_examples: int) -> EpochShape:
     """The job's shape over ``train_examples`` (at most ``max_train_examples``, 0: all); one line if they make no
     full global batch."""
     replicas = strategy.num_replicas_in_sync
@@ -396,10 +396,10 @@ def _shape(variant: Variant, strategy: Any, train_examples: int, max_train_examp
             " raise --max-train-examples or lower training.batch_size"
         )
     workers = len(strategy.cluster_resolver.cluster_spec().as_dict().get("worker", [])) or 1
-    return _Shape(workers, replicas, global_batch, train_count, steps_per_epoch)
+    return EpochShape(workers, replicas, global_batch, train_count, steps_per_epoch)
 
 
-def _compiled_model(variant: Variant, strategy: Any, metadata: DatasetMetadata, steps_per_epoch: int) -> Any:
+def compiled_model(variant: Variant, strategy: Any, metadata: DatasetMetadata, steps_per_epoch: int) -> Any:
     """The variant's model, built and compiled in ``strategy``'s scope, its learning rate scheduled over every
     epoch."""
     training = variant.training
@@ -424,7 +424,7 @@ def _compiled_model(variant: Variant, strategy: Any, metadata: DatasetMetadata, 
     return model
 
 
-def _inputs(variant: Variant, strategy: Any, data: Store, shape: _Shape) -> Any:
+def distributed_inputs(variant: Variant, strategy: Any, data: Store, shape: EpochShape) -> Any:
     """The training batches, distributed: each input pipeline shuffles and batches shards of its own, endlessly."""
     import tensorflow as tf
 
@@ -472,7 +472,7 @@ def _fit(
     inputs: Any,
     variant: Variant,
     stop_epoch: int,
-    shape: _Shape,
+    shape: EpochShape,
     validation: Validation | None,
     place: _BackupPlace,
 ) -> _Fitted:
@@ -509,7 +509,7 @@ def _fit(
 
 
 def _metrics(
-    variant: Variant, rung: int, model: Any, shape: _Shape, fitted: _Fitted, validation_examples: int
+    variant: Variant, rung: int, model: Any, shape: EpochShape, fitted: _Fitted, validation_examples: int
 ) -> WorkerMetrics:
     """This replica's record of the job: what it trained, how fast, on what, and what it cost."""
     return WorkerMetrics(
