@@ -298,6 +298,18 @@ class Expansion:
 
 
 @dataclasses.dataclass(frozen=True)
+class Base:
+    """A config entry before expansion, defaults merged in: its fields and the search spaces among them."""
+
+    item: Mapping[str, Any]
+    spaces: Mapping[str, spaces.Space]  # by dotted field name, as Expansion.values holds the values
+
+    def variant(self, values: Mapping[str, Any]) -> Variant:
+        """The variant that one value per space gives (another search tool's draw), checked as an expanded one is."""
+        return parse_variant(_assign(self.item, values), _Where("draw", self.item["name"]))
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """A config file, read: every variant expanded and checked, the search settings, and each variant's expansion."""
 
@@ -305,6 +317,7 @@ class Config:
     search: Search | None = None
     expansions: Mapping[str, Expansion] = dataclasses.field(default_factory=dict)
     source: str = ""  # the file, for error lines about the config as a whole
+    bases: Mapping[str, Base] = dataclasses.field(default_factory=dict)  # each entry by name, before expansion
 
 
 def _merge(base: Mapping, override: Mapping) -> dict:
@@ -460,11 +473,8 @@ def parse_config(document: Any, source: str) -> Config:
     if not isinstance(items, list) or not items:
         raise where.error("variants", "expected a non-empty list of variants")
     search = _parse_search(document["search"], where) if document.get("search") is not None else None
-    expanded = [
-        pair
-        for item in items
-        for pair in _expand(_merge(defaults_, item) if isinstance(item, Mapping) else item, where, search or Search())
-    ]
+    merged = [_merge(defaults_, item) if isinstance(item, Mapping) else item for item in items]
+    expanded = [pair for item in merged for pair in _expand(item, where, search or Search())]
     variants = [variant for variant, _ in expanded]
     _check_unique(variants, where)
     if len(variants) > MAX_VARIANTS:
@@ -472,7 +482,8 @@ def parse_config(document: Any, source: str) -> Config:
             "variants",
             f"expand to {len(variants)} variants, more than {MAX_VARIANTS}: lower search.samples or list fewer choices",
         )
-    return Config(variants, search, {variant.name: expansion for variant, expansion in expanded}, source)
+    bases = {item["name"]: Base(item, _find_spaces(item, _Where(source, item["name"]))) for item in merged}
+    return Config(variants, search, {variant.name: expansion for variant, expansion in expanded}, source, bases)
 
 
 def _check_unique(variants: list[Variant], where: _Where) -> None:
