@@ -65,10 +65,10 @@ def _configs(size: Size, scratch: Path) -> tuple[Path, Path]:
     return searched, every
 
 
-def _run(config: Path, size: Size, where: Path) -> tuple[float, Summary]:
+def run_bakeoff(config: Path, max_train_examples: int, where: Path) -> tuple[float, Summary]:
     """One `bakeoff run` in a fresh work dir and store (so each pays its own ingest): (wall seconds, its --json)."""
     where.mkdir()
-    extra = ["--max-train-examples", str(size.max_train_examples)] if size.max_train_examples else []
+    extra = ["--max-train-examples", str(max_train_examples)] if max_train_examples else []
     started = time.perf_counter()
     run = subprocess.run(
         [
@@ -122,7 +122,7 @@ def search(context: Context, size: Size = FULL) -> list[Figure]:
         order = [("halving", searched), ("every", every)]
         for side, config in order if repetition % 2 == 0 else order[::-1]:
             where = work / f"{side}-{repetition}"
-            seconds, summary = _run(config, size, where)
+            seconds, summary = run_bakeoff(config, size.max_train_examples, where)
             samples[side].append(
                 {
                     "seconds": seconds,
