@@ -19,7 +19,7 @@ help: ## list the targets
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
 install: $(INSTALLED) ## create .venv and install bakeoff with its dev dependencies

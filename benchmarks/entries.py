@@ -18,6 +18,7 @@ from bakeoff.components.storage import runs
 from bakeoff.components.storage.records import Summary, WorkerMetrics
 from benchmarks.faults import faults
 from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median, timed
+from benchmarks.peers import peers
 from benchmarks.search import search
 from benchmarks.serving import serving
 
@@ -390,5 +391,6 @@ ENTRIES = {
     "serving": serving,
     "faults": faults,
     "search": search,
+    "peers": peers,
     "validation": validation,
 }
