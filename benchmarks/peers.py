@@ -275,7 +275,9 @@ def contest(size: Size, scratch: Path) -> list[Outcome]:
     """bakeoff's default search, then each peer, under the same budget on the same machine."""
     seconds, summary = run_bakeoff(bakeoff_config(size, scratch), size.max_train_examples, scratch / "bakeoff")
     winner = summary.winner
-    ours = Outcome("bakeoff", winner.variant, winner.test_accuracy, seconds, len(summary.candidates), SERVED_MIRRORED)
+    ours = Outcome(
+        "bakeoff", winner.variant, winner.test_accuracy, seconds, len(summary.contestants()), SERVED_MIRRORED
+    )
     return [ours, *(_peer(tool, size, scratch) for tool in PEERS)]
 
 
