@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import datetime
 import importlib.metadata
-import json
 import os
 import subprocess
 import sys
@@ -56,6 +55,14 @@ class StepCost(Record):
     @property
     def shape(self) -> Shape:
         return Shape(self.architecture, self.batch_size, self.workers)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeReport(Record):
+    """What one probe replica prints, as one JSON line: its job's start and its step per shape asked, in order."""
+
+    start_seconds: float
+    step_seconds: list[float]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,16 +160,16 @@ def measure(wanted: list[Shape], source: str = defaults.SOURCE, steps: int = def
             group = [shape for shape in wanted if shape.workers == workers]
             threads = thread_cap(workers, defaults.LOCAL_PARALLELISM)
             reports = _probe(group, data.as_uri(), threads, steps)
-            starts.append(max(report["start_seconds"] for report in reports))
+            starts.append(max(report.start_seconds for report in reports))
             for index, shape in enumerate(group):
                 # The step of the slowest replica: a synchronous step waits for every one.
-                seconds = max(report["step_seconds"][index] for report in reports)
+                seconds = max(report.step_seconds[index] for report in reports)
                 costs.append(StepCost(shape.architecture, shape.batch_size, workers, threads, seconds))
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     return Calibration(VERSION, machine_key(), now, max(starts), costs)
 
 
-def _probe(group: list[Shape], data_uri: str, threads: int, steps: int) -> list[dict]:
+def _probe(group: list[Shape], data_uri: str, threads: int, steps: int) -> list[ProbeReport]:
     """Runs one probe replica per worker at once, with the allocator and thread caps the local backend gives a
     replica; their reports."""
     env = {"TF_CPP_MIN_LOG_LEVEL": defaults.TF_LOG_LEVEL} | allocator.with_tcmalloc(os.environ, allocator.tcmalloc())
@@ -184,4 +191,4 @@ def _probe(group: list[Shape], data_uri: str, threads: int, steps: int) -> list[
                 log.seek(0)
                 tail = log.read().strip().splitlines()[-1:] or ["no output"]
                 raise BakeoffError(f"measuring this machine's training costs failed: {tail[0]}")
-    return [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    return [ProbeReport.from_json(out.strip().splitlines()[-1], "a calibration probe's report") for out in outputs]

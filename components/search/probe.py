@@ -1,12 +1,11 @@
 """The calibration's replica program: times a job's start and each family's training step, as the worker trains.
 
 ``python -m bakeoff.components.search.probe DATA_URI STEPS ARCHITECTURE:BATCH... LAUNCHED`` (LAUNCHED: the
-``time.time()`` its launcher started it at) prints one JSON line: ``start_seconds`` and ``step_seconds`` per shape.
+``time.time()`` its launcher started it at) prints one JSON line, its ProbeReport.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -19,7 +18,7 @@ def main(argv: list[str]) -> int:
     # The worker's own pieces, TensorFlow with them: importing them is part of what a job's start costs.
     from bakeoff.components.data import artifact
     from bakeoff.components.modeling.savedmodel import export
-    from bakeoff.components.search.calibration import probe_variant
+    from bakeoff.components.search.calibration import ProbeReport, probe_variant
     from bakeoff.components.storage import open_store
     from bakeoff.components.training import worker
 
@@ -45,7 +44,7 @@ def main(argv: list[str]) -> int:
             with tempfile.TemporaryDirectory(prefix="bakeoff-probe-") as scratch:
                 export(model, Path(scratch) / "model", metadata.class_names)
             start = traced - launched - first * step_seconds[0] + time.perf_counter() - began
-    print(json.dumps({"start_seconds": start, "step_seconds": step_seconds}), flush=True)
+    print(ProbeReport(start, step_seconds).to_json(indent=None), flush=True)
     return 0
 
 
