@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import importlib.metadata
 import os
 import subprocess
@@ -25,7 +24,7 @@ from bakeoff.components.backends.local import thread_cap, thread_env
 from bakeoff.components.data import artifact
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import Variant, from_dict
-from bakeoff.components.storage.records import Record, RecordError
+from bakeoff.components.storage.records import Record, RecordError, timestamp
 
 VERSION = 1  # of the cost model and of this record: a new one measures again
 FILE = "calibration.json"
@@ -165,8 +164,7 @@ def measure(wanted: list[Shape], source: str = defaults.SOURCE, steps: int = def
                 # The step of the slowest replica: a synchronous step waits for every one.
                 seconds = max(report.step_seconds[index] for report in reports)
                 costs.append(StepCost(shape.architecture, shape.batch_size, workers, threads, seconds))
-    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    return Calibration(VERSION, machine_key(), now, max(starts), costs)
+    return Calibration(VERSION, machine_key(), timestamp(), max(starts), costs)
 
 
 def _probe(group: list[Shape], data_uri: str, threads: int, steps: int) -> list[ProbeReport]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import math
 
 from bakeoff.components import progress
@@ -12,7 +11,7 @@ from bakeoff.components.errors import BakeoffError
 from bakeoff.components.selection.ranking import check_metric, rank
 from bakeoff.components.spec import Halving, Variant
 from bakeoff.components.storage import Store, runs
-from bakeoff.components.storage.records import VAL_EPOCHS, RungRecord, RungStop, Score
+from bakeoff.components.storage.records import VAL_EPOCHS, RungRecord, RungStop, Score, timestamp
 from bakeoff.components.training import backup
 
 
@@ -131,7 +130,7 @@ def halve(store: Store, run_id: str, names: list[str], rung: int, keep: int, met
             )
             for name in stopped
         ],
-        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        created=timestamp(),
     )
     store.put_bytes(runs.search_key(run_id, rung), record.to_json().encode())
     for name in stopped:

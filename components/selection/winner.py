@@ -2,7 +2,6 @@
 champion."""
 
 import base64
-import datetime
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +34,7 @@ from bakeoff.components.storage.records import (
     Stopped,
     Summary,
     Winner,
+    timestamp,
 )
 
 
@@ -150,7 +150,7 @@ def _manifest(
         dataset=DatasetInfo(metadata.fingerprint, metadata.counts),
         promotion=decision,
         source_uri=winner.uri,
-        created=_now(),
+        created=timestamp(),
     )
 
 
@@ -164,12 +164,8 @@ def _record(
         class_names=metadata.class_names,
         confusion_matrix=confusion_matrix(test.labels, probabilities.argmax(axis=1), len(metadata.class_names)),
         misclassified=_misclassified(test, probabilities),
-        created=_now(),
+        created=timestamp(),
     )
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def _misclassified(test: Split, probabilities: np.ndarray) -> list[Mistake]:

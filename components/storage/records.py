@@ -14,6 +14,7 @@ and write them and every layer above reads them.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import types
 import typing
@@ -26,6 +27,11 @@ VERSION_FIELD = "schema_version"
 UNVERSIONED = 0  # a record without VERSION_FIELD: written before records carried one, with version 1's fields
 VAL_EPOCHS = "val_epochs"  # in a WorkerMetrics history: the 1-based epochs whose val_* numbers it holds
 REWRITE = "written by another version of bakeoff or by hand: rerun what wrote it with this version"
+
+
+def timestamp() -> str:
+    """When a record is made, as the records' ``created`` fields hold it: ISO 8601, UTC, to the second."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 class RecordError(BakeoffError):
