@@ -26,7 +26,7 @@ from bakeoff.pipelines.kfp_client.parameters import parse_params, pipeline_param
 from bakeoff.pipelines.kfp_client.triggers import validate_cron
 from tests.conftest import free_port
 from tests.fake_kfp_api import SPEC_PATH, FakeKfpApi
-from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
+from tests.kfp_fixtures import clean_environment, compile_once, fake  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,7 @@ from bakeoff.pipelines.cli.main import main
 from bakeoff.pipelines.kfp_client import endpoint
 from tests import conftest
 from tests.fake_kfp_api import FakeKfpApi
-from tests.kfp_fixtures import clean_environment, fake  # noqa: F401  (fixtures)
+from tests.kfp_fixtures import clean_environment, compile_once, fake  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.unit
 
