@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ctypes.util
 import os
-from collections.abc import MutableMapping
+import re
+from collections.abc import Mapping, MutableMapping
 
 from bakeoff.components import defaults
 
@@ -13,6 +14,13 @@ LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 # fail, and it says so at ERROR level ("failed call to cuInit: ... (303)"), which the log level above keeps.
 # Registering the CPU device factory alone skips the probe.
 DEVICES_ENV = "TF_ENABLED_DEVICE_TYPES"
+# absl writes what TensorFlow logs before absl's initialisation (oneDNN's notice, "Could not find cuda drivers")
+# straight to stderr, under this notice and below TensorFlow's own level filter: a replica's reader filters them.
+ABSL_PREINIT_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+# absl's line prefix: severity, mmdd hh:mm:ss.micros, thread, file:line] (absl/log/internal/log_format.cc); before
+# its initialisation the date is 0000 00:00 and the seconds count from the epoch
+_ABSL_LINE = re.compile(r"([IWEF])\d{4} \d\d:\d\d:\d+\.\d{6}\s+\d+ [^\s\]]+:\d+\] ")
+_SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
 
 
 def has_cuda_driver() -> bool:
@@ -29,3 +37,19 @@ def quiet_tensorflow(environ: MutableMapping[str, str] = os.environ, log_level: 
         environ.setdefault(LOG_LEVEL_ENV, defaults.TF_LOG_LEVEL)
     if not has_cuda_driver():
         environ.setdefault(DEVICES_ENV, "CPU")
+
+
+def log_level(environ: Mapping[str, str] = os.environ) -> int:
+    """The level a replica started with ``environ`` runs at: its own, else the one ``quiet_tensorflow`` sets."""
+    try:
+        return int(environ.get(LOG_LEVEL_ENV, defaults.TF_LOG_LEVEL))
+    except ValueError:  # TensorFlow reads a level it cannot parse as 0
+        return 0
+
+
+def shown(line: str, level: int) -> bool:
+    """Whether a replica's log ``line`` passes TF_CPP_MIN_LOG_LEVEL ``level``; lines not from absl always do."""
+    if line == ABSL_PREINIT_NOTICE:
+        return level < 1
+    severity = _ABSL_LINE.match(line)
+    return severity is None or _SEVERITY[severity[1]] >= level

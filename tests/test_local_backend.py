@@ -77,6 +77,38 @@ print("malloc", in_use())
 """
 
 
+# What TensorFlow 2.21 prints on import on a CPU machine before absl is initialised, then a real error.
+START_UP = r"""
+import sys
+print("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR", file=sys.stderr)
+print("I0000 00:00:1796172167.659930   23632 port.cc:153] oneDNN custom operations are on.", file=sys.stderr)
+print("I0000 00:00:1796172167.660584   23632 cudart_stub.cc:31] Could not find cuda drivers on your machine.",
+      file=sys.stderr)
+print("W0000 00:00:1796172167.660600   23632 some.cc:7] a warning", file=sys.stderr)
+print("E0000 00:00:1796172167.660700   23632 other.cc:9] a real error", file=sys.stderr)
+print("training")
+"""
+
+
+@pytest.mark.parametrize(
+    ("level", "kept"),
+    [
+        ("2", ["other.cc:9] a real error", "training"]),
+        ("1", ["some.cc:7] a warning", "other.cc:9] a real error", "training"]),
+        ("0", ["absl::InitializeLog", "port.cc", "cudart_stub.cc", "some.cc", "other.cc", "training"]),
+    ],
+)
+def test_tensorflows_start_up_lines_show_as_its_log_level_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: str, kept: list[str]
+) -> None:
+    """absl writes lines logged before its initialisation below TensorFlow's level filter; the reader applies it."""
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", level)
+    lines: list[str] = []
+    LocalBackend(sink=lines.append).run(job_running(START_UP, tmp_path, workers=1))
+    shown = [line for line in lines if line.startswith("[probe-job-worker-0]")]
+    assert len(shown) == len(kept) and all(part in line for part, line in zip(kept, shown, strict=True)), shown
+
+
 def test_replicas_run_on_tcmalloc_when_the_machine_has_it(tmp_path: Path) -> None:
     lines: list[str] = []
     LocalBackend(sink=lines.append).run(job_running(MALLOC, tmp_path))

@@ -19,6 +19,7 @@ from kubernetes.client import ApiClient, V1DeleteOptions, V1OwnerReference
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from bakeoff.components import tfenv
 from bakeoff.components.backends.backend import JobFailed, Sink, print_line
 from bakeoff.components.defaults import LOG_TAIL
 from bakeoff.components.errors import BakeoffError
@@ -472,9 +473,10 @@ class KubeJobRunner(Generic[J]):
                 _request_timeout=(idle, idle),
             )
             try:
+                level = tfenv.log_level()  # the replicas' own: the job passes them this process's level
                 for line in iter_resp_lines(response):
                     text = cursor.admit(line)
-                    if text is not None:
+                    if text is not None and tfenv.shown(text, level):
                         self.sink(f"[{pod}] {text}")
             finally:
                 response.release_conn()

@@ -20,7 +20,7 @@ from typing import TextIO
 
 from kubeflow.training import KubeflowOrgV1TFJob
 
-from bakeoff.components import defaults, progress
+from bakeoff.components import defaults, progress, tfenv
 from bakeoff.components.backends import allocator
 from bakeoff.components.backends.backend import VARIANT_ANNOTATION, JobFailed, Sink, job_restarts, print_line
 from bakeoff.components.backends.heartbeat import HEARTBEAT_ENV
@@ -107,14 +107,17 @@ class _Replica:
             bufsize=1,
             start_new_session=True,  # so a stop reaches the replica's own children too
         )
-        self.reader = threading.Thread(target=self._pump, args=(self.process.stdout, sink), daemon=True)
+        self.reader = threading.Thread(
+            target=self._pump, args=(self.process.stdout, sink, tfenv.log_level(env)), daemon=True
+        )
         self.reader.start()
 
-    def _pump(self, stream: TextIO, sink: Sink) -> None:
+    def _pump(self, stream: TextIO, sink: Sink, level: int) -> None:
         for line in stream:
             line = line.rstrip("\n")
-            self.tail.append(line)
-            sink(f"[{self.label}] {line}")
+            if tfenv.shown(line, level):
+                self.tail.append(line)
+                sink(f"[{self.label}] {line}")
 
     def quiet_seconds(self) -> float:
         """Seconds since the replica's last heartbeat, or since its start if it is stopped before the first.

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from bakeoff.components import defaults
+from bakeoff.components import defaults, tfenv
 from bakeoff.components.backends import allocator
 from bakeoff.components.backends.local import thread_cap, thread_env
 from bakeoff.components.data import artifact
@@ -170,7 +170,7 @@ def measure(wanted: list[Shape], source: str = defaults.SOURCE, steps: int = def
 def _probe(group: list[Shape], data_uri: str, threads: int, steps: int) -> list[ProbeReport]:
     """Runs one probe replica per worker at once, with the allocator and thread caps the local backend gives a
     replica; their reports."""
-    env = {"TF_CPP_MIN_LOG_LEVEL": defaults.TF_LOG_LEVEL} | allocator.with_tcmalloc(os.environ, allocator.tcmalloc())
+    env = {tfenv.LOG_LEVEL_ENV: defaults.TF_LOG_LEVEL} | allocator.with_tcmalloc(os.environ, allocator.tcmalloc())
     env |= thread_env(threads)
     env.pop("TF_CONFIG", None)  # each probe is a single-worker strategy: its peers share the cores, not its steps
     argv = [sys.executable, "-m", "bakeoff.components.search.probe", data_uri, str(steps)]

@@ -3,7 +3,7 @@
 import dataclasses
 import os
 
-from bakeoff.components import defaults
+from bakeoff.components import defaults, tfenv
 from bakeoff.components.backends.backend import Backend, JobFailed
 from bakeoff.components.data import artifact
 from bakeoff.components.errors import BakeoffError
@@ -15,7 +15,7 @@ from bakeoff.components.training.tfjob import build_tfjob, job_name, worker_args
 
 # What a replica needs from the environment it was started in. Never credentials:
 # on a cluster those come from the store secret, locally from the user's shell.
-PASSED_ENV = (S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, "TF_CPP_MIN_LOG_LEVEL")
+PASSED_ENV = (S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, tfenv.LOG_LEVEL_ENV)
 BACKENDS = ("auto", "local", "kubernetes")
 TRAINERS = ("tfjob", "trainjob")  # what runs the TFJob on a cluster: the Training Operator v1, or Kubeflow Trainer v2
 
