@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bakeoff.components import defaults
+from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError, reported
 from bakeoff.components.storage import Store, open_store, registry
 from bakeoff.components.storage.records import Manifest
@@ -313,58 +313,34 @@ def version_arg(text: str) -> int | None:
     return int(text)
 
 
-def port_arg(text: str) -> int:
-    """A TCP port, 1-65535 (0 only where it means "off", as --grpc-port's default)."""
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, got {text!r}")
-    return int(text)
-
-
-def seconds_arg(text: str) -> float:
-    """--poll-seconds: a positive number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"--poll-seconds takes a positive number of seconds, got {text!r}")
-    return value
-
-
-def whole_arg(flag: str) -> Callable[[str], int]:
-    """A whole number of at least 1 for ``flag``."""
-
-    def parse(text: str) -> int:
-        if not text.isdigit() or int(text) < 1:
-            raise argparse.ArgumentTypeError(f"{flag} takes a whole number of at least 1, got {text!r}")
-        return int(text)
-
-    return parse
-
-
-def window_arg(text: str) -> float:
-    """--batch-window-ms: milliseconds, 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"--batch-window-ms takes milliseconds, 0 or more, got {text!r}")
-    return value
+def following_args(parser: argparse.ArgumentParser) -> None:
+    """--version and --poll-seconds, for this module's parser and `bakeoff serve`'s."""
+    parser.add_argument(
+        "--version",
+        type=version_arg,
+        default=None,
+        help="a version number, or 'latest' to serve the newest and follow newer ones (default)",
+    )
+    parser.add_argument(
+        "--poll-seconds",
+        type=arguments.number("--poll-seconds", "a positive number of seconds"),
+        default=POLL_SECONDS,
+        help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})",
+    )
 
 
 def batching_args(parser: argparse.ArgumentParser) -> None:
     """--max-batch and --batch-window-ms, for this module's parser and `bakeoff serve`'s."""
     parser.add_argument(
         "--max-batch",
-        type=whole_arg("--max-batch"),
+        type=arguments.whole("--max-batch"),
         default=defaults.SERVING_MAX_BATCH,
         help="images per model call when concurrent requests are merged; 1 runs each request alone"
         f" (default {defaults.SERVING_MAX_BATCH})",
     )
     parser.add_argument(
         "--batch-window-ms",
-        type=window_arg,
+        type=arguments.number("--batch-window-ms", "milliseconds, 0 or more", zero=True),
         default=defaults.SERVING_BATCH_WINDOW_MS,
         help="the longest a request waits, while the model is busy, for others to run with"
         f" (default {defaults.SERVING_BATCH_WINDOW_MS:g})",
@@ -385,20 +361,11 @@ def parser() -> argparse.ArgumentParser:
         default=defaults.MODEL_NAME,
         help=f"the model's name, in the store and in URLs (default {defaults.MODEL_NAME})",
     )
+    following_args(top)
     top.add_argument(
-        "--version",
-        type=version_arg,
-        default=None,
-        help="a version number, or 'latest' to serve the newest and follow newer ones (default)",
+        "--http-port", type=arguments.port, default=HTTP_PORT, help=f"V1 and V2 REST port (default {HTTP_PORT})"
     )
-    top.add_argument("--http-port", type=port_arg, default=HTTP_PORT, help=f"V1 and V2 REST port (default {HTTP_PORT})")
-    top.add_argument("--grpc-port", type=port_arg, default=0, help="V2 gRPC port (default 0: no gRPC)")
-    top.add_argument(
-        "--poll-seconds",
-        type=seconds_arg,
-        default=POLL_SECONDS,
-        help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})",
-    )
+    top.add_argument("--grpc-port", type=arguments.port, default=0, help="V2 gRPC port (default 0: no gRPC)")
     top.add_argument(
         "--max-request-bytes",
         type=int,

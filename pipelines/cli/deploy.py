@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bakeoff.components import defaults
+from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.pipelines.cli.flags import positive
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
@@ -71,7 +70,7 @@ def add_deploy_commands(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--version",
-        type=positive("--version"),
+        type=arguments.whole("--version"),
         help="version to roll out (default: the newest complete one in --store, which needs an S3 endpoint reachable "
         "from here)",
     )
@@ -94,7 +93,7 @@ def add_deploy_commands(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=positive("--timeout"),
+        type=arguments.whole("--timeout"),
         metavar="S",
         help=f"seconds --wait waits before it fails (default {defaults.DEPLOY_TIMEOUT_SECONDS})",
     )

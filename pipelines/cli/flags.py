@@ -5,33 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 
-from bakeoff.components import defaults
+from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import load_variants
 from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, check_shared, open_store
 
 MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
 IMAGE_ENV = "BAKEOFF_IMAGE"  # --image's variable, as KF_PIPELINES_ENDPOINT is --host's
-
-
-def positive(flag: str, most: int | None = None, why: str = "") -> Callable[[str], int]:
-    """An argparse type for a whole number of at least 1 (and at most ``most``), naming ``flag`` when it is not."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} takes a whole number, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{flag} must be at least 1, got {value}")
-        if most is not None and value > most:
-            raise argparse.ArgumentTypeError(f"{flag} must be at most {most}{why}, got {value}")
-        return value
-
-    return parse
 
 
 def store_args(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +63,7 @@ def pipeline_args(parser: argparse.ArgumentParser, sends: bool = False) -> None:
     )
     parser.add_argument(
         "--parallelism",
-        type=positive("--parallelism", MAX_PARALLELISM),
+        type=arguments.whole("--parallelism", MAX_PARALLELISM),
         default=defaults.CLUSTER_PARALLELISM,
         help=f"variants trained at once (default {defaults.CLUSTER_PARALLELISM})",
     )

@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from bakeoff.components import defaults
+from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS, load_config
 from bakeoff.components.storage.records import PublishedVersion, Summary
@@ -19,7 +19,6 @@ from bakeoff.pipelines.cli.flags import (
     compile_settings,
     open_cli_store,
     pipeline_args,
-    positive,
     store_args,
 )
 
@@ -195,14 +194,16 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--force-publish", action="store_true", help="publish the winner even if the champion is better")
     run.add_argument(
         "--workers",
-        type=positive("--workers", defaults.SHARDS, " (the shards a local run ingests)"),
+        type=arguments.whole("--workers", defaults.SHARDS, " (the shards a local run ingests)"),
         help="override every variant's worker count",
     )
-    run.add_argument("--epochs", type=positive("--epochs", MAX_EPOCHS), help="override every variant's epochs")
-    run.add_argument("--max-train-examples", type=positive("--max-train-examples"), help="train on at most N examples")
+    run.add_argument("--epochs", type=arguments.whole("--epochs", MAX_EPOCHS), help="override every variant's epochs")
+    run.add_argument(
+        "--max-train-examples", type=arguments.whole("--max-train-examples"), help="train on at most N examples"
+    )
     run.add_argument(
         "--parallelism",
-        type=positive("--parallelism", MAX_PARALLELISM),
+        type=arguments.whole("--parallelism", MAX_PARALLELISM),
         default=defaults.LOCAL_PARALLELISM,
         help=f"variants trained at once (default {defaults.LOCAL_PARALLELISM})",
     )
@@ -219,7 +220,7 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
     )
     run.add_argument(
         "--timeout",
-        type=positive("--timeout", MAX_TIMEOUT_SECONDS),
+        type=arguments.whole("--timeout", MAX_TIMEOUT_SECONDS),
         default=defaults.TIMEOUT_SECONDS,
         help=f"seconds each TFJob may run (default {defaults.TIMEOUT_SECONDS})",
     )

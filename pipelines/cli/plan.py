@@ -7,11 +7,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from bakeoff.components import defaults
+from bakeoff.components import arguments, defaults
 from bakeoff.components.search.budget import Plan, plan_file
 from bakeoff.components.search.calibration import Calibration
 from bakeoff.components.spaces import describe
-from bakeoff.pipelines.cli.flags import positive
 
 
 def plan_document(plan: Plan) -> dict:
@@ -95,7 +94,9 @@ def add_plan_commands(commands: argparse._SubParsersAction) -> None:
         "--config", type=Path, default=defaults.CONFIG, help="variants YAML (default: pipelines/variants.yaml)"
     )
     plan.add_argument(
-        "--max-train-examples", type=positive("--max-train-examples"), help="estimate for at most N training examples"
+        "--max-train-examples",
+        type=arguments.whole("--max-train-examples"),
+        help="estimate for at most N training examples",
     )
     plan.add_argument("--json", action="store_true", help="print the plan as one JSON document")
     plan.set_defaults(handler=cmd_plan)

@@ -10,10 +10,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bakeoff.components import defaults
+from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.storage.registry import check_model_name
-from bakeoff.pipelines.cli.flags import open_cli_store, positive, store_args
+from bakeoff.pipelines.cli.flags import open_cli_store, store_args
 
 PREDICT_TOP = 3  # classes printed per image
 PREDICT_TIMEOUT_SECONDS = 60.0  # a cold server's first batch included
@@ -133,33 +133,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def add_serving_commands(commands: argparse._SubParsersAction) -> None:
     """Registers serve and predict."""
-    from bakeoff.components.serving.server import (
-        HTTP_PORT,
-        POLL_SECONDS,
-        batching_args,
-        port_arg,
-        seconds_arg,
-        version_arg,
-    )
+    from bakeoff.components.serving.server import HTTP_PORT, batching_args, following_args
 
     serve = commands.add_parser(
         "serve", help="serve a published model here with KServe (V1 TF Serving REST and V2), following newer versions"
     )
     store_args(serve)  # --json: the URL, model and first version as one JSON line
-    serve.add_argument(
-        "--version",
-        type=version_arg,
-        default=None,
-        help="a version number, or 'latest' to serve the newest and follow newer ones (default)",
-    )
-    serve.add_argument("--port", type=port_arg, help=f"HTTP port (default {HTTP_PORT})")
-    serve.add_argument("--grpc-port", type=port_arg, help="V2 gRPC port (default: no gRPC)")
-    serve.add_argument(
-        "--poll-seconds",
-        type=seconds_arg,
-        default=POLL_SECONDS,
-        help=f"how often 'latest' looks for a newer complete version (default {POLL_SECONDS:g})",
-    )
+    following_args(serve)
+    serve.add_argument("--port", type=arguments.port, help=f"HTTP port (default {HTTP_PORT})")
+    serve.add_argument("--grpc-port", type=arguments.port, help="V2 gRPC port (default: no gRPC)")
     batching_args(serve)
     serve.set_defaults(handler=cmd_serve)
 
@@ -171,7 +153,10 @@ def add_serving_commands(commands: argparse._SubParsersAction) -> None:
         "--model-name", default=defaults.MODEL_NAME, help=f"the served model's name (default {defaults.MODEL_NAME})"
     )
     predict.add_argument(
-        "--top", type=positive("--top"), default=PREDICT_TOP, help=f"classes printed per image (default {PREDICT_TOP})"
+        "--top",
+        type=arguments.whole("--top"),
+        default=PREDICT_TOP,
+        help=f"classes printed per image (default {PREDICT_TOP})",
     )
     predict.add_argument("--json", action="store_true", help="print one JSON document")
     predict.set_defaults(handler=cmd_predict)
