@@ -47,6 +47,11 @@ TF_LOG_LEVEL = "2"  # TF_CPP_MIN_LOG_LEVEL unless the user set one: INFO and WAR
 SUSPECT_SECONDS = 5.0  # a replica quiet this long when a peer fails is named as the cause
 STALL_SECONDS = 30.0  # a replica quiet this long is stopped as stalled, even if no peer noticed
 S3_RETRY_SECONDS = 120.0  # how long one store request is retried after it first fails: a store pod's restart
+S3_RETRY_FIRST_PAUSE = 0.5  # seconds before a store request's first retry, doubled after each failure ...
+S3_RETRY_MAX_PAUSE = 8.0  # ... up to this
+API_ATTEMPTS = 8  # tries of one Kubernetes API call before a transient failure becomes the step's error
+API_RETRY_FIRST_PAUSE = 1.0  # seconds before its second try, doubled after each failure ...
+API_RETRY_MAX_PAUSE = 30.0  # ... up to this
 
 # Where things go.
 LOCAL_STORE = "./bakeoff-store"

@@ -19,9 +19,8 @@ from kubernetes.client import ApiClient, V1DeleteOptions, V1OwnerReference
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from bakeoff.components import tfenv
+from bakeoff.components import defaults, tfenv
 from bakeoff.components.backends.backend import JobFailed, Sink, print_line
-from bakeoff.components.defaults import LOG_TAIL
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.kubeapi import api_exception, api_reason, api_status, names_an_object, unanswered
 from bakeoff.components.retry import Backoff, retrying
@@ -32,9 +31,6 @@ SERVICE_ACCOUNT_ENV = "BAKEOFF_TFJOB_SERVICE_ACCOUNT"  # names the replicas' ser
 POD_NAME_ENVS = ("KFP_POD_NAME", "POD_NAME", "HOSTNAME")
 # Answers that say the server could not serve the request now, not that the request is wrong.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-API_ATTEMPTS = 8  # tries of one API call before a transient failure becomes the step's error
-RETRY_DELAY = 1.0  # seconds before the second try; doubled after each failure
-RETRY_DELAY_MAX = 30.0
 LOG_IDLE_SECONDS = 300  # a followed log silent this long is followed afresh: a half-open connection never ends
 STARTING_POLL_SECONDS = 1.0  # polls while the chief has not started: a fast job must not end unfollowed
 SUBMIT_ATTEMPTS = 5  # create → found → adopt or replace rounds, against a job that keeps changing under us
@@ -84,7 +80,7 @@ class _LogCursor:
         self.last: tuple[datetime, int] | None = None
         self.at_last = 0  # lines shown that carry exactly ``last``
         self.skip = 0
-        self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
+        self.tail: collections.deque[str] = collections.deque(maxlen=defaults.LOG_TAIL)
 
     def rewind(self) -> None:
         """A new stream starts: the lines stamped ``last`` come again, and were shown already."""
@@ -156,8 +152,8 @@ class KubeJobRunner(Generic[J]):
         polling_interval: float = 10,
         grace_seconds: float = 120,
         sink: Sink = print_line,
-        retry_delay: float = RETRY_DELAY,
-        api_attempts: int = API_ATTEMPTS,
+        retry_delay: float = defaults.API_RETRY_FIRST_PAUSE,
+        api_attempts: int = defaults.API_ATTEMPTS,
     ) -> None:
         self.polling_interval = polling_interval
         self.grace_seconds = grace_seconds
@@ -241,7 +237,7 @@ class KubeJobRunner(Generic[J]):
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
         """``call()``, tried again after a growing pause while the API fails transiently; other errors go to the
         caller."""
-        backoff = Backoff(first=self.retry_delay, longest=RETRY_DELAY_MAX, attempts=self.api_attempts)
+        backoff = Backoff(first=self.retry_delay, longest=defaults.API_RETRY_MAX_PAUSE, attempts=self.api_attempts)
 
         def announce(error: Exception, wait: float) -> None:
             self.sink(f"Kubernetes API could not {what} ({api_reason(error)}); trying again in {wait:.1f}s")
@@ -523,7 +519,11 @@ class KubeJobRunner(Generic[J]):
         response = self._retrying(
             f"read pod {namespace}/{pod}'s log",
             lambda: self.core_api.read_namespaced_pod_log(
-                name=pod, namespace=namespace, container=self.CONTAINER, tail_lines=LOG_TAIL, _preload_content=False
+                name=pod,
+                namespace=namespace,
+                container=self.CONTAINER,
+                tail_lines=defaults.LOG_TAIL,
+                _preload_content=False,
             ),
         )
-        return response.data.decode("utf-8", "replace").rstrip("\n").splitlines()[-LOG_TAIL:]
+        return response.data.decode("utf-8", "replace").rstrip("\n").splitlines()[-defaults.LOG_TAIL :]

@@ -21,9 +21,6 @@ S3_ENDPOINT_ENV = "BAKEOFF_S3_ENDPOINT"
 S3_INSECURE_ENV = "BAKEOFF_S3_INSECURE"
 S3_REGION_ENV = "BAKEOFF_S3_REGION"
 
-S3_RETRY_SECONDS = defaults.S3_RETRY_SECONDS
-S3_RETRY_FIRST_PAUSE = 0.5  # seconds before the first retry, doubled after each failure ...
-S3_RETRY_MAX_PAUSE = 8.0  # ... up to this
 S3_CONNECT_TIMEOUT = (
     5.0  # seconds: a server that is down refuses at once, one that is unreachable must not take minutes
 )
@@ -71,7 +68,7 @@ class S3Store(Store):
     """
 
     def __init__(
-        self, bucket: str, prefix: str, endpoint: str, secure: bool, retry_seconds: float = S3_RETRY_SECONDS
+        self, bucket: str, prefix: str, endpoint: str, secure: bool, retry_seconds: float = defaults.S3_RETRY_SECONDS
     ) -> None:
         import minio
         import urllib3
@@ -165,7 +162,9 @@ class S3Store(Store):
                 f" ({_reason(error)}): check that {self.endpoint} is up, then run again"
             )
 
-        backoff = Backoff(first=S3_RETRY_FIRST_PAUSE, longest=S3_RETRY_MAX_PAUSE, seconds=self.retry_seconds)
+        backoff = Backoff(
+            first=defaults.S3_RETRY_FIRST_PAUSE, longest=defaults.S3_RETRY_MAX_PAUSE, seconds=self.retry_seconds
+        )
         try:
             return retrying(request, passing, backoff, announce, give_up)
         except minio.error.MinioException as error:
