@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 # Set by `bakeoff run` for a live display; inherited by the kfp.local tasks and from them by the replicas.
 PROGRESS_DIR_ENV = "BAKEOFF_PROGRESS_DIR"
@@ -32,8 +32,43 @@ def progress_dir() -> Path | None:
     return Path(path) if path else None
 
 
-def emit(variant: str, **fields: Any) -> None:
-    """Appends one event ``{"time", "variant", **fields}`` to the variant's file; a no-op when nobody is watching.
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """What a step or replica says of a variant: one JSON line of its events file, its unset fields left out."""
+
+    state: str  # one of STATES
+    time: float | None = None  # set by ``emit``
+    epoch: int | None = None
+    epochs: int | None = None
+    loss: float | None = None
+    accuracy: float | None = None
+    val_loss: float | None = None
+    val_accuracy: float | None = None
+    examples_per_second: float | None = None
+    restarts: int | None = None
+    error: str | None = None
+
+    def after(self, earlier: Event) -> Event:
+        """This event's fields over ``earlier``'s: ``done`` keeps the last epoch's numbers."""
+        return dataclasses.replace(
+            earlier, **{name: value for name, value in dataclasses.asdict(self).items() if value is not None}
+        )
+
+
+_EVENT_FIELDS = frozenset(field.name for field in dataclasses.fields(Event))
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """A variant's state so far: its events merged in order, and the times its first and job-ending events came."""
+
+    latest: Event
+    first_time: float
+    end_time: float | None  # None while a job of it runs
+
+
+def emit(variant: str, event: Event) -> None:
+    """Appends ``event``, timed now, to the variant's file; a no-op when nobody is watching.
 
     One ``write`` of one whole line to a file opened with O_APPEND: the chief, the
     backend and select may append to the same file from different processes.
@@ -41,7 +76,8 @@ def emit(variant: str, **fields: Any) -> None:
     folder = progress_dir()
     if folder is None:
         return
-    line = json.dumps({"time": time.time(), "variant": variant, **fields}, separators=(",", ":")) + "\n"
+    fields = {name: value for name, value in dataclasses.asdict(event).items() if value is not None}
+    line = json.dumps(fields | {"time": time.time(), "variant": variant}, separators=(",", ":")) + "\n"
     descriptor = os.open(folder / f"{variant}{EVENTS_SUFFIX}", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(descriptor, line.encode())
@@ -60,29 +96,38 @@ def log_file(folder: Path, variant: str) -> Path:
     return folder / f"{variant}{LOG_SUFFIX}"
 
 
-def read_events(folder: Path) -> dict[str, dict]:
-    """Each variant's state: its events merged in order, so ``done`` keeps the last epoch's numbers.
+def read_events(folder: Path) -> dict[str, Progress]:
+    """Each variant's progress from the events files in ``folder``.
 
-    ``first_time`` is its first event's time; ``end_time`` that of the event that ended its job (absent while a job
-    of it runs). A line still being written (no JSON yet) is skipped; the next read sees it whole.
+    A line still being written (no JSON yet) is skipped; the next read sees it whole.
     """
-    states: dict[str, dict] = {}
+    states: dict[str, Progress] = {}
     for path in sorted(folder.glob(f"*{EVENTS_SUFFIX}")):
         try:
             text = path.read_text(encoding="utf-8", errors="replace")  # a character may be half-written
         except OSError:
             continue
         for line in text.splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
+            parsed = _parsed(line)
+            if parsed is None:
                 continue
-            if not isinstance(event, dict) or "variant" not in event:
-                continue
-            state = states.setdefault(event["variant"], {"first_time": event.get("time")})
-            state.update(event)
-            if event.get("state") in TRAINING_ENDS:
-                state["end_time"] = event.get("time")
-            elif event.get("state") == "training":
-                state.pop("end_time", None)
+            variant, event = parsed
+            before = states.get(variant)
+            if before is None:
+                before = Progress(event, event.time or 0.0, None)
+            end_time = event.time if event.state in TRAINING_ENDS else before.end_time
+            if event.state == "training":
+                end_time = None
+            states[variant] = Progress(event.after(before.latest), before.first_time, end_time)
     return states
+
+
+def _parsed(line: str) -> tuple[str, Event] | None:
+    """The variant and event of one whole line; None for a partial or foreign one."""
+    try:
+        fields = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(fields, dict) or not isinstance(fields.get("variant"), str) or "state" not in fields:
+        return None
+    return fields["variant"], Event(**{name: value for name, value in fields.items() if name in _EVENT_FIELDS})

@@ -229,5 +229,5 @@ def test_when_watched_the_lines_go_to_the_variants_log_and_a_failure_is_its_even
     log = (folder / "probe.log").read_text().splitlines()  # named by the variant, not the job
     assert f"[probe-job-worker-0] progress folder {folder}" in log  # the chief can emit its own events
     assert "[probe-job-worker-1] bakeoff: error: replica one cannot go on" in log
-    state = progress.read_events(folder)["probe"]
-    assert (state["state"], state["error"]) == ("failed", str(error.value))
+    state = progress.read_events(folder)["probe"].latest
+    assert (state.state, state.error) == ("failed", str(error.value))

@@ -39,11 +39,17 @@ variants:
 ESCAPE = re.compile(r"\x1b")
 
 
-def emitted(folder: Path, monkeypatch: pytest.MonkeyPatch, *events: tuple[str, dict]) -> dict[str, dict]:
+def emitted(folder: Path, monkeypatch: pytest.MonkeyPatch, *events: tuple[str, dict]) -> dict[str, progress.Progress]:
     monkeypatch.setenv(progress.PROGRESS_DIR_ENV, str(folder))
     for variant, fields in events:
-        progress.emit(variant, **fields)
+        progress.emit(variant, progress.Event(**fields))
     return progress.read_events(folder)
+
+
+def seen(first_time: float, time: float, state: str, **fields: object) -> progress.Progress:
+    """A variant's progress after events from ``first_time`` to ``time``, the last in ``state``."""
+    ended = time if state in progress.TRAINING_ENDS else None
+    return progress.Progress(progress.Event(state, time, **fields), first_time, ended)  # type: ignore[arg-type]
 
 
 def test_a_variants_events_merge_in_order_and_done_keeps_the_last_epochs_numbers(
@@ -60,25 +66,25 @@ def test_a_variants_events_merge_in_order_and_done_keeps_the_last_epochs_numbers
     )
     assert sorted(states) == ["cnn", "mlp"]
     mlp = states["mlp"]
-    assert (mlp["state"], mlp["epoch"], mlp["loss"], mlp["val_accuracy"]) == ("done", 2, 0.7, 0.65)
-    assert mlp["first_time"] < mlp["time"]
-    assert (states["cnn"]["state"], states["cnn"]["epoch"]) == ("training", 1)
+    assert (mlp.latest.state, mlp.latest.epoch, mlp.latest.loss, mlp.latest.val_accuracy) == ("done", 2, 0.7, 0.65)
+    assert mlp.latest.time is not None and mlp.first_time < mlp.latest.time
+    assert (states["cnn"].latest.state, states["cnn"].latest.epoch) == ("training", 1)
 
 
 def test_a_line_still_being_written_is_read_only_once_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     emitted(tmp_path, monkeypatch, ("mlp", {"state": "training", "epoch": 1, "epochs": 2}))
     with open(tmp_path / "mlp.jsonl", "a") as events:
         events.write('{"time": 1e12, "variant": "mlp", "state": "do')  # the writer is mid-line
-    assert progress.read_events(tmp_path)["mlp"]["state"] == "training"
+    assert progress.read_events(tmp_path)["mlp"].latest.state == "training"
     with open(tmp_path / "mlp.jsonl", "a") as events:
         events.write('ne"}\n')
-    assert progress.read_events(tmp_path)["mlp"]["state"] == "done"
+    assert progress.read_events(tmp_path)["mlp"].latest.state == "done"
 
 
 def test_without_the_variable_nothing_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(progress.PROGRESS_DIR_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
-    progress.emit("mlp", state="training")
+    progress.emit("mlp", progress.Event("training"))
     assert progress.log_path("mlp") is None and list(tmp_path.iterdir()) == []
 
 
@@ -86,7 +92,7 @@ APPEND = """
 import sys
 from bakeoff.components import progress
 for n in range(200):
-    progress.emit(sys.argv[1], state="training", epoch=n, padding="x" * 20000)
+    progress.emit(sys.argv[1], progress.Event("training", epoch=n, error="x" * 20000))
 """
 
 
@@ -96,14 +102,14 @@ def test_processes_appending_at_once_never_tear_a_line(tmp_path: Path) -> None:
     writers = [subprocess.Popen([sys.executable, "-c", APPEND, "mlp"], env=env) for _ in range(4)]
     assert [writer.wait(timeout=120) for writer in writers] == [0] * 4
     lines = (tmp_path / "mlp.jsonl").read_text().splitlines()
-    assert len(lines) == 800 and all(json.loads(line)["padding"] == "x" * 20000 for line in lines)
+    assert len(lines) == 800 and all(json.loads(line)["error"] == "x" * 20000 for line in lines)
 
 
 def test_rows_follow_the_runs_variants_waiting_until_their_first_event() -> None:
     events = {
-        "b": {"first_time": 100.0, "time": 130.0, "state": "training", "epoch": 2, "epochs": 5, "loss": 0.5},
-        "c": {"first_time": 100.0, "time": 110.0, "state": "failed", "error": "TFJob 'c' failed"},
-        "d": {"first_time": 100.0, "time": 140.0, "state": "evaluating", "epoch": 5, "epochs": 5},
+        "b": seen(100.0, 130.0, "training", epoch=2, epochs=5, loss=0.5),
+        "c": seen(100.0, 110.0, "failed", error="TFJob 'c' failed"),
+        "d": seen(100.0, 140.0, "evaluating", epoch=5, epochs=5),
     }
     running = rows(["a", "b", "c", "d"], events, now=150.0)
     assert running == [
@@ -141,8 +147,8 @@ def test_a_variants_clock_stops_where_its_job_ended_not_at_what_select_or_halvin
 
 def test_halving_shows_who_waits_for_its_rung_and_who_it_stopped() -> None:
     events = {
-        "kept": {"first_time": 100.0, "time": 130.0, "state": "paused", "epoch": 3, "epochs": 3},
-        "dropped": {"first_time": 100.0, "time": 131.0, "state": "stopped", "epoch": 3, "epochs": 3},
+        "kept": seen(100.0, 130.0, "paused", epoch=3, epochs=3),
+        "dropped": seen(100.0, 131.0, "stopped", epoch=3, epochs=3),
     }
     assert [row.state for row in rows(["kept", "dropped"], events, now=150.0)] == ["paused", "stopped"]
     # A variant halving stopped was never scored by select: it stays stopped when the run ends.

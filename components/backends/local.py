@@ -202,7 +202,7 @@ class LocalBackend:
             try:
                 self._run(job, variant, sink)
             except BakeoffError as error:
-                progress.emit(variant, state="failed", error=str(error))
+                progress.emit(variant, progress.Event("failed", error=str(error)))
                 raise
 
     def _run(self, job: KubeflowOrgV1TFJob, variant: str, sink: Sink) -> None:
@@ -224,7 +224,7 @@ class LocalBackend:
         restartable = all(spec.restart_policy in RESTARTING_POLICIES for spec in job.spec.tf_replica_specs.values())
         restarts = 0
         while True:
-            progress.emit(variant, state="training", restarts=restarts)  # the job's replicas are starting
+            progress.emit(variant, progress.Event("training", restarts=restarts))  # the job's replicas are starting
             failed, outcome, quiet = self._attempt(job, deadline, sink)
             if failed is None:
                 return

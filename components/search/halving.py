@@ -135,7 +135,7 @@ def halve(store: Store, run_id: str, names: list[str], rung: int, keep: int, met
     store.put_bytes(runs.search_key(run_id, rung), record.to_json().encode())
     for name in stopped:
         backup.remove(store, runs.variant_prefix(run_id, name))
-        progress.emit(name, state="stopped")
+        progress.emit(name, progress.Event("stopped"))
     return kept
 
 

@@ -95,7 +95,7 @@ def _scored(store: Store, candidates: list[Candidate], validation: Split, scratc
     """Every candidate's model fetched into ``scratch`` and scored on ``validation``, beside its training numbers."""
     scored = []
     for candidate in candidates:
-        progress.emit(candidate.variant, state="evaluating")
+        progress.emit(candidate.variant, progress.Event("evaluating"))
         model_dir = store.get_dir(f"{candidate.prefix}/{runs.MODEL}", scratch / candidate.variant)
         result = evaluate(model_dir, validation.images, validation.labels)
         training = candidate.metrics

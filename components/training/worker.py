@@ -229,11 +229,22 @@ class Progress(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         logs = logs or {}
+
+        def number(key: str) -> float | None:  # Keras' logs name its metrics; validation's only on validated epochs
+            return float(logs[key]) if key in logs else None
+
         rate = self.examples_per_epoch / max(self.trained - self.begun, 1e-9)
-        numbers = {key: float(logs[key]) for key in ("loss", "accuracy", "val_loss", "val_accuracy") if key in logs}
-        progress.emit(
-            self.variant, state="training", epoch=epoch + 1, epochs=self.epochs, **numbers, examples_per_second=rate
+        event = progress.Event(
+            "training",
+            epoch=epoch + 1,
+            epochs=self.epochs,
+            loss=number("loss"),
+            accuracy=number("accuracy"),
+            val_loss=number("val_loss"),
+            val_accuracy=number("val_accuracy"),
+            examples_per_second=rate,
         )
+        progress.emit(self.variant, event)
 
 
 class StoreBackup(keras.callbacks.BackupAndRestore):
@@ -364,7 +375,7 @@ def train(
     finished = stop_epoch == variant.training.epochs
     _save(model, chief, metadata.class_names, store, prefix, metrics, variant, finished)
     if chief:
-        progress.emit(variant.name, state="done" if finished else "paused")
+        progress.emit(variant.name, progress.Event("done" if finished else "paused"))
     return metrics
 
 

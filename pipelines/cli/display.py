@@ -16,7 +16,7 @@ from rich.text import Text
 
 from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.progress import log_file, read_events
+from bakeoff.components.progress import Progress, log_file, read_events
 from bakeoff.components.storage.records import Summary
 from bakeoff.pipelines.local_run import PIPELINE_LOG, LocalRun, run_local
 
@@ -47,7 +47,7 @@ class Row:
     error: str | None = None
 
 
-def rows(variants: list[str], events: dict[str, dict], now: float, finished: bool = False) -> list[Row]:
+def rows(variants: list[str], events: dict[str, Progress], now: float, finished: bool = False) -> list[Row]:
     """Each variant's row, in the run's order: "waiting" until its first event.
 
     Once the pipeline has returned (``finished``), every variant halving did not stop trained and was scored: it is
@@ -59,23 +59,25 @@ def rows(variants: list[str], events: dict[str, dict], now: float, finished: boo
         if event is None:
             result.append(Row(name, "waiting"))
             continue
-        state = event.get("state", "training")
+        latest = event.latest
+        state = latest.state
         if finished and state in ("training", "paused", "evaluating"):
             state = "done"
         # Training time runs while the job runs; it stops where the job ended, not at what select or halving said later.
-        end = now if state == "training" and not finished else event.get("end_time", event.get("time", now))
+        ended = event.end_time if event.end_time is not None else latest.time
+        end = now if (state == "training" and not finished) or ended is None else ended
         result.append(
             Row(
                 variant=name,
                 state=state,
-                epoch=event.get("epoch"),
-                epochs=event.get("epochs"),
-                loss=event.get("loss"),
-                accuracy=event.get("accuracy"),
-                val_accuracy=event.get("val_accuracy"),
-                examples_per_second=event.get("examples_per_second"),
-                elapsed=max(0.0, end - event.get("first_time", end)),
-                error=event.get("error") if state == "failed" else None,
+                epoch=latest.epoch,
+                epochs=latest.epochs,
+                loss=latest.loss,
+                accuracy=latest.accuracy,
+                val_accuracy=latest.val_accuracy,
+                examples_per_second=latest.examples_per_second,
+                elapsed=max(0.0, end - event.first_time),
+                error=latest.error if state == "failed" else None,
             )
         )
     return result
@@ -176,7 +178,7 @@ def new_progress_folder(work_dir: Path) -> Path:
 def print_failure_logs(variants: list[str], folder: Path, out: TextIO) -> None:
     """Each failed variant's whole log, named; kfp.local's own log when no variant failed (ingest, select)."""
     events = read_events(folder)
-    failed = [name for name in variants if events.get(name, {}).get("state") == "failed"]
+    failed = [name for name in variants if name in events and events[name].latest.state == "failed"]
     logs = [(f"{name}'s log", log_file(folder, name)) for name in failed] or [
         ("kfp.local's log", folder / PIPELINE_LOG)
     ]
