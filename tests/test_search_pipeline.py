@@ -175,7 +175,7 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
     assert record.stopped[0].reason.startswith(f"{metric} {value[order[2]]:.4f} placed 3 of 4 after epoch 2")
     # A live display shows the stopped as stopped (the kept were left paused by their jobs).
     assert {
-        name: event["state"] for name, event in progress.read_events(tmp_path / "progress").items()
+        name: event.latest.state for name, event in progress.read_events(tmp_path / "progress").items()
     } == dict.fromkeys(order[2:], "stopped")
     # The stopped never resume: their backups go; the kept keep theirs for the next rung.
     for name in scores:
@@ -313,6 +313,8 @@ def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_
         assert (second.epochs, second.epochs_trained, second.resumed_from_epoch) == (2, 1, 1)
         assert first.epochs_trained + second.epochs_trained == second.epochs == second.schedule_epochs
         assert len(second.history["val_accuracy"]) == 2  # the history runs from epoch 1 after the resume
+        (scored,) = [c for c in summary.candidates if c.variant == name]
+        assert scored.train_seconds == first.train_seconds + second.train_seconds, "the leaderboard: both jobs"
     for name in set(everyone) - set(best_two):
         assert rung(name, 0).epochs == 1
     # The leaderboard and the report show who stopped where, and why.

@@ -63,7 +63,7 @@ def select_winner(
     metadata = artifact.read_metadata(data)
     validation = artifact.read_shards(data, "validation")
     with tempfile.TemporaryDirectory(prefix="bakeoff-select-") as scratch:
-        ranking = rank(_scored(store, candidates, validation, Path(scratch)), metric)
+        ranking = rank(_scored(store, run_id, candidates, validation, Path(scratch)), metric)
         best = ranking[0]
         winner = next(c for c in candidates if c.variant == best.variant)
         winner_dir = Path(scratch) / winner.variant
@@ -91,7 +91,9 @@ def select_winner(
     return summary
 
 
-def _scored(store: Store, candidates: list[Candidate], validation: Split, scratch: Path) -> list[ScoredCandidate]:
+def _scored(
+    store: Store, run_id: str, candidates: list[Candidate], validation: Split, scratch: Path
+) -> list[ScoredCandidate]:
     """Every candidate's model fetched into ``scratch`` and scored on ``validation``, beside its training numbers."""
     scored = []
     for candidate in candidates:
@@ -107,7 +109,7 @@ def _scored(store: Store, candidates: list[Candidate], validation: Split, scratc
                 val_accuracy=result["accuracy"],
                 val_loss=result["loss"],
                 epochs=training.epochs,
-                train_seconds=training.train_seconds,
+                train_seconds=sum(runs.rung_seconds(store, run_id, candidate.variant)),
                 examples_per_second=training.examples_per_second,
                 uri=candidate.uri,
             )

@@ -321,7 +321,7 @@ class ScoredCandidate(_Scored, Record):
     val_accuracy: float
     val_loss: float
     epochs: int
-    train_seconds: float
+    train_seconds: float  # its jobs' together: a variant halving kept trained in one job per rung
     examples_per_second: float
     uri: str
 
