@@ -114,6 +114,12 @@ TRAINJOB_CONDITIONS = {
     "Succeeded": ("Complete", "AllJobsCompleted", "jobset completed successfully"),
     "Failed": ("Failed", "FailedJobs", "jobset failed due to one or more job failures"),
 }
+# The Failed condition's message by why the operator failed a TFJob: training-operator v1.9,
+# pkg/controller.v1/common/job.go, JobController.ReconcileJobs (the backoff limit, else activeDeadlineSeconds).
+TFJOB_FAILURES = {
+    "backoff": "Job {name} has failed because it has reached the specified backoff limit",
+    "deadline": "Job {name} has failed because it was active longer than specified deadline",
+}
 # The worker pods' phase while the job shows each condition.
 POD_PHASE = {
     "Created": "Pending",
@@ -548,6 +554,7 @@ class FakeKubernetes:
     )  # <plural>.<group> of the custom resources installed
     runtimes: frozenset[str] = frozenset({"bakeoff-tensorflow"})  # the ClusterTrainingRuntimes installed
     namespaces: set[str] | None = None  # the namespaces that exist; None: every one
+    failure: str = "backoff"  # why a TFJob that reaches Failed failed: a key of TFJOB_FAILURES
 
     def __post_init__(self) -> None:
         self.validator = jsonschema.Draft7Validator(tfjob_schema())
@@ -871,7 +878,7 @@ class FakeKubernetes:
     def _timeline(self, name: str) -> _Timeline:
         return self.timelines[self.job_uid(name)]
 
-    def _conditions(self, timeline: _Timeline, kind: str = "TFJob") -> list[dict]:
+    def _conditions(self, timeline: _Timeline, name: str, kind: str = "TFJob") -> list[dict]:
         types = timeline.phases[: timeline.now + 1]
         if kind == "TrainJob":
             ended = TRAINJOB_CONDITIONS.get(types[-1])
@@ -893,7 +900,9 @@ class FakeKubernetes:
                 "type": kind,
                 "status": "True" if index == len(types) - 1 or kind == "Created" else "False",
                 "reason": f"TFJob{kind}",
-                "message": f"TFJob is {kind.lower()}.",
+                "message": TFJOB_FAILURES[self.failure].format(name=name)
+                if kind == "Failed"
+                else f"TFJob is {kind.lower()}.",
                 "lastTransitionTime": "2026-11-29T00:00:00Z",
             }
             for index, kind in enumerate(types)
@@ -916,7 +925,7 @@ class FakeKubernetes:
                 hook()
                 if name not in self.jobs:
                     return None
-        return dict(self.jobs[name], status={"conditions": self._conditions(timeline, self.jobs[name]["kind"])})
+        return dict(self.jobs[name], status={"conditions": self._conditions(timeline, name, self.jobs[name]["kind"])})
 
     def _remove_job(self, name: str) -> None:
         body = self.jobs.pop(name)

@@ -199,12 +199,26 @@ def test_failed_job_raises_with_conditions_and_last_log_lines() -> None:
     assert isinstance(error, JobFailed)
     message = str(error)
     assert message.startswith(f"TFJob team-a/{job.metadata.name} failed: Created: TFJobCreated")
-    assert "Failed: TFJobFailed TFJob is failed." in message
+    assert (
+        f"Failed: TFJobFailed Job {job.metadata.name} has failed because it has reached the specified backoff"
+        in message
+    )
     assert message.endswith(
         f"last lines of {job.metadata.name}-worker-0: Epoch 1/1 / 429/429 - 19s - loss: 0.51 - accuracy: 0.82"
         f" / bakeoff: error: the last words of the chief | last lines of {job.metadata.name}-worker-1: Epoch 1/1 / "
         "worker 1 waits"
     )
+
+
+def test_a_job_the_operator_stopped_at_its_deadline_is_not_a_failure_that_spends_its_backup() -> None:
+    """Only a job past its restarts is JobFailed (launch then removes its backup); a deadline is the run's timeout."""
+    job = tfjob(deadline=60)
+    with FakeKubernetes(["Created", "Running", "Failed"], log="epoch 3\n", failure="deadline") as fake:
+        _, error = run(fake, job)
+    assert isinstance(error, BakeoffError) and not isinstance(error, JobFailed), error
+    message = str(error)
+    assert message.startswith(f"TFJob team-a/{job.metadata.name} ran past its activeDeadlineSeconds and was stopped:")
+    assert "active longer than specified deadline" in message and message.endswith("raise --timeout or train less")
 
 
 def test_a_job_that_never_finishes_is_deleted_at_the_deadline() -> None:

@@ -146,6 +146,7 @@ class KubeJobRunner(Generic[J]):
     INSTALLED = ""  # what must be installed for a create to succeed, as "check that … and that …" says it
     UNOWNED = ""  # what removes a job that has no owner
     FAILED = "failed"  # the outcome word of a failed job
+    PAST_DEADLINE = ""  # what the controller's Failed condition says of a job it stopped at its deadline
 
     def __init__(
         self,
@@ -226,6 +227,12 @@ class KubeJobRunner(Generic[J]):
                 f"{self.KIND} {namespace}/{name} did not finish in time and was deleted:{tail}"
                 f" raise --timeout or check {self.CONTROLLER}"
             ) from None
+        if final.outcome == self.FAILED and self.PAST_DEADLINE and self.PAST_DEADLINE in final.conditions:
+            # Not JobFailed: its restarts were not spent, so its backup stays for a run with a longer timeout.
+            raise BakeoffError(
+                f"{self.KIND} {namespace}/{name} ran past its activeDeadlineSeconds and was stopped:"
+                f" {final.conditions}{self._log_tail(job, namespace, cursor)} raise --timeout or train less"
+            )
         if final.outcome == self.FAILED:
             raise JobFailed(
                 f"{self.KIND} {namespace}/{name} failed: {final.conditions}{self._log_tail(job, namespace, cursor)}"
@@ -474,6 +481,8 @@ class KubeJobRunner(Generic[J]):
                     text = cursor.admit(line)
                     if text is not None and tfenv.shown(text, level):
                         self.sink(f"[{pod}] {text}")
+                    if follow and time.monotonic() >= deadline:  # a chief that keeps logging never idles the stream
+                        break
             finally:
                 response.release_conn()
         except Exception as error:  # the next poll decides: the job may have ended or the container restarted

@@ -27,6 +27,8 @@ class KubernetesBackend(KubeJobRunner[KubeflowOrgV1TFJob]):
     KIND, PLURAL, CONTAINER, CONTROLLER = JOB_KIND, JOB_PLURAL, CONTAINER, "the Training Operator"
     INSTALLED = "the Training Operator is installed"
     UNOWNED = "only its ttlSecondsAfterFinished removes it"
+    # training-operator v1.9, pkg/controller.v1/common/job.go, JobController.ReconcileJobs: its failureMessage
+    PAST_DEADLINE = "active longer than specified deadline"
 
     def __init__(self, client: Any | None = None, namespace: str | None = None, **options: Any) -> None:
         """``client``: a TrainingClient (default: from the pod's service account, else kube-config); ``options``:
@@ -50,7 +52,8 @@ class KubernetesBackend(KubeJobRunner[KubeflowOrgV1TFJob]):
 
     def run(self, job: KubeflowOrgV1TFJob) -> None:
         """Runs ``job`` to Succeeded, or raises BakeoffError with its conditions and last log lines."""
-        # The operator enforces activeDeadlineSeconds; the runner's deadline only guards against a stuck operator.
+        # The operator checks activeDeadlineSeconds only when an event makes it reconcile (its requeue at the deadline
+        # goes to a queue nothing reads, kubeflow/trainer#3358): the runner's own deadline stops a job that trains on.
         self.execute(job, self.namespace or self.client.namespace, job.spec.run_policy.active_deadline_seconds or 86400)
 
     # ------------------------------------------------------------ the TFJob's calls and names

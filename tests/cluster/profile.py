@@ -37,7 +37,7 @@ from bakeoff.components.errors import reported
 from bakeoff.components.training.launch import JobSettings, train_variant
 with reported():
     variant, data, store, run = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-    settings = JobSettings(image=sys.argv[5], max_train_examples=int(sys.argv[6]), timeout_seconds=600,
+    settings = JobSettings(image=sys.argv[5], max_train_examples=int(sys.argv[6]), timeout_seconds=int(sys.argv[8]),
                            backend="kubernetes", trainer=sys.argv[7])
     print(train_variant(variant, data, store, run, settings).to_json())
 """
@@ -80,8 +80,11 @@ class Profile:
     def as_profile(self) -> _Env:
         return _Env({**self.keys, "BAKEOFF_S3_ENDPOINT": self.endpoint, "BAKEOFF_S3_INSECURE": "1"})
 
-    def step_pod(self, name: str, run: str, variant: dict = TINY, trainer: str = "tfjob") -> dict:
-        """Starts the train step's pod; ``trainer``: the run's `trainer` parameter (tfjob or trainjob)."""
+    def step_pod(
+        self, name: str, run: str, variant: dict = TINY, trainer: str = "tfjob", timeout_seconds: int = 600
+    ) -> dict:
+        """Starts the train step's pod; ``trainer``: the run's `trainer` parameter (tfjob or trainjob);
+        ``timeout_seconds``: the job's activeDeadlineSeconds."""
         secret = [
             {"name": variable, "valueFrom": {"secretKeyRef": {"name": "mlpipeline-minio-artifact", "key": key}}}
             for variable, key in (("AWS_ACCESS_KEY_ID", "accesskey"), ("AWS_SECRET_ACCESS_KEY", "secretkey"))
@@ -98,6 +101,7 @@ class Profile:
                 controlplane.TEST_IMAGE,
                 str(EXAMPLES),
                 trainer,
+                str(timeout_seconds),
             ],
             "env": [
                 {"name": "BAKEOFF_S3_ENDPOINT", "value": self.endpoint},

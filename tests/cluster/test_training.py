@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from bakeoff.components.storage import open_store, runs
+from bakeoff.components.training import backup
 from bakeoff.components.training.tfjob import job_name
 from tests.cluster.profile import EPOCHS, NAMESPACE, POD_TIMEOUT, TINY, UNIQUE, Profile, processes_of
 
@@ -83,3 +85,25 @@ def test_a_retried_step_replaces_the_finished_job_of_the_same_name(profile: Prof
     assert pod["status"]["phase"] == "Succeeded", profile.log(f"step-retry-2-{UNIQUE}")[-3000:]
     second = profile.must_get("tfjob", job_name(run, "tiny", 0))
     assert second["metadata"]["uid"] != first["metadata"]["uid"]  # deleted and created anew, not the old one read back
+
+
+def test_a_job_past_its_deadline_fails_the_step_as_a_timeout_and_keeps_its_backup(profile: Profile) -> None:
+    """A timeout is not a failure past the job's restarts (JobFailed, which removes the backup): a longer run resumes.
+
+    The Training Operator v1.9.3 fails a job past activeDeadlineSeconds only when some event makes it reconcile
+    (its deadline requeue goes to a queue nothing reads, kubeflow/trainer#3358): a job that just trains on is stopped
+    by the runner's own deadline, the timeout plus its grace period, and deleted.
+    """
+    run, epochs = f"r-deadline-{UNIQUE}", 1000
+    name, step = job_name(run, "tiny", 0), f"step-deadline-{UNIQUE}"
+    profile.step_pod(step, run, {**TINY, "training": {**TINY["training"], "epochs": epochs}}, timeout_seconds=20)
+    pod = profile.wait_pod(step)
+    log = profile.log(step)
+    assert pod["status"]["phase"] == "Failed", log[-3000:]
+    error = log.rstrip().rsplit("\n", 1)[-1]
+    assert error.startswith(f"bakeoff: error: TFJob {NAMESPACE}/{name} "), error
+    assert "ran past its activeDeadlineSeconds" in error or "did not finish in time and was deleted" in error, error
+    assert f"Epoch 2/{epochs}" in log, "no epoch ended before the deadline: nothing was backed up"
+    with profile.as_profile():
+        store = open_store(profile.store_uri)
+        assert store.list(backup.backup_prefix(runs.variant_prefix(run, "tiny"))), "the timeout removed the backup"
