@@ -8,6 +8,7 @@ import pytest
 
 from bakeoff.components.storage import records
 from bakeoff.components.storage.records import (
+    BackupManifest,
     Candidate,
     DatasetMetadata,
     Manifest,
@@ -32,6 +33,7 @@ KINDS: dict[str, type[records.Record]] = {
     "selection.json": SelectionRecord,  # runs/<run>/selection.json, select's
     "manifest.json": Manifest,  # models/fashion-mnist/2/manifest.json, with the champion it replaced
     "dataset-metadata.json": DatasetMetadata,  # the Dataset artifact's metadata.json, ingest's from Debian's files
+    "backup.json": BackupManifest,  # runs/<run>/dropout/backup/<digest>/epoch-0003/backup.json, the chief's
 }
 
 

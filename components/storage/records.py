@@ -236,6 +236,17 @@ class WorkerMetrics(Record):
     onednn: bool  # whether TensorFlow ran its oneDNN kernels
 
 
+@dataclasses.dataclass(frozen=True)
+class BackupManifest(Record):
+    """An epoch's backup folder is complete once this is in it (``backup.json``, written last by the chief)."""
+
+    VERSIONED: ClassVar[bool] = True
+
+    epochs_done: int
+    files: list[str]  # the checkpoint's files in the folder, in the order they were uploaded
+    history: dict[str, list[float]]  # tf-keras' History of the epochs done, which the resumed fit continues
+
+
 # ---------------------------------------------------------------- the Dataset artifact
 
 

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from bakeoff.components.storage import Store
+from bakeoff.components.storage.records import BackupManifest
 
 # Below a variant's prefix: <fingerprint>/epoch-NNNN/ (one folder per backed-up
 # epoch, each key written once) and <fingerprint>/attempts/stop-NNNN/NNNN (one per
@@ -59,12 +60,12 @@ def restore(store: Store, prefix: str, digest: str, backup_dir: Path) -> Resume:
     if latest is None:
         return Resume(0, {})
     epochs_done, folder = latest
-    manifest = json.loads(store.get_bytes(f"{folder}/{MANIFEST}"))
+    manifest = BackupManifest.from_json(store.get_bytes(f"{folder}/{MANIFEST}"), store.uri_for(f"{folder}/{MANIFEST}"))
     target = backup_dir / READ_DIR
     target.mkdir(parents=True, exist_ok=True)
-    for name in manifest["files"]:
+    for name in manifest.files:
         (target / name).write_bytes(store.get_bytes(f"{folder}/{name}"))
-    return Resume(epochs_done, manifest["history"])
+    return Resume(epochs_done, manifest.history)
 
 
 def begin_attempt(store: Store, prefix: str, digest: str, stop_epoch: int) -> int:
@@ -88,9 +89,7 @@ def upload(
     )
     for name in names:
         store.put_bytes(f"{folder}/{name}", (checkpoint_dir / name).read_bytes())
-    store.put_bytes(
-        f"{folder}/{MANIFEST}", json.dumps({"epochs_done": epochs_done, "files": names, "history": history}).encode()
-    )
+    store.put_bytes(f"{folder}/{MANIFEST}", BackupManifest(epochs_done, names, history).to_json(indent=None).encode())
     base = f"{backup_prefix(prefix)}/{digest}/"
     older = [key for key in store.list(base) if key.startswith(f"{base}epoch-") and not key.startswith(f"{folder}/")]
     _delete(
