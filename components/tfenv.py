@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes.util
 import os
 import re
+import sys
+import tempfile
 from collections.abc import Mapping, MutableMapping
 
 from bakeoff.components import defaults
@@ -53,3 +55,31 @@ def shown(line: str, level: int) -> bool:
         return level < 1
     severity = _ABSL_LINE.match(line)
     return severity is None or _SEVERITY[severity[1]] >= level
+
+
+def import_tensorflow(environ: Mapping[str, str] = os.environ) -> None:
+    """Imports TensorFlow in this process with absl's pre-initialisation lines held to the log level (``shown``).
+
+    C++ writes them to file descriptor 2 while TensorFlow's libraries load, so the import runs with that descriptor
+    on a temporary file, whose lines are passed on to stderr afterwards when shown (all of them if the import fails).
+    """
+    if "tensorflow" in sys.modules:
+        return
+    level = log_level(environ)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except BaseException:
+            level = 0
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            for line in held.read().decode("utf-8", "replace").splitlines():
+                if shown(line, level):
+                    print(line, file=sys.stderr)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ctypes.util
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -46,3 +49,26 @@ def test_debug_keeps_tensorflows_own_log_level(no_driver: None) -> None:
     environ: dict[str, str] = {}
     tfenv.quiet_tensorflow(environ, log_level=False)
     assert environ == {"TF_ENABLED_DEVICE_TYPES": "CPU"}
+
+
+IMPORT = """
+import sys
+from bakeoff.components.tfenv import import_tensorflow
+print("before", file=sys.stderr)
+import_tensorflow()
+print("after", file=sys.stderr)
+"""
+START_UP_NOTICES = ("absl::InitializeLog", "port.cc", "cudart_stub.cc")
+
+
+@pytest.mark.parametrize("level", ["2", "0"])
+def test_tensorflow_imported_in_a_step_honours_the_log_level_from_its_first_line(level: str) -> None:
+    """A step that imports TensorFlow itself (select, serve): absl's lines before its initialisation obey the level;
+    at 0 they all show, which proves this TensorFlow writes them."""
+    env = {**os.environ, tfenv.LOG_LEVEL_ENV: level, tfenv.DEVICES_ENV: "CPU"}
+    done = subprocess.run([sys.executable, "-c", IMPORT], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == "before" and lines[-1] == "after", lines
+    noise = [line for line in lines if any(notice in line for notice in START_UP_NOTICES)]
+    assert (noise == []) == (level == "2"), lines

@@ -33,7 +33,7 @@ from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError, reported
 from bakeoff.components.storage import Store, open_store, registry
 from bakeoff.components.storage.records import Manifest
-from bakeoff.components.tfenv import quiet_tensorflow
+from bakeoff.components.tfenv import import_tensorflow, quiet_tensorflow
 
 if TYPE_CHECKING:
     from bakeoff.components.serving.model import ServedModel, Version
@@ -250,6 +250,7 @@ def serve(source: Source, settings: Settings) -> int:
     for port, flag in ((settings.http_port, "--http-port"), (settings.grpc_port, "--grpc-port")):
         if port:
             check_port(port, flag)  # before seconds of loading, not after
+    import_tensorflow()
     from bakeoff.components.serving.model import ServedModel, load_version
 
     model = ServedModel(

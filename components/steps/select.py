@@ -26,6 +26,9 @@ def select(
     """
     from pathlib import Path
 
+    from bakeoff.components.tfenv import import_tensorflow
+
+    import_tensorflow()  # before anything imports it: absl's start-up lines held to TF_CPP_MIN_LOG_LEVEL
     from bakeoff.components.errors import reported
     from bakeoff.components.reporting.report import markdown, read_record, train_seconds, write_report
     from bakeoff.components.selection.promotion import Gate
