@@ -341,6 +341,10 @@ def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tm
     # Rung 0: all three for 2 epochs; rung 1: the one survivor, costed as the costliest, for the 4 epochs it has not
     # done.
     assert seconds == pytest.approx((small + mid + big) * 2 + big * 4 + 4 * measured.start_seconds)
+    # As a lower bound, the cheapest survives.
+    assert estimate(config, 1000, measured, costliest=False)[1] == pytest.approx(
+        (small + mid + big) * 2 + small * 4 + 4 * measured.start_seconds
+    )
     plain = dataclasses.replace(config, search=None)
     assert estimate(plain, 1000, measured) == pytest.approx(
         (None, (small + mid + big) * 6 + 3 * measured.start_seconds)
@@ -428,7 +432,12 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(
     assert "model.filters=[64,128,128]" in out and "  base " in out and "(as written)" in out
     assert "successive halving (eta 3, epochs 2 to 15):\n  rung  epochs  entering  kept\n" in out
     assert "     0       2        11     3\n     1       6         3     1\n     2      15         1     1\n" in out
-    assert "estimated training time: " in out and "one job at a time on 55,000 examples" in out
+    least, most = (estimate(config, 55000, measured, costliest)[1] / 60 for costliest in (False, True))
+    assert least < most
+    assert (
+        f"estimated training time: {least:.1f} to {most:.1f} min (the cheapest to the costliest variants surviving"
+        " each rung), one job at a time on 55,000 examples"
+    ) in out
     assert (
         f"\ncosts measured here at 2026-01-01T00:00:00+00:00 ({costs.machine_key()}): cnn 50 ms/step (batch 64, 2×1"
         " threads); 10.0 s to start a job\n"
@@ -458,6 +467,7 @@ def test_plan_s_estimate_is_the_cached_calibration_s_arithmetic(
     assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["estimated_seconds"] == pytest.approx(2 * 3 * 10 * 0.25 + 2 * 7.0)
+    assert document["least_seconds"] == document["estimated_seconds"]  # no halving: every variant trains its epochs
     assert document["calibration"]["start_seconds"] == 7.0
     assert [(s["architecture"], s["step_seconds"]) for s in document["calibration"]["steps"]] == [
         ("cnn", 0.25),

@@ -51,20 +51,24 @@ class Plan:
 
     config: Config
     rungs: list[Rung] | None
-    seconds: float
+    seconds: float  # at most: the costliest variants survive each rung
+    least_seconds: float  # at least: the cheapest ones do (the same without halving)
     shrunk: list[str]
     calibration: Calibration  # the costs the estimate used
 
 
-def estimate(config: Config, train_examples: int, calibration: Calibration) -> tuple[list[Rung] | None, float]:
+def estimate(
+    config: Config, train_examples: int, calibration: Calibration, costliest: bool = True
+) -> tuple[list[Rung] | None, float]:
     """The rungs and the estimated seconds of training, one job at a time.
 
     With halving, which variants survive is not known in advance, so each rung is costed as if the costliest
-    ones did: the estimate is an upper bound. Every job also pays the calibration's ``start_seconds``.
+    ones did: the estimate is an upper bound (with ``costliest`` False, as if the cheapest did: a lower bound).
+    Every job also pays the calibration's ``start_seconds``.
     """
     halving = config.search.halving if config.search else None
     start = calibration.start_seconds
-    costs = sorted((epoch_seconds(v, train_examples, calibration) for v in config.variants), reverse=True)
+    costs = sorted((epoch_seconds(v, train_examples, calibration) for v in config.variants), reverse=costliest)
     if halving is None:
         seconds = sum(epoch_seconds(v, train_examples, calibration) * v.training.epochs for v in config.variants)
         return None, seconds + len(config.variants) * start
@@ -115,7 +119,7 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
     rungs, seconds = estimate(config, train_examples, calibration)
     budget = config.search.budget_minutes if config.search else None
     if budget is None or seconds <= budget * 60:
-        return Plan(config, rungs, seconds, [], calibration)
+        return Plan(config, rungs, seconds, estimate(config, train_examples, calibration, False)[1], [], calibration)
     assert config.search is not None
     limit, shrunk, samples = budget * 60, [], config.search.samples
     halving = config.search.halving  # kept by the shrinking below
@@ -154,7 +158,7 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
         )
         config = _with_epochs(config, fitting[0])
         rungs, seconds = estimate(config, train_examples, calibration)
-    return Plan(config, rungs, seconds, shrunk, calibration)
+    return Plan(config, rungs, seconds, estimate(config, train_examples, calibration, False)[1], shrunk, calibration)
 
 
 def plan_config(config: Config, max_train_examples: int = 0) -> tuple[Plan, int]:

@@ -31,6 +31,7 @@ def plan_document(plan: Plan) -> dict:
         "search": dataclasses.asdict(config.search) if config.search else None,
         "rungs": [dataclasses.asdict(rung) for rung in plan.rungs] if plan.rungs is not None else None,
         "estimated_seconds": round(plan.seconds, 1),
+        "least_seconds": round(plan.least_seconds, 1),
         "shrunk": plan.shrunk,
         "calibration": plan.calibration.to_dict(),
     }
@@ -51,10 +52,13 @@ def render(plan: Plan, train_examples: int) -> str:
         lines.append(f"successive halving (eta {halving.eta}, epochs {halving.min_epochs} to {halving.max_epochs}):")
         lines.append(f"  {'rung':>4}  {'epochs':>6}  {'entering':>8}  {'kept':>4}")
         lines += [f"  {r.index:>4}  {r.epochs:>6}  {r.entering:>8}  {r.keep:>4}" for r in plan.rungs]
-    bound = " at most (as if the costliest variants survived each rung)" if plan.rungs is not None else ""
-    lines.append(
-        f"estimated training time: {plan.seconds / 60:.1f} min{bound}, one job at a time on {train_examples:,} examples"
+    span = (
+        f"{plan.least_seconds / 60:.1f} to {plan.seconds / 60:.1f} min (the cheapest to the costliest variants"
+        " surviving each rung)"
+        if plan.rungs is not None
+        else f"{plan.seconds / 60:.1f} min"
     )
+    lines.append(f"estimated training time: {span}, one job at a time on {train_examples:,} examples")
     lines.append(costs(plan.calibration))
     if config.search and config.search.budget_minutes is not None:
         lines.append(
