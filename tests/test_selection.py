@@ -110,6 +110,7 @@ def candidates(exported: Path, store_root: Path) -> list[Candidate]:
                 workers=1,
                 num_replicas_in_sync=1,
                 epochs=1,
+                rung=0,  # one job: no earlier rung's record to add
                 train_seconds=1.5,
                 examples_per_second=100.0,
             )
@@ -376,7 +377,7 @@ def test_the_kept_mistakes_are_the_most_confident_first(tmp_path: Path) -> None:
     model.layers[-1].set_weights([kernel, np.full(10, -0.5, np.float32) * (np.arange(10) != 0)])
     store_root = tmp_path / "store"
     export(model, store_root / "runs" / RUN_ID / "bright" / "model", NAMES)
-    record = samples.candidate("bright", f"runs/{RUN_ID}/bright")
+    record = samples.candidate("bright", f"runs/{RUN_ID}/bright", rung=0)
     select_winner([record], str(tmp_path / "data"), f"file://{store_root}", RUN_ID, SelectionSettings(MODEL))
 
     mistakes = selection_record(tmp_path).misclassified
