@@ -112,12 +112,13 @@ def read_events(folder: Path) -> dict[str, Progress]:
             if parsed is None:
                 continue
             variant, event = parsed
-            before = states.get(variant)
-            if before is None:
-                before = Progress(event, event.time or 0.0, None)
-            end_time = event.time if event.state in TRAINING_ENDS else before.end_time
-            if event.state == "training":
+            before = states.get(variant) or Progress(event, event.time or 0.0, None)
+            if event.state == "training":  # a job of it runs (again, for the next rung)
                 end_time = None
+            elif event.state in TRAINING_ENDS:
+                end_time = event.time
+            else:
+                end_time = before.end_time
             states[variant] = Progress(event.after(before.latest), before.first_time, end_time)
     return states
 
