@@ -124,7 +124,10 @@ def latest_run(store: Store) -> str:
 
 def train_seconds(store: Store, record: SelectionRecord) -> dict[str, list[float]]:
     """Each candidate's training seconds per rung, from its rungs' metrics (its metrics.json has the last rung's)."""
-    return {c.variant: runs.rung_seconds(store, record.run_id, c.variant) for c in record.candidates}
+    return {
+        c.variant: runs.rung_seconds(store, record.run_id, runs.metrics(store, record.run_id, c.variant))
+        for c in record.candidates
+    }
 
 
 def write_report(store: Store, run_id: str, path: Path) -> Path:

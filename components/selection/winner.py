@@ -109,11 +109,7 @@ def _scored(
                 val_accuracy=result["accuracy"],
                 val_loss=result["loss"],
                 epochs=training.epochs,
-                train_seconds=training.train_seconds
-                + sum(  # and its earlier rungs' jobs, if halving kept it
-                    runs.rung_metrics(store, run_id, candidate.variant, rung).train_seconds
-                    for rung in range(training.rung)
-                ),
+                train_seconds=sum(runs.rung_seconds(store, run_id, training)),  # every rung's job, if halving kept it
                 examples_per_second=training.examples_per_second,
                 uri=candidate.uri,
             )

@@ -90,10 +90,13 @@ def rung_metrics(store: Store, run_id: str, variant: str, rung: int) -> WorkerMe
     return WorkerMetrics.from_json(store.get_bytes(key), store.uri_for(key))
 
 
-def rung_seconds(store: Store, run_id: str, variant: str) -> list[float]:
-    """A variant's training seconds, one number per rung's job, rung 0 first: a resumed variant trained in several."""
-    last = metrics(store, run_id, variant).rung
-    return [rung_metrics(store, run_id, variant, rung).train_seconds for rung in range(last + 1)]
+def rung_seconds(store: Store, run_id: str, last: WorkerMetrics) -> list[float]:
+    """A variant's training seconds, one number per rung's job, rung 0 first: a resumed variant trained in several.
+
+    ``last`` is its last job's metrics; the earlier rungs' are read from their records.
+    """
+    earlier = [rung_metrics(store, run_id, last.variant, rung).train_seconds for rung in range(last.rung)]
+    return [*earlier, last.train_seconds]
 
 
 def search_key(run_id: str, rung: int) -> str:
