@@ -119,7 +119,7 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
     rungs, seconds = estimate(config, train_examples, calibration)
     budget = config.search.budget_minutes if config.search else None
     if budget is None or seconds <= budget * 60:
-        return Plan(config, rungs, seconds, estimate(config, train_examples, calibration, False)[1], [], calibration)
+        return _plan(config, rungs, seconds, [], calibration, train_examples)
     assert config.search is not None
     limit, shrunk, samples = budget * 60, [], config.search.samples
     halving = config.search.halving  # kept by the shrinking below
@@ -158,7 +158,20 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
         )
         config = _with_epochs(config, fitting[0])
         rungs, seconds = estimate(config, train_examples, calibration)
-    return Plan(config, rungs, seconds, estimate(config, train_examples, calibration, False)[1], shrunk, calibration)
+    return _plan(config, rungs, seconds, shrunk, calibration, train_examples)
+
+
+def _plan(
+    config: Config,
+    rungs: list[Rung] | None,
+    seconds: float,
+    shrunk: list[str],
+    calibration: Calibration,
+    train_examples: int,
+) -> Plan:
+    """The plan of the config as fitted: its upper-bound estimate ``seconds`` and the lower bound beside it."""
+    least = estimate(config, train_examples, calibration, costliest=False)[1]
+    return Plan(config, rungs, seconds, least, shrunk, calibration)
 
 
 def plan_config(config: Config, max_train_examples: int = 0) -> tuple[Plan, int]:
