@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
 
@@ -45,3 +46,25 @@ def port(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, got {text!r}")
     return int(text)
+
+
+UNITS = {"s": 1 / 60, "m": 1.0, "min": 1.0, "h": 60.0}  # minutes in each unit a duration may name
+DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(s|m|min|h)?")
+
+
+def duration(flag: str, most: float) -> Callable[[str], float]:
+    """A time in minutes from ``15m``, ``90s``, ``1.5h`` or a bare number of minutes, above 0 and at most ``most``;
+    ``none`` is ``math.inf`` (no limit)."""
+
+    def parse(text: str) -> float:
+        if text.strip().lower() == "none":
+            return math.inf
+        match = DURATION.fullmatch(text.strip())
+        if match is None:
+            raise argparse.ArgumentTypeError(f"{flag} takes a time such as 15m, 90s or 1h (or none), got {text!r}")
+        minutes = float(match[1]) * UNITS[match[2] or "m"]
+        if not 0 < minutes <= most:
+            raise argparse.ArgumentTypeError(f"{flag} must be above 0 and at most {most:g} min, got {text!r}")
+        return minutes
+
+    return parse

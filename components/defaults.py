@@ -25,10 +25,11 @@ HALVING_WINDOW = (
     3  # a rung ranks variants by the mean validation metric over the last third of their epochs (halving.rung_score)
 )
 # The plan's cost model (components/search/budget.py): an epoch costs its steps × the step of its family's probe
-# model, scaled by forward MACs per image, measured on this machine; a job costs a measured start more. Measured
-# once per machine and TensorFlow, kept in CACHE_DIR (BAKEOFF_CACHE overrides it).
-CALIBRATION_STEPS = 32  # timed steps per family, after one execution of CALIBRATION_STEPS_PER_EXECUTION to trace
-CALIBRATION_STEPS_PER_EXECUTION = 8  # short executions: a steady rate within seconds; 64 would take 4× as long
+# model, scaled by forward MACs per image, measured in a short real job on this machine; each job costs a measured
+# start more, each pipeline step a process start. Measured once per machine and TensorFlow, kept in CACHE_DIR
+# (BAKEOFF_CACHE overrides it).
+CALIBRATION_STEPS = 192  # timed steps per shape, after one execution of CALIBRATION_STEPS_PER_EXECUTION to trace
+CALIBRATION_STEPS_PER_EXECUTION = 32  # executions of the worker's kind; a steady rate within seconds
 CACHE_DIR = Path("~/.cache/bakeoff")
 CACHE_ENV = "BAKEOFF_CACHE"
 MISCLASSIFIED = (

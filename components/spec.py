@@ -319,6 +319,14 @@ class Config:
     source: str = ""  # the file, for error lines about the config as a whole
     bases: Mapping[str, Base] = dataclasses.field(default_factory=dict)  # each entry by name, before expansion
 
+    def with_budget(self, minutes: float) -> Config:
+        """This config with ``search.budget.minutes`` set as ``--budget`` gives it (``math.inf``: no budget)."""
+        budget = None if math.isinf(minutes) else minutes
+        if self.search is None and budget is None:
+            return self
+        search = dataclasses.replace(self.search or Search(), budget_minutes=budget)
+        return dataclasses.replace(self, search=search)
+
 
 def _merge(base: Mapping, override: Mapping) -> dict:
     merged = dict(base)

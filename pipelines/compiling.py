@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -25,16 +26,20 @@ def compile_pipeline(
     image: str = defaults.IMAGE,
     parallelism: int = defaults.CLUSTER_PARALLELISM,
     cluster: Cluster = Cluster(),
+    budget: float | None = None,
 ) -> Path:
     """Writes the IR YAML of the pipeline built for ``cluster``; the config's variants become the default.
 
     A config with successive halving compiles with its rungs unrolled (each
     rung's epochs and survivors fixed by the variants' count). The file
-    appears only once every supported KFP backend would accept it.
+    appears only once every supported KFP backend would accept it. The config's
+    ``search.budget`` is for runs on this machine: a cluster's nodes are not this
+    machine, and run jobs side by side, so the pipeline trains the search as
+    written unless ``budget`` (minutes, ``--budget``) asks to plan it on this machine's costs.
     """
     from kfp import compiler
 
-    loaded = planned(load_config(config))
+    loaded = planned(load_config(config).with_budget(math.inf if budget is None else budget))
     variants = [variant.to_dict() for variant in loaded.variants]
     pipeline = build_pipeline(
         parallelism=parallelism, variants=variants, image=image, cluster=cluster, search=loaded.search

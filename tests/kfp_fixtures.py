@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from bakeoff.components import defaults
-from bakeoff.components.spec import load_config
 from bakeoff.pipelines import compiling
 from bakeoff.pipelines.kfp_client import connection, endpoint, runs
 from tests.fake_kfp_api import FakeKfpApi
@@ -49,12 +48,11 @@ def compile_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
     The IR is a function of the config's text and the other settings, and kfp's compiler walks the whole call stack
     for each task it sets an environment variable on (``PipelineTask._ensure_container_spec_exists``), about half a
-    second a compile under pytest. A config with a budget plans on this machine, so it always compiles.
+    second a compile under pytest. A compile with ``--budget`` plans on this machine, so it always compiles.
     """
 
     def compile_pipeline(output: Path, config: Path = defaults.CONFIG, **settings: Any) -> Path:
-        loaded = load_config(config)
-        if loaded.search is not None and loaded.search.budget_minutes is not None:
+        if settings.get("budget") is not None:
             return _compile_pipeline(output, config, **settings)
         key = (Path(config).read_bytes(), tuple(sorted(settings.items())))
         if key not in _COMPILED:

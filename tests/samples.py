@@ -32,13 +32,22 @@ def manifest(**changes: Any) -> Manifest:
     return dataclasses.replace(sample, **({"version": 0} | changes))
 
 
-def calibration(*configs: Config, step_seconds: float = 0.05, start_seconds: float = 10.0) -> costs.Calibration:
+def calibration(
+    *configs: Config,
+    step_seconds: float = 0.05,
+    start_seconds: float = 10.0,
+    task_seconds: float = 1.0,
+    ingest_seconds: float = 5.0,
+) -> costs.Calibration:
     """This machine's costs as if measured: every shape of ``configs``, each step ``step_seconds``."""
     steps = [
         costs.StepCost(shape.architecture, shape.batch_size, shape.workers, 1, step_seconds)
         for shape in sorted(costs.shapes(v for config in configs for v in config.variants), key=dataclasses.astuple)
     ]
-    return costs.Calibration(costs.VERSION, costs.machine_key(), "2026-01-01T00:00:00+00:00", start_seconds, steps)
+    measured_at = "2026-01-01T00:00:00+00:00"
+    return costs.Calibration(
+        costs.VERSION, costs.machine_key(), measured_at, start_seconds, task_seconds, ingest_seconds, steps
+    )
 
 
 def cache_calibration(cache: Path, *configs: Config, **numbers: float) -> costs.Calibration:

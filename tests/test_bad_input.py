@@ -429,6 +429,13 @@ RUN_FLAGS = {
     ),
     "timeout zero": (["--timeout", "0"], r"argument --timeout: --timeout must be at least 1, got 0"),
     "timeout huge": (["--timeout", "100000000000000000000"], r"argument --timeout: --timeout must be at most 604800"),
+    "budget a word": (
+        ["--budget", "soon"],
+        r"argument --budget: --budget takes a time such as 15m, 90s or 1h \(or none\), got 'soon'",
+    ),
+    "budget unknown unit": (["--budget", "15d"], r"argument --budget: --budget takes a time such as 15m"),
+    "budget zero": (["--budget", "0s"], r"argument --budget: --budget must be above 0 and at most 10080 min, got '0s'"),
+    "budget over a week": (["--budget", "169h"], r"argument --budget: --budget must be above 0 and at most 10080 min"),
     "source missing": (["--source", "/nonexistent/ü"], r"Fashion-MNIST not found in '/nonexistent/ü'"),
     "store scheme unknown": (["--store", "ftp://host/x"], r"store 'ftp://host/x' has an unknown scheme 'ftp'"),
     "store scheme http": (["--store", "http://host/x"], r"store 'http://host/x' has an unknown scheme 'http'"),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
 from bakeoff.components.errors import BakeoffError
 from bakeoff.pipelines.cli.flags import IMAGE_ENV
 from bakeoff.pipelines.cli.main import main
@@ -180,15 +181,21 @@ def test_compile_says_when_the_file_names_the_unpublished_default_image(
     monkeypatch.delenv(IMAGE_ENV)
     result = bakeoff("compile", "-o", str(tmp_path / "default.yaml"))
     assert result.code == 0, result.err
+    budget = (
+        f"bakeoff: {DEFAULT_CONFIG}'s search.budget (15 min) is for runs on this machine: the compiled pipeline trains"
+        " the search as written (--budget plans it on this machine's costs)"
+    )
     assert result.err.splitlines() == [
         f"compiled the pipeline to {tmp_path / 'default.yaml'} (image ghcr.io/bakeoff/bakeoff:0.1.0)",
+        budget,
         "bakeoff: nobody publishes ghcr.io/bakeoff/bakeoff:0.1.0, the default image: compile with --image "
         "REGISTRY/bakeoff:TAG,"
         " your build of images/Dockerfile, before you upload this file",
     ]
     result = bakeoff("compile", "-o", str(tmp_path / "yours.yaml"), "--image", IMAGE)
     assert result.code == 0 and result.err.splitlines() == [
-        f"compiled the pipeline to {tmp_path / 'yours.yaml'} (image {IMAGE})"
+        f"compiled the pipeline to {tmp_path / 'yours.yaml'} (image {IMAGE})",
+        budget,
     ]
 
 

@@ -333,22 +333,22 @@ def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tm
             "search: {halving: {min_epochs: 2, max_epochs: 6, eta: 3}}\n",
         )
     )
-    measured = samples.calibration(config)
+    measured = samples.calibration(config, start_seconds=10.0, task_seconds=1.0, ingest_seconds=5.0)
     small, mid, big = sorted(epoch_seconds(v, 1000, measured) for v in config.variants)
     assert small < mid < big
     rungs, seconds = estimate(config, 1000, measured)
     assert [(r.epochs, r.entering, r.keep) for r in rungs or []] == [(2, 3, 1), (6, 1, 1)]
     # Rung 0: all three for 2 epochs; rung 1: the one survivor, costed as the costliest, for the 4 epochs it has not
-    # done.
-    assert seconds == pytest.approx((small + mid + big) * 2 + big * 4 + 4 * measured.start_seconds)
+    # done. Each of the 4 jobs starts (10 s) in a pipeline step (1 s); check, ingest, one halve and select are 4 steps
+    # more, ingest builds the data (5 s) and select starts as a job does (10 s).
+    around = 4 * 1.0 + 5.0 + 10.0
+    assert seconds == pytest.approx((small + mid + big) * 2 + big * 4 + 4 * 11.0 + around)
     # As a lower bound, the cheapest survives.
     assert estimate(config, 1000, measured, costliest=False)[1] == pytest.approx(
-        (small + mid + big) * 2 + small * 4 + 4 * measured.start_seconds
+        (small + mid + big) * 2 + small * 4 + 4 * 11.0 + around
     )
-    plain = dataclasses.replace(config, search=None)
-    assert estimate(plain, 1000, measured) == pytest.approx(
-        (None, (small + mid + big) * 6 + 3 * measured.start_seconds)
-    )
+    plain = dataclasses.replace(config, search=None)  # no halve step
+    assert estimate(plain, 1000, measured) == pytest.approx((None, (small + mid + big) * 6 + 3 * 11.0 + around - 1.0))
 
 
 def test_an_epoch_is_its_steps_at_the_measured_step_scaled_by_macs(tmp_path: Path) -> None:
@@ -435,12 +435,12 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(
     least, most = (estimate(config, 55000, measured, costliest)[1] / 60 for costliest in (False, True))
     assert least < most
     assert (
-        f"estimated training time: {least:.1f} to {most:.1f} min (the cheapest to the costliest variants surviving"
-        " each rung), one job at a time on 55,000 examples"
+        f"estimated time: {least:.1f} to {most:.1f} min (the cheapest to the costliest variants surviving"
+        " each rung); the jobs one at a time on 55,000 examples, with ingest, the jobs' starts and select"
     ) in out
     assert (
         f"\ncosts measured here at 2026-01-01T00:00:00+00:00 ({costs.machine_key()}): cnn 50 ms/step (batch 64, 2×1"
-        " threads); 10.0 s to start a job\n"
+        " threads); 10.0 s to start a job, 1.0 s a pipeline step, 5.0 s to ingest\n"
     ) in out
     assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
     document = json.loads(capsys.readouterr().out)
@@ -463,10 +463,13 @@ def test_plan_s_estimate_is_the_cached_calibration_s_arithmetic(
         "defaults: {training: {batch_size: 50, epochs: 3}, workers: 2}\n"
         "variants:\n  - {name: a, model: {type: mlp}}\n  - {name: b, model: {type: cnn}}\n",
     )
-    samples.cache_calibration(cost_cache, load_config(path), step_seconds=0.25, start_seconds=7.0)
+    samples.cache_calibration(
+        cost_cache, load_config(path), step_seconds=0.25, start_seconds=7.0, task_seconds=2.0, ingest_seconds=4.0
+    )
     assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["estimated_seconds"] == pytest.approx(2 * 3 * 10 * 0.25 + 2 * 7.0)
+    # Two jobs, each a pipeline step; check, ingest and select around them, select starting as a job does.
+    assert document["estimated_seconds"] == pytest.approx(2 * 3 * 10 * 0.25 + 2 * (7.0 + 2.0) + 3 * 2.0 + 4.0 + 7.0)
     assert document["least_seconds"] == document["estimated_seconds"]  # no halving: every variant trains its epochs
     assert document["calibration"]["start_seconds"] == 7.0
     assert [(s["architecture"], s["step_seconds"]) for s in document["calibration"]["steps"]] == [
@@ -515,9 +518,11 @@ def test_another_machine_s_calibration_is_measured_again(
 
 
 def test_plan_on_the_default_config(cost_cache: Path, capsys: pytest.CaptureFixture) -> None:
-    samples.cache_calibration(cost_cache, load_config(DEFAULT_CONFIG))
+    """On a machine fast enough for the whole search in the default's 15 minutes, plan keeps all of it."""
+    samples.cache_calibration(cost_cache, load_config(DEFAULT_CONFIG), step_seconds=0.01)
     assert main(["plan"]) == 0
     out = capsys.readouterr().out
+    assert "\nbudget: 15 min, which it fits" in out
     assert out.startswith(f"6 variants from {DEFAULT_CONFIG}:\n")
     listed = [line.split() for line in out.splitlines()[1:7]]
     assert [line[0] for line in listed[:3]] == ["cnn", "dropout", "batch_norm"] and all(

@@ -105,6 +105,49 @@ def test_without_halving_the_pipeline_keeps_its_one_sub_pipeline(tmp_path: Path)
     assert sorted(tasks) == ["check", "ingest", "select", "train-variants"]
 
 
+def compiled_names(path: Path) -> list[str]:
+    return [
+        variant["name"] for variant in ir(path)["root"]["inputDefinitions"]["parameters"]["variants"]["defaultValue"]
+    ]
+
+
+def test_budget_flag_sets_or_lifts_the_files_budget_in_plan(
+    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """--budget replaces search.budget.minutes (any unit) and --budget none plans the search as written."""
+    unbudgeted, budgeted = tmp_path / "search.yaml", tmp_path / "budget.yaml"
+    unbudgeted.write_text(SAMPLED)
+    budgeted.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 3}}"))
+    samples.cache_calibration(cost_cache, load_config(budgeted), start_seconds=20.0)  # 15 jobs: 5 min
+
+    def plan(*args: str) -> dict:
+        assert main(["plan", "--json", *args]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    from_file = plan("--config", str(budgeted))
+    assert len(from_file["variants"]) < 8 and from_file["search"]["budget_minutes"] == 3
+    assert plan("--config", str(unbudgeted), "--budget", "180s")["variants"] == from_file["variants"]
+    lifted = plan("--config", str(budgeted), "--budget", "none")
+    assert (len(lifted["variants"]), lifted["shrunk"], lifted["search"]["budget_minutes"]) == (8, [], None)
+    assert len(plan("--config", str(budgeted), "--budget", "1h")["variants"]) == 8
+
+
+def test_compile_trains_the_search_as_written_unless_budget_is_passed(
+    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A file's budget is for runs on this machine: compiling for a cluster keeps every draw and says why."""
+    config = tmp_path / "budget.yaml"
+    config.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 3}}"))
+    out = tmp_path / "budget.yaml.ir"
+    assert main(["compile", "--config", str(config), "-o", str(out)]) == 0
+    assert len(compiled_names(out)) == 8
+    assert (
+        f"bakeoff: {config}'s search.budget (3 min) is for runs on this machine: the compiled pipeline trains the"
+        " search as written (--budget plans it on this machine's costs)"
+    ) in capsys.readouterr().err
+    assert not (cost_cache / "calibration.json").exists()  # nothing measured
+
+
 def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(
     tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -116,11 +159,10 @@ def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(
     plan = json.loads(capsys.readouterr().out)
     assert plan["shrunk"] and 1 < len(plan["variants"]) < 8
     out = tmp_path / "budget.yaml.ir"
-    assert main(["compile", "--config", str(config), "-o", str(out)]) == 0
+    assert main(["compile", "--config", str(config), "-o", str(out), "--budget", "3m"]) == 0
     assert f"within search.budget: {plan['shrunk'][0]}" in capsys.readouterr().err
     spec = ir(out)
-    compiled = spec["root"]["inputDefinitions"]["parameters"]["variants"]["defaultValue"]
-    assert [variant["name"] for variant in compiled] == [variant["name"] for variant in plan["variants"]]
+    assert compiled_names(out) == [variant["name"] for variant in plan["variants"]]
     tasks, components = spec["root"]["dag"]["tasks"], spec["components"]
     assert sorted(name for name in tasks if name.startswith("rung-")) == [
         f"rung-{rung['index']}" for rung in plan["rungs"]
@@ -227,16 +269,16 @@ def test_halve_refuses_a_record_without_validation(tmp_path: Path, capsys: pytes
     assert runs.search_records(store, "r") == []
 
 
+@pytest.mark.parametrize("where", ["file", "flag"])
 def test_run_refuses_a_budget_that_holds_nothing_before_ingest(
-    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
+    where: str, tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
 ) -> None:
     config = tmp_path / "budget.yaml"
-    config.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 0.001}}"))
+    config.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 0.001}}") if where == "file" else SAMPLED)
     samples.cache_calibration(cost_cache, load_config(config))
-    assert (
-        main(["run", "--config", str(config), "--store", str(tmp_path / "store"), "--work-dir", str(tmp_path / "work")])
-        == 1
-    )
+    flags = ["--budget", "0.06s"] if where == "flag" else []
+    places = ["--store", str(tmp_path / "store"), "--work-dir", str(tmp_path / "work")]
+    assert main(["run", "--config", str(config), *places, *flags]) == 1
     assert "search.budget.minutes: 0.001 min cannot hold even 1 variant at 1 epoch" in capsys.readouterr().err
     assert not (tmp_path / "store").exists() and not (tmp_path / "work").exists()
 
@@ -254,7 +296,7 @@ def test_a_flag_that_changes_the_cost_is_refused_for_a_budgeted_config(
     assert main(["run", "--config", str(config), flag, "2", "--store", str(tmp_path / "store")]) == 1
     assert capsys.readouterr().err == (
         f"bakeoff: error: {flag} would change what {config}'s search.budget planned:"
-        " set it in the file, where the budget counts it\n"
+        " set it in the file, where the budget counts it, or pass --budget none\n"
     )
     assert not (tmp_path / "store").exists()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from pathlib import Path
 
 from bakeoff.components import defaults
 from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE, TRAIN_IMAGES
@@ -12,7 +11,7 @@ from bakeoff.components.errors import BakeoffError
 from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
 from bakeoff.components.search.calibration import Calibration, Shape, calibrated, probe_variant, shapes
 from bakeoff.components.search.halving import Rung, schedule
-from bakeoff.components.spec import Config, Halving, Variant, load_config
+from bakeoff.components.spec import Config, Halving, Variant
 
 IMAGE_SIDE = IMAGE_SHAPE[0]
 TRAIN_EXAMPLES = TRAIN_IMAGES - defaults.VALIDATION_SIZE  # Fashion-MNIST's training images less the validation split
@@ -60,23 +59,29 @@ class Plan:
 def estimate(
     config: Config, train_examples: int, calibration: Calibration, costliest: bool = True
 ) -> tuple[list[Rung] | None, float]:
-    """The rungs and the estimated seconds of training, one job at a time.
+    """The rungs and the estimated seconds of the whole run, its jobs one at a time.
 
     With halving, which variants survive is not known in advance, so each rung is costed as if the costliest
     ones did: the estimate is an upper bound (with ``costliest`` False, as if the cheapest did: a lower bound).
-    Every job also pays the calibration's ``start_seconds``.
+    Every job also pays the calibration's ``start_seconds``, and the pipeline's steps their ``around``.
     """
     halving = config.search.halving if config.search else None
-    start = calibration.start_seconds
+    start = calibration.start_seconds + calibration.task_seconds
     costs = sorted((epoch_seconds(v, train_examples, calibration) for v in config.variants), reverse=costliest)
     if halving is None:
         seconds = sum(epoch_seconds(v, train_examples, calibration) * v.training.epochs for v in config.variants)
-        return None, seconds + len(config.variants) * start
+        return None, seconds + len(config.variants) * start + around(calibration, 0)
     rungs, seconds, done = schedule(len(config.variants), halving), 0.0, 0
     for rung in rungs:
         seconds += sum(costs[: rung.entering]) * (rung.epochs - done) + rung.entering * start
         done = rung.epochs
-    return rungs, seconds
+    return rungs, seconds + around(calibration, len(rungs) - 1)
+
+
+def around(calibration: Calibration, halvings: int) -> float:
+    """The steps around the jobs: check, ingest, each halve and select, each a process start; ingest builds the data,
+    and select, like a job, starts TensorFlow, reads the data and a model, and saves one."""
+    return (3 + halvings) * calibration.task_seconds + calibration.ingest_seconds + calibration.start_seconds
 
 
 def _with_samples(config: Config, samples: int) -> Config:
@@ -179,8 +184,3 @@ def plan_config(config: Config, max_train_examples: int = 0) -> tuple[Plan, int]
     (measured first if not cached), and that number of examples."""
     examples = min(max_train_examples or TRAIN_EXAMPLES, TRAIN_EXAMPLES)
     return fit(config, calibrated(shapes(config.variants)), examples), examples
-
-
-def plan_file(path: Path, max_train_examples: int = 0) -> tuple[Plan, int]:
-    """A config file's plan (``plan_config``)."""
-    return plan_config(load_config(path), max_train_examples)

@@ -2,7 +2,7 @@
 
 ``calibrated`` reads the record under the cache folder when it was measured on this machine key (CPU, its
 AVX512, cores, TensorFlow, this cost model) and holds every shape asked for; else it measures what is missing
-with ``measure``, which runs a job's worth of replica processes of ``python -m bakeoff.components.search.probe``.
+with ``measure``, which runs a short real job of each shape on the local backend.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.metadata
+import io
 import os
 import subprocess
 import sys
@@ -18,15 +19,14 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from bakeoff.components import defaults, tfenv
-from bakeoff.components.backends import allocator
-from bakeoff.components.backends.local import thread_cap, thread_env
+from bakeoff.components import defaults
+from bakeoff.components.backends.local import thread_cap
 from bakeoff.components.data import artifact
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import Variant, from_dict
 from bakeoff.components.storage.records import Record, RecordError, timestamp
 
-VERSION = 1  # of the cost model and of this record: a new one measures again
+VERSION = 2  # of the cost model and of this record: a new one measures again
 FILE = "calibration.json"
 CPUINFO = Path("/proc/cpuinfo")
 
@@ -43,25 +43,17 @@ class Shape:
 
 @dataclasses.dataclass(frozen=True)
 class StepCost(Record):
-    """One replica's training step of a family's probe model (``probe_variant``), with its peers training beside it."""
+    """One step of a job of a family's probe model (``probe_variant``): every replica's, all-reduce included."""
 
     architecture: str
     batch_size: int  # per replica
-    workers: int  # replicas training at once, each on ``threads`` threads (the local backend's cap)
+    workers: int  # the job's replicas, each on ``threads`` threads (the local backend's cap)
     threads: int
     step_seconds: float
 
     @property
     def shape(self) -> Shape:
         return Shape(self.architecture, self.batch_size, self.workers)
-
-
-@dataclasses.dataclass(frozen=True)
-class ProbeReport(Record):
-    """What one probe replica prints, as one JSON line: its job's start and its step per shape asked, in order."""
-
-    start_seconds: float
-    step_seconds: list[float]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +64,8 @@ class Calibration(Record):
     machine: str  # machine_key() when measured: another key measures again
     measured_at: str  # ISO 8601, UTC
     start_seconds: float  # a job's fixed cost: its replicas' processes, TensorFlow, data, first trace, saving
+    task_seconds: float  # a pipeline step's process start, paid by every step (kfp.local starts each as a process)
+    ingest_seconds: float  # the data built as ingest builds it
     steps: list[StepCost]
 
     def step(self, shape: Shape) -> StepCost:
@@ -85,7 +79,7 @@ class Calibration(Record):
 
 def probe_variant(architecture: str, batch_size: int) -> Variant:
     """The model a family is timed with: its architecture's defaults, trained as the worker trains any variant."""
-    training = {"batch_size": batch_size, "steps_per_execution": defaults.CALIBRATION_STEPS_PER_EXECUTION}
+    training = {"batch_size": batch_size, "steps_per_execution": defaults.CALIBRATION_STEPS_PER_EXECUTION, "epochs": 1}
     return from_dict({"name": f"probe-{architecture}", "model": {"type": architecture}, "training": training})
 
 
@@ -148,45 +142,51 @@ def calibrated(
 
 
 def measure(wanted: list[Shape], source: str = defaults.SOURCE, steps: int = defaults.CALIBRATION_STEPS) -> Calibration:
-    """Times ``wanted`` here: for each worker count, that many probe replicas at once, each on the local backend's
-    thread cap, timing ``steps`` steps of each of its shapes after a first execution; the start is the slowest
-    replica's launch to its first step, plus saving a model."""
+    """Times ``wanted`` here with what a run does: the data built as ingest builds it, a pipeline step's process
+    start, and for each shape one real job of its family's probe model (``probe_variant``) on the local backend,
+    ``steps`` steps after a first execution; its step is the job's steady rate, its start the rest of its wall time."""
     with tempfile.TemporaryDirectory(prefix="bakeoff-calibration-") as scratch:
+        began = time.perf_counter()
         data = Path(scratch) / "data"
         artifact.build(source, data, defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED)
+        ingest = time.perf_counter() - began
         costs, starts = [], []
-        for workers in sorted({shape.workers for shape in wanted}):
-            group = [shape for shape in wanted if shape.workers == workers]
-            threads = thread_cap(workers, defaults.LOCAL_PARALLELISM)
-            reports = _probe(group, data.as_uri(), threads, steps)
-            starts.append(max(report.start_seconds for report in reports))
-            for index, shape in enumerate(group):
-                # The step of the slowest replica: a synchronous step waits for every one.
-                seconds = max(report.step_seconds[index] for report in reports)
-                costs.append(StepCost(shape.architecture, shape.batch_size, workers, threads, seconds))
-    return Calibration(VERSION, machine_key(), timestamp(), max(starts), costs)
+        for index, shape in enumerate(wanted):
+            cost, start = _job(shape, data.as_uri(), (Path(scratch) / "store").as_uri(), f"calibration-{index}", steps)
+            costs.append(cost)
+            starts.append(start)
+    return Calibration(VERSION, machine_key(), timestamp(), max(starts), _task_seconds(), ingest, costs)
 
 
-def _probe(group: list[Shape], data_uri: str, threads: int, steps: int) -> list[ProbeReport]:
-    """Runs one probe replica per worker at once, with the allocator and thread caps the local backend gives a
-    replica; their reports."""
-    env = {tfenv.LOG_LEVEL_ENV: defaults.TF_LOG_LEVEL} | allocator.with_tcmalloc(os.environ, allocator.tcmalloc())
-    env |= thread_env(threads)
-    env.pop("TF_CONFIG", None)  # each probe is a single-worker strategy: its peers share the cores, not its steps
-    argv = [sys.executable, "-m", "bakeoff.components.search.probe", data_uri, str(steps)]
-    argv += [f"{shape.architecture}:{shape.batch_size}" for shape in group]
-    launched = time.time()
-    # Logs to files, not pipes: a replica blocked on a full pipe would stall the steps it is timing.
-    with contextlib.ExitStack() as files:
-        logs = [files.enter_context(tempfile.TemporaryFile("w+")) for _ in range(group[0].workers)]
-        processes = [
-            subprocess.Popen([*argv, str(launched)], env=env, stdout=subprocess.PIPE, stderr=log, text=True)
-            for log in logs
-        ]
-        outputs = [process.communicate()[0] for process in processes]
-        for process, log in zip(processes, logs, strict=True):
-            if process.returncode:
-                log.seek(0)
-                tail = log.read().strip().splitlines()[-1:] or ["no output"]
-                raise BakeoffError(f"measuring this machine's training costs failed: {tail[0]}")
-    return [ProbeReport.from_json(out.strip().splitlines()[-1], "a calibration probe's report") for out in outputs]
+def _job(shape: Shape, data_uri: str, store_uri: str, run_id: str, steps: int) -> tuple[StepCost, float]:
+    """One real job of ``shape``'s probe model: its step (the worker's steady rate) and its start (the rest)."""
+    from bakeoff.components.training.launch import JobSettings, train_variant
+
+    variant = dataclasses.replace(probe_variant(shape.architecture, shape.batch_size), workers=shape.workers)
+    examples = shape.batch_size * shape.workers * (defaults.CALIBRATION_STEPS_PER_EXECUTION + steps)
+    settings = JobSettings(
+        defaults.IMAGE, examples, defaults.LOCAL_PARALLELISM, defaults.TIMEOUT_SECONDS, "local", defaults.TRAINER
+    )
+    began = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):  # the replicas' log lines; a failure's tail is in its error
+        try:
+            metrics = train_variant(variant.to_dict(), data_uri, store_uri, run_id, settings).metrics
+        except BakeoffError as error:
+            raise BakeoffError(f"measuring this machine's training costs failed: {error}") from None
+    wall = time.perf_counter() - began
+    step = metrics.global_batch_size / metrics.examples_per_second
+    threads = thread_cap(shape.workers, defaults.LOCAL_PARALLELISM)
+    cost = StepCost(shape.architecture, shape.batch_size, shape.workers, threads, step)
+    return cost, wall - metrics.steps_per_epoch * metrics.epochs_trained * step
+
+
+def _task_seconds() -> float:
+    """A pipeline step's own start: a Python process importing kfp's executor and the steps' launcher."""
+    began = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c", "import kfp.dsl.executor_main, bakeoff.components.training.launch"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - began

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.spec import load_variants
+from bakeoff.components.spec import MAX_BUDGET_MINUTES, load_config
 from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, check_shared, open_store
 
 MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
@@ -45,6 +45,16 @@ def store_location_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def budget_arg(parser: argparse.ArgumentParser, default: str) -> None:
+    """--budget: a time the search is planned to fit on this machine's measured costs, or none."""
+    parser.add_argument(
+        "--budget",
+        type=arguments.duration("--budget", MAX_BUDGET_MINUTES),
+        metavar="TIME",
+        help=f"plan the search to fit TIME (15m, 90s, 1h) on this machine's costs, or none (default: {default})",
+    )
+
+
 def pipeline_args(parser: argparse.ArgumentParser, sends: bool = False) -> None:
     """What fixes the compiled pipeline: variants, image, parallelism and the cluster's store.
 
@@ -67,6 +77,7 @@ def pipeline_args(parser: argparse.ArgumentParser, sends: bool = False) -> None:
         default=defaults.CLUSTER_PARALLELISM,
         help=f"variants trained at once (default {defaults.CLUSTER_PARALLELISM})",
     )
+    budget_arg(parser, "the search as written; the config's search.budget is for runs on this machine")
     parser.add_argument(
         "--store", default=defaults.CLUSTER_STORE, help=f"default store of the runs (default {defaults.CLUSTER_STORE})"
     )
@@ -85,7 +96,7 @@ def compile_settings(args: argparse.Namespace, sends: bool = False) -> dict:
     """
     from bakeoff.pipelines.pipeline import Cluster
 
-    load_variants(args.config)  # one clear line for a bad config, before kfp sees it
+    load_config(args.config)  # one clear line for a bad config, before kfp sees it
     # Both are baked into the package: a bad one would fail only on the cluster, at run time.
     if args.image is not None and not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9._/:@+]*", args.image):
         raise BakeoffError(
@@ -104,6 +115,7 @@ def compile_settings(args: argparse.Namespace, sends: bool = False) -> dict:
         "image": args.image or defaults.IMAGE,
         "parallelism": args.parallelism,
         "cluster": Cluster(store=args.store, s3_endpoint=args.s3_endpoint),
+        "budget": args.budget,
     }
 
 

@@ -16,6 +16,7 @@ from bakeoff.components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS, load_config
 from bakeoff.components.storage.records import PublishedVersion, Summary
 from bakeoff.pipelines.cli.flags import (
     MAX_PARALLELISM,
+    budget_arg,
     compile_settings,
     open_cli_store,
     pipeline_args,
@@ -34,6 +35,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
     config = load_config(args.config)
+    if args.budget is not None:
+        config = config.with_budget(args.budget)
     if args.epochs and config.search and config.search.halving:
         raise BakeoffError(
             f"--epochs does not apply to {args.config}'s successive halving: set search.halving.max_epochs there"
@@ -42,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         flag = "--epochs" if args.epochs else "--workers"
         raise BakeoffError(
             f"{flag} would change what {args.config}'s search.budget planned: set it in the file, where the budget "
-            "counts it"
+            "counts it, or pass --budget none"
         )
     for variant in config.variants:
         workers = args.workers or variant.workers
@@ -139,6 +142,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     except OSError as error:
         raise BakeoffError(f"cannot write {str(args.output)!r} ({error.strerror}): choose another -o") from None
     print(f"compiled the pipeline to {args.output} (image {settings['image']})", file=sys.stderr)
+    search = load_config(args.config).search
+    if args.budget is None and search is not None and search.budget_minutes is not None:
+        print(
+            f"bakeoff: {args.config}'s search.budget ({search.budget_minutes:g} min) is for runs on this machine:"
+            " the compiled pipeline trains the search as written (--budget plans it on this machine's costs)",
+            file=sys.stderr,
+        )
     if settings["image"] == defaults.IMAGE:
         print(
             f"bakeoff: nobody publishes {settings['image']}, the default image: compile with --image "
@@ -198,6 +208,7 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
         help="override every variant's worker count",
     )
     run.add_argument("--epochs", type=arguments.whole("--epochs", MAX_EPOCHS), help="override every variant's epochs")
+    budget_arg(run, "the config's search.budget")
     run.add_argument(
         "--max-train-examples", type=arguments.whole("--max-train-examples"), help="train on at most N examples"
     )

@@ -8,9 +8,11 @@ import json
 from pathlib import Path
 
 from bakeoff.components import arguments, defaults
-from bakeoff.components.search.budget import Plan, plan_file
+from bakeoff.components.search.budget import Plan, plan_config
 from bakeoff.components.search.calibration import Calibration
 from bakeoff.components.spaces import describe
+from bakeoff.components.spec import load_config
+from bakeoff.pipelines.cli.flags import budget_arg
 
 
 def plan_document(plan: Plan) -> dict:
@@ -58,7 +60,10 @@ def render(plan: Plan, train_examples: int) -> str:
         if plan.rungs is not None
         else f"{plan.seconds / 60:.1f} min"
     )
-    lines.append(f"estimated training time: {span}, one job at a time on {train_examples:,} examples")
+    lines.append(
+        f"estimated time: {span}; the jobs one at a time on {train_examples:,} examples, with ingest, the jobs' starts"
+        " and select"
+    )
     lines.append(costs(plan.calibration))
     if config.search and config.search.budget_minutes is not None:
         lines.append(
@@ -76,12 +81,16 @@ def costs(calibration: Calibration) -> str:
     )
     return (
         f"costs measured here at {calibration.measured_at} ({calibration.machine}): {steps};"
-        f" {calibration.start_seconds:.1f} s to start a job"
+        f" {calibration.start_seconds:.1f} s to start a job, {calibration.task_seconds:.1f} s a pipeline step,"
+        f" {calibration.ingest_seconds:.1f} s to ingest"
     )
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan, train_examples = plan_file(args.config, args.max_train_examples or 0)
+    config = load_config(args.config)
+    plan, train_examples = plan_config(
+        config if args.budget is None else config.with_budget(args.budget), args.max_train_examples or 0
+    )
     if args.json:
         print(json.dumps(plan_document(plan), indent=2))
     else:
@@ -103,4 +112,5 @@ def add_plan_commands(commands: argparse._SubParsersAction) -> None:
         help="estimate for at most N training examples",
     )
     plan.add_argument("--json", action="store_true", help="print the plan as one JSON document")
+    budget_arg(plan, "the config's search.budget")
     plan.set_defaults(handler=cmd_plan)
