@@ -39,11 +39,15 @@ def calibration(
     task_seconds: float = 1.0,
     ingest_seconds: float = 5.0,
 ) -> costs.Calibration:
-    """This machine's costs as if measured: every shape of ``configs``, each step ``step_seconds``."""
-    steps = [
-        costs.StepCost(shape.architecture, shape.batch_size, shape.workers, 1, step_seconds)
-        for shape in sorted(costs.shapes(v for config in configs for v in config.variants), key=dataclasses.astuple)
-    ]
+    """This machine's costs as if measured: every network ``timed`` picks for ``configs``, the cheapest of each shape
+    stepping in ``step_seconds`` and the others in proportion to their MACs."""
+    timed = costs.timed(v for config in configs for v in config.variants)
+    cheapest = {costs.shape_of(v): costs.macs(v) for v in reversed(timed)}  # timed lists each shape's cheapest first
+    steps = []
+    for variant in timed:
+        shape, network = costs.shape_of(variant), costs.macs(variant)
+        step = step_seconds * network / cheapest[shape]
+        steps.append(costs.StepCost(shape.architecture, shape.batch_size, shape.workers, 1, network, step))
     measured_at = "2026-01-01T00:00:00+00:00"
     return costs.Calibration(
         costs.VERSION, costs.machine_key(), measured_at, start_seconds, task_seconds, ingest_seconds, steps

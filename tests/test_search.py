@@ -13,9 +13,9 @@ import pytest
 from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.search import calibration as costs
-from bakeoff.components.search.budget import epoch_seconds, estimate, fit, macs
+from bakeoff.components.search.budget import epoch_seconds, estimate, fit
 from bakeoff.components.search.halving import Halving, schedule, survivors
-from bakeoff.components.spec import load_config, load_variants
+from bakeoff.components.spec import from_dict, load_config, load_variants
 from bakeoff.components.storage.records import Score
 from bakeoff.pipelines.cli.main import main
 from tests import samples
@@ -335,7 +335,7 @@ def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tm
     )
     measured = samples.calibration(config, start_seconds=10.0, task_seconds=1.0, ingest_seconds=5.0)
     small, mid, big = sorted(epoch_seconds(v, 1000, measured) for v in config.variants)
-    assert small < mid < big
+    assert small <= mid < big
     rungs, seconds = estimate(config, 1000, measured)
     assert [(r.epochs, r.entering, r.keep) for r in rungs or []] == [(2, 3, 1), (6, 1, 1)]
     # Rung 0: all three for 2 epochs; rung 1: the one survivor, costed as the costliest, for the 4 epochs it has not
@@ -352,7 +352,7 @@ def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tm
 
 
 def test_an_epoch_is_its_steps_at_the_measured_step_scaled_by_macs(tmp_path: Path) -> None:
-    """The probe model itself costs its steps; a CNN of other filters, the probe's step times the ratio of MACs."""
+    """The network measured costs its steps; with one measured, a CNN of other filters costs in proportion to MACs."""
     config = load_config(
         write(
             tmp_path,
@@ -364,9 +364,39 @@ def test_an_epoch_is_its_steps_at_the_measured_step_scaled_by_macs(tmp_path: Pat
     probe, wide = config.variants
     assert epoch_seconds(probe, 1000, measured) == pytest.approx(10 * 0.2)  # 1000 examples in global batches of 100
     assert epoch_seconds(probe, 1099, measured) == pytest.approx(10 * 0.2)  # the worker drops the last part batch
-    ratio = macs(wide) / macs(costs.probe_variant("cnn", 50))
+    ratio = costs.macs(wide) / costs.macs(probe)
     assert ratio > 3
     assert epoch_seconds(wide, 1000, measured) == pytest.approx(10 * 0.2 * ratio)
+
+
+def test_with_two_networks_measured_a_step_is_on_their_line(tmp_path: Path) -> None:
+    """A step has a part that does not grow with the network: two measured networks give the line between them."""
+    config = load_config(
+        write(
+            tmp_path,
+            "defaults: {training: {batch_size: 50}, workers: 2}\nvariants:\n  - {name: small, model: {type: cnn}}\n"
+            "  - {name: mid, model: {type: cnn, filters: [48, 96, 96]}}\n"
+            "  - {name: wide, model: {type: cnn, filters: [64, 128, 128]}}\n",
+        )
+    )
+    small, mid, wide = config.variants
+    assert [variant.name for variant in costs.timed(config.variants)] == ["small", "wide"]
+    shape = costs.shape_of(small)
+    measured = dataclasses.replace(
+        samples.calibration(config),
+        steps=[
+            costs.StepCost("cnn", 50, 2, 1, costs.macs(small), 0.1),
+            costs.StepCost("cnn", 50, 2, 1, costs.macs(wide), 0.3),
+        ],
+    )
+    assert measured.step_seconds(shape, costs.macs(small)) == pytest.approx(0.1)
+    assert measured.step_seconds(shape, costs.macs(wide)) == pytest.approx(0.3)  # not 0.1 × the ratio of MACs (> 0.38)
+    share = (costs.macs(mid) - costs.macs(small)) / (costs.macs(wide) - costs.macs(small))
+    assert epoch_seconds(mid, 1000, measured) == pytest.approx(10 * (0.1 + 0.2 * share))
+    assert measured.step_seconds(shape, 2 * costs.macs(wide)) > 0.3  # beyond the costliest, the line goes on
+    assert measured.missing(costs.timed(config.variants)) == []  # mid is costed on the line, not measured
+    only_small = dataclasses.replace(measured, steps=measured.steps[:1])
+    assert [variant.name for variant in only_small.missing(costs.timed(config.variants))] == ["wide"]
 
 
 def budgeted(tmp_path: Path, minutes: float, samples: int = 8) -> Path:
@@ -439,8 +469,9 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(
         " each rung); the jobs one at a time on 55,000 examples, with ingest, the jobs' starts and select"
     ) in out
     assert (
-        f"\ncosts measured here at 2026-01-01T00:00:00+00:00 ({costs.machine_key()}): cnn 50 ms/step (batch 64, 2×1"
-        " threads); 10.0 s to start a job, 1.0 s a pipeline step, 5.0 s to ingest\n"
+        f"\ncosts measured here at 2026-01-01T00:00:00+00:00 ({costs.machine_key()}): cnn of 0.779M MACs 50 ms/step"
+        " (batch 64, 2×1 threads), cnn of 10.8M MACs 692 ms/step (batch 64, 2×1 threads); 10.0 s to start a job, 1.0 s"
+        " a pipeline step, 5.0 s to ingest\n"
     ) in out
     assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
     document = json.loads(capsys.readouterr().out)
@@ -503,17 +534,20 @@ def test_another_machine_s_calibration_is_measured_again(
     cost_cache: Path, fashion_dir: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """A record of another machine key holds nothing here: plan measures (a tiny workload) and replaces it."""
-    mlp = costs.Shape("mlp", 16, 1)
+    mlp = from_dict({"name": "m", "model": {"type": "mlp"}, "training": {"batch_size": 16}, "workers": 1})
     elsewhere = dataclasses.replace(
-        samples.calibration(start_seconds=99.0), machine="another CPU", steps=[costs.StepCost("mlp", 16, 1, 1, 9.0)]
+        samples.calibration(start_seconds=99.0),
+        machine="another CPU",
+        steps=[costs.StepCost("mlp", 16, 1, 1, costs.macs(mlp), 9.0)],
     )
     (cost_cache / costs.FILE).write_text(elsewhere.to_json())
-    measured = costs.calibrated({mlp}, str(fashion_dir), steps=2)
+    measured = costs.calibrated([mlp], str(fashion_dir), steps=2)
     assert measured.machine == costs.machine_key() and measured.measured_at > elsewhere.measured_at
-    assert [cost.shape for cost in measured.steps] == [mlp]
-    assert 0 < measured.step(mlp).step_seconds < 9.0 and 0 < measured.start_seconds < 99.0
+    (cost,) = measured.steps
+    assert (cost.shape, cost.macs) == (costs.shape_of(mlp), costs.macs(mlp))
+    assert 0 < cost.step_seconds < 9.0 and 0 < measured.start_seconds < 99.0 and 0 < measured.task_seconds < 99.0
     assert costs.read(cost_cache / costs.FILE) == measured
-    assert costs.calibrated({mlp}, str(fashion_dir), steps=2) == measured  # cached now: nothing measured again
+    assert costs.calibrated([mlp], str(fashion_dir), steps=2) == measured  # cached now: nothing measured again
     assert capsys.readouterr().err.count("measuring this machine's training costs once") == 1
 
 

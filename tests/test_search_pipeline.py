@@ -154,7 +154,8 @@ def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(
     """Eight draws do not fit 3 minutes: plan shrinks them, and the compiled pipeline trains exactly that plan."""
     config = tmp_path / "budget.yaml"
     config.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 3}}"))
-    samples.cache_calibration(cost_cache, load_config(config), start_seconds=20.0)  # 15 jobs: 5 min
+    # 15 jobs of 20 s, plus the steps around them: 5.8 min
+    samples.cache_calibration(cost_cache, load_config(config), step_seconds=0.001, start_seconds=20.0)
     assert main(["plan", "--config", str(config), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["shrunk"] and 1 < len(plan["variants"]) < 8

@@ -3,44 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 from bakeoff.components import defaults
-from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE, TRAIN_IMAGES
+from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
-from bakeoff.components.search.calibration import Calibration, Shape, calibrated, probe_variant, shapes
+from bakeoff.components.search.calibration import Calibration, calibrated, macs, shape_of
 from bakeoff.components.search.halving import Rung, schedule
 from bakeoff.components.spec import Config, Halving, Variant
 
-IMAGE_SIDE = IMAGE_SHAPE[0]
 TRAIN_EXAMPLES = TRAIN_IMAGES - defaults.VALIDATION_SIZE  # Fashion-MNIST's training images less the validation split
 
 
-def macs(variant: Variant) -> int:
-    """Multiply-accumulates of one image through the network's forward pass: how a family's variants differ in cost."""
-    config = variant.model_config()
-    if isinstance(config, MlpConfig):
-        widths = [IMAGE_SIDE * IMAGE_SIDE, *config.hidden_units, CLASSES]
-        return sum(a * b for a, b in itertools.pairwise(widths))
-    assert isinstance(config, CnnConfig)
-    side, channels, total = IMAGE_SIDE, 1, 0
-    for index, filters in enumerate(config.filters):
-        side -= config.kernel_size - 1  # valid convolutions
-        total += side * side * config.kernel_size**2 * channels * filters
-        channels = filters
-        if index < len(config.filters) - 1:
-            side //= 2  # each pooling but the last
-    flat = side * side * channels
-    return total + flat * config.dense_units + config.dense_units * CLASSES
-
-
 def epoch_seconds(variant: Variant, train_examples: int, calibration: Calibration) -> float:
-    """One epoch of ``variant`` here: its steps, each the measured step of its family's probe model at its batch and
-    workers, scaled by the MACs of the two."""
-    cost = calibration.step(Shape(variant.architecture, variant.training.batch_size, variant.workers))
+    """One epoch of ``variant`` here: its steps, each the measured step of its shape at its network's MACs."""
     steps = train_examples // (variant.training.batch_size * variant.workers)  # as the worker divides an epoch
-    return steps * cost.step_seconds * macs(variant) / macs(probe_variant(variant.architecture, cost.batch_size))
+    return steps * calibration.step_seconds(shape_of(variant), macs(variant))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,4 +160,4 @@ def plan_config(config: Config, max_train_examples: int = 0) -> tuple[Plan, int]
     """``config``'s plan for at most ``max_train_examples`` (0: the whole training split) with this machine's costs
     (measured first if not cached), and that number of examples."""
     examples = min(max_train_examples or TRAIN_EXAMPLES, TRAIN_EXAMPLES)
-    return fit(config, calibrated(shapes(config.variants)), examples), examples
+    return fit(config, calibrated(config.variants), examples), examples

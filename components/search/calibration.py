@@ -2,7 +2,7 @@
 
 ``calibrated`` reads the record under the cache folder when it was measured on this machine key (CPU, its
 AVX512, cores, TensorFlow, this cost model) and holds every shape asked for; else it measures what is missing
-with ``measure``, which runs a short real job of each shape on the local backend.
+with ``measure``, which runs a short real job of each network ``timed`` picks, on the local backend.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import importlib.metadata
 import io
+import itertools
 import os
 import subprocess
 import sys
@@ -22,13 +23,17 @@ from pathlib import Path
 from bakeoff.components import defaults
 from bakeoff.components.backends.local import thread_cap
 from bakeoff.components.data import artifact
+from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.spec import Variant, from_dict
+from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
+from bakeoff.components.spec import Variant
 from bakeoff.components.storage.records import Record, RecordError, timestamp
 
-VERSION = 2  # of the cost model and of this record: a new one measures again
+VERSION = 3  # of the cost model and of this record: a new one measures again
 FILE = "calibration.json"
+MACS_TOLERANCE = 1.5  # networks within this factor of a measured one cost as it does, in proportion
 CPUINFO = Path("/proc/cpuinfo")
+IMAGE_SIDE = IMAGE_SHAPE[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +54,7 @@ class StepCost(Record):
     batch_size: int  # per replica
     workers: int  # the job's replicas, each on ``threads`` threads (the local backend's cap)
     threads: int
+    macs: int  # of the network timed, one image's forward pass
     step_seconds: float
 
     @property
@@ -68,23 +74,72 @@ class Calibration(Record):
     ingest_seconds: float  # the data built as ingest builds it
     steps: list[StepCost]
 
-    def step(self, shape: Shape) -> StepCost:
-        (cost,) = [cost for cost in self.steps if cost.shape == shape]
-        return cost
+    def costs(self, shape: Shape) -> list[StepCost]:
+        """The steps measured for ``shape``, the cheapest network first."""
+        return sorted((cost for cost in self.steps if cost.shape == shape), key=lambda cost: cost.macs)
 
-    def missing(self, shapes: Iterable[Shape]) -> list[Shape]:
-        measured = {cost.shape for cost in self.steps}
-        return sorted({shape for shape in shapes if shape not in measured}, key=dataclasses.astuple)
+    def step_seconds(self, shape: Shape, network_macs: int) -> float:
+        """A step of a network of ``network_macs`` in ``shape``: on the line through the cheapest and costliest
+        networks measured (a step has a part that does not grow with the network: input, all-reduce, optimizer),
+        or in proportion to the one measured; never below the cheapest one's step for a larger network."""
+        measured = self.costs(shape)
+        low, high = measured[0], measured[-1]
+        proportional = low.step_seconds * network_macs / low.macs
+        if high.macs == low.macs:
+            return proportional
+        slope = (high.step_seconds - low.step_seconds) / (high.macs - low.macs)
+        line = low.step_seconds + slope * (network_macs - low.macs)
+        return max(line, low.step_seconds if network_macs >= low.macs else proportional)
+
+    def missing(self, wanted: Iterable[Variant]) -> list[Variant]:
+        """Those of ``wanted`` (``timed``'s) with no measured network of their shape within ``MACS_TOLERANCE``."""
+        return [
+            variant
+            for variant in wanted
+            if not any(within(cost.macs, macs(variant), MACS_TOLERANCE) for cost in self.costs(shape_of(variant)))
+        ]
 
 
-def probe_variant(architecture: str, batch_size: int) -> Variant:
-    """The model a family is timed with: its architecture's defaults, trained as the worker trains any variant."""
-    training = {"batch_size": batch_size, "steps_per_execution": defaults.CALIBRATION_STEPS_PER_EXECUTION, "epochs": 1}
-    return from_dict({"name": f"probe-{architecture}", "model": {"type": architecture}, "training": training})
+def within(a: int, b: int, factor: float) -> bool:
+    return max(a, b) <= min(a, b) * factor
 
 
-def shapes(variants: Iterable[Variant]) -> set[Shape]:
-    return {Shape(v.architecture, v.training.batch_size, v.workers) for v in variants}
+def macs(variant: Variant) -> int:
+    """Multiply-accumulates of one image through the network's forward pass: how a family's variants differ in cost."""
+    config = variant.model_config()
+    if isinstance(config, MlpConfig):
+        widths = [IMAGE_SIDE * IMAGE_SIDE, *config.hidden_units, CLASSES]
+        return sum(a * b for a, b in itertools.pairwise(widths))
+    assert isinstance(config, CnnConfig)
+    side, channels, total = IMAGE_SIDE, 1, 0
+    for index, filters in enumerate(config.filters):
+        side -= config.kernel_size - 1  # valid convolutions
+        total += side * side * config.kernel_size**2 * channels * filters
+        channels = filters
+        if index < len(config.filters) - 1:
+            side //= 2  # each pooling but the last
+    flat = side * side * channels
+    return total + flat * config.dense_units + config.dense_units * CLASSES
+
+
+def shape_of(variant: Variant) -> Shape:
+    return Shape(variant.architecture, variant.training.batch_size, variant.workers)
+
+
+def timed(variants: Iterable[Variant]) -> list[Variant]:
+    """The networks a calibration times for ``variants``: of each shape the cheapest, and the costliest when its
+    forward pass is ``MACS_TOLERANCE`` times the cheapest's or more (two points of the step's line)."""
+    by_shape: dict[Shape, list[Variant]] = {}
+    for variant in variants:
+        by_shape.setdefault(shape_of(variant), []).append(variant)
+    chosen = []
+    for shape in sorted(by_shape, key=dataclasses.astuple):
+        ordered = sorted(by_shape[shape], key=lambda variant: (macs(variant), variant.name))
+        cheapest, costliest = ordered[0], ordered[-1]
+        chosen.append(cheapest)
+        if not within(macs(cheapest), macs(costliest), MACS_TOLERANCE):
+            chosen.append(costliest)
+    return chosen
 
 
 def machine_key(cpuinfo: Path = CPUINFO) -> str:
@@ -119,15 +174,15 @@ def read(path: Path) -> Calibration | None:
 
 
 def calibrated(
-    wanted: Iterable[Shape], source: str = defaults.SOURCE, steps: int = defaults.CALIBRATION_STEPS
+    variants: Iterable[Variant], source: str = defaults.SOURCE, steps: int = defaults.CALIBRATION_STEPS
 ) -> Calibration:
-    """This machine's costs for every shape in ``wanted``: the cached record, measuring (and caching) what it lacks
-    (``steps`` timed steps of each)."""
-    path, key, wanted = cache_dir() / FILE, machine_key(), set(wanted)
+    """This machine's costs for ``variants``: the cached record, measuring (and caching) the networks ``timed`` picks
+    that it lacks (``steps`` timed steps of each)."""
+    path, key, wanted = cache_dir() / FILE, machine_key(), timed(variants)
     cached = read(path)
     if cached is not None and cached.machine != key:
         cached = None  # another CPU, TensorFlow or cost model: nothing of it holds here
-    missing = cached.missing(wanted) if cached else sorted(wanted, key=dataclasses.astuple)
+    missing = cached.missing(wanted) if cached else wanted
     if not missing:
         assert cached is not None
         return cached
@@ -141,28 +196,36 @@ def calibrated(
     return calibration
 
 
-def measure(wanted: list[Shape], source: str = defaults.SOURCE, steps: int = defaults.CALIBRATION_STEPS) -> Calibration:
+def measure(
+    wanted: list[Variant], source: str = defaults.SOURCE, steps: int = defaults.CALIBRATION_STEPS
+) -> Calibration:
     """Times ``wanted`` here with what a run does: the data built as ingest builds it, a pipeline step's process
-    start, and for each shape one real job of its family's probe model (``probe_variant``) on the local backend,
-    ``steps`` steps after a first execution; its step is the job's steady rate, its start the rest of its wall time."""
+    start, and one short real job of each network on the local backend, ``steps`` steps after a first execution;
+    its step is the job's steady rate, its start the rest of its wall time."""
     with tempfile.TemporaryDirectory(prefix="bakeoff-calibration-") as scratch:
         began = time.perf_counter()
         data = Path(scratch) / "data"
         artifact.build(source, data, defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED)
         ingest = time.perf_counter() - began
         costs, starts = [], []
-        for index, shape in enumerate(wanted):
-            cost, start = _job(shape, data.as_uri(), (Path(scratch) / "store").as_uri(), f"calibration-{index}", steps)
+        for index, variant in enumerate(wanted):
+            cost, start = _job(
+                variant, data.as_uri(), (Path(scratch) / "store").as_uri(), f"calibration-{index}", steps
+            )
             costs.append(cost)
             starts.append(start)
     return Calibration(VERSION, machine_key(), timestamp(), max(starts), _task_seconds(), ingest, costs)
 
 
-def _job(shape: Shape, data_uri: str, store_uri: str, run_id: str, steps: int) -> tuple[StepCost, float]:
-    """One real job of ``shape``'s probe model: its step (the worker's steady rate) and its start (the rest)."""
+def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: int) -> tuple[StepCost, float]:
+    """One short real job of ``variant``'s network: its step (the worker's steady rate) and its start (the rest)."""
     from bakeoff.components.training.launch import JobSettings, train_variant
 
-    variant = dataclasses.replace(probe_variant(shape.architecture, shape.batch_size), workers=shape.workers)
+    training = dataclasses.replace(
+        variant.training, epochs=1, steps_per_execution=defaults.CALIBRATION_STEPS_PER_EXECUTION
+    )
+    timed_variant = dataclasses.replace(variant, training=training)
+    shape = shape_of(variant)
     examples = shape.batch_size * shape.workers * (defaults.CALIBRATION_STEPS_PER_EXECUTION + steps)
     settings = JobSettings(
         defaults.IMAGE, examples, defaults.LOCAL_PARALLELISM, defaults.TIMEOUT_SECONDS, "local", defaults.TRAINER
@@ -170,13 +233,13 @@ def _job(shape: Shape, data_uri: str, store_uri: str, run_id: str, steps: int) -
     began = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):  # the replicas' log lines; a failure's tail is in its error
         try:
-            metrics = train_variant(variant.to_dict(), data_uri, store_uri, run_id, settings).metrics
+            metrics = train_variant(timed_variant.to_dict(), data_uri, store_uri, run_id, settings).metrics
         except BakeoffError as error:
             raise BakeoffError(f"measuring this machine's training costs failed: {error}") from None
     wall = time.perf_counter() - began
     step = metrics.global_batch_size / metrics.examples_per_second
     threads = thread_cap(shape.workers, defaults.LOCAL_PARALLELISM)
-    cost = StepCost(shape.architecture, shape.batch_size, shape.workers, threads, step)
+    cost = StepCost(shape.architecture, shape.batch_size, shape.workers, threads, macs(variant), step)
     return cost, wall - metrics.steps_per_epoch * metrics.epochs_trained * step
 
 
