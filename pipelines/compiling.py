@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -16,6 +16,9 @@ from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import Config, load_config
 from bakeoff.pipelines import conformance
 from bakeoff.pipelines.pipeline import Cluster, build_pipeline
+
+if TYPE_CHECKING:
+    from bakeoff.components.search.budget import Plan
 
 COMPILED = Path(__file__).resolve().parent / "bakeoff.yaml"
 
@@ -55,8 +58,13 @@ def compile_pipeline(
 
 
 def planned(config: Config, max_train_examples: int = 0) -> Config:
-    """The config as a run trains it: a search budget shrinks it here, before anything runs (what ``bakeoff plan``
-    shows).
+    """The config as a run trains it: a search budget shrinks it here, before anything runs (``budget_plan``)."""
+    plan = budget_plan(config, max_train_examples)
+    return plan.config if plan else config
+
+
+def budget_plan(config: Config, max_train_examples: int = 0) -> Plan | None:
+    """The plan a search budget makes of ``config`` (None without a budget), what ``bakeoff plan`` shows.
 
     Each shrink is said on stderr. Compiling plans for the whole training split,
     the default of the compiled pipeline's ``max_train_examples``. Only a budget needs this machine's costs.
@@ -64,11 +72,11 @@ def planned(config: Config, max_train_examples: int = 0) -> Config:
     from bakeoff.components.search.budget import plan_config
 
     if config.search is None or config.search.budget_minutes is None:
-        return config
+        return None
     plan, _ = plan_config(config, max_train_examples)
     for line in plan.shrunk:
         print(f"bakeoff: within search.budget: {line}", file=sys.stderr)
-    return plan.config
+    return plan
 
 
 def read_ir(ir_yaml: str) -> dict:

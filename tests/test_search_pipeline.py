@@ -13,11 +13,13 @@ import pytest
 import yaml
 
 from bakeoff.components import progress
+from bakeoff.components.search.budget import fit
 from bakeoff.components.spec import load_config
 from bakeoff.components.steps.halve import halve
 from bakeoff.components.storage import open_store, registry, runs
 from bakeoff.components.storage.records import Score, Summary, WorkerMetrics
 from bakeoff.pipelines import conformance
+from bakeoff.pipelines.cli.local import bought
 from bakeoff.pipelines.cli.main import main
 from tests import samples
 
@@ -368,3 +370,19 @@ def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_
         assert entry.variant in run.stderr.split("stopped by successive halving")[1]
     page = Path(run.stderr.rsplit("\nreport: ", 1)[1].split()[0]).read_text()
     assert all(f'class="stopped" data-variant="{name}"' in page for name in set(everyone) - set(best_two))
+
+
+def test_the_run_says_what_its_budget_bought(tmp_path: Path) -> None:
+    """After the leaderboard: the budget, the variants it kept of those listed and why, the plan's span, the time."""
+    config = tmp_path / "budget.yaml"
+    config.write_text(SAMPLED.replace("eta: 2}}", "eta: 2}, budget: {minutes: 3}}"))
+    loaded = load_config(config)
+    plan = fit(loaded, samples.calibration(loaded, step_seconds=0.001, start_seconds=20.0))
+    kept = len(plan.config.variants)
+    assert 1 < kept < 8
+    assert bought(plan, 8, 150.0) == (
+        f"budget 3 min: {kept} of 8 variants (search.samples 8 -> {kept}), planned {plan.least_seconds / 60:.1f} to"
+        f" {plan.seconds / 60:.1f} min here; the run took 2.5 min"
+    )
+    whole = fit(loaded.with_budget(60.0), samples.calibration(loaded, step_seconds=0.001, start_seconds=20.0))
+    assert bought(whole, 8, 60.0).startswith("budget 60 min: 8 of 8 variants (nothing shrunk), planned ")

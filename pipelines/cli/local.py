@@ -8,7 +8,9 @@ import dataclasses
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
@@ -23,6 +25,9 @@ from bakeoff.pipelines.cli.flags import (
     store_args,
 )
 
+if TYPE_CHECKING:
+    from bakeoff.components.search.budget import Plan
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.components.data.fashion_mnist import digest
@@ -30,9 +35,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.settings import SelectionSettings
     from bakeoff.pipelines.cli.display import new_progress_folder, run_watched
-    from bakeoff.pipelines.compiling import planned
+    from bakeoff.pipelines.compiling import budget_plan
     from bakeoff.pipelines.local_run import LocalRun, run_local
 
+    began = time.monotonic()
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
     config = load_config(args.config)
     if args.budget is not None:
@@ -59,7 +65,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
     source_digest = digest(args.source)
     # After the other checks (a budget may first measure this machine's costs), before the store is made.
-    config = planned(config, args.max_train_examples or 0)
+    listed = len(config.variants)
+    plan = budget_plan(config, args.max_train_examples or 0)
+    config = plan.config if plan else config
     store = open_cli_store(args)
     store.check_writable()
     variants = [
@@ -89,6 +97,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     summary = run_watched(run) if watched else run_local(run)
     print(leaderboard(summary), file=out)
+    if plan is not None:
+        print(bought(plan, listed, time.monotonic() - began), file=out)
     report = write_report(store, summary.run_id, args.work_dir / defaults.REPORTS / f"{summary.run_id}.html")
     print(f"report: {report.resolve()}", file=out)
     serve = ["bakeoff", "serve", "--store", args.store, "--model-name", args.model_name]
@@ -130,6 +140,18 @@ def leaderboard(summary: Summary) -> str:
     rows.append(f"winner: {winner.variant} (test accuracy {winner.test_accuracy:.4f})  [run {summary.run_id}]")
     rows.append(summary.promotion.message + (f" at {winner.uri}" if winner.uri else ""))
     return "\n".join(rows)
+
+
+def bought(plan: Plan, listed: int, seconds: float) -> str:
+    """What the budget bought: the variants and epochs it kept of the ``listed``, the plan's span and the run's time."""
+    config = plan.config
+    assert config.search is not None and config.search.budget_minutes is not None
+    kept = "; ".join(line.split(":")[0] for line in plan.shrunk) or "nothing shrunk"
+    return (
+        f"budget {config.search.budget_minutes:g} min: {len(config.variants)} of {listed} variants ({kept}),"
+        f" planned {plan.least_seconds / 60:.1f} to {plan.seconds / 60:.1f} min here;"
+        f" the run took {seconds / 60:.1f} min"
+    )
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
