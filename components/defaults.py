@@ -24,11 +24,11 @@ HALVING_ETA = (
 HALVING_WINDOW = (
     3  # a rung ranks variants by the mean validation metric over the last third of their epochs (halving.rung_score)
 )
-# The plan's cost model (components/search/budget.py): an epoch costs its steps × the step of its family's probe
-# model, scaled by forward MACs per image, measured in a short real job on this machine; each job costs a measured
-# start more, each pipeline step a process start. Measured once per machine and TensorFlow, kept in CACHE_DIR
-# (BAKEOFF_CACHE overrides it).
-CALIBRATION_STEPS = 192  # timed steps per shape, after one execution of CALIBRATION_STEPS_PER_EXECUTION to trace
+# The plan's cost model (components/search/budget.py): an epoch costs its steps, each on the line (by forward MACs
+# per image) through the steps of the cheapest and costliest networks of its shape, timed in short real jobs on this
+# machine; each job costs a measured start more, each pipeline step a process start. Measured once per machine and
+# TensorFlow, kept in CACHE_DIR (BAKEOFF_CACHE overrides it).
+CALIBRATION_STEPS = 192  # timed steps per network, after one execution of CALIBRATION_STEPS_PER_EXECUTION to trace
 CALIBRATION_STEPS_PER_EXECUTION = 32  # executions of the worker's kind; a steady rate within seconds
 CACHE_DIR = Path("~/.cache/bakeoff")
 CACHE_ENV = "BAKEOFF_CACHE"

@@ -319,6 +319,11 @@ class Config:
     source: str = ""  # the file, for error lines about the config as a whole
     bases: Mapping[str, Base] = dataclasses.field(default_factory=dict)  # each entry by name, before expansion
 
+    @property
+    def budget_minutes(self) -> float | None:
+        """``search.budget.minutes``; None without a budget."""
+        return self.search.budget_minutes if self.search else None
+
     def with_budget(self, minutes: float) -> Config:
         """This config with ``search.budget.minutes`` set as ``--budget`` gives it (``math.inf``: no budget)."""
         budget = None if math.isinf(minutes) else minutes

@@ -71,7 +71,7 @@ def budget_plan(config: Config, max_train_examples: int = 0) -> Plan | None:
     """
     from bakeoff.components.search.budget import plan_config
 
-    if config.search is None or config.search.budget_minutes is None:
+    if config.budget_minutes is None:
         return None
     plan, _ = plan_config(config, max_train_examples)
     for line in plan.shrunk:

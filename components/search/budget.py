@@ -99,7 +99,7 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
     (with halving, a lower ``max_epochs``); if even one draw at one epoch is over the budget, one line says so.
     """
     rungs, seconds = estimate(config, train_examples, calibration)
-    budget = config.search.budget_minutes if config.search else None
+    budget = config.budget_minutes
     if budget is None or seconds <= budget * 60:
         return _plan(config, rungs, seconds, [], calibration, train_examples)
     assert config.search is not None

@@ -1,7 +1,7 @@
 """The plan's costs measured on this machine: each family's training step and a job's start, cached per machine.
 
 ``calibrated`` reads the record under the cache folder when it was measured on this machine key (CPU, its
-AVX512, cores, TensorFlow, this cost model) and holds every shape asked for; else it measures what is missing
+AVX512, cores, TensorFlow, this cost model) and holds every network asked for; else it measures what is missing
 with ``measure``, which runs a short real job of each network ``timed`` picks, on the local backend.
 """
 
@@ -48,7 +48,7 @@ class Shape:
 
 @dataclasses.dataclass(frozen=True)
 class StepCost(Record):
-    """One step of a job of a family's probe model (``probe_variant``): every replica's, all-reduce included."""
+    """One step of a short real job of one network (``timed``'s): every replica's, all-reduce included."""
 
     architecture: str
     batch_size: int  # per replica

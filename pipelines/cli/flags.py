@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.spec import MAX_BUDGET_MINUTES, load_config
+from bakeoff.components.spec import MAX_BUDGET_MINUTES, Config, load_config
 from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, check_shared, open_store
 
 MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
@@ -53,6 +53,12 @@ def budget_arg(parser: argparse.ArgumentParser, default: str) -> None:
         metavar="TIME",
         help=f"plan the search to fit TIME (15m, 90s, 1h) on this machine's costs, or none (default: {default})",
     )
+
+
+def load_budgeted(args: argparse.Namespace) -> Config:
+    """The config of ``--config`` with ``--budget`` in place of its own, when given."""
+    config = load_config(args.config)
+    return config if args.budget is None else config.with_budget(args.budget)
 
 
 def pipeline_args(parser: argparse.ArgumentParser, sends: bool = False) -> None:

@@ -20,6 +20,7 @@ from bakeoff.pipelines.cli.flags import (
     MAX_PARALLELISM,
     budget_arg,
     compile_settings,
+    load_budgeted,
     open_cli_store,
     pipeline_args,
     store_args,
@@ -40,14 +41,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     began = time.monotonic()
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
-    config = load_config(args.config)
-    if args.budget is not None:
-        config = config.with_budget(args.budget)
+    config = load_budgeted(args)
     if args.epochs and config.search and config.search.halving:
         raise BakeoffError(
             f"--epochs does not apply to {args.config}'s successive halving: set search.halving.max_epochs there"
         )
-    if (args.epochs or args.workers) and config.search and config.search.budget_minutes:
+    if (args.epochs or args.workers) and config.budget_minutes:
         flag = "--epochs" if args.epochs else "--workers"
         raise BakeoffError(
             f"{flag} would change what {args.config}'s search.budget planned: set it in the file, where the budget "
@@ -145,10 +144,10 @@ def leaderboard(summary: Summary) -> str:
 def bought(plan: Plan, listed: int, seconds: float) -> str:
     """What the budget bought: the variants and epochs it kept of the ``listed``, the plan's span and the run's time."""
     config = plan.config
-    assert config.search is not None and config.search.budget_minutes is not None
+    assert config.budget_minutes is not None
     kept = "; ".join(line.split(":")[0] for line in plan.shrunk) or "nothing shrunk"
     return (
-        f"budget {config.search.budget_minutes:g} min: {len(config.variants)} of {listed} variants ({kept}),"
+        f"budget {config.budget_minutes:g} min: {len(config.variants)} of {listed} variants ({kept}),"
         f" planned {plan.least_seconds / 60:.1f} to {plan.seconds / 60:.1f} min here;"
         f" the run took {seconds / 60:.1f} min"
     )
@@ -164,10 +163,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     except OSError as error:
         raise BakeoffError(f"cannot write {str(args.output)!r} ({error.strerror}): choose another -o") from None
     print(f"compiled the pipeline to {args.output} (image {settings['image']})", file=sys.stderr)
-    search = load_config(args.config).search
-    if args.budget is None and search is not None and search.budget_minutes is not None:
+    minutes = load_config(args.config).budget_minutes
+    if args.budget is None and minutes is not None:
         print(
-            f"bakeoff: {args.config}'s search.budget ({search.budget_minutes:g} min) is for runs on this machine:"
+            f"bakeoff: {args.config}'s search.budget ({minutes:g} min) is for runs on this machine:"
             " the compiled pipeline trains the search as written (--budget plans it on this machine's costs)",
             file=sys.stderr,
         )

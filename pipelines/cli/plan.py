@@ -11,8 +11,7 @@ from bakeoff.components import arguments, defaults
 from bakeoff.components.search.budget import Plan, plan_config
 from bakeoff.components.search.calibration import Calibration
 from bakeoff.components.spaces import describe
-from bakeoff.components.spec import load_config
-from bakeoff.pipelines.cli.flags import budget_arg
+from bakeoff.pipelines.cli.flags import budget_arg, load_budgeted
 
 
 def plan_document(plan: Plan) -> dict:
@@ -65,9 +64,9 @@ def render(plan: Plan, train_examples: int) -> str:
         " and select"
     )
     lines.append(costs(plan.calibration))
-    if config.search and config.search.budget_minutes is not None:
+    if config.budget_minutes is not None:
         lines.append(
-            f"budget: {config.search.budget_minutes:g} min" + ("; shrunk to fit:" if plan.shrunk else ", which it fits")
+            f"budget: {config.budget_minutes:g} min" + ("; shrunk to fit:" if plan.shrunk else ", which it fits")
         )
         lines += [f"  {line}" for line in plan.shrunk]
     return "\n".join(lines)
@@ -88,10 +87,7 @@ def costs(calibration: Calibration) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    plan, train_examples = plan_config(
-        config if args.budget is None else config.with_budget(args.budget), args.max_train_examples or 0
-    )
+    plan, train_examples = plan_config(load_budgeted(args), args.max_train_examples or 0)
     if args.json:
         print(json.dumps(plan_document(plan), indent=2))
     else:
