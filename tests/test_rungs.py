@@ -210,7 +210,9 @@ def test_validation_freq_is_checked_and_validates_every_k_epochs_and_at_the_stop
             from_dict({**TINY, "training": {**TINY["training"], "validation_freq": bad}})
     import numpy as np
 
-    validation = Validation(None, np.zeros((1, 28, 28), np.uint8), np.zeros(1, np.uint8), freq=3, last_epoch=7)
+    validation = Validation(
+        None, np.zeros((1, 28, 28), np.uint8), np.zeros(1, np.uint8), freq=3, last_epoch=7, mirror_average=False
+    )
     assert [epoch + 1 for epoch in range(7) if validation.due(epoch)] == [3, 6, 7]
 
 

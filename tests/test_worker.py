@@ -210,6 +210,18 @@ def test_a_model_trained_on_flips_serves_the_same_prediction_for_an_image_and_it
 
 
 @pytest.mark.training
+def test_validation_scores_a_flip_trained_model_as_it_is_served(
+    trained: Trained, fashion_dir: Path, tmp_path: Path
+) -> None:
+    """Rungs rank by the worker's validation: it must be the served (mirror-averaged) model's score, as select's."""
+    validation = dataset.read_shards(open_store(str(halves_dataset(fashion_dir, tmp_path))), "validation")
+    served = evaluation.evaluate(trained.out / "model", validation.images, validation.labels)
+    history = written_metrics(trained).history
+    assert history["val_loss"][-1] == pytest.approx(served["loss"], abs=1e-4)
+    assert history["val_accuracy"][-1] == pytest.approx(served["accuracy"], abs=1e-4)
+
+
+@pytest.mark.training
 def test_serving_accepts_encoded_images(trained: Trained, small_dataset: Path) -> None:
     import tensorflow as tf
 

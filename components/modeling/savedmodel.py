@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import tf_keras as keras
 
 ARRAYS_SIGNATURE = "serving_default"  # images: float32 [n, 28, 28], raw 0..255 pixels
 BYTES_SIGNATURE = "serving_bytes"  # image_bytes: PNG/JPEG strings (KServe's {"b64": ...})
+
+
+def served(model: keras.Model, images: Any, mirror_average: bool) -> Any:
+    """The probabilities the export serves for float ``images`` [n, height, width]; validation ranks by them too."""
+    import tensorflow as tf
+
+    probabilities = model(images, training=False)
+    if mirror_average:
+        probabilities = (probabilities + model(tf.reverse(images, axis=[2]), training=False)) / 2
+    return probabilities
 
 
 def export(model: keras.Model, path: Path, class_names: list[str], mirror_average: bool = False) -> None:
@@ -27,9 +37,7 @@ def export(model: keras.Model, path: Path, class_names: list[str], mirror_averag
 
     @tf.function(input_signature=[tf.TensorSpec([None, height, width], tf.float32, name="images")])
     def serve_arrays(images: tf.Tensor) -> dict:
-        probabilities = model(images, training=False)
-        if mirror_average:
-            probabilities = (probabilities + model(tf.reverse(images, axis=[2]), training=False)) / 2
+        probabilities = served(model, images, mirror_average)
         class_id = tf.argmax(probabilities, axis=1)
         return {"probabilities": probabilities, "class_id": class_id, "class_name": tf.gather(names, class_id)}
 

@@ -44,7 +44,7 @@ from bakeoff.components.data import artifact
 from bakeoff.components.errors import BakeoffError, reported
 from bakeoff.components.modeling.architectures import ARCHITECTURES
 from bakeoff.components.modeling.optimizers import make_optimizer
-from bakeoff.components.modeling.savedmodel import export
+from bakeoff.components.modeling.savedmodel import export, served
 from bakeoff.components.spec import Variant, from_dict
 from bakeoff.components.storage import Store, open_store, runs
 from bakeoff.components.storage.records import VAL_EPOCHS, DatasetMetadata, WorkerMetrics
@@ -145,17 +145,21 @@ class Validation(keras.callbacks.Callback):
     iterator every epoch (deleting one idled replicas for seconds), all-reduces
     every metric after every step, and under ``SyncOnceModel`` reports each
     replica's own numbers. Here every replica scores its part of the split
-    with plain forward passes, and one all-reduce of (loss sum, correct,
+    with plain forward passes of what the export will serve (the mean over
+    both mirrors for a flip-trained variant: rungs rank as selection judges),
+    and one all-reduce of (loss sum, correct,
     count) gives every replica the same exact totals over the whole split,
     whatever the split's size. It runs every ``freq`` epochs and always at
     ``last_epoch``, so a job's record ends with its model's validation numbers;
     it adds ``val_loss``/``val_accuracy`` to the epoch's logs for the callbacks after it.
     """
 
-    def __init__(self, strategy: Any, images: Any, labels: Any, freq: int, last_epoch: int) -> None:
+    def __init__(
+        self, strategy: Any, images: Any, labels: Any, freq: int, last_epoch: int, mirror_average: bool
+    ) -> None:
         super().__init__()
         self.strategy, self.images, self.labels = strategy, images, labels.astype("int64")
-        self.freq, self.last_epoch = freq, last_epoch
+        self.freq, self.last_epoch, self.mirror_average = freq, last_epoch, mirror_average
         self.seconds = 0.0  # spent scoring: what validation costs the training
         self._sums: Any = None  # tf.functions, made once the model is set
         self._all_reduce: Any = None
@@ -173,7 +177,7 @@ class Validation(keras.callbacks.Callback):
             ]
         )
         def sums(images: Any, labels: Any) -> Any:
-            probabilities = model(tf.cast(images, tf.float32), training=False)
+            probabilities = served(model, tf.cast(images, tf.float32), self.mirror_average)
             losses = keras.losses.sparse_categorical_crossentropy(
                 labels, probabilities
             )  # as compile's loss computes it
@@ -475,7 +479,8 @@ def _validation(
         return None
     # The validation shards index::count, as the training shards: every example scored once, by one replica.
     part = artifact.read_shards(data, "validation", strategy.cluster_resolver.task_id or 0, workers)
-    return Validation(strategy, part.images, part.labels, variant.training.validation_freq, stop_epoch)
+    training = variant.training
+    return Validation(strategy, part.images, part.labels, training.validation_freq, stop_epoch, training.random_flip)
 
 
 def _fit(
