@@ -385,8 +385,8 @@ def test_with_two_networks_measured_a_step_is_on_their_line(tmp_path: Path) -> N
     measured = dataclasses.replace(
         samples.calibration(config),
         steps=[
-            costs.StepCost("cnn", 50, 2, 1, costs.macs(small), 0.1),
-            costs.StepCost("cnn", 50, 2, 1, costs.macs(wide), 0.3),
+            costs.StepCost("cnn", False, 50, 2, 1, costs.macs(small), 0.1),
+            costs.StepCost("cnn", False, 50, 2, 1, costs.macs(wide), 0.3),
         ],
     )
     assert measured.step_seconds(shape, costs.macs(small)) == pytest.approx(0.1)
@@ -397,6 +397,29 @@ def test_with_two_networks_measured_a_step_is_on_their_line(tmp_path: Path) -> N
     assert measured.missing(costs.timed(config.variants)) == []  # mid is costed on the line, not measured
     only_small = dataclasses.replace(measured, steps=measured.steps[:1])
     assert [variant.name for variant in only_small.missing(costs.timed(config.variants))] == ["wide"]
+
+
+def test_batch_norm_is_a_family_of_its_own(tmp_path: Path) -> None:
+    """BatchNormalization's work grows with activations, not MACs: a network with it is timed apart from one without,
+    and costs its own measured step."""
+    config = load_config(
+        write(
+            tmp_path,
+            "variants:\n  - {name: plain, model: {type: cnn}}\n"
+            "  - {name: normed, model: {type: cnn, batch_norm: true}}\n",
+        )
+    )
+    plain, normed = config.variants
+    assert costs.macs(plain) == costs.macs(normed) and costs.shape_of(plain) != costs.shape_of(normed)
+    assert [variant.name for variant in costs.timed(config.variants)] == ["plain", "normed"]
+    measured = dataclasses.replace(
+        samples.calibration(config),
+        steps=[
+            costs.StepCost(*dataclasses.astuple(costs.shape_of(plain)), 1, costs.macs(plain), 0.1),
+            costs.StepCost(*dataclasses.astuple(costs.shape_of(normed)), 1, costs.macs(normed), 0.2),
+        ],
+    )
+    assert epoch_seconds(normed, 3200, measured) == pytest.approx(2 * epoch_seconds(plain, 3200, measured))
 
 
 def budgeted(tmp_path: Path, minutes: float, samples: int = 8) -> Path:
@@ -470,8 +493,9 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(
     ) in out
     assert (
         f"\ncosts measured here at 2026-01-01T00:00:00+00:00 ({costs.machine_key()}): cnn of 0.779M MACs 50 ms/step"
-        " (batch 64, 2×1 threads), cnn of 10.8M MACs 692 ms/step (batch 64, 2×1 threads); 10.0 s to start a job, 1.0 s"
-        " a pipeline step, 5.0 s to ingest\n"
+        " (batch 64, 2×1 threads), cnn of 3.42M MACs 219 ms/step (batch 64, 2×1 threads), cnn with batch norm of"
+        " 2.79M MACs 50 ms/step (batch 64, 2×1 threads), cnn with batch norm of 10.8M MACs 193 ms/step (batch 64,"
+        " 2×1 threads); 10.0 s to start a job, 1.0 s a pipeline step, 5.0 s to ingest\n"
     ) in out
     assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
     document = json.loads(capsys.readouterr().out)
@@ -538,7 +562,7 @@ def test_another_machine_s_calibration_is_measured_again(
     elsewhere = dataclasses.replace(
         samples.calibration(start_seconds=99.0),
         machine="another CPU",
-        steps=[costs.StepCost("mlp", 16, 1, 1, costs.macs(mlp), 9.0)],
+        steps=[costs.StepCost("mlp", False, 16, 1, 1, costs.macs(mlp), 9.0)],
     )
     (cost_cache / costs.FILE).write_text(elsewhere.to_json())
     measured = costs.calibrated([mlp], str(fashion_dir), steps=2)

@@ -75,7 +75,8 @@ def render(plan: Plan, train_examples: int) -> str:
 def costs(calibration: Calibration) -> str:
     """The calibration an estimate used, in one line."""
     steps = ", ".join(
-        f"{c.architecture} of {c.macs / 1e6:.3g}M MACs {c.step_seconds * 1000:.3g} ms/step (batch {c.batch_size},"
+        f"{c.architecture}{' with batch norm' if c.batch_norm else ''} of {c.macs / 1e6:.3g}M MACs"
+        f" {c.step_seconds * 1000:.3g} ms/step (batch {c.batch_size},"
         f" {c.workers}×{c.threads} threads)"
         for c in calibration.steps
     )
