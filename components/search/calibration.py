@@ -42,7 +42,7 @@ class Shape:
     and the workers sharing the cores."""
 
     architecture: str
-    batch_norm: bool  # BatchNormalization's work grows with activations, not MACs: 32-64-128 steps in 42 ms, not 25
+    batch_norm: bool  # its work grows with activations, not MACs: the line of a plain network misprices it
     batch_size: int
     workers: int
 
