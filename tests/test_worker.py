@@ -222,6 +222,26 @@ def test_validation_scores_a_flip_trained_model_as_it_is_served(
 
 
 @pytest.mark.training
+def test_a_batch_norm_network_validates_with_the_statistics_it_trained_on(fashion_dir: Path) -> None:
+    """Validation, what a rung ranks, runs on the moving statistics: after a short first rung they must already be
+    the training batches', or every batch-norm draw ranks low at rung 0 whatever it learnt."""
+    import tf_keras as keras
+
+    from bakeoff.components.modeling.architectures import ARCHITECTURES
+
+    variant = from_dict({"name": "bn", "model": {"type": "cnn", "batch_norm": True}})
+    model = ARCHITECTURES["cnn"].build((28, 28), 10, variant.model_config())
+    train = fashion_mnist.read_idx_dir(fashion_dir)["train"]
+    images, labels = train.images[: 64 * 40].astype(np.float32), train.labels[: 64 * 40]
+    model.compile(optimizer=keras.optimizers.Adam(0.003), loss="sparse_categorical_crossentropy")
+    model.fit(images, labels, batch_size=64, epochs=1, verbose=0)  # 40 steps
+    normalization = next(layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization))
+    batch_mean = keras.Model(model.inputs, normalization.input)(images[-640:]).numpy().mean(axis=(0, 1, 2))
+    error = np.abs(normalization.moving_mean.numpy() - batch_mean).max()
+    assert error < 0.25 * np.abs(batch_mean).max()
+
+
+@pytest.mark.training
 def test_serving_accepts_encoded_images(trained: Trained, small_dataset: Path) -> None:
     import tensorflow as tf
 
