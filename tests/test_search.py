@@ -535,14 +535,28 @@ def test_plan_s_estimate_is_the_cached_calibration_s_arithmetic(
 
 
 def test_an_unreadable_calibration_is_measured_again(cost_cache: Path, capsys: pytest.CaptureFixture) -> None:
-    (cost_cache / costs.FILE).write_text('{"version": 1, "machine": "x"}')
+    (cost_cache / costs.FILE).write_text(f'{{"version": {costs.VERSION}, "machine": "x"}}')
     assert costs.read(cost_cache / costs.FILE) is None
     assert capsys.readouterr().err.startswith(
         f"bakeoff: measuring this machine's costs again: {cost_cache / costs.FILE}: is a Calibration record that lacks"
     )
-    older = dataclasses.replace(samples.calibration(), version=costs.VERSION - 1)
-    (cost_cache / costs.FILE).write_text(older.to_json())
+    (cost_cache / costs.FILE).write_text("[]")
     assert costs.read(cost_cache / costs.FILE) is None
+    assert "not a Calibration record" in capsys.readouterr().err
+
+
+def test_an_older_cost_model_s_record_is_measured_again_without_a_complaint(
+    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Another cost model's record has other fields (version 3's steps lacked batch_norm): not an error to report."""
+    config = load_config(write(tmp_path, "variants:\n  - {name: a, model: {type: cnn}}\n"))
+    older = json.loads(dataclasses.replace(samples.calibration(config), version=costs.VERSION - 1).to_json())
+    assert older["steps"]
+    for step in older["steps"]:
+        del step["batch_norm"]
+    (cost_cache / costs.FILE).write_text(json.dumps(older))
+    assert costs.read(cost_cache / costs.FILE) is None
+    assert capsys.readouterr().err == ""
 
 
 def test_the_machine_key_names_the_cpu_its_avx512_its_cores_and_tensorflow(tmp_path: Path) -> None:

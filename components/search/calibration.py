@@ -12,6 +12,7 @@ import dataclasses
 import importlib.metadata
 import io
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -168,7 +169,11 @@ def cache_dir() -> Path:
 def read(path: Path) -> Calibration | None:
     """The record at ``path``; None when there is none, or it is unreadable or of another version (measured again)."""
     try:
-        calibration = Calibration.from_json(path.read_text(), str(path))
+        text = path.read_text()
+        with contextlib.suppress(ValueError, AttributeError):  # not JSON, or not an object: the strict read says so
+            if json.loads(text).get("version") != VERSION:
+                return None  # another cost model's record, of its own fields: measured again without a word
+        calibration = Calibration.from_json(text, str(path))
     except FileNotFoundError:
         return None
     except RecordError as error:
