@@ -133,7 +133,7 @@ def leaderboard(summary: Summary) -> str:
             f"{c.epochs:>7}{c.train_seconds:>9.1f}{c.examples_per_second:>8.0f}"
         )
     if summary.stopped:
-        rows.append("stopped by successive halving (validation as trained, one view):")
+        rows.append("stopped by successive halving (validation as served, during training):")
         rows += [f"  {entry.variant:<{width}}{entry.reason}" for entry in summary.stopped]
     winner = summary.winner
     rows.append(f"winner: {winner.variant} (test accuracy {winner.test_accuracy:.4f})  [run {summary.run_id}]")
