@@ -147,9 +147,8 @@ class Validation(keras.callbacks.Callback):
     replica's own numbers. Here every replica scores its part of the split
     with plain forward passes of what the export will serve (the mean over
     both mirrors for a flip-trained variant: rungs rank as selection judges),
-    and one all-reduce of (loss sum, correct,
-    count) gives every replica the same exact totals over the whole split,
-    whatever the split's size. It runs every ``freq`` epochs and always at
+    and one all-reduce of (loss sum, correct, count) gives every replica the
+    same exact totals over the whole split, whatever the split's size. It runs every ``freq`` epochs and always at
     ``last_epoch``, so a job's record ends with its model's validation numbers;
     it adds ``val_loss``/``val_accuracy`` to the epoch's logs for the callbacks after it.
     """
