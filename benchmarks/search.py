@@ -122,8 +122,9 @@ def search(context: Context, size: Size = FULL) -> list[Figure]:
     samples: dict[str, list] = {"halving": [], "every": []}
     for repetition in range(size.repetitions):
         seed = size.seed + repetition
-        (work / f"seed-{seed}").mkdir()
-        searched, every = _configs(size, seed, work / f"seed-{seed}")
+        drawn = work / f"seed-{seed}"
+        drawn.mkdir()
+        searched, every = _configs(size, seed, drawn)
         order = [("halving", searched), ("every", every)]
         for side, config in order if repetition % 2 == 0 else order[::-1]:
             where = work / f"{side}-{seed}"

@@ -47,9 +47,7 @@ def calibration(
     for variant in timed:
         shape, network = costs.shape_of(variant), costs.macs(variant)
         step = step_seconds * network / cheapest[shape]
-        steps.append(
-            costs.StepCost(shape.architecture, shape.batch_norm, shape.batch_size, shape.workers, 1, network, step)
-        )
+        steps.append(costs.StepCost.of(shape, 1, network, step))
     measured_at = "2026-01-01T00:00:00+00:00"
     return costs.Calibration(
         costs.VERSION, costs.machine_key(), measured_at, start_seconds, task_seconds, ingest_seconds, steps

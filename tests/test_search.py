@@ -412,12 +412,11 @@ def test_batch_norm_is_a_family_of_its_own(tmp_path: Path) -> None:
     plain, normed = config.variants
     assert costs.macs(plain) == costs.macs(normed) and costs.shape_of(plain) != costs.shape_of(normed)
     assert [variant.name for variant in costs.timed(config.variants)] == ["plain", "normed"]
-    shapes = [costs.shape_of(plain), costs.shape_of(normed)]
     measured = dataclasses.replace(
         samples.calibration(config),
         steps=[
-            costs.StepCost(s.architecture, s.batch_norm, s.batch_size, s.workers, 1, costs.macs(v), step)
-            for s, v, step in zip(shapes, (plain, normed), (0.1, 0.2), strict=True)
+            costs.StepCost.of(costs.shape_of(v), 1, costs.macs(v), step)
+            for v, step in zip((plain, normed), (0.1, 0.2), strict=True)
         ],
     )
     assert epoch_seconds(normed, 3200, measured) == pytest.approx(2 * epoch_seconds(plain, 3200, measured))

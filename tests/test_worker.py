@@ -38,6 +38,7 @@ HALF = 2048  # training examples per shard of the halves dataset
 @dataclasses.dataclass(frozen=True)
 class Trained:
     out: Path  # the variant's outputs, downloaded from the store
+    data: Path  # the halves dataset it trained and validated on
     lines: list[str]  # every replica's log, as the backend's sink got it
     versions: dict[str, int]  # key below the variant's prefix → how many times it was written
 
@@ -96,7 +97,7 @@ def trained(
     listed = s3.list_object_versions(Bucket=VERSIONED_BUCKET, Prefix="runs/t/small/")
     assert not listed["IsTruncated"]
     versions = collections.Counter(version["Key"][len("runs/t/small/") :] for version in listed["Versions"])
-    return Trained(out, lines, dict(versions))
+    return Trained(out, data, lines, dict(versions))
 
 
 def written_metrics(trained: Trained) -> WorkerMetrics:
@@ -210,11 +211,9 @@ def test_a_model_trained_on_flips_serves_the_same_prediction_for_an_image_and_it
 
 
 @pytest.mark.training
-def test_validation_scores_a_flip_trained_model_as_it_is_served(
-    trained: Trained, fashion_dir: Path, tmp_path: Path
-) -> None:
+def test_validation_scores_a_flip_trained_model_as_it_is_served(trained: Trained) -> None:
     """Rungs rank by the worker's validation: it must be the served (mirror-averaged) model's score, as select's."""
-    validation = dataset.read_shards(open_store(str(halves_dataset(fashion_dir, tmp_path))), "validation")
+    validation = dataset.read_shards(open_store(str(trained.data)), "validation")
     served = evaluation.evaluate(trained.out / "model", validation.images, validation.labels)
     history = written_metrics(trained).history
     assert history["val_loss"][-1] == pytest.approx(served["loss"], abs=1e-4)

@@ -64,6 +64,11 @@ class StepCost(Record):
     def shape(self) -> Shape:
         return Shape(self.architecture, self.batch_norm, self.batch_size, self.workers)
 
+    @classmethod
+    def of(cls, shape: Shape, threads: int, macs: int, step_seconds: float) -> StepCost:
+        """The step of a network of ``macs`` in ``shape``, its replicas on ``threads`` threads each."""
+        return cls(shape.architecture, shape.batch_norm, shape.batch_size, shape.workers, threads, macs, step_seconds)
+
 
 @dataclasses.dataclass(frozen=True)
 class Calibration(Record):
@@ -248,7 +253,7 @@ def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: in
     wall = time.perf_counter() - began
     step = metrics.global_batch_size / metrics.examples_per_second
     threads = thread_cap(shape.workers, defaults.LOCAL_PARALLELISM)
-    cost = StepCost(shape.architecture, shape.batch_norm, shape.batch_size, shape.workers, threads, macs(variant), step)
+    cost = StepCost.of(shape, threads, macs(variant), step)
     return cost, wall - metrics.steps_per_epoch * metrics.epochs_trained * step
 
 
