@@ -567,6 +567,12 @@ def test_the_machine_key_names_the_cpu_its_avx512_its_cores_and_tensorflow(tmp_p
     assert costs.machine_key(cpuinfo).startswith("Some CPU, no avx512f, ")
 
 
+def test_one_disturbed_calibration_job_does_not_set_every_job_s_start() -> None:
+    """Three jobs started in 15-16 s and one, with a test running beside it, in 43 s: a job starts in ~16 s."""
+    assert costs.start_cost([15.9, 42.9, 15.2]) == 15.9
+    assert costs.start_cost([15.0, 16.0]) == 15.5 and costs.start_cost([20.0]) == 20.0
+
+
 @pytest.mark.training
 def test_another_machine_s_calibration_is_measured_again(
     cost_cache: Path, fashion_dir: Path, capsys: pytest.CaptureFixture

@@ -14,6 +14,7 @@ import io
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,7 +78,7 @@ class Calibration(Record):
     version: int
     machine: str  # machine_key() when measured: another key measures again
     measured_at: str  # ISO 8601, UTC
-    start_seconds: float  # a job's fixed cost: its replicas' processes, TensorFlow, data, first trace, saving
+    start_seconds: float  # a job's fixed cost (``start_cost`` of the jobs'): processes, TensorFlow, data, trace, save
     task_seconds: float  # a pipeline step's process start, paid by every step (kfp.local starts each as a process)
     ingest_seconds: float  # the data built as ingest builds it
     steps: list[StepCost]
@@ -228,7 +229,13 @@ def measure(
             )
             costs.append(cost)
             starts.append(start)
-    return Calibration(VERSION, machine_key(), timestamp(), max(starts), _task_seconds(), ingest, costs)
+    return Calibration(VERSION, machine_key(), timestamp(), start_cost(starts), _task_seconds(), ingest, costs)
+
+
+def start_cost(starts: list[float]) -> float:
+    """A job's start from the calibration's jobs' starts: their median, so that one job slowed by something else on
+    the machine does not set the cost of every job the plan counts (as their max would)."""
+    return statistics.median(starts)
 
 
 def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: int) -> tuple[StepCost, float]:
