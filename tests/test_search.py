@@ -284,11 +284,13 @@ def test_a_malformed_search_section_is_one_line(tmp_path: Path, search: str, mes
     ("count", "halving", "rungs"),
     [
         (27, Halving(2, 15, 3), [(2, 27, 9), (6, 9, 3), (15, 3, 1)]),
-        (13, Halving(2, 15, 3), [(2, 13, 4), (6, 4, 1), (15, 1, 1)]),
-        (8, Halving(2, 15, 3), [(2, 8, 2), (6, 2, 1), (15, 1, 1)]),
+        (13, Halving(2, 15, 3), [(2, 13, 5), (6, 5, 2), (15, 2, 1)]),  # a third, rounded up
+        (8, Halving(2, 15, 3), [(2, 8, 3), (6, 3, 1), (15, 1, 1)]),
+        # the budgeted default's 5: rung 0 keeps 2, not one that the earliest ranking alone would pick
+        (5, Halving(3, 20, 3), [(3, 5, 2), (9, 2, 1), (20, 1, 1)]),
         (16, Halving(1, 8, 2), [(1, 16, 8), (2, 8, 4), (4, 4, 2), (8, 2, 1)]),
         (81, Halving(1, 100, 3), [(1, 81, 27), (3, 27, 9), (9, 9, 3), (27, 3, 1), (100, 1, 1)]),
-        (10, Halving(5, 15, 3), [(5, 10, 3), (15, 3, 1)]),  # the second rung reaches max_epochs and keeps 1 of 3
+        (10, Halving(5, 15, 3), [(5, 10, 4), (15, 4, 1)]),  # the second rung reaches max_epochs and keeps 1 of 4
         (40, Halving(4, 12, 4), [(4, 40, 10), (12, 10, 1)]),
         (5, Halving(4, 4, 3), [(4, 5, 1)]),  # min_epochs == max_epochs: one rung
         (1, Halving(2, 15, 3), [(15, 1, 1)]),  # a single variant goes straight to max_epochs
@@ -484,7 +486,7 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(
         assert f"  {variant.name} " in out
     assert "model.filters=[64,128,128]" in out and "  base " in out and "(as written)" in out
     assert "successive halving (eta 3, epochs 2 to 15):\n  rung  epochs  entering  kept\n" in out
-    assert "     0       2        11     3\n     1       6         3     1\n     2      15         1     1\n" in out
+    assert "     0       2        11     4\n     1       6         4     2\n     2      15         2     1\n" in out
     least, most = (estimate(config, 55000, measured, costliest)[1] / 60 for costliest in (False, True))
     assert least < most
     assert (
@@ -501,9 +503,9 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(
     document = json.loads(capsys.readouterr().out)
     assert [v["name"] for v in document["variants"]] == [v.name for v in config.variants]
     assert document["rungs"] == [
-        {"index": 0, "epochs": 2, "entering": 11, "keep": 3},
-        {"index": 1, "epochs": 6, "entering": 3, "keep": 1},
-        {"index": 2, "epochs": 15, "entering": 1, "keep": 1},
+        {"index": 0, "epochs": 2, "entering": 11, "keep": 4},
+        {"index": 1, "epochs": 6, "entering": 4, "keep": 2},
+        {"index": 2, "epochs": 15, "entering": 2, "keep": 1},
     ]
     assert document["estimated_seconds"] < estimate(config, 55000, measured)[1]
     assert document["calibration"] == json.loads(measured.to_json())

@@ -29,9 +29,10 @@ class Rung:
 def schedule(count: int, halving: Halving) -> list[Rung]:
     """The rungs for ``count`` variants.
 
-    Rung k trains to ``min(min_epochs * eta**k, max_epochs)`` and keeps ``max(1, entering // eta)``; the rung that
+    Rung k trains to ``min(min_epochs * eta**k, max_epochs)`` and keeps ``ceil(entering / eta)``; the rung that
     reaches ``max_epochs`` keeps 1 and is the last. Once a single variant is left it goes straight to ``max_epochs``:
-    stopping it at rungs in between would only cost job starts.
+    stopping it at rungs in between would only cost job starts. Rounded up, not down as Hyperband does: a cut to one
+    hands the whole search to the earliest ranking, where small networks lead the ones that end best.
     """
     rungs: list[Rung] = []
     entering, epochs = count, halving.min_epochs
@@ -39,7 +40,7 @@ def schedule(count: int, halving: Halving) -> list[Rung]:
         if entering == 1 or epochs >= halving.max_epochs:
             rungs.append(Rung(len(rungs), halving.max_epochs, entering, 1))
             break
-        keep = max(1, entering // halving.eta)
+        keep = math.ceil(entering / halving.eta)
         rungs.append(Rung(len(rungs), epochs, entering, keep))
         entering, epochs = keep, min(epochs * halving.eta, halving.max_epochs)
     return rungs
