@@ -570,7 +570,7 @@ def test_the_machine_key_names_the_cpu_its_avx512_its_cores_and_tensorflow(tmp_p
 
 
 def test_one_disturbed_calibration_job_does_not_set_every_job_s_start() -> None:
-    """Three jobs started in 15-16 s and one, with a test running beside it, in 43 s: a job starts in ~16 s."""
+    """Two jobs started in 15-16 s and one, with a test running beside it, in 43 s: a job starts in ~16 s."""
     assert costs.start_cost([15.9, 42.9, 15.2]) == 15.9
     assert costs.start_cost([15.0, 16.0]) == 15.5 and costs.start_cost([20.0]) == 20.0
 
