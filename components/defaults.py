@@ -24,6 +24,9 @@ HALVING_ETA = (
 HALVING_WINDOW = (
     3  # a rung ranks variants by the mean validation metric over the last third of their epochs (halving.rung_score)
 )
+# A budget keeps a variant's last draw only if the search then trains at least this share of the epochs it would
+# without draws: 5 of 20 epochs of the costly `wide` draw scored below 10 of the seed `batch_norm` (results.md).
+DRAWN_EPOCHS_SHARE = 0.5
 # The plan's cost model (components/search/budget.py): an epoch costs its steps, each on the line (by forward MACs
 # per image) through the steps of the cheapest and costliest networks of its shape, timed in short real jobs on this
 # machine; each job costs a measured start more, each pipeline step a process start. Measured once per machine and

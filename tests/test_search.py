@@ -450,6 +450,33 @@ def test_a_budget_drops_draws_first(tmp_path: Path) -> None:
     assert fit(load_config(budgeted(tmp_path, minutes)), slower).config.search.samples < 3  # type: ignore[union-attr]
 
 
+def test_a_budget_drops_the_last_draw_rather_than_halve_the_search(tmp_path: Path) -> None:
+    """A draw so costly that keeping one would leave every variant under half its epochs goes: the grid and base
+    variants train their whole schedule instead."""
+    drawn = SEARCH.split("  - name: grid")[0].split("variants:\n")[1]
+    undrawn = load_config(write(tmp_path, SEARCH.replace(drawn, "").replace("SEED", "0"), "undrawn.yaml"))
+    config = load_config(budgeted(tmp_path, 10000.0))
+    measured = samples.calibration(config)
+    normed = {costs.shape_of(v) for v in config.variants if config.expansions[v.name].sample is not None}
+    costly = dataclasses.replace(
+        measured,
+        steps=[
+            dataclasses.replace(step, step_seconds=step.step_seconds * 20) if step.shape in normed else step
+            for step in measured.steps
+        ],
+    )
+    minutes = estimate(undrawn, 55000, costly)[1] / 60 + 0.01  # what the search costs with no draws
+    plan = fit(load_config(budgeted(tmp_path, minutes)), costly)
+    assert [v.name for v in plan.config.variants] == [v.name for v in undrawn.variants]
+    assert plan.config.search is not None and plan.config.search.samples == 0
+    assert plan.config.search.halving == Halving(2, 15, 3)
+    assert plan.seconds <= minutes * 60
+    assert len(plan.shrunk) == 1 and plan.shrunk[0].startswith("search.samples 8 -> 0: ")
+    assert plan.shrunk[0].endswith(", none leaves it 15")
+    kept = fit(load_config(budgeted(tmp_path, minutes)), measured)  # a cheap draw stays
+    assert kept.config.search is not None and kept.config.search.samples > 0
+
+
 def test_a_budget_then_lowers_max_epochs_and_refuses_what_cannot_fit(tmp_path: Path) -> None:
     one = load_config(budgeted(tmp_path, 10000.0, samples=1))
     measured = samples.calibration(one)

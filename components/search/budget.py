@@ -64,7 +64,7 @@ def around(calibration: Calibration, halvings: int) -> float:
 def _with_samples(config: Config, samples: int) -> Config:
     """The config with only the first ``samples`` draws of each sampled variant (the draws of ``search.samples`` =
     samples)."""
-    keep = [v for v in config.variants if (config.expansions[v.name].sample or 0) < samples]
+    keep = [v for v in config.variants if (draw := config.expansions[v.name].sample) is None or draw < samples]
     assert config.search is not None
     return dataclasses.replace(
         config,
@@ -92,11 +92,26 @@ def _minutes(seconds: float) -> str:
     return f"{minutes:.3g} min" if minutes < 100 else f"{minutes:.0f} min"
 
 
+def _longest(config: Config, calibration: Calibration, train_examples: int, limit: float) -> int:
+    """The most epochs, at most the config's own, its search trains within ``limit`` seconds; 0 if not even one."""
+    longest = max(variant.training.epochs for variant in config.variants)
+    return next(
+        (
+            epochs
+            for epochs in range(longest, 0, -1)
+            if estimate(_with_epochs(config, epochs), train_examples, calibration)[1] <= limit
+        ),
+        0,
+    )
+
+
 def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EXAMPLES) -> Plan:
     """The plan for ``config``, shrunk to ``search.budget_minutes`` before anything runs rather than cut short mid-rung.
 
     Fewer draws per sampled variant first (grid and baseline variants stay), then fewer epochs for every variant
-    (with halving, a lower ``max_epochs``); if even one draw at one epoch is over the budget, one line says so.
+    (with halving, a lower ``max_epochs``); if even one draw at one epoch is over the budget, one line says so. The
+    last draw goes too when keeping it would leave the search under ``DRAWN_EPOCHS_SHARE`` of the epochs it keeps
+    without any draws.
     """
     rungs, seconds = estimate(config, train_examples, calibration)
     budget = config.budget_minutes
@@ -111,22 +126,24 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
             for k in range(samples, 0, -1)
             if estimate(_with_samples(config, k), train_examples, calibration)[1] <= limit
         ]
-        kept = fitting[0] if fitting else 1
+        kept, why = (fitting[0] if fitting else 1), ""
+        undrawn = _with_samples(config, 0)
+        if not fitting and undrawn.variants:
+            one = _longest(_with_samples(config, 1), calibration, train_examples, limit)
+            none = _longest(undrawn, calibration, train_examples, limit)
+            if one < defaults.DRAWN_EPOCHS_SHARE * none:
+                kept, why = 0, f"; one would leave the search {one} epochs, none leaves it {none}"
         if kept < samples:
             config = _with_samples(config, kept)
             shrunk.append(
                 f"search.samples {samples} -> {kept}: {samples} draws per sampled variant take"
-                f" an estimated {_minutes(seconds)}, over the budget of {budget:g} min"
+                f" an estimated {_minutes(seconds)}, over the budget of {budget:g} min{why}"
             )
             rungs, seconds = estimate(config, train_examples, calibration)
     if seconds > limit:
         longest = max(variant.training.epochs for variant in config.variants)
-        fitting = [
-            e
-            for e in range(longest - 1, 0, -1)
-            if estimate(_with_epochs(config, e), train_examples, calibration)[1] <= limit
-        ]
-        if not fitting:
+        fitting_epochs = _longest(config, calibration, train_examples, limit)
+        if not fitting_epochs:
             least = estimate(_with_epochs(config, 1), train_examples, calibration)[1]
             raise BakeoffError(
                 f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} "
@@ -135,10 +152,10 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
             )
         field = "search.halving.max_epochs" if halving else "training.epochs"
         shrunk.append(
-            f"{field} {longest} -> {fitting[0]}: {longest} epochs take an estimated {_minutes(seconds)}, over the "
+            f"{field} {longest} -> {fitting_epochs}: {longest} epochs take an estimated {_minutes(seconds)}, over the "
             f"budget of {budget:g} min"
         )
-        config = _with_epochs(config, fitting[0])
+        config = _with_epochs(config, fitting_epochs)
         rungs, seconds = estimate(config, train_examples, calibration)
     return _plan(config, rungs, seconds, shrunk, calibration, train_examples)
 
