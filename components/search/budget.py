@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from bakeoff.components import defaults
 from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES
@@ -92,16 +93,18 @@ def _minutes(seconds: float) -> str:
     return f"{minutes:.3g} min" if minutes < 100 else f"{minutes:.0f} min"
 
 
-def _longest(config: Config, calibration: Calibration, train_examples: int, limit: float) -> int:
-    """The most epochs, at most the config's own, its search trains within ``limit`` seconds; 0 if not even one."""
-    longest = max(variant.training.epochs for variant in config.variants)
+def _most(
+    config: Config,
+    shrink: Callable[[Config, int], Config],
+    top: int,
+    calibration: Calibration,
+    train_examples: int,
+    limit: float,
+) -> int:
+    """The largest n of ``top`` down to 1 whose ``shrink(config, n)`` is estimated within ``limit`` seconds; 0 if
+    none is."""
     return next(
-        (
-            epochs
-            for epochs in range(longest, 0, -1)
-            if estimate(_with_epochs(config, epochs), train_examples, calibration)[1] <= limit
-        ),
-        0,
+        (n for n in range(top, 0, -1) if estimate(shrink(config, n), train_examples, calibration)[1] <= limit), 0
     )
 
 
@@ -121,18 +124,15 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
     limit, shrunk, samples = budget * 60, [], config.search.samples
     halving = config.search.halving  # kept by the shrinking below
     if any(expansion.sample is not None for expansion in config.expansions.values()):
-        fitting = [
-            k
-            for k in range(samples, 0, -1)
-            if estimate(_with_samples(config, k), train_examples, calibration)[1] <= limit
-        ]
-        kept, why = (fitting[0] if fitting else 1), ""
-        undrawn = _with_samples(config, 0)
-        if not fitting and undrawn.variants:
-            one = _longest(_with_samples(config, 1), calibration, train_examples, limit)
-            none = _longest(undrawn, calibration, train_examples, limit)
-            if one < defaults.DRAWN_EPOCHS_SHARE * none:
-                kept, why = 0, f"; one would leave the search {one} epochs, none leaves it {none}"
+        kept, why = _most(config, _with_samples, samples, calibration, train_examples, limit), ""
+        if not kept:  # one draw then, unless it would leave the search under its share of the epochs none leaves
+            kept, undrawn = 1, _with_samples(config, 0)
+            if undrawn.variants:
+                longest = max(variant.training.epochs for variant in config.variants)
+                one = _most(_with_samples(config, 1), _with_epochs, longest, calibration, train_examples, limit)
+                none = _most(undrawn, _with_epochs, longest, calibration, train_examples, limit)
+                if one < defaults.DRAWN_EPOCHS_SHARE * none:
+                    kept, why = 0, f"; one would leave the search {one} epochs, none leaves it {none}"
         if kept < samples:
             config = _with_samples(config, kept)
             shrunk.append(
@@ -142,7 +142,7 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
             rungs, seconds = estimate(config, train_examples, calibration)
     if seconds > limit:
         longest = max(variant.training.epochs for variant in config.variants)
-        fitting_epochs = _longest(config, calibration, train_examples, limit)
+        fitting_epochs = _most(config, _with_epochs, longest - 1, calibration, train_examples, limit)
         if not fitting_epochs:
             least = estimate(_with_epochs(config, 1), train_examples, calibration)[1]
             raise BakeoffError(
