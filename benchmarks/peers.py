@@ -79,7 +79,7 @@ def _default() -> tuple[dict, Any]:
 
 
 def bakeoff_config(size: Size, where: Path) -> Path:
-    """The default config with ``search.budget.minutes`` set to the entry's budget: bakeoff shrinks its plan to fit."""
+    """The default config with ``search.budget.minutes`` set to the entry's budget: bakeoff fits its plan to it."""
     document, _ = _default()
     document["search"]["budget"] = {"minutes": size.budget_seconds / 60}
     path = where / "budgeted.yaml"

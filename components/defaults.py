@@ -27,6 +27,10 @@ HALVING_WINDOW = (
 # A budget keeps a variant's last draw only if the search then trains at least this share of the epochs it would
 # without draws: 5 of 20 epochs of the costly `wide` draw scored below 10 of the seed `batch_norm` (results.md).
 DRAWN_EPOCHS_SHARE = 0.5
+# A budget with room to spare lengthens a halving search's max_epochs to fill it, up to this many times the epochs
+# written: the seed `batch_norm` still gained from 10 to 15 epochs (results.md), and a large budget must not turn a
+# 20-epoch search into a 200-epoch one its config never asked for.
+GROWN_EPOCHS_FACTOR = 2
 # The plan's cost model (components/search/budget.py): an epoch costs its steps, each on the line (by forward MACs
 # per image) through the steps of the cheapest and costliest networks of its shape, timed in short real jobs on this
 # machine; each job costs a measured start more, each pipeline step a process start. Measured once per machine and

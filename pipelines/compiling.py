@@ -58,7 +58,7 @@ def compile_pipeline(
 
 
 def planned(config: Config, max_train_examples: int = 0) -> Config:
-    """The config as a run trains it: a search budget shrinks it here, before anything runs (``budget_plan``)."""
+    """The config as a run trains it: a search budget fits it here, before anything runs (``budget_plan``)."""
     plan = budget_plan(config, max_train_examples)
     return plan.config if plan else config
 
@@ -66,7 +66,7 @@ def planned(config: Config, max_train_examples: int = 0) -> Config:
 def budget_plan(config: Config, max_train_examples: int = 0) -> Plan | None:
     """The plan a search budget makes of ``config`` (None without a budget), what ``bakeoff plan`` shows.
 
-    Each shrink is said on stderr. Compiling plans for the whole training split,
+    Each change is said on stderr. Compiling plans for the whole training split,
     the default of the compiled pipeline's ``max_train_examples``. Only a budget needs this machine's costs.
     """
     from bakeoff.components.search.budget import plan_config
@@ -74,7 +74,7 @@ def budget_plan(config: Config, max_train_examples: int = 0) -> Plan | None:
     if config.budget_minutes is None:
         return None
     plan, _ = plan_config(config, max_train_examples)
-    for line in plan.shrunk:
+    for line in plan.fitted:
         print(f"bakeoff: within search.budget: {line}", file=sys.stderr)
     return plan
 

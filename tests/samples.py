@@ -35,19 +35,21 @@ def manifest(**changes: Any) -> Manifest:
 def calibration(
     *configs: Config,
     step_seconds: float = 0.05,
+    epoch_end_seconds: float = 1.0,
     start_seconds: float = 10.0,
     task_seconds: float = 1.0,
     ingest_seconds: float = 5.0,
 ) -> costs.Calibration:
     """This machine's costs as if measured: every network ``timed`` picks for ``configs``, the cheapest of each shape
-    stepping in ``step_seconds`` and the others in proportion to their MACs."""
+    stepping in ``step_seconds`` and ending an epoch in ``epoch_end_seconds``, the others in proportion to their
+    MACs."""
     timed = costs.timed(v for config in configs for v in config.variants)
     cheapest = {costs.shape_of(v): costs.macs(v) for v in reversed(timed)}  # timed lists each shape's cheapest first
     steps = []
     for variant in timed:
         shape, network = costs.shape_of(variant), costs.macs(variant)
-        step = step_seconds * network / cheapest[shape]
-        steps.append(costs.StepCost.of(shape, 1, network, step))
+        scale = network / cheapest[shape]
+        steps.append(costs.StepCost.of(shape, 1, network, step_seconds * scale, epoch_end_seconds * scale))
     measured_at = "2026-01-01T00:00:00+00:00"
     return costs.Calibration(
         costs.VERSION, costs.machine_key(), measured_at, start_seconds, task_seconds, ingest_seconds, steps

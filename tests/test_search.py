@@ -15,7 +15,7 @@ from bakeoff.components.errors import BakeoffError
 from bakeoff.components.search import calibration as costs
 from bakeoff.components.search.budget import epoch_seconds, estimate, fit
 from bakeoff.components.search.halving import Halving, schedule, survivors
-from bakeoff.components.spec import from_dict, load_config, load_variants
+from bakeoff.components.spec import Config, from_dict, load_config, load_variants
 from bakeoff.components.storage.records import Score
 from bakeoff.pipelines.cli.main import main
 from tests import samples
@@ -354,7 +354,8 @@ def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tm
 
 
 def test_an_epoch_is_its_steps_at_the_measured_step_scaled_by_macs(tmp_path: Path) -> None:
-    """The network measured costs its steps; with one measured, a CNN of other filters costs in proportion to MACs."""
+    """The network measured costs its steps and its epoch's end; with one measured, a CNN of other filters costs in
+    proportion to MACs."""
     config = load_config(
         write(
             tmp_path,
@@ -362,13 +363,14 @@ def test_an_epoch_is_its_steps_at_the_measured_step_scaled_by_macs(tmp_path: Pat
             "  - {name: wide, model: {type: cnn, filters: [64, 128, 128]}, training: {batch_size: 50}, workers: 2}\n",
         )
     )
-    measured = samples.calibration(config, step_seconds=0.2)
+    measured = samples.calibration(config, step_seconds=0.2, epoch_end_seconds=0.5)
     probe, wide = config.variants
-    assert epoch_seconds(probe, 1000, measured) == pytest.approx(10 * 0.2)  # 1000 examples in global batches of 100
-    assert epoch_seconds(probe, 1099, measured) == pytest.approx(10 * 0.2)  # the worker drops the last part batch
+    # 1000 examples in global batches of 100, then validation and the backup
+    assert epoch_seconds(probe, 1000, measured) == pytest.approx(10 * 0.2 + 0.5)
+    assert epoch_seconds(probe, 1099, measured) == pytest.approx(10 * 0.2 + 0.5)  # the worker drops the last part batch
     ratio = costs.macs(wide) / costs.macs(probe)
     assert ratio > 3
-    assert epoch_seconds(wide, 1000, measured) == pytest.approx(10 * 0.2 * ratio)
+    assert epoch_seconds(wide, 1000, measured) == pytest.approx((10 * 0.2 + 0.5) * ratio)
 
 
 def test_with_two_networks_measured_a_step_is_on_their_line(tmp_path: Path) -> None:
@@ -387,14 +389,14 @@ def test_with_two_networks_measured_a_step_is_on_their_line(tmp_path: Path) -> N
     measured = dataclasses.replace(
         samples.calibration(config),
         steps=[
-            costs.StepCost("cnn", False, 50, 2, 1, costs.macs(small), 0.1),
-            costs.StepCost("cnn", False, 50, 2, 1, costs.macs(wide), 0.3),
+            costs.StepCost("cnn", False, 50, 2, 1, costs.macs(small), 0.1, 0.5),
+            costs.StepCost("cnn", False, 50, 2, 1, costs.macs(wide), 0.3, 1.5),
         ],
     )
     assert measured.step_seconds(shape, costs.macs(small)) == pytest.approx(0.1)
     assert measured.step_seconds(shape, costs.macs(wide)) == pytest.approx(0.3)  # not 0.1 × the ratio of MACs (> 0.38)
     share = (costs.macs(mid) - costs.macs(small)) / (costs.macs(wide) - costs.macs(small))
-    assert epoch_seconds(mid, 1000, measured) == pytest.approx(10 * (0.1 + 0.2 * share))
+    assert epoch_seconds(mid, 1000, measured) == pytest.approx(10 * (0.1 + 0.2 * share) + (0.5 + 1.0 * share))
     assert measured.step_seconds(shape, 2 * costs.macs(wide)) > 0.3  # beyond the costliest, the line goes on
     assert measured.missing(costs.timed(config.variants)) == []  # mid is costed on the line, not measured
     only_small = dataclasses.replace(measured, steps=measured.steps[:1])
@@ -417,7 +419,7 @@ def test_batch_norm_is_a_family_of_its_own(tmp_path: Path) -> None:
     measured = dataclasses.replace(
         samples.calibration(config),
         steps=[
-            costs.StepCost.of(costs.shape_of(v), 1, costs.macs(v), step)
+            costs.StepCost.of(costs.shape_of(v), 1, costs.macs(v), step, 10 * step)
             for v, step in zip((plain, normed), (0.1, 0.2), strict=True)
         ],
     )
@@ -441,11 +443,10 @@ def test_a_budget_drops_draws_first(tmp_path: Path) -> None:
     ]  # the first three draws, grid and base kept
     assert plan.config.search is not None and plan.config.search.samples == 3
     assert plan.seconds <= minutes * 60
-    assert len(plan.shrunk) == 1 and plan.shrunk[0].startswith(
+    assert len(plan.fitted) == 1 and plan.fitted[0].startswith(
         "search.samples 8 -> 3: 8 draws per sampled variant take an estimated "
     )
-    assert plan.shrunk[0].endswith(f", over the budget of {minutes:g} min")
-    assert fit(load_config(budgeted(tmp_path, 10000.0)), measured).shrunk == []
+    assert plan.fitted[0].endswith(f", over the budget of {minutes:g} min")
     slower = dataclasses.replace(measured, start_seconds=measured.start_seconds * 2)
     assert fit(load_config(budgeted(tmp_path, minutes)), slower).config.search.samples < 3  # type: ignore[union-attr]
 
@@ -471,10 +472,45 @@ def test_a_budget_drops_the_last_draw_rather_than_halve_the_search(tmp_path: Pat
     assert plan.config.search is not None and plan.config.search.samples == 0
     assert plan.config.search.halving == Halving(2, 15, 3)
     assert plan.seconds <= minutes * 60
-    assert len(plan.shrunk) == 1 and plan.shrunk[0].startswith("search.samples 8 -> 0: ")
-    assert plan.shrunk[0].endswith(", none leaves it 15")
+    assert len(plan.fitted) == 1 and plan.fitted[0].startswith("search.samples 8 -> 0: ")
+    assert plan.fitted[0].endswith(", none leaves it 15")
+    roomier = estimate(to_epochs(undrawn, 17), 55000, costly)[1] / 60 + 0.01  # room for 2 more epochs
+    grown = fit(load_config(budgeted(tmp_path, roomier)), costly)
+    assert grown.config.search is not None and grown.config.search.samples == 0
+    assert grown.config.search.halving == Halving(2, 17, 3)
+    assert [line.split(":")[0] for line in grown.fitted] == [
+        "search.samples 8 -> 0",
+        "search.halving.max_epochs 15 -> 17",
+    ]
     kept = fit(load_config(budgeted(tmp_path, minutes)), measured)  # a cheap draw stays
     assert kept.config.search is not None and kept.config.search.samples > 0
+
+
+def to_epochs(config: Config, epochs: int) -> Config:
+    """A halving ``config`` with ``max_epochs`` set to ``epochs`` (its variants' epochs are what the plan costs by
+    the rungs)."""
+    assert config.search is not None and config.search.halving is not None
+    halving = dataclasses.replace(config.search.halving, max_epochs=epochs)
+    return dataclasses.replace(config, search=dataclasses.replace(config.search, halving=halving))
+
+
+def test_a_budget_with_room_lengthens_the_halving_search_to_fill_it(tmp_path: Path) -> None:
+    """Under its budget a halving search trains to the most epochs the budget holds, at most GROWN_EPOCHS_FACTOR
+    times those written; exactly the written cost stays as written."""
+    config = load_config(budgeted(tmp_path, 10000.0))
+    measured = samples.calibration(config)
+    assert config.search is not None and config.search.halving == Halving(2, 15, 3)
+    at_18 = estimate(to_epochs(config, 18), 55000, measured)[1]
+    plan = fit(load_config(budgeted(tmp_path, at_18 / 60 + 0.01)), measured)
+    assert plan.config.search is not None and plan.config.search.halving == Halving(2, 18, 3)
+    assert {v.training.epochs for v in plan.config.variants} == {18}
+    assert [v.name for v in plan.config.variants] == [v.name for v in config.variants]
+    assert plan.seconds == pytest.approx(at_18)
+    assert len(plan.fitted) == 1 and plan.fitted[0].startswith("search.halving.max_epochs 15 -> 18: 15 epochs take")
+    capped = fit(config, measured)
+    assert capped.config.search is not None and capped.config.search.halving == Halving(2, 30, 3)
+    as_written = estimate(config, 55000, measured)[1] / 60 + 0.001
+    assert fit(load_config(budgeted(tmp_path, as_written)), measured).fitted == []
 
 
 def test_a_budget_then_lowers_max_epochs_and_refuses_what_cannot_fit(tmp_path: Path) -> None:
@@ -487,7 +523,7 @@ def test_a_budget_then_lowers_max_epochs_and_refuses_what_cannot_fit(tmp_path: P
     assert plan.config.search is not None and plan.config.search.samples == 1
     assert plan.config.search.halving == Halving(2, 9, 3)
     assert {v.training.epochs for v in plan.config.variants} == {9}
-    assert [line.split(":")[0] for line in plan.shrunk] == [
+    assert [line.split(":")[0] for line in plan.fitted] == [
         "search.samples 8 -> 1",
         "search.halving.max_epochs 15 -> 9",
     ]
@@ -521,10 +557,11 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(
         " each rung); the jobs one at a time on 55,000 examples, with ingest, the jobs' starts and select"
     ) in out
     assert (
-        f"\ncosts measured here at 2026-01-01T00:00:00+00:00 ({costs.machine_key()}): cnn of 0.779M MACs 50 ms/step"
-        " (batch 64, 2×1 threads), cnn of 3.42M MACs 219 ms/step (batch 64, 2×1 threads), cnn with batch norm of"
-        " 2.79M MACs 50 ms/step (batch 64, 2×1 threads), cnn with batch norm of 10.8M MACs 193 ms/step (batch 64,"
-        " 2×1 threads); 10.0 s to start a job, 1.0 s a pipeline step, 5.0 s to ingest\n"
+        f"\ncosts measured here at 2026-01-01T00:00:00+00:00 ({costs.machine_key()}): cnn of 0.779M MACs 50 ms/step,"
+        " 1 s an epoch's end (batch 64, 2×1 threads), cnn of 3.42M MACs 219 ms/step, 4.4 s an epoch's end (batch 64,"
+        " 2×1 threads), cnn with batch norm of 2.79M MACs 50 ms/step, 1 s an epoch's end (batch 64, 2×1 threads), cnn"
+        " with batch norm of 10.8M MACs 193 ms/step, 3.9 s an epoch's end (batch 64, 2×1 threads); 10.0 s to start a"
+        " job, 1.0 s a pipeline step, 5.0 s to ingest\n"
     ) in out
     assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
     document = json.loads(capsys.readouterr().out)
@@ -541,19 +578,28 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(
 def test_plan_s_estimate_is_the_cached_calibration_s_arithmetic(
     tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """Two probe-sized variants of 3 epochs, 10 steps an epoch on 1000 examples: 60 steps and two starts."""
+    """Two probe-sized variants of 3 epochs, 10 steps an epoch on 1000 examples: 60 steps, 6 epochs' ends and two
+    starts."""
     path = write(
         tmp_path,
         "defaults: {training: {batch_size: 50, epochs: 3}, workers: 2}\n"
         "variants:\n  - {name: a, model: {type: mlp}}\n  - {name: b, model: {type: cnn}}\n",
     )
     samples.cache_calibration(
-        cost_cache, load_config(path), step_seconds=0.25, start_seconds=7.0, task_seconds=2.0, ingest_seconds=4.0
+        cost_cache,
+        load_config(path),
+        step_seconds=0.25,
+        epoch_end_seconds=0.5,
+        start_seconds=7.0,
+        task_seconds=2.0,
+        ingest_seconds=4.0,
     )
     assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
     document = json.loads(capsys.readouterr().out)
     # Two jobs, each a pipeline step; check, ingest and select around them, select starting as a job does.
-    assert document["estimated_seconds"] == pytest.approx(2 * 3 * 10 * 0.25 + 2 * (7.0 + 2.0) + 3 * 2.0 + 4.0 + 7.0)
+    assert document["estimated_seconds"] == pytest.approx(
+        2 * 3 * (10 * 0.25 + 0.5) + 2 * (7.0 + 2.0) + 3 * 2.0 + 4.0 + 7.0
+    )
     assert document["least_seconds"] == document["estimated_seconds"]  # no halving: every variant trains its epochs
     assert document["calibration"]["start_seconds"] == 7.0
     assert [(s["architecture"], s["step_seconds"]) for s in document["calibration"]["steps"]] == [
@@ -611,7 +657,7 @@ def test_another_machine_s_calibration_is_measured_again(
     elsewhere = dataclasses.replace(
         samples.calibration(start_seconds=99.0),
         machine="another CPU",
-        steps=[costs.StepCost("mlp", False, 16, 1, 1, costs.macs(mlp), 9.0)],
+        steps=[costs.StepCost("mlp", False, 16, 1, 1, costs.macs(mlp), 9.0, 9.0)],
     )
     (cost_cache / costs.FILE).write_text(elsewhere.to_json())
     measured = costs.calibrated([mlp], str(fashion_dir), steps=2)
@@ -621,22 +667,29 @@ def test_another_machine_s_calibration_is_measured_again(
     assert 0 < cost.step_seconds < 9.0 and 0 < measured.start_seconds < 99.0 and 0 < measured.task_seconds < 99.0
     assert costs.read(cost_cache / costs.FILE) == measured
     assert costs.calibrated([mlp], str(fashion_dir), steps=2) == measured  # cached now: nothing measured again
-    assert capsys.readouterr().err.count("measuring this machine's training costs once") == 1
+    err = capsys.readouterr().err
+    assert err.count("measuring this machine's training costs once") == 1
+    assert err.count("bakeoff: timed m (1 of 1): ") == 1  # each calibration job says it ran
 
 
 def test_plan_on_the_default_config(cost_cache: Path, capsys: pytest.CaptureFixture) -> None:
-    """On a machine fast enough for the whole search in the default's 15 minutes, plan keeps all of it."""
+    """On a machine fast enough for the whole search in the default's 15 minutes, plan keeps all of it and trains it
+    longer, at most twice as long."""
     samples.cache_calibration(cost_cache, load_config(DEFAULT_CONFIG), step_seconds=0.01)
     assert main(["plan"]) == 0
     out = capsys.readouterr().out
-    assert "\nbudget: 15 min, which it fits" in out
+    fitted = out.split("\nbudget: 15 min; fitted to it:\n  search.halving.max_epochs 20 -> ")[1]
+    epochs = int(fitted.split(":")[0])
+    assert 20 < epochs <= 40 and fitted.startswith(f"{epochs}: 20 epochs take an estimated ")
     assert out.startswith(f"6 variants from {DEFAULT_CONFIG}:\n")
     listed = [line.split() for line in out.splitlines()[1:7]]
     assert [line[0] for line in listed[:3]] == ["cnn", "dropout", "batch_norm"] and all(
         line[1:] == ["(as", "written)"] for line in listed[:3]
     )
     assert all(line[0].startswith("wide-") and line[1].startswith("model.dense_units=") for line in listed[3:])
-    assert "     0       3         6     2\n     1       9         2     1\n     2      20         1     1\n" in out
+    assert (
+        f"     0       3         6     2\n     1       9         2     1\n     2      {epochs}         1     1\n" in out
+    )
 
 
 def test_plan_on_a_bad_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -130,7 +130,7 @@ def test_budget_flag_sets_or_lifts_the_files_budget_in_plan(
     assert len(from_file["variants"]) < 8 and from_file["search"]["budget_minutes"] == 3
     assert plan("--config", str(unbudgeted), "--budget", "180s")["variants"] == from_file["variants"]
     lifted = plan("--config", str(budgeted), "--budget", "none")
-    assert (len(lifted["variants"]), lifted["shrunk"], lifted["search"]["budget_minutes"]) == (8, [], None)
+    assert (len(lifted["variants"]), lifted["fitted"], lifted["search"]["budget_minutes"]) == (8, [], None)
     assert len(plan("--config", str(budgeted), "--budget", "1h")["variants"]) == 8
 
 
@@ -160,10 +160,10 @@ def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(
     samples.cache_calibration(cost_cache, load_config(config), step_seconds=0.001, start_seconds=20.0)
     assert main(["plan", "--config", str(config), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["shrunk"] and 1 < len(plan["variants"]) < 8
+    assert plan["fitted"] and 1 < len(plan["variants"]) < 8
     out = tmp_path / "budget.yaml.ir"
     assert main(["compile", "--config", str(config), "-o", str(out), "--budget", "3m"]) == 0
-    assert f"within search.budget: {plan['shrunk'][0]}" in capsys.readouterr().err
+    assert f"within search.budget: {plan['fitted'][0]}" in capsys.readouterr().err
     spec = ir(out)
     assert compiled_names(out) == [variant["name"] for variant in plan["variants"]]
     tasks, components = spec["root"]["dag"]["tasks"], spec["components"]
@@ -381,10 +381,11 @@ def test_the_run_says_what_its_budget_bought(tmp_path: Path) -> None:
     loaded = load_config(config)
     plan = fit(loaded, samples.calibration(loaded, step_seconds=0.001, start_seconds=20.0))
     kept = len(plan.config.variants)
-    assert 1 < kept < 8
+    assert 1 < kept < 8 and plan.config.search is not None and plan.config.search.halving is not None
+    epochs = plan.config.search.halving.max_epochs  # the draws that fit cost starts, not epochs: they train longer
     assert bought(plan, 8, 150.0) == (
-        f"budget 3 min: {kept} of 8 variants (search.samples 8 -> {kept}), planned {plan.least_seconds / 60:.1f} to"
-        f" {plan.seconds / 60:.1f} min here; the run took 2.5 min"
+        f"budget 3 min: {kept} of 8 variants (search.samples 8 -> {kept}; search.halving.max_epochs 8 -> {epochs}),"
+        f" planned {plan.least_seconds / 60:.1f} to {plan.seconds / 60:.1f} min here; the run took 2.5 min"
     )
     whole = fit(loaded.with_budget(60.0), samples.calibration(loaded, step_seconds=0.001, start_seconds=20.0))
-    assert bought(whole, 8, 60.0).startswith("budget 60 min: 8 of 8 variants (nothing shrunk), planned ")
+    assert bought(whole, 8, 60.0).startswith("budget 60 min: 8 of 8 variants (search.halving.max_epochs 8 -> 16),")

@@ -1,4 +1,4 @@
-"""The plan's cost: seconds per epoch from this machine's measured steps, and a search shrunk to fit its budget."""
+"""The plan's cost: seconds per epoch from this machine's measured steps, and a search fitted to its budget."""
 
 from __future__ import annotations
 
@@ -16,21 +16,24 @@ TRAIN_EXAMPLES = TRAIN_IMAGES - defaults.VALIDATION_SIZE  # Fashion-MNIST's trai
 
 
 def epoch_seconds(variant: Variant, train_examples: int, calibration: Calibration) -> float:
-    """One epoch of ``variant`` here: its steps, each the measured step of its shape at its network's MACs."""
+    """One epoch of ``variant`` here: its steps, each the measured step of its shape at its network's MACs, and its
+    end (validation, backup), also measured: as if it validates every epoch, an upper bound for ``validation_freq``
+    above 1."""
     steps = train_examples // (variant.training.batch_size * variant.workers)  # as the worker divides an epoch
-    return steps * calibration.step_seconds(shape_of(variant), macs(variant))
+    shape, network = shape_of(variant), macs(variant)
+    return steps * calibration.step_seconds(shape, network) + calibration.epoch_end_seconds(shape, network)
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What a search will train: the config as shrunk, its rungs (None: every variant trains its epochs once), the
-    estimate."""
+    """What a search will train: the config as fitted to its budget, its rungs (None: every variant trains its epochs
+    once), the estimate."""
 
     config: Config
     rungs: list[Rung] | None
     seconds: float  # at most: the costliest variants survive each rung
     least_seconds: float  # at least: the cheapest ones do (the same without halving)
-    shrunk: list[str]
+    fitted: list[str]  # what the budget changed, a line each: draws or epochs cut, or epochs added
     calibration: Calibration  # the costs the estimate used
 
 
@@ -76,13 +79,16 @@ def _with_samples(config: Config, samples: int) -> Config:
 
 
 def _with_epochs(config: Config, epochs: int) -> Config:
-    """The config with every variant's epochs at most ``epochs`` (with halving: ``max_epochs`` lowered to it)."""
+    """The config trained to ``epochs``: with halving, ``max_epochs`` set to it (every variant trains to it), lowered
+    or raised; without, every variant's epochs at most ``epochs``."""
     assert config.search is not None
     search, halving = config.search, config.search.halving
     if halving is not None:
         search = dataclasses.replace(search, halving=Halving(min(halving.min_epochs, epochs), epochs, halving.eta))
     variants = [
-        dataclasses.replace(v, training=dataclasses.replace(v.training, epochs=min(v.training.epochs, epochs)))
+        dataclasses.replace(
+            v, training=dataclasses.replace(v.training, epochs=epochs if halving else min(v.training.epochs, epochs))
+        )
         for v in config.variants
     ]
     return dataclasses.replace(config, variants=variants, search=search)
@@ -109,21 +115,22 @@ def _most(
 
 
 def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EXAMPLES) -> Plan:
-    """The plan for ``config``, shrunk to ``search.budget_minutes`` before anything runs rather than cut short mid-rung.
+    """The plan for ``config``, fitted to ``search.budget_minutes`` before anything runs rather than cut short mid-rung.
 
-    Fewer draws per sampled variant first (grid and baseline variants stay), then fewer epochs for every variant
-    (with halving, a lower ``max_epochs``); if even one draw at one epoch is over the budget, one line says so. The
-    last draw goes too when keeping it would leave the search under ``DRAWN_EPOCHS_SHARE`` of the epochs it keeps
-    without any draws.
+    Over the budget: fewer draws per sampled variant first (grid and baseline variants stay), then fewer epochs for
+    every variant (with halving, a lower ``max_epochs``); if even one draw at one epoch is over the budget, one line
+    says so. The last draw goes too when keeping it would leave the search under ``DRAWN_EPOCHS_SHARE`` of the
+    epochs it keeps without any draws. Under it, a halving search trains to the most epochs the budget holds, up to
+    ``GROWN_EPOCHS_FACTOR`` times its ``max_epochs``.
     """
     rungs, seconds = estimate(config, train_examples, calibration)
     budget = config.budget_minutes
-    if budget is None or seconds <= budget * 60:
+    if budget is None:
         return _plan(config, rungs, seconds, [], calibration, train_examples)
     assert config.search is not None
-    limit, shrunk, samples = budget * 60, [], config.search.samples
+    limit, fitted, samples = budget * 60, [], config.search.samples
     halving = config.search.halving  # kept by the shrinking below
-    if any(expansion.sample is not None for expansion in config.expansions.values()):
+    if seconds > limit and any(expansion.sample is not None for expansion in config.expansions.values()):
         kept, why = _most(config, _with_samples, samples, calibration, train_examples, limit), ""
         if not kept:  # one draw then, unless it would leave the search under its share of the epochs none leaves
             kept, undrawn = 1, _with_samples(config, 0)
@@ -135,42 +142,68 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
                     kept, why = 0, f"; one would leave the search {one} epochs, none leaves it {none}"
         if kept < samples:
             config = _with_samples(config, kept)
-            shrunk.append(
+            fitted.append(
                 f"search.samples {samples} -> {kept}: {samples} draws per sampled variant take"
                 f" an estimated {_minutes(seconds)}, over the budget of {budget:g} min{why}"
             )
             rungs, seconds = estimate(config, train_examples, calibration)
-    if seconds > limit:
-        longest = max(variant.training.epochs for variant in config.variants)
-        fitting_epochs = _most(config, _with_epochs, longest - 1, calibration, train_examples, limit)
-        if not fitting_epochs:
-            least = estimate(_with_epochs(config, 1), train_examples, calibration)[1]
-            raise BakeoffError(
-                f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} "
-                f"variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"
-                f" (an estimated {_minutes(least)} here): raise the budget or list fewer variants"
-            )
-        field = "search.halving.max_epochs" if halving else "training.epochs"
-        shrunk.append(
-            f"{field} {longest} -> {fitting_epochs}: {longest} epochs take an estimated {_minutes(seconds)}, over the "
-            f"budget of {budget:g} min"
+    if seconds <= limit:  # as written, or without the draws that went: room left may buy epochs
+        return _grown(config, rungs, seconds, fitted, calibration, train_examples)
+    longest = max(variant.training.epochs for variant in config.variants)
+    fitting_epochs = _most(config, _with_epochs, longest - 1, calibration, train_examples, limit)
+    if not fitting_epochs:
+        least = estimate(_with_epochs(config, 1), train_examples, calibration)[1]
+        raise BakeoffError(
+            f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} "
+            f"variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"
+            f" (an estimated {_minutes(least)} here): raise the budget or list fewer variants"
         )
-        config = _with_epochs(config, fitting_epochs)
-        rungs, seconds = estimate(config, train_examples, calibration)
-    return _plan(config, rungs, seconds, shrunk, calibration, train_examples)
+    field = "search.halving.max_epochs" if halving else "training.epochs"
+    fitted.append(
+        f"{field} {longest} -> {fitting_epochs}: {longest} epochs take an estimated {_minutes(seconds)}, over the "
+        f"budget of {budget:g} min"
+    )
+    config = _with_epochs(config, fitting_epochs)
+    rungs, seconds = estimate(config, train_examples, calibration)
+    return _plan(config, rungs, seconds, fitted, calibration, train_examples)
+
+
+def _grown(
+    config: Config,
+    rungs: list[Rung] | None,
+    seconds: float,
+    fitted: list[str],
+    calibration: Calibration,
+    train_examples: int,
+) -> Plan:
+    """The plan of a halving ``config`` within its budget raised to the most ``max_epochs`` the budget holds, up to
+    ``GROWN_EPOCHS_FACTOR`` times those written (a search without halving trains its variants' epochs as written)."""
+    assert config.search is not None and config.budget_minutes is not None
+    halving, budget = config.search.halving, config.budget_minutes
+    written = halving.max_epochs if halving else 0
+    most = _most(config, _with_epochs, written * defaults.GROWN_EPOCHS_FACTOR, calibration, train_examples, budget * 60)
+    if most <= written:
+        return _plan(config, rungs, seconds, fitted, calibration, train_examples)
+    grown = _with_epochs(config, most)
+    rungs, more = estimate(grown, train_examples, calibration)
+    line = (
+        f"search.halving.max_epochs {written} -> {most}: {written} epochs take an estimated {_minutes(seconds)}, the"
+        f" budget of {budget:g} min holds {most} ({_minutes(more)})"
+    )
+    return _plan(grown, rungs, more, [*fitted, line], calibration, train_examples)
 
 
 def _plan(
     config: Config,
     rungs: list[Rung] | None,
     seconds: float,
-    shrunk: list[str],
+    fitted: list[str],
     calibration: Calibration,
     train_examples: int,
 ) -> Plan:
     """The plan of the config as fitted: its upper-bound estimate ``seconds`` and the lower bound beside it."""
     least = estimate(config, train_examples, calibration, costliest=False)[1]
-    return Plan(config, rungs, seconds, least, shrunk, calibration)
+    return Plan(config, rungs, seconds, least, fitted, calibration)
 
 
 def plan_config(config: Config, max_train_examples: int = 0) -> tuple[Plan, int]:

@@ -31,7 +31,7 @@ from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage.records import Record, RecordError, timestamp
 
-VERSION = 4  # of the cost model and of this record: a new one measures again
+VERSION = 5  # of the cost model and of this record: a new one measures again
 FILE = "calibration.json"
 MACS_TOLERANCE = 1.5  # networks within this factor of a measured one cost as it does, in proportion
 CPUINFO = Path("/proc/cpuinfo")
@@ -60,15 +60,26 @@ class StepCost(Record):
     threads: int
     macs: int  # of the network timed, one image's forward pass
     step_seconds: float
+    epoch_end_seconds: float  # an epoch's end: scoring the validation images and saving the backup
 
     @property
     def shape(self) -> Shape:
         return Shape(self.architecture, self.batch_norm, self.batch_size, self.workers)
 
     @classmethod
-    def of(cls, shape: Shape, threads: int, macs: int, step_seconds: float) -> StepCost:
-        """The step of a network of ``macs`` in ``shape``, its replicas on ``threads`` threads each."""
-        return cls(shape.architecture, shape.batch_norm, shape.batch_size, shape.workers, threads, macs, step_seconds)
+    def of(cls, shape: Shape, threads: int, macs: int, step_seconds: float, epoch_end_seconds: float) -> StepCost:
+        """The step of a network of ``macs`` in ``shape``, its replicas on ``threads`` threads each, and its epoch's
+        end."""
+        return cls(
+            shape.architecture,
+            shape.batch_norm,
+            shape.batch_size,
+            shape.workers,
+            threads,
+            macs,
+            step_seconds,
+            epoch_end_seconds,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,14 +102,11 @@ class Calibration(Record):
         """A step of a network of ``network_macs`` in ``shape``: on the line through the cheapest and costliest
         networks measured (a step has a part that does not grow with the network: input, all-reduce, optimizer),
         or in proportion to the one measured; never below the cheapest one's step for a larger network."""
-        measured = self.costs(shape)
-        low, high = measured[0], measured[-1]
-        proportional = low.step_seconds * network_macs / low.macs
-        if high.macs == low.macs:
-            return proportional
-        slope = (high.step_seconds - low.step_seconds) / (high.macs - low.macs)
-        line = low.step_seconds + slope * (network_macs - low.macs)
-        return max(line, low.step_seconds if network_macs >= low.macs else proportional)
+        return _on_line([(cost.macs, cost.step_seconds) for cost in self.costs(shape)], network_macs)
+
+    def epoch_end_seconds(self, shape: Shape, network_macs: int) -> float:
+        """An epoch's end (validation, backup) of a network of ``network_macs`` in ``shape``, priced as its step."""
+        return _on_line([(cost.macs, cost.epoch_end_seconds) for cost in self.costs(shape)], network_macs)
 
     def missing(self, wanted: Iterable[Variant]) -> list[Variant]:
         """Those of ``wanted`` (``timed``'s) with no measured network of their shape within ``MACS_TOLERANCE``."""
@@ -107,6 +115,17 @@ class Calibration(Record):
             for variant in wanted
             if not any(within(cost.macs, macs(variant), MACS_TOLERANCE) for cost in self.costs(shape_of(variant)))
         ]
+
+
+def _on_line(measured: list[tuple[int, float]], network_macs: int) -> float:
+    """The seconds of a network of ``network_macs`` from ``measured`` (MACs, seconds), the cheapest first: on the
+    line through the first and last, or in proportion to the one; never below the first for a larger network."""
+    (low_macs, low), (high_macs, high) = measured[0], measured[-1]
+    proportional = low * network_macs / low_macs
+    if high_macs == low_macs:
+        return proportional
+    line = low + (high - low) / (high_macs - low_macs) * (network_macs - low_macs)
+    return max(line, low if network_macs >= low_macs else proportional)
 
 
 def within(a: int, b: int, factor: float) -> bool:
@@ -216,7 +235,8 @@ def measure(
 ) -> Calibration:
     """Times ``wanted`` here with what a run does: the data built as ingest builds it, a pipeline step's process
     start, and one short real job of each network on the local backend, ``steps`` steps after a first execution;
-    its step is the job's steady rate, its start the rest of its wall time."""
+    its step is the job's steady rate, its epoch's end its validation and backup, its start the rest of its wall
+    time."""
     with tempfile.TemporaryDirectory(prefix="bakeoff-calibration-") as scratch:
         began = time.perf_counter()
         data = Path(scratch) / "data"
@@ -226,6 +246,12 @@ def measure(
         for index, variant in enumerate(wanted):
             cost, start = _job(
                 variant, data.as_uri(), (Path(scratch) / "store").as_uri(), f"calibration-{index}", steps
+            )
+            # a minute or more on 2 cores in all: a line per job shows it goes on
+            print(
+                f"bakeoff: timed {variant.name} ({index + 1} of {len(wanted)}): {cost.step_seconds * 1000:.3g} ms a"
+                f" step, {start:.1f} s to start",
+                file=sys.stderr,
             )
             costs.append(cost)
             starts.append(start)
@@ -260,8 +286,9 @@ def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: in
     wall = time.perf_counter() - began
     step = metrics.global_batch_size / metrics.examples_per_second
     threads = thread_cap(shape.workers, defaults.LOCAL_PARALLELISM)
-    cost = StepCost.of(shape, threads, macs(variant), step)
-    return cost, wall - metrics.steps_per_epoch * metrics.epochs_trained * step
+    epoch_end = (metrics.validation_seconds + metrics.backup_seconds) / metrics.epochs_trained
+    cost = StepCost.of(shape, threads, macs(variant), step, epoch_end)
+    return cost, wall - metrics.epochs_trained * (metrics.steps_per_epoch * step + epoch_end)
 
 
 def _task_seconds() -> float:

@@ -145,7 +145,7 @@ def bought(plan: Plan, listed: int, seconds: float) -> str:
     """What the budget bought: the variants and epochs it kept of the ``listed``, the plan's span and the run's time."""
     config = plan.config
     assert config.budget_minutes is not None
-    kept = "; ".join(line.split(":")[0] for line in plan.shrunk) or "nothing shrunk"
+    kept = "; ".join(line.split(":")[0] for line in plan.fitted) or "as written"
     return (
         f"budget {config.budget_minutes:g} min: {len(config.variants)} of {listed} variants ({kept}),"
         f" planned {plan.least_seconds / 60:.1f} to {plan.seconds / 60:.1f} min here;"

@@ -15,7 +15,8 @@ from bakeoff.pipelines.cli.flags import budget_arg, load_budgeted
 
 
 def plan_document(plan: Plan) -> dict:
-    """The plan as one JSON document: variants with their searched values, the rungs, the estimate, what was shrunk."""
+    """The plan as one JSON document: variants with their searched values, the rungs, the estimate, what the budget
+    changed."""
     config = plan.config
     return {
         "config": config.source,
@@ -33,7 +34,7 @@ def plan_document(plan: Plan) -> dict:
         "rungs": [dataclasses.asdict(rung) for rung in plan.rungs] if plan.rungs is not None else None,
         "estimated_seconds": round(plan.seconds, 1),
         "least_seconds": round(plan.least_seconds, 1),
-        "shrunk": plan.shrunk,
+        "fitted": plan.fitted,
         "calibration": plan.calibration.to_dict(),
     }
 
@@ -66,9 +67,10 @@ def render(plan: Plan, train_examples: int) -> str:
     lines.append(costs(plan.calibration))
     if config.budget_minutes is not None:
         lines.append(
-            f"budget: {config.budget_minutes:g} min" + ("; shrunk to fit:" if plan.shrunk else ", which it fits")
+            f"budget: {config.budget_minutes:g} min"
+            + ("; fitted to it:" if plan.fitted else ", which it fits as written")
         )
-        lines += [f"  {line}" for line in plan.shrunk]
+        lines += [f"  {line}" for line in plan.fitted]
     return "\n".join(lines)
 
 
@@ -76,7 +78,7 @@ def costs(calibration: Calibration) -> str:
     """The calibration an estimate used, in one line."""
     steps = ", ".join(
         f"{c.architecture}{' with batch norm' if c.batch_norm else ''} of {c.macs / 1e6:.3g}M MACs"
-        f" {c.step_seconds * 1000:.3g} ms/step (batch {c.batch_size},"
+        f" {c.step_seconds * 1000:.3g} ms/step, {c.epoch_end_seconds:.2g} s an epoch's end (batch {c.batch_size},"
         f" {c.workers}×{c.threads} threads)"
         for c in calibration.steps
     )
