@@ -123,10 +123,10 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
     epochs it keeps without any draws. Under it, a halving search trains to the most epochs the budget holds, up to
     ``GROWN_EPOCHS_FACTOR`` times its ``max_epochs``.
     """
-    rungs, seconds = estimate(config, train_examples, calibration)
+    seconds = estimate(config, train_examples, calibration)[1]
     budget = config.budget_minutes
     if budget is None:
-        return _plan(config, rungs, seconds, [], calibration, train_examples)
+        return _plan(config, [], calibration, train_examples)
     assert config.search is not None
     limit, fitted, samples = budget * 60, [], config.search.samples
     halving = config.search.halving  # kept by the shrinking below
@@ -146,9 +146,9 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
                 f"search.samples {samples} -> {kept}: {samples} draws per sampled variant take"
                 f" an estimated {_minutes(seconds)}, over the budget of {budget:g} min{why}"
             )
-            rungs, seconds = estimate(config, train_examples, calibration)
+            seconds = estimate(config, train_examples, calibration)[1]
     if seconds <= limit:  # as written, or without the draws that went: room left may buy epochs
-        return _grown(config, rungs, seconds, fitted, calibration, train_examples)
+        return _grown(config, fitted, calibration, train_examples)
     longest = max(variant.training.epochs for variant in config.variants)
     fitting_epochs = _most(config, _with_epochs, longest - 1, calibration, train_examples, limit)
     if not fitting_epochs:
@@ -163,19 +163,10 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
         f"{field} {longest} -> {fitting_epochs}: {longest} epochs take an estimated {_minutes(seconds)}, over the "
         f"budget of {budget:g} min"
     )
-    config = _with_epochs(config, fitting_epochs)
-    rungs, seconds = estimate(config, train_examples, calibration)
-    return _plan(config, rungs, seconds, fitted, calibration, train_examples)
+    return _plan(_with_epochs(config, fitting_epochs), fitted, calibration, train_examples)
 
 
-def _grown(
-    config: Config,
-    rungs: list[Rung] | None,
-    seconds: float,
-    fitted: list[str],
-    calibration: Calibration,
-    train_examples: int,
-) -> Plan:
+def _grown(config: Config, fitted: list[str], calibration: Calibration, train_examples: int) -> Plan:
     """The plan of a halving ``config`` within its budget raised to the most ``max_epochs`` the budget holds, up to
     ``GROWN_EPOCHS_FACTOR`` times those written (a search without halving trains its variants' epochs as written)."""
     assert config.search is not None and config.budget_minutes is not None
@@ -183,25 +174,19 @@ def _grown(
     written = halving.max_epochs if halving else 0
     most = _most(config, _with_epochs, written * defaults.GROWN_EPOCHS_FACTOR, calibration, train_examples, budget * 60)
     if most <= written:
-        return _plan(config, rungs, seconds, fitted, calibration, train_examples)
+        return _plan(config, fitted, calibration, train_examples)
     grown = _with_epochs(config, most)
-    rungs, more = estimate(grown, train_examples, calibration)
+    seconds, more = (estimate(searched, train_examples, calibration)[1] for searched in (config, grown))
     line = (
         f"search.halving.max_epochs {written} -> {most}: {written} epochs take an estimated {_minutes(seconds)}, the"
         f" budget of {budget:g} min holds {most} ({_minutes(more)})"
     )
-    return _plan(grown, rungs, more, [*fitted, line], calibration, train_examples)
+    return _plan(grown, [*fitted, line], calibration, train_examples)
 
 
-def _plan(
-    config: Config,
-    rungs: list[Rung] | None,
-    seconds: float,
-    fitted: list[str],
-    calibration: Calibration,
-    train_examples: int,
-) -> Plan:
-    """The plan of the config as fitted: its upper-bound estimate ``seconds`` and the lower bound beside it."""
+def _plan(config: Config, fitted: list[str], calibration: Calibration, train_examples: int) -> Plan:
+    """The plan of the config as fitted: its rungs, its upper-bound estimate and the lower bound beside it."""
+    rungs, seconds = estimate(config, train_examples, calibration)
     least = estimate(config, train_examples, calibration, costliest=False)[1]
     return Plan(config, rungs, seconds, least, fitted, calibration)
 
