@@ -31,6 +31,11 @@ DRAWN_EPOCHS_SHARE = 0.5
 # written: the seed `batch_norm` still gained from 10 to 15 epochs (results.md), and a large budget must not turn a
 # 20-epoch search into a 200-epoch one its config never asked for.
 GROWN_EPOCHS_FACTOR = 2
+# A budgeted run's halve steps cost the rest of the search as the plan does, scaled by how far the run so far is off
+# its plan (components/search/deadline.py), within these bounds: a stalled or idle start must not decide alone.
+DEADLINE_SCALE = (0.5, 2.0)
+# ... and keep at most this many times their rung's keep: a large budget must not turn halving into training everyone.
+DEADLINE_KEEP_FACTOR = 2
 # The plan's cost model (components/search/budget.py): an epoch costs its steps, each on the line (by forward MACs
 # per image) through the steps of the cheapest and costliest networks of its shape, timed in short real jobs on this
 # machine; each job costs a measured start more, each pipeline step a process start. Measured once per machine and

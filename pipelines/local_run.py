@@ -15,6 +15,7 @@ from typing import TextIO
 from bakeoff.components import defaults
 from bakeoff.components.errors import ERROR_FILE_ENV, BakeoffError
 from bakeoff.components.progress import PROGRESS_DIR_ENV
+from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.selection.settings import SelectionSettings
 from bakeoff.components.spec import Search, Variant
 from bakeoff.components.storage.records import Summary
@@ -63,6 +64,7 @@ class LocalRun:
     timeout_seconds: int = defaults.TIMEOUT_SECONDS
     search: Search | None = None  # with halving, the pipeline's rungs are unrolled from it
     progress_dir: Path | None = None  # someone watches: events, replica logs and kfp.local's output go here
+    deadline: Deadline | None = None  # a budget's: its halve steps keep as many as the rest can train by it
 
 
 def run_local(run: LocalRun) -> Summary:
@@ -106,6 +108,7 @@ def run_local(run: LocalRun) -> Summary:
                     max_train_examples=run.max_train_examples,
                     timeout_seconds=run.timeout_seconds,
                     backend="local",  # also inside a notebook pod: `run` means this machine
+                    deadline=run.deadline.to_json(indent=None) if run.deadline else "",
                 )
         except RuntimeError as error:
             if error_file.exists():

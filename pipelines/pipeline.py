@@ -164,6 +164,7 @@ def _bakeoff(
         timeout_seconds: int = defaults.TIMEOUT_SECONDS,
         backend: str = "auto",
         trainer: str = defaults.TRAINER,
+        deadline: str = "",
     ) -> str:
         # What a UI or SDK user may set is checked first, against what was compiled in: a mismatch costs no ingest.
         checked = steps.on_cluster(
@@ -184,6 +185,7 @@ def _bakeoff(
                 trainer=trainer,
                 halving=dataclasses.asdict(halving) if halving else {},
                 compiled_variants=compiled,
+                deadline=deadline,
             )
         )
         checked.set_caching_options(False)  # it opens the store, whose reachability a cached success would not prove
@@ -201,6 +203,7 @@ def _bakeoff(
             rungs,
             variants,
             metric,
+            deadline,
             data=data.outputs["data"],
             store=store,
             s3_endpoint=s3_endpoint,
@@ -233,9 +236,11 @@ def _train_rungs(
     rungs: list[tuple[Rung | None, dsl.graph_component.GraphComponent]],
     variants: Any,
     metric: Any,
+    deadline: Any,
     **training: Any,
 ) -> tuple[Any, dsl.PipelineTask]:
-    """Each rung's sub-pipeline over the variants the halve step before it kept; the last rung's variants and task.
+    """Each rung's sub-pipeline over the variants the halve step before it kept (as many as ``deadline`` lets it,
+    when set); the last rung's variants and task.
 
     ``training`` holds what every rung's sub-pipeline gets besides its variants (the data, the store, the limits).
     """
@@ -254,6 +259,7 @@ def _train_rungs(
                 rung=rung.index,
                 keep=rung.keep,
                 metric=metric,
+                deadline=deadline,
             ).after(trained)
         )
         halved.set_caching_options(False)

@@ -31,6 +31,11 @@ HALVING = {
     "eta": 2.0,
 }  # as KFP hands over the compiled-in constant: numbers as floats
 RECOMPILE = "or recompile with `bakeoff compile --config ...`"
+# What `bakeoff run` sets for SEARCH's rungs under a budget (components/search/deadline.py).
+DEADLINE = (
+    '{"began": 0, "ends": 900, "epoch_seconds": {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}, "job_seconds": 9.0,'
+    ' "step_seconds": 1.0, "before_seconds": 5.0, "select_seconds": 9.0, "stops": [1, 2], "keeps": [2, 1]}'
+)
 
 
 def variant(name: str, epochs: int = 2, workers: int = 1) -> dict:
@@ -67,6 +72,7 @@ def parameters(tmp_path: Path, **changes: Any) -> dict:
         "trainer": "tfjob",
         "halving": HALVING,
         "compiled_variants": 4,
+        "deadline": "",
     } | changes
 
 
@@ -86,6 +92,7 @@ def test_parameters_that_fit_the_compiled_pipeline_pass_and_nothing_is_written(
     # Another learning rate and model for every variant: only the count and the epochs are compiled in.
     edited = [variant(name) | {"training": {"epochs": 2.0, "learning_rate": 0.02}} for name in "wxyz"]
     check(**parameters(tmp_path, variants=edited))
+    check(**parameters(tmp_path, deadline=DEADLINE))
     check(**parameters(tmp_path, variants=[variant("solo", epochs=1)], halving={}, compiled_variants=3))
     assert not (tmp_path / "store").exists()
 
@@ -143,6 +150,15 @@ BAD = {
     "deadline": (
         {"timeout_seconds": 0},
         "timeout_seconds: 0 seconds is no deadline for a TFJob: give 1 to 604800 (a week)",
+    ),
+    "a deadline that costs not every variant": (
+        {"deadline": DEADLINE.replace('"d": 1.0', '"x": 1.0')},
+        "deadline: costs no epoch of 'd': leave it empty, or let `bakeoff run` set it from its plan",
+    ),
+    "a deadline that is no deadline": (
+        {"deadline": "soon"},
+        "deadline: its value: not JSON (Expecting value: line 1 column 1 (char 0)): written by another version of"
+        " bakeoff or by hand: rerun what wrote it with this version",
     ),
     "validation": ({"validation_size": 60000}, "validation_size: validation size 60000 must be between 1 and 59999"),
     "source": (

@@ -3,10 +3,13 @@ kfp.local."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,10 +17,11 @@ import yaml
 
 from bakeoff.components import progress
 from bakeoff.components.search.budget import fit
+from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.spec import load_config
 from bakeoff.components.steps.halve import halve
 from bakeoff.components.storage import open_store, registry, runs
-from bakeoff.components.storage.records import Score, Summary, WorkerMetrics
+from bakeoff.components.storage.records import RungRecord, Score, Summary, WorkerMetrics
 from bakeoff.pipelines import conformance
 from bakeoff.pipelines.cli.local import bought
 from bakeoff.pipelines.cli.main import main
@@ -205,7 +209,7 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
         write_rung(store, "run1", name, 1, accuracy, loss)
     variants = [{"name": name, "model": {"type": "mlp"}, "workers": 1.0} for name in scores]
 
-    kept = halve(variants, store.uri, "", "run1", 1, 2, metric)
+    kept = halve(variants, store.uri, "", "run1", 1, 2, metric, "")
 
     value = {name: pair[0] if metric == "val_accuracy" else pair[1] for name, pair in scores.items()}
     order = sorted(value, key=lambda name: value[name], reverse=BETTER[metric] is max)
@@ -227,6 +231,35 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
         assert bool(store.list(f"runs/run1/{name}/backup")) == (name in order[:2]), name
 
 
+def test_with_time_to_spare_halve_keeps_more_but_never_a_diverged_one(tmp_path: Path) -> None:
+    """A budgeted run's deadline far off: rung 0 keeps more than its 2, best first, and their backups; a NaN score
+    still stops. Past the deadline it keeps only its best."""
+    store = open_store(str(tmp_path / "store"))
+    for name, accuracy in {"a": 0.8, "b": 0.9, "c": 0.7, "nan": math.nan}.items():
+        write_rung(store, "run1", name, 0, accuracy, 0.5)
+    variants = [{"name": name, "model": {"type": "mlp"}} for name in ("a", "b", "c", "nan")]
+    held = Deadline(
+        began=time.time(),
+        ends=time.time() + 3600,
+        epoch_seconds=dict.fromkeys(("a", "b", "c", "nan"), 1.0),
+        job_seconds=1.0,
+        step_seconds=1.0,
+        before_seconds=1.0,
+        select_seconds=1.0,
+        stops=[2, 4],
+        keeps=[1, 1],
+    )
+    kept = halve(variants, store.uri, "", "run1", 0, 2, "val_accuracy", held.to_json(indent=None))
+    assert [v["name"] for v in kept] == ["b", "a", "c"]
+    (record,) = runs.search_records(store, "run1")
+    assert [s.variant for s in record.kept] == ["b", "a", "c"] and [s.variant for s in record.stopped] == ["nan"]
+    assert record.stopped[0].reason.endswith("rung 0 keeps 3 (not 2: the budget's deadline)")
+    assert [name for name in "abc" if store.list(f"runs/run1/{name}/backup")] == ["a", "b", "c"]
+    past = dataclasses.replace(held, ends=held.began - 1)
+    kept = halve(variants[:3], store.uri, "", "run1", 0, 2, "val_accuracy", past.to_json(indent=None))
+    assert [v["name"] for v in kept] == ["b"]
+
+
 def test_halve_ranks_by_the_last_third_of_the_epochs_so_one_dip_does_not_decide(tmp_path: Path) -> None:
     """The validation accuracies of rung 1 (epochs 1-9) of a real default run: the wider network dipped at epoch 9.
 
@@ -243,7 +276,7 @@ def test_halve_ranks_by_the_last_third_of_the_epochs_so_one_dip_does_not_decide(
             f"runs/run1/{name}/rung-1.json", samples.metrics(variant=name, history=history, epochs=9).to_json().encode()
         )
     variants = [{"name": name, "model": {"type": "mlp"}} for name in curves]
-    assert [v["name"] for v in halve(variants, store.uri, "", "run1", 1, 1, "val_accuracy")] == ["wide"]
+    assert [v["name"] for v in halve(variants, store.uri, "", "run1", 1, 1, "val_accuracy", "")] == ["wide"]
     (record,) = runs.search_records(store, "run1")
     (kept,) = record.kept
     assert kept == Score("wide", "val_accuracy", kept.value) and kept.value == pytest.approx((0.915 + 0.92 + 0.903) / 3)
@@ -259,7 +292,7 @@ def test_halve_refuses_a_record_without_validation(tmp_path: Path, capsys: pytes
         "runs/r/a/rung-0.json", samples.metrics(variant="a", history={"loss": [1.0]}, epochs=1).to_json().encode()
     )
     with pytest.raises(SystemExit):
-        halve([{"name": "a"}], store.uri, "", "r", 0, 1, "val_accuracy")
+        halve([{"name": "a"}], store.uri, "", "r", 0, 1, "val_accuracy", "")
     assert (
         capsys.readouterr()
         .err.strip()
@@ -314,14 +347,18 @@ def test_epochs_flag_is_refused_for_a_halving_config(tmp_path: Path, capsys: pyt
     assert not (tmp_path / "store").exists()
 
 
-@pytest.mark.training
-def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_path: Path) -> None:
-    """Four variants to epoch 1, the best two resumed to epoch 2, the better of those published."""
+def write_search(tmp_path: Path) -> Path:
     config = tmp_path / "search.yaml"
     config.write_text(SEARCH)
-    store_uri = f"file://{tmp_path / 'store'}"
+    return config
+
+
+def run_search(tmp_path: Path, store_uri: str, *flags: str) -> tuple[subprocess.CompletedProcess, Summary]:
+    """`bakeoff run` of SEARCH on 512 examples into ``store_uri``, with ``flags``: the process and its summary."""
+    config = write_search(tmp_path)
+    places = ["--store", store_uri, "--max-train-examples", "512"]
     run = subprocess.run(
-        [BAKEOFF, "run", "--config", str(config), "--store", store_uri, "--max-train-examples", "512", "--json"],
+        [BAKEOFF, "run", "--config", str(config), *places, *flags, "--json"],
         cwd=tmp_path,
         env=os.environ,
         capture_output=True,
@@ -329,7 +366,14 @@ def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_
         timeout=600,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    summary = Summary.from_json(run.stdout, "run --json")
+    return run, Summary.from_json(run.stdout, "run --json")
+
+
+@pytest.mark.training
+def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_path: Path) -> None:
+    """Four variants to epoch 1, the best two resumed to epoch 2, the better of those published."""
+    store_uri = f"file://{tmp_path / 'store'}"
+    run, summary = run_search(tmp_path, store_uri)
     store = open_store(store_uri)
     run_id = summary.run_id
 
@@ -374,6 +418,22 @@ def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_
     assert all(f'class="stopped" data-variant="{name}"' in page for name in set(everyone) - set(best_two))
 
 
+@pytest.mark.training
+def test_a_run_past_its_deadline_keeps_only_the_best_of_a_rung(tmp_path: Path, cost_cache: Path) -> None:
+    """`run` hands its pipeline the budget's deadline and the halve steps hold to it: with costs measured as a few
+    seconds for the whole search, the run is past its 2.1-second budget by rung 0's halve, which keeps 1, not 2."""
+    store_uri = f"file://{tmp_path / 'store'}"
+    costs = {"step_seconds": 0.001, "epoch_end_seconds": 0.1, "start_seconds": 0.1, "task_seconds": 0.01}
+    samples.cache_calibration(cost_cache, load_config(write_search(tmp_path)), ingest_seconds=0.1, **costs)
+    # 2.1 s holds the search as written (an estimated 1.98 s), not a 3rd epoch (2.32 s).
+    run, summary = run_search(tmp_path, store_uri, "--budget", "2.1s")
+    (record,) = runs.search_records(open_store(store_uri), summary.run_id)
+    assert record.epochs == 1 and len(record.kept) == 1 and len(record.stopped) == 3
+    assert record.stopped[0].reason.endswith("; rung 0 keeps 1 (not 2: the budget's deadline)")
+    assert [c.variant for c in summary.candidates] == [record.kept[0].variant]
+    assert "; for its deadline the halve steps kept 1 at rung 0 (not 2); the run took" in run.stderr
+
+
 def test_the_run_says_what_its_budget_bought(tmp_path: Path) -> None:
     """After the leaderboard: the budget, the variants it kept of those listed and why, the plan's span, the time."""
     config = tmp_path / "budget.yaml"
@@ -386,6 +446,22 @@ def test_the_run_says_what_its_budget_bought(tmp_path: Path) -> None:
     assert bought(plan, 8, 150.0) == (
         f"budget 3 min: {kept} of 8 variants (search.samples 8 -> {kept}; search.halving.max_epochs 8 -> {epochs}),"
         f" planned {plan.least_seconds / 60:.1f} to {plan.seconds / 60:.1f} min here; the run took 2.5 min"
+    )
+    # A halve step whose keep the deadline changed is said.
+    assert plan.rungs is not None
+    names = [v.name for v in plan.config.variants]
+    fuller = RungRecord(
+        0,
+        plan.rungs[0].epochs,
+        "val_accuracy",
+        names,
+        kept=[Score(name, "val_accuracy", 0.9) for name in names[: plan.rungs[0].keep + 1]],
+        stopped=[],
+        created="",
+    )
+    assert bought(plan, 8, 150.0, [fuller]).endswith(
+        f" here; for its deadline the halve steps kept {plan.rungs[0].keep + 1} at rung 0 (not {plan.rungs[0].keep});"
+        " the run took 2.5 min"
     )
     whole = fit(loaded.with_budget(60.0), samples.calibration(loaded, step_seconds=0.001, start_seconds=20.0))
     assert bought(whole, 8, 60.0).startswith("budget 60 min: 8 of 8 variants (search.halving.max_epochs 8 -> 16),")

@@ -9,6 +9,7 @@ from bakeoff.components import defaults
 from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.search.calibration import Calibration, calibrated, macs, shape_of
+from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.search.halving import Rung, schedule
 from bakeoff.components.spec import Config, Halving, Variant
 
@@ -35,6 +36,7 @@ class Plan:
     least_seconds: float  # at least: the cheapest ones do (the same without halving)
     fitted: list[str]  # what the budget changed, a line each: draws or epochs cut, or epochs added
     calibration: Calibration  # the costs the estimate used
+    train_examples: int  # an epoch's, as estimated
 
 
 def estimate(
@@ -63,6 +65,25 @@ def around(calibration: Calibration, halvings: int) -> float:
     """The steps around the jobs: check, ingest, each halve and select, each a process start; ingest builds the data,
     and select, like a job, starts TensorFlow, reads the data and a model, and saves one."""
     return (3 + halvings) * calibration.task_seconds + calibration.ingest_seconds + calibration.start_seconds
+
+
+def deadline(plan: Plan, began: float, ends: float) -> Deadline:
+    """The deadline a halving ``plan``'s run is held to: it started its pipeline at ``began`` and should end by
+    ``ends`` (Unix seconds), with the plan's costs for its halve steps to fill the time to it."""
+    assert plan.rungs is not None
+    calibration = plan.calibration
+    return Deadline(
+        began=began,
+        ends=ends,
+        epoch_seconds={v.name: epoch_seconds(v, plan.train_examples, calibration) for v in plan.config.variants},
+        job_seconds=calibration.start_seconds + calibration.task_seconds,
+        step_seconds=calibration.task_seconds,
+        # around()'s parts: check and ingest before the jobs, select after them
+        before_seconds=2 * calibration.task_seconds + calibration.ingest_seconds,
+        select_seconds=calibration.task_seconds + calibration.start_seconds,
+        stops=[rung.epochs for rung in plan.rungs],
+        keeps=[rung.keep for rung in plan.rungs],
+    )
 
 
 def _with_samples(config: Config, samples: int) -> Config:
@@ -188,7 +209,7 @@ def _plan(config: Config, fitted: list[str], calibration: Calibration, train_exa
     """The plan of the config as fitted: its rungs, its upper-bound estimate and the lower bound beside it."""
     rungs, seconds = estimate(config, train_examples, calibration)
     least = estimate(config, train_examples, calibration, costliest=False)[1]
-    return Plan(config, rungs, seconds, least, fitted, calibration)
+    return Plan(config, rungs, seconds, least, fitted, calibration, train_examples)
 
 
 def plan_config(config: Config, max_train_examples: int = 0) -> tuple[Plan, int]:

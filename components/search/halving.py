@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 
 from bakeoff.components import progress
 from bakeoff.components.defaults import HALVING_WINDOW
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.selection.ranking import check_metric, rank
 from bakeoff.components.spec import Halving, Variant
 from bakeoff.components.storage import Store, runs
@@ -102,19 +104,32 @@ def survivors(candidates: list[Score], keep: int, metric: str) -> tuple[list[str
     return names[:keep], names[keep:]
 
 
-def halve(store: Store, run_id: str, names: list[str], rung: int, keep: int, metric: str) -> list[str]:
+def halve(
+    store: Store, run_id: str, names: list[str], rung: int, keep: int, metric: str, deadline: Deadline | None = None
+) -> list[str]:
     """Keeps the ``keep`` of ``names`` best by ``metric`` after rung ``rung`` and records who stopped there, and why.
 
+    With a ``deadline`` as many go on as the rest of the search can train by it (``Deadline.going_on``).
     The record goes to ``runs/<run>/search/rung-<k>.json``, and the stopped variants' backups are deleted: no later
     job resumes them. Returns the kept names, best first.
     """
     scores, since, epochs = _rung_scores(store, run_id, names, rung, metric)
     kept, stopped = survivors(scores, keep, metric)
+    ranking, why = kept + stopped, ""
+    if deadline is not None:
+        earlier = [record for record in runs.search_records(store, run_id) if record.rung < rung]  # rung 0 first
+        finite = {entry.variant for entry in scores if math.isfinite(entry.value)}  # a diverged one never goes on
+        ranked = [name for name in ranking if name in finite] or kept
+        kept = deadline.going_on([*(record.entered for record in earlier), names], ranked, keep, time.time())
+        stopped = [name for name in ranking if name not in kept]
+        if len(kept) != keep:
+            why = f" (not {keep}: the budget's deadline)"
+            print(f"bakeoff: rung {rung} keeps {len(kept)}{why}: {', '.join(kept)}", flush=True)
     value = {entry.variant: entry.value for entry in scores}
     last = max(epochs)
     # Which epochs a score averages, when more than one.
     averaged = {name: f" (mean of epochs {first}-{last})" if first < last else "" for name, first in since.items()}
-    places = {name: place for place, name in enumerate(kept + stopped, start=1)}
+    places = {name: place for place, name in enumerate(ranking, start=1)}
     record = RungRecord(
         rung=rung,
         epochs=last,
@@ -127,7 +142,7 @@ def halve(store: Store, run_id: str, names: list[str], rung: int, keep: int, met
                 metric,
                 value[name],
                 reason=f"{metric} {value[name]:.4f}{averaged[name]} placed {places[name]} of {len(names)}"
-                f" after epoch {last}; rung {rung} keeps {len(kept)}",
+                f" after epoch {last}; rung {rung} keeps {len(kept)}{why}",
             )
             for name in stopped
         ],

@@ -19,10 +19,11 @@ def check(
     trainer: str,
     halving: dict,
     compiled_variants: int,
+    deadline: str,
 ) -> None:
     """Fails the run in one line that names the parameter, its value and what to change; reads no data, starts no job.
 
-    A UI or SDK user sets the parameters; ``halving`` (empty: none) and
+    A UI or SDK user sets the parameters (``deadline`` is set by ``bakeoff run``); ``halving`` (empty: none) and
     ``compiled_variants`` are constants compiled in: the rungs' stop epochs and
     keeps hold only for that many variants, each scheduled to ``max_epochs``.
     The store is opened (an S3 store answers a listing) but nothing is written.
@@ -30,6 +31,7 @@ def check(
     from bakeoff.components.data.artifact import check_shards, check_validation_size
     from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES, check_source
     from bakeoff.components.errors import for_parameter, reported
+    from bakeoff.components.search.deadline import check_deadline
     from bakeoff.components.search.halving import check_compiled
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.ranking import check_metric
@@ -66,6 +68,7 @@ def check(
             "timeout_seconds": lambda: check_timeout(timeout_seconds),
             "validation_size": lambda: check_validation_size(validation_size, TRAIN_IMAGES),
             "source": lambda: check_source(source),
+            "deadline": lambda: check_deadline(deadline, [variant.name for variant in parsed]),
         }
         for name, rule in rules.items():
             with for_parameter(name):

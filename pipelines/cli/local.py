@@ -9,13 +9,15 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS, load_config
-from bakeoff.components.storage.records import PublishedVersion, Summary
+from bakeoff.components.storage import runs
+from bakeoff.components.storage.records import PublishedVersion, RungRecord, Summary
 from bakeoff.pipelines.cli.flags import (
     MAX_PARALLELISM,
     budget_arg,
@@ -33,13 +35,14 @@ if TYPE_CHECKING:
 def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.components.data.fashion_mnist import digest
     from bakeoff.components.reporting.report import write_report
+    from bakeoff.components.search.budget import deadline
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.settings import SelectionSettings
     from bakeoff.pipelines.cli.display import new_progress_folder, run_watched
     from bakeoff.pipelines.compiling import budget_plan
     from bakeoff.pipelines.local_run import LocalRun, run_local
 
-    began = time.monotonic()
+    began, began_at = time.monotonic(), time.time()
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
     config = load_budgeted(args)
     if args.epochs and config.search and config.search.halving:
@@ -93,11 +96,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         timeout_seconds=args.timeout,
         search=config.search,
         progress_dir=new_progress_folder(args.work_dir) if watched else None,
+        # The budget holds from the command's start; the run's pace is measured from its pipeline's.
+        deadline=deadline(plan, time.time(), began_at + plan.config.budget_minutes * 60)
+        if plan is not None and plan.rungs is not None and plan.config.budget_minutes is not None
+        else None,
     )
     summary = run_watched(run) if watched else run_local(run)
     print(leaderboard(summary), file=out)
     if plan is not None:
-        print(bought(plan, listed, time.monotonic() - began), file=out)
+        print(bought(plan, listed, time.monotonic() - began, runs.search_records(store, summary.run_id)), file=out)
     report = write_report(store, summary.run_id, args.work_dir / defaults.REPORTS / f"{summary.run_id}.html")
     print(f"report: {report.resolve()}", file=out)
     serve = ["bakeoff", "serve", "--store", args.store, "--model-name", args.model_name]
@@ -141,14 +148,18 @@ def leaderboard(summary: Summary) -> str:
     return "\n".join(rows)
 
 
-def bought(plan: Plan, listed: int, seconds: float) -> str:
-    """What the budget bought: the variants and epochs it kept of the ``listed``, the plan's span and the run's time."""
+def bought(plan: Plan, listed: int, seconds: float, rungs: Sequence[RungRecord] = ()) -> str:
+    """What the budget bought: the variants and epochs it kept of the ``listed``, the plan's span, how many the run's
+    halve steps (``rungs``) kept where its deadline changed their rung's keep, and the run's time."""
     config = plan.config
     assert config.budget_minutes is not None
     kept = "; ".join(line.split(":")[0] for line in plan.fitted) or "as written"
+    planned = {rung.index: rung.keep for rung in plan.rungs or []}
+    moved = [f"{len(r.kept)} at rung {r.rung} (not {planned[r.rung]})" for r in rungs if len(r.kept) != planned[r.rung]]
+    filled = f"; for its deadline the halve steps kept {', '.join(moved)}" if moved else ""
     return (
         f"budget {config.budget_minutes:g} min: {len(config.variants)} of {listed} variants ({kept}),"
-        f" planned {plan.least_seconds / 60:.1f} to {plan.seconds / 60:.1f} min here;"
+        f" planned {plan.least_seconds / 60:.1f} to {plan.seconds / 60:.1f} min here{filled};"
         f" the run took {seconds / 60:.1f} min"
     )
 
