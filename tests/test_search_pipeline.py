@@ -253,7 +253,7 @@ def test_with_time_to_spare_halve_keeps_more_but_never_a_diverged_one(tmp_path: 
     assert [v["name"] for v in kept] == ["b", "a", "c"]
     (record,) = runs.search_records(store, "run1")
     assert [s.variant for s in record.kept] == ["b", "a", "c"] and [s.variant for s in record.stopped] == ["nan"]
-    assert record.stopped[0].reason.endswith("rung 0 keeps 3 (not 2: the budget's deadline)")
+    assert record.stopped[0].reason.endswith("placed 4 of 4 after epoch 2; rung 0 keeps 3")  # not for the deadline
     assert [name for name in "abc" if store.list(f"runs/run1/{name}/backup")] == ["a", "b", "c"]
     past = dataclasses.replace(held, ends=held.began - 1)
     kept = halve(variants[:3], store.uri, "", "run1", 0, 2, "val_accuracy", past.to_json(indent=None))
@@ -429,7 +429,9 @@ def test_a_run_past_its_deadline_keeps_only_the_best_of_a_rung(tmp_path: Path, c
     run, summary = run_search(tmp_path, store_uri, "--budget", "2.1s")
     (record,) = runs.search_records(open_store(store_uri), summary.run_id)
     assert record.epochs == 1 and len(record.kept) == 1 and len(record.stopped) == 3
-    assert record.stopped[0].reason.endswith("; rung 0 keeps 1 (not 2: the budget's deadline)")
+    deadline = " (not 2: the budget's deadline)"  # said of the one the rung would have kept
+    assert record.stopped[0].reason.endswith(f"placed 2 of 4 after epoch 1; rung 0 keeps 1{deadline}")
+    assert record.stopped[1].reason.endswith("placed 3 of 4 after epoch 1; rung 0 keeps 1")  # stopped either way
     assert [c.variant for c in summary.candidates] == [record.kept[0].variant]
     assert "; for its deadline the halve steps kept 1 at rung 0 (not 2); the run took" in run.stderr
 

@@ -123,7 +123,7 @@ def halve(
         kept = deadline.going_on([*(record.entered for record in earlier), names], ranked, keep, time.time())
         stopped = [name for name in ranking if name not in kept]
         if len(kept) != keep:
-            why = f" (not {keep}: the budget's deadline)"
+            why = f" (not {keep}: the budget's deadline)"  # said where it stopped one the rung would have kept
             print(f"bakeoff: rung {rung} keeps {len(kept)}{why}: {', '.join(kept)}", flush=True)
     value = {entry.variant: entry.value for entry in scores}
     last = max(epochs)
@@ -142,7 +142,7 @@ def halve(
                 metric,
                 value[name],
                 reason=f"{metric} {value[name]:.4f}{averaged[name]} placed {places[name]} of {len(names)}"
-                f" after epoch {last}; rung {rung} keeps {len(kept)}{why}",
+                f" after epoch {last}; rung {rung} keeps {len(kept)}{why if places[name] <= keep else ''}",
             )
             for name in stopped
         ],
