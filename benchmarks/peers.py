@@ -318,7 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     for field in dataclasses.fields(Size):
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=field.default)
     parser.add_argument("--peer", choices=list(TOOLS), help=argparse.SUPPRESS)  # one peer, in the process _peer starts
-    parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        help="keep each tool's files in this new folder, bakeoff's store included (default: a temporary one)",
+    )
     args = vars(parser.parse_args(argv))
     tool, scratch = args.pop("peer"), args.pop("scratch")
     size = Size(**args)
@@ -326,8 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     if tool:
         print(TOOLS[tool](size, scratch, started + size.budget_seconds).to_json())
         return 0
-    with tempfile.TemporaryDirectory(prefix="bakeoff-bench-peers-") as folder:
-        outcomes = contest(size, Path(folder))
+    if scratch is not None:  # to take a tool's run apart afterwards
+        scratch.mkdir(parents=True)
+        outcomes = contest(size, scratch)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bakeoff-bench-peers-") as folder:
+            outcomes = contest(size, Path(folder))
     print(table(outcomes))
     return 0
 

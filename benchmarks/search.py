@@ -68,7 +68,8 @@ def _configs(size: Size, seed: int, scratch: Path) -> tuple[Path, Path]:
 
 
 def run_bakeoff(config: Path, max_train_examples: int, where: Path) -> tuple[float, Summary]:
-    """One `bakeoff run` in a fresh work dir and store (so each pays its own ingest): (wall seconds, its --json)."""
+    """One `bakeoff run` in a fresh work dir and store (so each pays its own ingest), its log beside them: (wall
+    seconds, its --json)."""
     where.mkdir()
     extra = ["--max-train-examples", str(max_train_examples)] if max_train_examples else []
     started = time.perf_counter()
@@ -90,6 +91,7 @@ def run_bakeoff(config: Path, max_train_examples: int, where: Path) -> tuple[flo
         text=True,
     )
     seconds = time.perf_counter() - started
+    (where / "run.log").write_text(run.stderr)  # its task spans, for a look at where the time went
     if run.returncode != 0:
         raise RuntimeError(f"bakeoff run --config {config.name} failed: {run.stderr[-2000:]}")
     return seconds, Summary.from_json(run.stdout, f"bakeoff run --config {config.name} --json")
