@@ -33,10 +33,11 @@ EVERYONE = ["a", "b", "c", "d"]
 def test_the_deadline_costs_the_run_as_the_plan_does() -> None:
     """Up to a halve and after it, a path through the rungs costs what the plan's estimate does: the costliest
     survivors give its upper bound, the cheapest its lower one."""
-    config = load_config(DEFAULT_CONFIG).with_budget(float("inf"))
+    config = load_config(DEFAULT_CONFIG).with_budget(600.0)  # room for every variant
     plan = fit(config, samples.calibration(config))
-    assert plan.rungs is not None and len(plan.rungs) == 3
-    held = deadline(plan, began=0.0, ends=0.0)
+    assert plan.rungs is not None and len(plan.rungs) == 3 and len(plan.config.variants) == 6
+    held = deadline(plan, started=0.0, began=0.0)
+    assert held.ends == 600 * 60
     names = sorted(held.epoch_seconds, key=held.epoch_seconds.__getitem__)
     assert held.epoch_seconds[names[0]] < held.epoch_seconds[names[-1]]
     for path, seconds in ((names[::-1], plan.seconds), (names, plan.least_seconds)):

@@ -67,14 +67,14 @@ def around(calibration: Calibration, halvings: int) -> float:
     return (3 + halvings) * calibration.task_seconds + calibration.ingest_seconds + calibration.start_seconds
 
 
-def deadline(plan: Plan, began: float, ends: float) -> Deadline:
-    """The deadline a halving ``plan``'s run is held to: it started its pipeline at ``began`` and should end by
-    ``ends`` (Unix seconds), with the plan's costs for its halve steps to fill the time to it."""
-    assert plan.rungs is not None
+def deadline(plan: Plan, started: float, began: float) -> Deadline:
+    """The deadline a budgeted halving ``plan``'s run is held to: its command started at ``started`` and its pipeline
+    at ``began`` (Unix seconds); the budget counts from the first, with the plan's costs for its halve steps."""
+    assert plan.rungs is not None and plan.config.budget_minutes is not None
     calibration = plan.calibration
     return Deadline(
         began=began,
-        ends=ends,
+        ends=started + plan.config.budget_minutes * 60,
         epoch_seconds={v.name: epoch_seconds(v, plan.train_examples, calibration) for v in plan.config.variants},
         job_seconds=calibration.start_seconds + calibration.task_seconds,
         step_seconds=calibration.task_seconds,

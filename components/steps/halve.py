@@ -16,9 +16,10 @@ def halve(
     Each variant's score is the mean validation value over the last third of
     its epochs (``halving.rung_score``); the record goes to
     ``runs/<run>/search/rung-<k>.json`` (``halving.halve``). A ``deadline``
-    (a budgeted local run's, as JSON; empty: none) keeps the next best too
-    while the rest of the search still ends by it. Returns the kept variants'
-    specs unchanged, best first: the next rung's loop runs over them.
+    (a budgeted local run's, as JSON; empty: none) keeps as many as the rest
+    of the search can train by it, more or fewer than ``keep``. Returns the
+    kept variants' specs unchanged, best first: the next rung's loop runs over
+    them.
     """
     from bakeoff.components.errors import reported
     from bakeoff.components.search import halving
