@@ -9,7 +9,7 @@ from bakeoff.components import defaults
 from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.search.calibration import Calibration, calibrated, macs, shape_of
-from bakeoff.components.search.deadline import Deadline
+from bakeoff.components.search.deadline import Deadline, path_seconds
 from bakeoff.components.search.halving import Rung, schedule
 from bakeoff.components.spec import Config, Halving, Variant
 
@@ -54,10 +54,8 @@ def estimate(
     if halving is None:
         seconds = sum(epoch_seconds(v, train_examples, calibration) * v.training.epochs for v in config.variants)
         return None, seconds + len(config.variants) * start + around(calibration, 0)
-    rungs, seconds, done = schedule(len(config.variants), halving), 0.0, 0
-    for rung in rungs:
-        seconds += sum(costs[: rung.entering]) * (rung.epochs - done) + rung.entering * start
-        done = rung.epochs
+    rungs = schedule(len(config.variants), halving)
+    seconds = path_seconds(costs, [0, *(rung.epochs for rung in rungs)], [rung.entering for rung in rungs], start)
     return rungs, seconds + around(calibration, len(rungs) - 1)
 
 

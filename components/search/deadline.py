@@ -42,14 +42,12 @@ class Deadline(Record):
     def rest(self, rung: int, kept: Sequence[str]) -> float:
         """The plan's seconds of the run after rung ``rung``'s halve keeps ``kept``: as ``budget.estimate`` costs it,
         the costliest of them surviving each later rung."""
+        entering = [len(kept)]
+        for keep in self.keeps[rung + 1 : -1]:  # each later halve but the last rung's, which has none
+            entering.append(min(entering[-1], keep))
         costs = sorted((self.epoch_seconds[name] for name in kept), reverse=True)
-        seconds, entering = self.select_seconds, len(kept)
-        for index in range(rung + 1, len(self.stops)):
-            seconds += sum(costs[:entering]) * (self.stops[index] - self.stops[index - 1]) + entering * self.job_seconds
-            if index < len(self.stops) - 1:
-                seconds += self.step_seconds
-                entering = min(entering, self.keeps[index])
-        return seconds
+        jobs = path_seconds(costs, self.stops[rung:], entering, self.job_seconds)
+        return jobs + (len(entering) - 1) * self.step_seconds + self.select_seconds
 
     def scale(self, entered: Sequence[Sequence[str]], now: float) -> float:
         """How much longer (above 1) or shorter the run took so far than its plan, within ``DEADLINE_SCALE``."""
@@ -67,6 +65,16 @@ class Deadline(Record):
             if len(kept) < DEADLINE_KEEP_FACTOR * keep and now + scale * self.rest(rung, [*kept, name]) <= self.ends:
                 kept.append(name)
         return kept
+
+
+def path_seconds(costs: Sequence[float], stops: Sequence[int], entering: Sequence[int], job_seconds: float) -> float:
+    """The jobs' seconds of rungs that stop at ``stops[1:]``, after ``stops[0]``, with ``entering[k]`` variants
+    entering the k-th: the first of ``costs`` (seconds an epoch, costliest first for an upper bound) train the rung's
+    epochs, and each job pays its start."""
+    return sum(
+        sum(costs[:count]) * (stop - done) + count * job_seconds
+        for done, stop, count in zip(stops[:-1], stops[1:], entering, strict=True)
+    )
 
 
 def check_deadline(text: str, variants: Sequence[str]) -> Deadline | None:
