@@ -37,9 +37,9 @@ DEADLINE_SCALE = (0.5, 2.0)
 # ... and keep at most this many times their rung's keep: a large budget must not turn halving into training everyone.
 DEADLINE_KEEP_FACTOR = 2
 # The plan's cost model (components/search/budget.py): an epoch costs its steps, each on the line (by forward MACs
-# per image) through the steps of the cheapest and costliest networks of its shape, timed in short real jobs on this
-# machine; each job costs a measured start more, each pipeline step a process start. Measured once per machine and
-# TensorFlow, kept in CACHE_DIR (BAKEOFF_CACHE overrides it).
+# per image) through the steps of the two nearest networks of its shape, timed in short real jobs on this machine
+# and refreshed by each local run's jobs; each job costs a measured start more, each pipeline step a process start.
+# Measured once per machine and TensorFlow, kept in CACHE_DIR (BAKEOFF_CACHE overrides it).
 CALIBRATION_STEPS = 192  # timed steps per network, after one execution of CALIBRATION_STEPS_PER_EXECUTION to trace
 CALIBRATION_STEPS_PER_EXECUTION = 32  # executions of the worker's kind; a steady rate within seconds
 CACHE_DIR = Path("~/.cache/bakeoff")

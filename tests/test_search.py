@@ -16,6 +16,7 @@ from bakeoff.components.search import calibration as costs
 from bakeoff.components.search.budget import epoch_seconds, estimate, fit
 from bakeoff.components.search.halving import Halving, schedule, survivors
 from bakeoff.components.spec import Config, from_dict, load_config, load_variants
+from bakeoff.components.storage import open_store, runs
 from bakeoff.components.storage.records import Score
 from bakeoff.pipelines.cli.main import main
 from tests import samples
@@ -401,6 +402,71 @@ def test_with_two_networks_measured_a_step_is_on_their_line(tmp_path: Path) -> N
     assert measured.missing(costs.timed(config.variants)) == []  # mid is costed on the line, not measured
     only_small = dataclasses.replace(measured, steps=measured.steps[:1])
     assert [variant.name for variant in only_small.missing(costs.timed(config.variants))] == ["wide"]
+
+
+def test_with_three_networks_measured_a_step_is_on_the_segment_it_lies_in(tmp_path: Path) -> None:
+    """A network measured between two others (a run's job) bends the line: a step is priced between its neighbours."""
+    config = load_config(
+        write(
+            tmp_path,
+            "defaults: {training: {batch_size: 50}, workers: 2}\nvariants:\n  - {name: small, model: {type: cnn}}\n"
+            "  - {name: mid, model: {type: cnn, filters: [48, 96, 96]}}\n"
+            "  - {name: wide, model: {type: cnn, filters: [64, 128, 128]}}\n",
+        )
+    )
+    small, mid, wide = (costs.macs(variant) for variant in config.variants)
+    shape = costs.shape_of(config.variants[0])
+    measured = dataclasses.replace(
+        samples.calibration(config),
+        steps=[costs.StepCost.of(shape, 1, m, seconds, 0.5) for m, seconds in ((small, 0.1), (wide, 0.3), (mid, 0.25))],
+    )
+    between = (small + mid) // 2
+    assert measured.step_seconds(shape, mid) == pytest.approx(0.25)  # not on the line through the ends
+    assert measured.step_seconds(shape, between) == pytest.approx(0.1 + 0.15 * (between - small) / (mid - small))
+    assert measured.step_seconds(shape, 2 * wide) == pytest.approx(0.3 + 0.05 * (2 * wide - wide) / (wide - mid))
+
+
+def test_a_run_s_jobs_price_their_networks_in_the_next_plan(tmp_path: Path, cost_cache: Path) -> None:
+    """After a local run, the newest steady job of each network replaces the cached step of its shape within the
+    tolerance; networks the run did not train keep theirs; a job too short to time says nothing."""
+    config = load_config(
+        write(
+            tmp_path,
+            "defaults: {workers: 2}\nvariants:\n  - {name: plain, model: {type: cnn}}\n"
+            "  - {name: normed, model: {type: cnn, batch_norm: true}}\n"
+            "  - {name: wide, model: {type: cnn, batch_norm: true, filters: [64, 128, 128]}}\n",
+        )
+    )
+    plain, normed = config.variants[:2]  # the third, wide, is normed's costliest network
+    cached = samples.cache_calibration(cost_cache, config, step_seconds=0.05)
+    store = open_store(f"file://{tmp_path / 'store'}")
+
+    def job(variant: str, rung: int, examples_per_second: float, steady: bool = True) -> None:
+        metrics = samples.metrics(
+            variant=variant,
+            rung=rung,
+            global_batch_size=128,
+            examples_per_second=examples_per_second,
+            examples_per_second_steady=steady,
+            epochs_trained=2,
+            validation_seconds=0.6,
+            backup_seconds=0.2,
+        )
+        store.put_bytes(f"{runs.variant_prefix('r1', variant)}/{runs.rung_name(rung)}", metrics.to_json().encode())
+
+    job("plain", 0, 6400.0)
+    job("plain", 1, 5120.0)  # the newest job of the network prices it
+    job("normed", 0, 1.0, steady=False)  # one execution: its rate includes the trace
+    assert costs.refresh(store, "r1", config.variants, concurrent_jobs=2) is None  # jobs sharing the cores
+    assert costs.read(cost_cache / costs.FILE) == cached
+    refreshed = costs.refresh(store, "r1", config.variants, concurrent_jobs=1)
+    assert refreshed is not None and costs.read(cost_cache / costs.FILE) == refreshed
+    (ran,) = refreshed.costs(costs.shape_of(plain))
+    assert ran.step_seconds == pytest.approx(0.025) and (ran.epoch_end_seconds, ran.measured_by) == (0.4, "run r1")
+    assert refreshed.costs(costs.shape_of(normed)) == cached.costs(costs.shape_of(normed))  # untouched
+    (cost_cache / costs.FILE).unlink()
+    assert costs.refresh(store, "r1", config.variants, concurrent_jobs=1) is None  # nothing to fold into
+    assert not (cost_cache / costs.FILE).exists()
 
 
 def test_batch_norm_is_a_family_of_its_own(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from bakeoff.components import progress
-from bakeoff.components.search.budget import fit
+from bakeoff.components.search.budget import fit, plan_config
 from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.spec import load_config
 from bakeoff.components.steps.halve import halve
@@ -355,7 +355,13 @@ def write_search(tmp_path: Path) -> Path:
 
 def run_search(tmp_path: Path, store_uri: str, *flags: str) -> tuple[subprocess.CompletedProcess, Summary]:
     """`bakeoff run` of SEARCH on 512 examples into ``store_uri``, with ``flags``: the process and its summary."""
-    config = write_search(tmp_path)
+    return run_config(tmp_path, write_search(tmp_path), store_uri, *flags)
+
+
+def run_config(
+    tmp_path: Path, config: Path, store_uri: str, *flags: str
+) -> tuple[subprocess.CompletedProcess, Summary]:
+    """`bakeoff run` of ``config`` on 512 examples into ``store_uri``, with ``flags``: the process and its summary."""
     places = ["--store", store_uri, "--max-train-examples", "512"]
     run = subprocess.run(
         [BAKEOFF, "run", "--config", str(config), *places, *flags, "--json"],
@@ -434,6 +440,22 @@ def test_a_run_past_its_deadline_keeps_only_the_best_of_a_rung(tmp_path: Path, c
     assert record.stopped[1].reason.endswith("placed 3 of 4 after epoch 1; rung 0 keeps 1")  # stopped either way
     assert [c.variant for c in summary.candidates] == [record.kept[0].variant]
     assert "; for its deadline the halve steps kept 1 at rung 0 (not 2); the run took" in run.stderr
+
+
+@pytest.mark.training
+def test_a_local_run_leaves_the_steps_its_jobs_trained_at_for_the_next_plan(tmp_path: Path, cost_cache: Path) -> None:
+    """The host's pace drifts: `run` folds each network's step as its job trained it into the cached calibration
+    (here one costed at 9 s a step), which the next plan reads."""
+    config = tmp_path / "one.yaml"
+    config.write_text(
+        "variants:\n  - {name: mlp, model: {type: mlp, hidden_units: [16]}, workers: 1,"
+        " training: {epochs: 2, batch_size: 16}}\n"  # 32 steps an epoch: a second epoch times a steady rate
+    )
+    samples.cache_calibration(cost_cache, load_config(config), step_seconds=9.0)
+    run, summary = run_config(tmp_path, config, f"file://{tmp_path / 'store'}")
+    (cost,) = plan_config(load_config(config))[0].calibration.steps
+    assert cost.measured_by == f"run {summary.run_id}" and 0 < cost.step_seconds < 1.0
+    assert f"costs: the next plan here prices its steps as this run trained them ({cost_cache}/" in run.stderr
 
 
 def test_the_run_says_what_its_budget_bought(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 ``calibrated`` reads the record under the cache folder when it was measured on this machine key (CPU, its
 AVX512, cores, TensorFlow, this cost model) and holds every network asked for; else it measures what is missing
-with ``measure``, which runs a short real job of each network ``timed`` picks, on the local backend.
+with ``measure``, which runs a short real job of each network ``timed`` picks, on the local backend. After a
+local run, ``refresh`` folds the steps its jobs measured into the record: the host's pace drifts by more than
+the calibration's own spread within hours, and the newest measure of a network prices it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from bakeoff.components import defaults
@@ -29,11 +31,13 @@ from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
 from bakeoff.components.spec import Variant
-from bakeoff.components.storage.records import Record, RecordError, timestamp
+from bakeoff.components.storage import Store, runs
+from bakeoff.components.storage.records import Record, RecordError, WorkerMetrics, timestamp
 
-VERSION = 5  # of the cost model and of this record: a new one measures again
+VERSION = 6  # of the cost model and of this record: a new one measures again
 FILE = "calibration.json"
 MACS_TOLERANCE = 1.5  # networks within this factor of a measured one cost as it does, in proportion
+CALIBRATED = "calibration"  # a step's measured_by when a calibration job timed it; else "run <id>"
 CPUINFO = Path("/proc/cpuinfo")
 IMAGE_SIDE = IMAGE_SHAPE[0]
 
@@ -61,13 +65,22 @@ class StepCost(Record):
     macs: int  # of the network timed, one image's forward pass
     step_seconds: float
     epoch_end_seconds: float  # an epoch's end: scoring the validation images and saving the backup
+    measured_by: str = CALIBRATED  # or the run whose job of about this network measured it last
 
     @property
     def shape(self) -> Shape:
         return Shape(self.architecture, self.batch_norm, self.batch_size, self.workers)
 
     @classmethod
-    def of(cls, shape: Shape, threads: int, macs: int, step_seconds: float, epoch_end_seconds: float) -> StepCost:
+    def of(
+        cls,
+        shape: Shape,
+        threads: int,
+        macs: int,
+        step_seconds: float,
+        epoch_end_seconds: float,
+        measured_by: str = CALIBRATED,
+    ) -> StepCost:
         """The step of a network of ``macs`` in ``shape``, its replicas on ``threads`` threads each, and its epoch's
         end."""
         return cls(
@@ -79,7 +92,15 @@ class StepCost(Record):
             macs,
             step_seconds,
             epoch_end_seconds,
+            measured_by,
         )
+
+    @classmethod
+    def of_job(cls, variant: Variant, metrics: WorkerMetrics, threads: int, measured_by: str) -> StepCost:
+        """The step one job of ``variant`` trained at (its steady rate, all-reduce included) and its epochs' end."""
+        step = metrics.global_batch_size / metrics.examples_per_second
+        epoch_end = (metrics.validation_seconds + metrics.backup_seconds) / metrics.epochs_trained
+        return cls.of(shape_of(variant), threads, macs(variant), step, epoch_end, measured_by)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +120,8 @@ class Calibration(Record):
         return sorted((cost for cost in self.steps if cost.shape == shape), key=lambda cost: cost.macs)
 
     def step_seconds(self, shape: Shape, network_macs: int) -> float:
-        """A step of a network of ``network_macs`` in ``shape``: on the line through the cheapest and costliest
-        networks measured (a step has a part that does not grow with the network: input, all-reduce, optimizer),
+        """A step of a network of ``network_macs`` in ``shape``: on the line through the two measured networks
+        nearest it by MACs (a step has a part that does not grow with the network: input, all-reduce, optimizer),
         or in proportion to the one measured; never below the cheapest one's step for a larger network."""
         return _on_line([(cost.macs, cost.step_seconds) for cost in self.costs(shape)], network_macs)
 
@@ -119,13 +140,60 @@ class Calibration(Record):
 
 def _on_line(measured: list[tuple[int, float]], network_macs: int) -> float:
     """The seconds of a network of ``network_macs`` from ``measured`` (MACs, seconds), the cheapest first: on the
-    line through the first and last, or in proportion to the one; never below the first for a larger network."""
-    (low_macs, low), (high_macs, high) = measured[0], measured[-1]
+    line through the two it lies between (beyond the ends, the two nearest), or in proportion to the one; never
+    below the first for a larger network."""
+    points = sorted(dict(measured).items())  # one point per network size: the last of equal MACs
+    low_macs, low = points[0]
     proportional = low * network_macs / low_macs
-    if high_macs == low_macs:
+    if len(points) == 1:
         return proportional
-    line = low + (high - low) / (high_macs - low_macs) * (network_macs - low_macs)
+    right = next((index for index, (at, _) in enumerate(points) if at >= network_macs), len(points) - 1)
+    (left_macs, left), (right_macs, right_seconds) = points[max(right, 1) - 1], points[max(right, 1)]
+    line = left + (right_seconds - left) / (right_macs - left_macs) * (network_macs - left_macs)
     return max(line, low if network_macs >= low_macs else proportional)
+
+
+def folded(calibration: Calibration, measured: Iterable[StepCost]) -> Calibration:
+    """``calibration`` with each of ``measured``, in order, in place of the steps of its shape within
+    ``MACS_TOLERANCE`` of its network (the newest measure of a network prices it), or beside them."""
+    steps = list(calibration.steps)
+    for cost in measured:
+        kept = [s for s in steps if s.shape != cost.shape or not within(s.macs, cost.macs, MACS_TOLERANCE)]
+        steps = [*kept, cost]
+    return dataclasses.replace(calibration, steps=steps)
+
+
+def run_steps(store: Store, run_id: str, variants: Iterable[Variant], threads: Callable[[int], int]) -> list[StepCost]:
+    """The steps the jobs of ``variants`` in run ``run_id`` trained at, rung by rung (the newest last): each job's
+    steady rate from its ``rung-<k>.json``; ``threads(workers)`` is a replica's thread cap. A job too short to time
+    a steady rate, or one that did not run, says nothing."""
+    jobs = []
+    for variant in variants:
+        rung = 0
+        while store.exists(f"{runs.variant_prefix(run_id, variant.name)}/{runs.rung_name(rung)}"):
+            jobs.append((rung, variant, runs.rung_metrics(store, run_id, variant.name, rung)))
+            rung += 1
+    return [
+        StepCost.of_job(variant, metrics, threads(variant.workers), f"run {run_id}")
+        for _, variant, metrics in sorted(jobs, key=lambda job: job[0])
+        if metrics.examples_per_second_steady and metrics.epochs_trained
+    ]
+
+
+def refresh(store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int) -> Calibration | None:
+    """After local run ``run_id``: the cached calibration with the steps its jobs measured folded in, and written
+    back; None (nothing written) where there is no record for this machine, or the jobs did not run one at a time
+    on the cores as the plan counts them (``concurrent_jobs`` is not the default's)."""
+    path = cache_dir() / FILE
+    cached = read(path)
+    if cached is None or cached.machine != machine_key() or concurrent_jobs != defaults.LOCAL_PARALLELISM:
+        return None
+    measured = run_steps(store, run_id, variants, lambda workers: thread_cap(workers, concurrent_jobs))
+    if not measured:
+        return None
+    refreshed = folded(cached, measured)
+    _write(path, refreshed)
+    return refreshed
 
 
 def within(a: int, b: int, factor: float) -> bool:
@@ -223,11 +291,15 @@ def calibrated(
     print(f"bakeoff: measuring this machine's training costs once ({path})", file=sys.stderr)
     measured = measure(missing, source, steps)
     calibration = dataclasses.replace(measured, steps=[*(cached.steps if cached else []), *measured.steps])
+    _write(path, calibration)
+    return calibration
+
+
+def _write(path: Path, calibration: Calibration) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
     partial.write_text(calibration.to_json())
     os.replace(partial, path)  # a plan running beside this one reads the old record or the new, never half
-    return calibration
 
 
 def measure(
@@ -284,11 +356,9 @@ def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: in
         except BakeoffError as error:
             raise BakeoffError(f"measuring this machine's training costs failed: {error}") from None
     wall = time.perf_counter() - began
-    step = metrics.global_batch_size / metrics.examples_per_second
-    threads = thread_cap(shape.workers, defaults.LOCAL_PARALLELISM)
-    epoch_end = (metrics.validation_seconds + metrics.backup_seconds) / metrics.epochs_trained
-    cost = StepCost.of(shape, threads, macs(variant), step, epoch_end)
-    return cost, wall - metrics.epochs_trained * (metrics.steps_per_epoch * step + epoch_end)
+    cost = StepCost.of_job(variant, metrics, thread_cap(shape.workers, defaults.LOCAL_PARALLELISM), CALIBRATED)
+    trained = metrics.epochs_trained * (metrics.steps_per_epoch * cost.step_seconds + cost.epoch_end_seconds)
+    return cost, wall - trained
 
 
 def _task_seconds() -> float:

@@ -36,6 +36,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.components.data.fashion_mnist import digest
     from bakeoff.components.reporting.report import write_report
     from bakeoff.components.search.budget import deadline
+    from bakeoff.components.search.calibration import FILE, cache_dir, refresh
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.settings import SelectionSettings
     from bakeoff.pipelines.cli.display import new_progress_folder, run_watched
@@ -99,9 +100,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         deadline=deadline(plan, started, time.time()) if plan is not None and plan.rungs is not None else None,
     )
     summary = run_watched(run) if watched else run_local(run)
+    refreshed = refresh(store, summary.run_id, variants, args.parallelism)
     print(leaderboard(summary), file=out)
     if plan is not None:
         print(bought(plan, listed, time.monotonic() - began, runs.search_records(store, summary.run_id)), file=out)
+    if refreshed is not None:
+        print(f"costs: the next plan here prices its steps as this run trained them ({cache_dir() / FILE})", file=out)
     report = write_report(store, summary.run_id, args.work_dir / defaults.REPORTS / f"{summary.run_id}.html")
     print(f"report: {report.resolve()}", file=out)
     serve = ["bakeoff", "serve", "--store", args.store, "--model-name", args.model_name]

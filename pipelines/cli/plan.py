@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.search.budget import Plan, plan_config
-from bakeoff.components.search.calibration import Calibration
+from bakeoff.components.search.calibration import CALIBRATED, Calibration
 from bakeoff.components.spaces import describe
 from bakeoff.pipelines.cli.flags import budget_arg, load_budgeted
 
@@ -79,7 +79,7 @@ def costs(calibration: Calibration) -> str:
     steps = ", ".join(
         f"{c.architecture}{' with batch norm' if c.batch_norm else ''} of {c.macs / 1e6:.3g}M MACs"
         f" {c.step_seconds * 1000:.3g} ms/step, {c.epoch_end_seconds:.2g} s an epoch's end (batch {c.batch_size},"
-        f" {c.workers}×{c.threads} threads)"
+        f" {c.workers}×{c.threads} threads{'' if c.measured_by == CALIBRATED else f', as {c.measured_by} trained'})"
         for c in calibration.steps
     )
     return (
