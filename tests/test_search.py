@@ -374,16 +374,19 @@ def test_an_epoch_is_its_steps_at_the_measured_step_scaled_by_macs(tmp_path: Pat
     assert epoch_seconds(wide, 1000, measured) == pytest.approx((10 * 0.2 + 0.5) * ratio)
 
 
+# Three plain CNNs of one shape, by MACs: small, mid, wide.
+THREE_SIZES = """
+defaults: {training: {batch_size: 50}, workers: 2}
+variants:
+  - {name: small, model: {type: cnn}}
+  - {name: mid, model: {type: cnn, filters: [48, 96, 96]}}
+  - {name: wide, model: {type: cnn, filters: [64, 128, 128]}}
+"""
+
+
 def test_with_two_networks_measured_a_step_is_on_their_line(tmp_path: Path) -> None:
     """A step has a part that does not grow with the network: two measured networks give the line between them."""
-    config = load_config(
-        write(
-            tmp_path,
-            "defaults: {training: {batch_size: 50}, workers: 2}\nvariants:\n  - {name: small, model: {type: cnn}}\n"
-            "  - {name: mid, model: {type: cnn, filters: [48, 96, 96]}}\n"
-            "  - {name: wide, model: {type: cnn, filters: [64, 128, 128]}}\n",
-        )
-    )
+    config = load_config(write(tmp_path, THREE_SIZES))
     small, mid, wide = config.variants
     assert [variant.name for variant in costs.timed(config.variants)] == ["small", "wide"]
     shape = costs.shape_of(small)
@@ -406,14 +409,7 @@ def test_with_two_networks_measured_a_step_is_on_their_line(tmp_path: Path) -> N
 
 def test_with_three_networks_measured_a_step_is_on_the_segment_it_lies_in(tmp_path: Path) -> None:
     """A network measured between two others (a run's job) bends the line: a step is priced between its neighbours."""
-    config = load_config(
-        write(
-            tmp_path,
-            "defaults: {training: {batch_size: 50}, workers: 2}\nvariants:\n  - {name: small, model: {type: cnn}}\n"
-            "  - {name: mid, model: {type: cnn, filters: [48, 96, 96]}}\n"
-            "  - {name: wide, model: {type: cnn, filters: [64, 128, 128]}}\n",
-        )
-    )
+    config = load_config(write(tmp_path, THREE_SIZES))
     small, mid, wide = (costs.macs(variant) for variant in config.variants)
     shape = costs.shape_of(config.variants[0])
     measured = dataclasses.replace(
