@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from bakeoff.components import defaults
@@ -163,10 +163,10 @@ def folded(calibration: Calibration, measured: Iterable[StepCost]) -> Calibratio
     return dataclasses.replace(calibration, steps=steps)
 
 
-def run_steps(store: Store, run_id: str, variants: Iterable[Variant], threads: Callable[[int], int]) -> list[StepCost]:
-    """The steps the jobs of ``variants`` in run ``run_id`` trained at, rung by rung (the newest last): each job's
-    steady rate from its ``rung-<k>.json``; ``threads(workers)`` is a replica's thread cap. A job too short to time
-    a steady rate, or one that did not run, says nothing."""
+def run_steps(store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int) -> list[StepCost]:
+    """The steps the jobs of ``variants`` in run ``run_id`` trained at, ``concurrent_jobs`` at a time, rung by rung
+    (the newest last): each job's steady rate from its ``rung-<k>.json``. A job too short to time a steady rate, or
+    one that did not run, says nothing."""
     jobs = []
     for variant in variants:
         rung = 0
@@ -174,7 +174,7 @@ def run_steps(store: Store, run_id: str, variants: Iterable[Variant], threads: C
             jobs.append((rung, variant, runs.rung_metrics(store, run_id, variant.name, rung)))
             rung += 1
     return [
-        StepCost.of_job(variant, metrics, threads(variant.workers), f"run {run_id}")
+        StepCost.of_job(variant, metrics, thread_cap(variant.workers, concurrent_jobs), f"run {run_id}")
         for _, variant, metrics in sorted(jobs, key=lambda job: job[0])
         if metrics.examples_per_second_steady and metrics.epochs_trained
     ]
@@ -188,7 +188,7 @@ def refresh(store: Store, run_id: str, variants: Iterable[Variant], concurrent_j
     cached = read(path)
     if cached is None or cached.machine != machine_key() or concurrent_jobs != defaults.LOCAL_PARALLELISM:
         return None
-    measured = run_steps(store, run_id, variants, lambda workers: thread_cap(workers, concurrent_jobs))
+    measured = run_steps(store, run_id, variants, concurrent_jobs)
     if not measured:
         return None
     refreshed = folded(cached, measured)
