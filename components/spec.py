@@ -26,6 +26,7 @@ MAX_EPOCHS = 1000
 MAX_BATCH_SIZE = 8192  # per replica
 MAX_STEPS_PER_EXECUTION = 10000
 MAX_LEARNING_RATE = 10.0
+MAX_RANDOM_SHIFT = 8  # pixels: a third of a 28-pixel image
 MAX_LAYERS = 16
 MAX_UNITS = 8192  # filters of a convolution, units of a dense layer
 MAX_CPU = Decimal(256)  # cores of one replica
@@ -52,6 +53,7 @@ class Training:
     random_flip: bool = (
         False  # mirror half the training images left-right (clothes are symmetric); serve the mean over both mirrors
     )
+    random_shift: int = 0  # move each training image by up to this many pixels each way, a fresh draw per image
     validation_freq: int = 1  # score the validation split every this many epochs (and always at a job's last epoch)
 
 
@@ -233,6 +235,7 @@ def _validate(variant: Variant, where: _Where) -> None:
     _bounded(where, "training.batch_size", training.batch_size, 1, MAX_BATCH_SIZE)
     _bounded(where, "training.steps_per_execution", training.steps_per_execution, 1, MAX_STEPS_PER_EXECUTION)
     _bounded(where, "training.validation_freq", training.validation_freq, 1, MAX_EPOCHS)
+    _bounded(where, "training.random_shift", training.random_shift, 0, MAX_RANDOM_SHIFT)
     if not math.isfinite(training.learning_rate):
         raise where.error("training.learning_rate", f"must be a finite number, got {training.learning_rate}")
     if training.learning_rate <= 0:

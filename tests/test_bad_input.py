@@ -258,6 +258,16 @@ FIELDS = {
         "yes",
         r"variant 'v': training.random_flip: expected bool",
     ),
+    "training.random_shift negative": (
+        "training.random_shift",
+        -1,
+        r"variant 'v': training.random_shift: must be at least 0, got -1",
+    ),
+    "training.random_shift past a third of the image": (
+        "training.random_shift",
+        9,
+        r"variant 'v': training.random_shift: must be at most 8, got 9",
+    ),
     "workers zero": ("workers", 0, r"variant 'v': workers: must be at least 1, got 0"),
     "workers negative": ("workers", -1, r"variant 'v': workers: must be at least 1, got -1"),
     "workers huge": ("workers", 10**9, r"variant 'v': workers: must be at most 64, got 1000000000"),

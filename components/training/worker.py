@@ -296,6 +296,20 @@ def _random_flip(images: Any, labels: Any) -> tuple[Any, Any]:
     return tf.where(flip, tf.reverse(images, axis=[2]), images), labels
 
 
+def _random_shift(pixels: int) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """Moves each image of a batch by its own draw of up to ``pixels`` each way, filling with background (0)."""
+    import tensorflow as tf
+
+    def shift(images: Any, labels: Any) -> tuple[Any, Any]:
+        count, height, width = tf.shape(images)[0], tf.shape(images)[1], tf.shape(images)[2]
+        padded = tf.pad(images, [[0, 0], [pixels, pixels], [pixels, pixels]])
+        offsets = tf.random.uniform([2, count, 1], 0, 2 * pixels + 1, tf.int32)
+        rows = tf.gather(padded, offsets[0] + tf.range(height), axis=1, batch_dims=1)
+        return tf.gather(rows, offsets[1] + tf.range(width), axis=2, batch_dims=1), labels
+
+    return shift
+
+
 def _is_chief(resolver: Any) -> bool:
     """MWMS's rule: the chief replica, or worker 0 when there is no chief."""
     task_type, task_id = resolver.task_type, resolver.task_id
@@ -456,6 +470,8 @@ def distributed_inputs(variant: Variant, strategy: Any, data: Store, shape: Epoc
         )
         if variant.training.random_flip:
             batches = batches.map(_random_flip, num_parallel_calls=tf.data.AUTOTUNE)
+        if variant.training.random_shift:
+            batches = batches.map(_random_shift(variant.training.random_shift), num_parallel_calls=tf.data.AUTOTUNE)
         # No tf.data autotuning: at the end of fit, deleting an autotuned
         # iterator waits for one of its background threads, idling both replicas
         # for seconds (py-spy: ~RootDataset::Iterator in ~LogicalThreadWrapper).
