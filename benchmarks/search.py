@@ -38,9 +38,9 @@ class Size:
     seed: int = 0
 
 
-# The second pair's size: one pair of 55,000 examples × 8 epochs takes most of an hour on the AVX2 class,
-# and one pair is noise; three seeds at this size take about as long.
-FULL = Size(max_epochs=6, max_train_examples=20000)
+# All 55,000 examples: at 20,000 a job's fixed cost (~8 s here) outweighs half an epoch, so halving's 15 jobs against
+# 8 cannot take under half the time (benchmarks/results.md, "Search").
+FULL = Size()
 
 
 def _configs(size: Size, seed: int, scratch: Path) -> tuple[Path, Path]:
@@ -209,9 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for field in dataclasses.fields(Size):
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=getattr(FULL, field.name))
-    size = Size(**vars(parser.parse_args(argv)))
-    with tempfile.TemporaryDirectory(prefix="bakeoff-bench-search-") as scratch:
-        context = Context(Path(scratch), size.repetitions)
+    parser.add_argument("--scratch", type=Path, help="a new folder to keep every run's store and log in")
+    args = vars(parser.parse_args(argv))
+    kept, size = args.pop("scratch"), Size(**args)
+    with tempfile.TemporaryDirectory(prefix="bakeoff-bench-search-") as temporary:
+        scratch = kept or Path(temporary)
+        scratch.mkdir(parents=True, exist_ok=scratch == Path(temporary))
+        context = Context(scratch, size.repetitions)
         for figure in search(context, size):
             print(f"{figure.key} = {figure.value:.4g} {figure.unit}  ({figure.detail})")
         print(json.dumps(context.samples["search"], indent=2))
