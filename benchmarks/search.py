@@ -211,15 +211,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=getattr(FULL, field.name))
     parser.add_argument("--scratch", type=Path, help="a new folder to keep every run's store and log in")
     args = vars(parser.parse_args(argv))
-    kept, size = args.pop("scratch"), Size(**args)
-    with tempfile.TemporaryDirectory(prefix="bakeoff-bench-search-") as temporary:
-        scratch = kept or Path(temporary)
-        scratch.mkdir(parents=True, exist_ok=scratch == Path(temporary))
-        context = Context(scratch, size.repetitions)
-        for figure in search(context, size):
-            print(f"{figure.key} = {figure.value:.4g} {figure.unit}  ({figure.detail})")
-        print(json.dumps(context.samples["search"], indent=2))
+    scratch, size = args.pop("scratch"), Size(**args)
+    if scratch is not None:  # to take the runs apart afterwards
+        scratch.mkdir(parents=True)
+        _report(scratch, size)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bakeoff-bench-search-") as temporary:
+            _report(Path(temporary), size)
     return 0
+
+
+def _report(scratch: Path, size: Size) -> None:
+    """Runs the entry at ``size`` in ``scratch`` and prints its figures and samples."""
+    context = Context(scratch, size.repetitions)
+    for figure in search(context, size):
+        print(f"{figure.key} = {figure.value:.4g} {figure.unit}  ({figure.detail})")
+    print(json.dumps(context.samples["search"], indent=2))
 
 
 if __name__ == "__main__":
