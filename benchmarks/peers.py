@@ -112,7 +112,9 @@ def _compiled(base: Base, values: Mapping[str, Any], epochs: int, train_examples
     variant = base.variant(values)
     training, steps = variant.training, epochs * (train_examples // _batch(variant))
     model = ARCHITECTURES[variant.architecture].build(IMAGE_SHAPE, CLASSES, variant.model_config())
-    optimizer = make_optimizer(training.optimizer, training.learning_rate, training.schedule, steps, epochs)
+    optimizer = make_optimizer(
+        training.optimizer, training.learning_rate, training.schedule, steps, epochs, training.ema_momentum
+    )
     model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
 

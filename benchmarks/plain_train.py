@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             variant.training.schedule,
             steps * args.epochs,
             args.epochs,
+            variant.training.ema_momentum,
         ),
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],

@@ -55,6 +55,9 @@ class Training:
     )
     random_shift: int = 0  # move each training image by up to this many pixels each way, a fresh draw per image
     validation_freq: int = 1  # score the validation split every this many epochs (and always at a job's last epoch)
+    # Average the weights over the steps with this momentum (tf-keras' use_ema): validation scores the average, a rung
+    # ranks on it and the export carries it; training goes on from the weights as trained. 0: off.
+    ema_momentum: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +239,10 @@ def _validate(variant: Variant, where: _Where) -> None:
     _bounded(where, "training.steps_per_execution", training.steps_per_execution, 1, MAX_STEPS_PER_EXECUTION)
     _bounded(where, "training.validation_freq", training.validation_freq, 1, MAX_EPOCHS)
     _bounded(where, "training.random_shift", training.random_shift, 0, MAX_RANDOM_SHIFT)
+    if not (math.isfinite(training.ema_momentum) and 0 <= training.ema_momentum < 1):
+        raise where.error(
+            "training.ema_momentum", f"must be in [0, 1) (0: off; e.g. 0.99), got {training.ema_momentum}"
+        )
     if not math.isfinite(training.learning_rate):
         raise where.error("training.learning_rate", f"must be a finite number, got {training.learning_rate}")
     if training.learning_rate <= 0:

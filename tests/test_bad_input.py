@@ -268,6 +268,21 @@ FIELDS = {
         9,
         r"variant 'v': training.random_shift: must be at most 8, got 9",
     ),
+    "training.ema_momentum 1, a frozen average": (
+        "training.ema_momentum",
+        1.0,
+        r"variant 'v': training.ema_momentum: must be in \[0, 1\) \(0: off; e\.g\. 0\.99\), got 1\.0",
+    ),
+    "training.ema_momentum negative": (
+        "training.ema_momentum",
+        -0.5,
+        r"variant 'v': training.ema_momentum: must be in \[0, 1\) .*got -0\.5",
+    ),
+    "training.ema_momentum not a number": (
+        "training.ema_momentum",
+        float("nan"),
+        r"variant 'v': training.ema_momentum: must be in \[0, 1\) .*got nan",
+    ),
     "workers zero": ("workers", 0, r"variant 'v': workers: must be at least 1, got 0"),
     "workers negative": ("workers", -1, r"variant 'v': workers: must be at least 1, got -1"),
     "workers huge": ("workers", 10**9, r"variant 'v': workers: must be at most 64, got 1000000000"),

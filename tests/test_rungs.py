@@ -25,7 +25,8 @@ from tests.test_fault_tolerance import TINY_CNN
 EPOCHS = 3
 EXAMPLES = 1024  # 16 steps of the global batch 64 per epoch
 STEPS = EXAMPLES // 64
-TINY = {**TINY_CNN, "training": {**TINY_CNN["training"], "epochs": EPOCHS}}  # 2 workers, a cosine schedule
+# 2 workers, a cosine schedule; a moving average of the weights, which validation scores and the export carries
+TINY = {**TINY_CNN, "training": {**TINY_CNN["training"], "epochs": EPOCHS, "ema_momentum": 0.9}}
 RUN = "r1"
 JOB = JobSettings(image="unused", max_train_examples=EXAMPLES, timeout_seconds=600, backend="local")
 PREFIX = runs.variant_prefix(RUN, "tiny")

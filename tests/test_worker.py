@@ -241,6 +241,45 @@ def test_a_batch_norm_network_validates_with_the_statistics_it_trained_on(fashio
 
 
 @pytest.mark.training
+def test_validation_scores_the_moving_average_and_training_goes_on_from_the_trained_weights(fashion_dir: Path) -> None:
+    """With ``ema_momentum`` a rung ranks the averaged weights, which the export carries (``fit`` swaps them in at its
+    end); the steps after validation, and the backup, must go on from the weights as trained."""
+    import tf_keras as keras
+
+    from bakeoff.components.modeling.architectures import ARCHITECTURES
+    from bakeoff.components.modeling.optimizers import make_optimizer
+    from bakeoff.components.training.worker import averaged_weights
+
+    variant = from_dict({"name": "ema", "model": {"type": "cnn", "filters": [8], "dense_units": 16}})
+    model = ARCHITECTURES["cnn"].build((28, 28), 10, variant.model_config())
+    model.compile(
+        optimizer=make_optimizer("adam", 0.003, "constant", 20, 1, 0.9), loss="sparse_categorical_crossentropy"
+    )
+    train = fashion_mnist.read_idx_dir(fashion_dir)["train"]
+    seen: dict[str, list] = {}
+
+    class Probe(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            seen["trained"] = model.get_weights()
+            with averaged_weights(model):
+                seen["scored"] = model.get_weights()
+            seen["after"] = model.get_weights()
+
+    model.fit(
+        train.images[:640].astype(np.float32),
+        train.labels[:640],
+        batch_size=32,
+        epochs=1,
+        verbose=0,
+        callbacks=[Probe()],
+    )  # 20 steps
+    exported = model.get_weights()  # fit's end swapped the average in for good
+    assert all(np.array_equal(a, b) for a, b in zip(seen["scored"], exported, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(seen["after"], seen["trained"], strict=True))
+    assert not all(np.allclose(a, b) for a, b in zip(seen["scored"], seen["trained"], strict=True))
+
+
+@pytest.mark.training
 def test_serving_accepts_encoded_images(trained: Trained, small_dataset: Path) -> None:
     import tensorflow as tf
 

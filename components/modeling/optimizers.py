@@ -22,11 +22,13 @@ def _exponential(rate: float, total_steps: int, epochs: int) -> Any:
     return keras.optimizers.schedules.ExponentialDecay(rate, decay_steps=max(1, total_steps // epochs), decay_rate=0.7)
 
 
-def _keras_optimizer(name: str) -> Callable[[Any], Any]:
-    def make(rate: Any) -> Any:
+def _keras_optimizer(name: str) -> Callable[[Any, float], Any]:
+    def make(rate: Any, ema_momentum: float) -> Any:
         import tf_keras as keras
 
-        return getattr(keras.optimizers, name)(rate)
+        if not ema_momentum:
+            return getattr(keras.optimizers, name)(rate)
+        return getattr(keras.optimizers, name)(rate, use_ema=True, ema_momentum=ema_momentum)
 
     return make
 
@@ -37,12 +39,15 @@ SCHEDULES: dict[str, Callable[[float, int, int], Any]] = {
     "cosine": _cosine,
     "exponential": _exponential,
 }
-# name → rate or schedule → a tf-keras optimizer
-OPTIMIZERS: dict[str, Callable[[Any], Any]] = {
+# name → (rate or schedule, momentum of a moving average of the weights, 0: none) → a tf-keras optimizer
+OPTIMIZERS: dict[str, Callable[[Any, float], Any]] = {
     name.lower(): _keras_optimizer(name) for name in ("Adam", "SGD", "RMSprop")
 }
 
 
-def make_optimizer(optimizer: str, learning_rate: float, schedule: str, total_steps: int, epochs: int) -> Any:
-    """The named optimizer, its rate following the named schedule over ``total_steps``."""
-    return OPTIMIZERS[optimizer](SCHEDULES[schedule](learning_rate, total_steps, epochs))
+def make_optimizer(
+    optimizer: str, learning_rate: float, schedule: str, total_steps: int, epochs: int, ema_momentum: float
+) -> Any:
+    """The named optimizer, its rate following the named schedule over ``total_steps``, keeping a moving average of
+    the weights when ``ema_momentum`` is set."""
+    return OPTIMIZERS[optimizer](SCHEDULES[schedule](learning_rate, total_steps, epochs), ema_momentum)

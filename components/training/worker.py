@@ -8,6 +8,7 @@ tests: ``python -m bakeoff.components.training.worker --variant JSON --data URI 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -18,7 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,24 @@ class SyncOnceModel(keras.Model):
         return results
 
 
+@contextlib.contextmanager
+def averaged_weights(model: Any) -> Iterator[None]:
+    """Inside, ``model`` holds its optimizer's moving average of the weights (where it keeps one): what ``fit``
+    leaves at its end, so what the export serves; after, the weights as trained again, for the next step and backup."""
+    optimizer = model.optimizer
+    if not getattr(optimizer, "use_ema", False):
+        yield
+        return
+    variables = model.trainable_variables
+    trained = [variable.numpy() for variable in variables]  # every replica holds the same: mirrored
+    optimizer.finalize_variable_values(variables)  # tf-keras' own swap at the end of fit
+    try:
+        yield
+    finally:
+        for variable, value in zip(variables, trained, strict=True):
+            variable.assign(value)
+
+
 class Validation(keras.callbacks.Callback):
     """Validation loss and accuracy at an epoch's end: each replica scores its own shards, one all-reduce sums them.
 
@@ -207,9 +226,10 @@ class Validation(keras.callbacks.Callback):
             return
         started = time.perf_counter()
         local = np.zeros(3)
-        for start in range(0, len(self.labels), VALIDATION_BATCH):
-            batch = slice(start, start + VALIDATION_BATCH)
-            local[:2] += self._sums(self.images[batch], self.labels[batch]).numpy()
+        with averaged_weights(self.model):
+            for start in range(0, len(self.labels), VALIDATION_BATCH):
+                batch = slice(start, start + VALIDATION_BATCH)
+                local[:2] += self._sums(self.images[batch], self.labels[batch]).numpy()
         local[2] = len(self.labels)
         loss, correct, count = self._all_reduce(tf.constant(local)).numpy()
         if logs is not None:  # the progress bar's epoch line, printed at the end, shows them too
@@ -443,6 +463,7 @@ def compiled_model(variant: Variant, strategy: Any, metadata: DatasetMetadata, s
                 training.schedule,
                 steps_per_epoch * training.epochs,
                 training.epochs,
+                training.ema_momentum,
             ),
             loss="sparse_categorical_crossentropy",
             metrics=["accuracy"],
