@@ -123,11 +123,35 @@ class SyncOnceModel(keras.Model):
     step's logs of each execution reach the callbacks, and ``fit`` replaces
     them at every epoch's end with the metrics' cross-replica results, so
     steps report this replica's own running values and epochs stay global.
+
+    It also keeps the last input iterator its training function was given,
+    so ``fit`` does not delete it on its way out. Under MWMS each worker's
+    batches pass through a per-device iterator with tf.data autotuning on
+    (tf.distribute builds it with default options); deleting it waits for
+    the autotuning thread, which sometimes sleeps through the cancellation
+    to its next timed wake-up: up to a minute of a job with nothing running
+    (gdb: ``~RootDataset::Iterator`` waiting on ``Model::OptimizeLoop``).
+    Kept, it goes when the process does.
     """
+
+    train_function: Callable | None  # tf-keras' own attribute, typed for the override below
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.distribute_reduction_method = "first"  # the logs are this replica's: nothing to sum
+
+    def make_train_function(self, force: bool = False) -> Callable:
+        if self.train_function is not None and not force:
+            return self.train_function
+        step = super().make_train_function(force)
+        kept: list = []  # in a closure, not an attribute: Keras would track it, and backups would save it
+
+        def train_function(iterator: Any) -> Any:
+            kept[:] = [iterator]
+            return step(iterator)
+
+        self.train_function = train_function
+        return train_function
 
     def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any) -> dict:
         self.compiled_metrics.update_state(y, y_pred, sample_weight)
