@@ -3,8 +3,9 @@
 ``calibrated`` reads the record under the cache folder when it was measured on this machine key (CPU, its
 AVX512, cores, TensorFlow, this cost model) and holds every network asked for; else it measures what is missing
 with ``measure``, which runs a short real job of each network ``timed`` picks, on the local backend. After a
-local run, ``refresh`` folds the steps its jobs measured into the record: the host's pace drifts by more than
-the calibration's own spread within hours, and the newest measure of a network prices it.
+local run, ``refresh`` folds the steps its jobs measured into the record (each network at the median of its
+jobs): the host's pace drifts by more than the calibration's own spread within hours, and the newest run prices
+the networks it trained.
 """
 
 from __future__ import annotations
@@ -164,19 +165,29 @@ def folded(calibration: Calibration, measured: Iterable[StepCost]) -> Calibratio
 
 
 def run_steps(store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int) -> list[StepCost]:
-    """The steps the jobs of ``variants`` in run ``run_id`` trained at, ``concurrent_jobs`` at a time, rung by rung
-    (the newest last): each job's steady rate from its ``rung-<k>.json``. A job too short to time a steady rate, or
-    one that did not run, says nothing."""
+    """The step each network of run ``run_id`` trained at, its jobs ``concurrent_jobs`` at a time: the median over
+    its jobs' steady rates and epochs' ends (each from its ``rung-<k>.json``), so that one job in a fast or a slow
+    spell of the host does not price it; the network whose newest job ran last comes last. A job too short to time
+    a steady rate, or one that did not run, says nothing."""
     jobs = []
     for variant in variants:
         rung = 0
         while store.exists(f"{runs.variant_prefix(run_id, variant.name)}/{runs.rung_name(rung)}"):
             jobs.append((rung, variant, runs.rung_metrics(store, run_id, variant.name, rung)))
             rung += 1
+    by_network: dict[tuple[Shape, int], list[StepCost]] = {}
+    for _, variant, metrics in sorted(jobs, key=lambda job: job[0]):
+        if metrics.examples_per_second_steady and metrics.epochs_trained:
+            cost = StepCost.of_job(variant, metrics, thread_cap(variant.workers, concurrent_jobs), f"run {run_id}")
+            group = by_network.pop((cost.shape, cost.macs), [])  # popped and put back: the newest job's network last
+            by_network[(cost.shape, cost.macs)] = [*group, cost]
     return [
-        StepCost.of_job(variant, metrics, thread_cap(variant.workers, concurrent_jobs), f"run {run_id}")
-        for _, variant, metrics in sorted(jobs, key=lambda job: job[0])
-        if metrics.examples_per_second_steady and metrics.epochs_trained
+        dataclasses.replace(
+            group[-1],
+            step_seconds=statistics.median(cost.step_seconds for cost in group),
+            epoch_end_seconds=statistics.median(cost.epoch_end_seconds for cost in group),
+        )
+        for group in by_network.values()
     ]
 
 
