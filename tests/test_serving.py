@@ -455,6 +455,44 @@ def test_a_bad_binary_request_answers_400_with_a_message_and_the_next_good_one_s
     assert status == 200 and len(read_outputs(headers, body)["class_id"]) == 2
 
 
+class _Failing:
+    """A served model whose call fails as no request's fault would: a bug, or TensorFlow out of memory."""
+
+    name = NAME
+
+    async def __call__(self, request: object) -> object:
+        raise RuntimeError("out of memory")
+
+
+@pytest.mark.unit
+def test_the_binary_route_in_front_answers_a_server_fault_500_and_refuses_oversized_bodies(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import httpx
+    from fastapi import FastAPI
+
+    from bakeoff.components.serving.asgi import in_front
+
+    app = FastAPI()
+    app.add_api_route(f"/v2/models/{NAME}/infer", lambda: {"served": "by the application"}, methods=["POST"])
+    in_front(app, cast(Any, _Failing()), limit=10_000)
+    image = np.zeros((1, 28, 28), np.float32)
+
+    async def ask() -> list[httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://server") as client:
+            url = f"/v2/models/{NAME}/infer"
+            return [
+                await client.post(url, content=body, headers=headers)
+                for body, headers in (binary_request(image), binary_request(np.zeros((4, 28, 28), np.float32)))
+            ] + [await client.post(url, json={})]
+
+    fault, oversized, json_request = asyncio.run(ask())
+    assert (fault.status_code, fault.json()) == (500, {"error": "RuntimeError : out of memory"})
+    assert any(record.exc_info and record.levelname == "ERROR" for record in caplog.records)  # the traceback, logged
+    assert oversized.status_code == 413 and "over the limit of 10000" in oversized.json()["error"]
+    assert (json_request.status_code, json_request.json()) == (200, {"served": "by the application"})
+
+
 # Each bad request, and the fragment its 4xx message must hold.
 BAD_REQUESTS = {
     "v1 wrong shape": ("v1", {"instances": [[[0] * 27] * 28]}, 400, "28×28"),

@@ -5,21 +5,23 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kserve.errors import InvalidInput, ModelNotFound
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bakeoff.components.serving import binary
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from bakeoff.components.serving.model import ServedModel
 
 INFER_PATH = re.compile(r"/v2/models/([^/]+)/infer")
 logger = logging.getLogger("kserve")  # where KServe logs the requests it refuses
 
 
-async def respond(send: Callable, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
     await send(
         {
             "type": "http.response.start",
@@ -38,10 +40,10 @@ def error_body(message: str) -> tuple[bytes, list[tuple[bytes, bytes]]]:
 class BodyLimit:
     """ASGI middleware: a request body over ``limit`` bytes answers 413 before anything parses it."""
 
-    def __init__(self, app: Callable, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
@@ -65,7 +67,7 @@ class BodyLimit:
                 break
         body, delivered = b"".join(chunks), False
 
-        async def replay() -> dict:
+        async def replay() -> Message:
             nonlocal delivered
             if delivered:
                 return await receive()
@@ -74,7 +76,7 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def refuse(self, send: Callable, size: int) -> None:
+    async def refuse(self, send: Send, size: int) -> None:
         message = f"request body of {size} bytes is over the limit of {self.limit}: send fewer images per request"
         await respond(send, 413, *error_body(message))
 
@@ -86,10 +88,10 @@ class BinaryTensors:
     has the Inference-Header-Content-Length header or is sent as application/octet-stream; others go on to KServe.
     """
 
-    def __init__(self, app: Callable, model: ServedModel) -> None:
+    def __init__(self, app: ASGIApp, model: ServedModel) -> None:
         self.app, self.model = app, model
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = INFER_PATH.fullmatch(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
         headers = dict(scope["headers"]) if match else {}
         header = headers.get(binary.HEADER.encode())
@@ -111,4 +113,18 @@ class BinaryTensors:
         except (InvalidInput, ModelNotFound) as error:
             logger.warning("refused a request: %s", error)
             return await respond(send, 404 if isinstance(error, ModelNotFound) else 400, *error_body(str(error)))
+        except Exception as error:  # outermost (see in_front), no framework handler is left to answer for it
+            logger.error("Exception:", exc_info=error)  # as KServe's generic_exception_handler logs and answers
+            return await respond(send, 500, *error_body(f"{type(error).__name__} : {error}"))
         await respond(send, 200, *binary.write_response(response))
+
+
+def in_front(app: FastAPI, model: ServedModel, limit: int) -> None:
+    """Runs the body limit, then the binary route, before everything else the application stacks up.
+
+    FastAPI puts its error, telemetry and body-limit middleware before any added one, and KServe adds its
+    TimingMiddleware (a route match per request) when it starts, after ours: wrapping the stack FastAPI builds
+    keeps all of that off a binary request's path. Starlette builds it on the first request.
+    """
+    build = app.build_middleware_stack
+    app.build_middleware_stack = lambda: BodyLimit(BinaryTensors(build(), model), limit)  # type: ignore[method-assign]

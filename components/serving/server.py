@@ -272,10 +272,9 @@ def serve(source: Source, settings: Settings) -> int:
         logging.getLogger(per_request).setLevel(logging.WARNING)
     logging.getLogger("kserve").addFilter(ClientErrorsInOneLine())
     warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")  # KServe 0.21's own use, once per process
-    from bakeoff.components.serving.asgi import BinaryTensors, BodyLimit  # after model: KServe reads no sys.argv
+    from bakeoff.components.serving.asgi import in_front  # after model: KServe reads no sys.argv
 
-    app.add_middleware(BinaryTensors, model=model)
-    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)  # added last, so it runs first
+    in_front(app, model, settings.max_request_bytes)
 
     async def metadata(model_name: str) -> dict:
         """TF Serving's metadata endpoint, plus the label table clients need to name more than the top class."""
