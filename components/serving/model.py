@@ -86,7 +86,7 @@ class Batch:
     """A checked request: which signature gets which tensor, on which version; ``request`` is set for V2."""
 
     signature: str
-    tensor: Any  # float32 tf.Tensor [n, h, w] for ARRAYS_SIGNATURE, numpy bytes [n] for BYTES_SIGNATURE
+    tensor: Any  # float32 [n, h, w] (a tf.Tensor, or numpy) for ARRAYS_SIGNATURE, numpy bytes [n] for BYTES_SIGNATURE
     version: Version
     request: InferRequest | None = None
 
@@ -233,17 +233,21 @@ def _b64_field(index: int, instance: Any) -> str:
 
 
 def pixel_arrays(data: Any, image_shape: tuple[int, int], count: int) -> Any:
-    """``data`` as a float32 tensor [count, height, width], or InvalidInput saying what shape was expected."""
+    """``data`` as float32 [count, height, width] (a tensor, or numpy from numpy), or InvalidInput saying what shape
+    was expected."""
     import tensorflow as tf
 
     expected = [count, *image_shape]
-    try:
-        # TF converts nested JSON lists about twice as fast as numpy does, and the signature takes its tensor as is.
-        tensor = tf.constant(data, tf.float32)
-    except (ValueError, TypeError):
-        tensor = None
-    if tensor is None or tensor.shape != expected:
-        got = "ragged or non-numeric data" if tensor is None else f"shape {tensor.shape.as_list()}"
+    if isinstance(data, np.ndarray):  # V2's tensors: a numpy array already; the signature converts it off the loop
+        tensor = data.astype(np.float32, copy=False) if data.dtype.kind in "fiu" else None
+    else:
+        try:
+            # TF converts nested JSON lists about twice as fast as numpy does, and the signature takes it as is.
+            tensor = tf.constant(data, tf.float32)
+        except (ValueError, TypeError):
+            tensor = None
+    if tensor is None or list(tensor.shape) != expected:
+        got = "ragged or non-numeric data" if tensor is None else f"shape {list(tensor.shape)}"
         raise InvalidInput(
             f"images must be {count}×{image_shape[0]}×{image_shape[1]} numbers (0-255 pixels), got {got}"
         )
