@@ -231,6 +231,22 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
         assert bool(store.list(f"runs/run1/{name}/backup")) == (name in order[:2]), name
 
 
+def _an_hour_off(epoch_seconds: dict[str, float], keeps: list[int]) -> Deadline:
+    """A deadline an hour from now for rungs that stop at epochs 2 and 4: each variant's epoch as ``epoch_seconds``
+    says, each job and pipeline step a second."""
+    return Deadline(
+        began=time.time(),
+        ends=time.time() + 3600,
+        epoch_seconds=epoch_seconds,
+        job_seconds=1.0,
+        step_seconds=1.0,
+        before_seconds=1.0,
+        select_seconds=1.0,
+        stops=[2, 4],
+        keeps=keeps,
+    )
+
+
 def test_with_time_to_spare_halve_keeps_more_but_never_a_diverged_one(tmp_path: Path) -> None:
     """A budgeted run's deadline far off: rung 0 keeps more than its 2, best first, and their backups; a NaN score
     still stops. Past the deadline it keeps only its best."""
@@ -238,17 +254,7 @@ def test_with_time_to_spare_halve_keeps_more_but_never_a_diverged_one(tmp_path: 
     for name, accuracy in {"a": 0.8, "b": 0.9, "c": 0.7, "nan": math.nan}.items():
         write_rung(store, "run1", name, 0, accuracy, 0.5)
     variants = [{"name": name, "model": {"type": "mlp"}} for name in ("a", "b", "c", "nan")]
-    held = Deadline(
-        began=time.time(),
-        ends=time.time() + 3600,
-        epoch_seconds=dict.fromkeys(("a", "b", "c", "nan"), 1.0),
-        job_seconds=1.0,
-        step_seconds=1.0,
-        before_seconds=1.0,
-        select_seconds=1.0,
-        stops=[2, 4],
-        keeps=[1, 1],
-    )
+    held = _an_hour_off(dict.fromkeys(("a", "b", "c", "nan"), 1.0), keeps=[1, 1])
     kept = halve(variants, store.uri, "", "run1", 0, 2, "val_accuracy", held.to_json(indent=None))
     assert [v["name"] for v in kept] == ["b", "a", "c"]
     (record,) = runs.search_records(store, "run1")
@@ -258,6 +264,27 @@ def test_with_time_to_spare_halve_keeps_more_but_never_a_diverged_one(tmp_path: 
     past = dataclasses.replace(held, ends=held.began - 1)
     kept = halve(variants[:3], store.uri, "", "run1", 0, 2, "val_accuracy", past.to_json(indent=None))
     assert [v["name"] for v in kept] == ["b"]
+
+
+def test_a_variant_the_deadline_passes_over_for_cheaper_ones_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A costly variant placed within the rung's keep that does not fit the deadline stops while cheaper ones ranked
+    below it go on: its reason says why it stopped, not only how many the rung kept."""
+    store = open_store(str(tmp_path / "store"))
+    for name, accuracy in {"best": 0.9, "costly": 0.8, "cheap": 0.7}.items():
+        write_rung(store, "run1", name, 0, accuracy, 0.5)
+    variants = [{"name": name, "model": {"type": "mlp"}} for name in ("best", "costly", "cheap")]
+    held = _an_hour_off({"best": 1.0, "costly": 1e6, "cheap": 1.0}, keeps=[2, 1])  # costly: far past the hour
+    kept = halve(variants, store.uri, "", "run1", 0, 2, "val_accuracy", held.to_json(indent=None))
+    assert [v["name"] for v in kept] == ["best", "cheap"]
+    (record,) = runs.search_records(store, "run1")
+    (stop,) = record.stopped
+    assert stop.variant == "costly" and stop.reason == (
+        "val_accuracy 0.8000 placed 2 of 3 after epoch 2; rung 0 keeps 2; passed over for cheaper ones ranked below"
+        " it: with it the search would not end by the budget's deadline"
+    )
+    assert "bakeoff: rung 0 keeps 2: best, cheap; passed over for cheaper ones: costly" in capsys.readouterr().out
 
 
 def test_halve_ranks_by_the_last_third_of_the_epochs_so_one_dip_does_not_decide(tmp_path: Path) -> None:

@@ -16,6 +16,11 @@ from bakeoff.components.storage import Store, runs
 from bakeoff.components.storage.records import VAL_EPOCHS, RungRecord, RungStop, Score, timestamp
 from bakeoff.components.training import backup
 
+# A stopped variant's reason where the deadline went on with cheaper ones ranked below it.
+PASSED_OVER = (
+    "; passed over for cheaper ones ranked below it: with it the search would not end by the budget's deadline"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Rung:
@@ -116,20 +121,25 @@ def halve(
     scores, since, epochs = _rung_scores(store, run_id, names, rung, metric)
     kept, stopped = survivors(scores, keep, metric)
     ranking, why = kept + stopped, ""
+    places = {name: place for place, name in enumerate(ranking, start=1)}
+    passed: list[str] = []  # stopped by the deadline while cheaper ones ranked below them went on
     if deadline is not None:
         earlier = [record for record in runs.search_records(store, run_id) if record.rung < rung]  # rung 0 first
         finite = {entry.variant for entry in scores if math.isfinite(entry.value)}  # a diverged one never goes on
         ranked = [name for name in ranking if name in finite] or kept
         kept = deadline.going_on([*(record.entered for record in earlier), names], ranked, keep, time.time())
         stopped = [name for name in ranking if name not in kept]
+        lowest = max(places[name] for name in kept)
+        passed = [name for name in stopped if places[name] < lowest]
         if len(kept) != keep:
             why = f" (not {keep}: the budget's deadline)"  # said where it stopped one the rung would have kept
-            print(f"bakeoff: rung {rung} keeps {len(kept)}{why}: {', '.join(kept)}", flush=True)
+        if why or passed:
+            over = f"; passed over for cheaper ones: {', '.join(passed)}" if passed else ""
+            print(f"bakeoff: rung {rung} keeps {len(kept)}{why}: {', '.join(kept)}{over}", flush=True)
     value = {entry.variant: entry.value for entry in scores}
     last = max(epochs)
     # Which epochs a score averages, when more than one.
     averaged = {name: f" (mean of epochs {first}-{last})" if first < last else "" for name, first in since.items()}
-    places = {name: place for place, name in enumerate(ranking, start=1)}
     record = RungRecord(
         rung=rung,
         epochs=last,
@@ -142,7 +152,8 @@ def halve(
                 metric,
                 value[name],
                 reason=f"{metric} {value[name]:.4f}{averaged[name]} placed {places[name]} of {len(names)}"
-                f" after epoch {last}; rung {rung} keeps {len(kept)}{why if places[name] <= keep else ''}",
+                f" after epoch {last}; rung {rung} keeps {len(kept)}{why if places[name] <= keep else ''}"
+                + (PASSED_OVER if name in passed else ""),
             )
             for name in stopped
         ],
