@@ -514,21 +514,30 @@ def test_a_budget_drops_draws_first(tmp_path: Path) -> None:
     assert fit(load_config(budgeted(tmp_path, minutes)), slower).config.search.samples < 3  # type: ignore[union-attr]
 
 
-def test_a_budget_drops_the_last_draw_rather_than_halve_the_search(tmp_path: Path) -> None:
-    """A draw so costly that keeping one would leave every variant under half its epochs goes: the grid and base
-    variants train their whole schedule instead."""
+def without_draws(tmp_path: Path) -> Config:
+    """SEARCH without its sampled variant: the grid and base variants alone."""
     drawn = SEARCH.split("  - name: grid")[0].split("variants:\n")[1]
-    undrawn = load_config(write(tmp_path, SEARCH.replace(drawn, "").replace("SEED", "0"), "undrawn.yaml"))
-    config = load_config(budgeted(tmp_path, 10000.0))
-    measured = samples.calibration(config)
-    normed = {costs.shape_of(v) for v in config.variants if config.expansions[v.name].sample is not None}
-    costly = dataclasses.replace(
+    return load_config(write(tmp_path, SEARCH.replace(drawn, "").replace("SEED", "0"), "undrawn.yaml"))
+
+
+def draws_priced(config: Config, measured: costs.Calibration, factor: float) -> costs.Calibration:
+    """``measured`` with the steps of the shapes ``config`` draws from ``factor`` times as costly."""
+    drawn = {costs.shape_of(v) for v in config.variants if config.expansions[v.name].sample is not None}
+    return dataclasses.replace(
         measured,
         steps=[
-            dataclasses.replace(step, step_seconds=step.step_seconds * 20) if step.shape in normed else step
+            dataclasses.replace(step, step_seconds=step.step_seconds * factor) if step.shape in drawn else step
             for step in measured.steps
         ],
     )
+
+
+def test_a_budget_drops_the_last_draw_rather_than_halve_the_search(tmp_path: Path) -> None:
+    """A draw so costly that keeping one would leave every variant under half its epochs goes: the grid and base
+    variants train their whole schedule instead."""
+    undrawn, config = without_draws(tmp_path), load_config(budgeted(tmp_path, 10000.0))
+    measured = samples.calibration(config)
+    costly = draws_priced(config, measured, 20)
     minutes = estimate(undrawn, 55000, costly)[1] / 60 + 0.01  # what the search costs with no draws
     plan = fit(load_config(budgeted(tmp_path, minutes)), costly)
     assert [v.name for v in plan.config.variants] == [v.name for v in undrawn.variants]
@@ -547,6 +556,20 @@ def test_a_budget_drops_the_last_draw_rather_than_halve_the_search(tmp_path: Pat
     ]
     kept = fit(load_config(budgeted(tmp_path, minutes)), measured)  # a cheap draw stays
     assert kept.config.search is not None and kept.config.search.samples > 0
+
+
+def test_a_budget_weighs_a_draw_against_the_epochs_the_search_grows_to_without_it(tmp_path: Path) -> None:
+    """Room to spare grows a search without draws past its written max_epochs: one draw that keeps half the written
+    epochs, but under half of those the grown search trains, goes."""
+    config = load_config(budgeted(tmp_path, 10000.0))
+    pricier = draws_priced(config, samples.calibration(config), 10)
+    undrawn = without_draws(tmp_path)
+    minutes = estimate(to_epochs(undrawn, 30), 55000, pricier)[1] / 60 + 0.01  # twice the written 15 epochs
+    plan = fit(load_config(budgeted(tmp_path, minutes)), pricier)
+    assert plan.config.search is not None and plan.config.search.samples == 0
+    assert plan.config.search.halving == Halving(2, 30, 3)
+    assert plan.fitted[0].startswith("search.samples 8 -> 0: ") and plan.fitted[0].endswith(", none leaves it 30")
+    assert plan.fitted[1].startswith("search.halving.max_epochs 15 -> 30: ")
 
 
 def to_epochs(config: Config, epochs: int) -> Config:

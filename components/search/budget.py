@@ -139,8 +139,8 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
     Over the budget: fewer draws per sampled variant first (grid and baseline variants stay), then fewer epochs for
     every variant (with halving, a lower ``max_epochs``); if even one draw at one epoch is over the budget, one line
     says so. The last draw goes too when keeping it would leave the search under ``DRAWN_EPOCHS_SHARE`` of the
-    epochs it keeps without any draws. Under it, a halving search trains to the most epochs the budget holds, up to
-    ``GROWN_EPOCHS_FACTOR`` times its ``max_epochs``.
+    epochs it trains without any draws (grown, as below, where that leaves room). Under it, a halving search trains
+    to the most epochs the budget holds, up to ``GROWN_EPOCHS_FACTOR`` times its ``max_epochs``.
     """
     seconds = estimate(config, train_examples, calibration)[1]
     budget = config.budget_minutes
@@ -156,7 +156,9 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
             if undrawn.variants:
                 longest = max(variant.training.epochs for variant in config.variants)
                 one = _most(_with_samples(config, 1), _with_epochs, longest, calibration, train_examples, limit)
-                none = _most(undrawn, _with_epochs, longest, calibration, train_examples, limit)
+                # without draws, room to spare grows the search (_grown): compare with what it would train
+                grows = defaults.GROWN_EPOCHS_FACTOR if halving else 1
+                none = _most(undrawn, _with_epochs, longest * grows, calibration, train_examples, limit)
                 if one < defaults.DRAWN_EPOCHS_SHARE * none:
                     kept, why = 0, f"; one would leave the search {one} epochs, none leaves it {none}"
         if kept < samples:
