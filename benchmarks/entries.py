@@ -23,8 +23,8 @@ from benchmarks.search import search
 from benchmarks.serving import serving
 
 SEED_CNN = {"name": "cnn", "model": {"type": "cnn", "filters": [32, 64, 64], "dense_units": 64}}
-# The default file's `wide` network (pipelines/variants.yaml, dropout at its range's middle): 3.9× the seed's MACs,
-# 5.6× its parameters to all-reduce, and most of a default run's training time.
+# The network the default file searched until `wide_top` (64-128-128, dropout at its range's middle): 3.9× the seed's
+# MACs and 5.6× its parameters to all-reduce: how the strategy's cost scales with a larger network.
 WIDE_CNN = {
     "name": "wide",
     "model": {"type": "cnn", "filters": [64, 128, 128], "dense_units": 256, "batch_norm": True, "dropout": 0.3},
@@ -193,7 +193,7 @@ def mwms(context: Context) -> list[Figure]:
                 f"mwms_efficiency_{workers}w_vs_tuned_plain_wide",
                 wide / plain_wide,
                 "×",
-                detail=f"the same for the default file's `wide` network: a {workers}-worker job (median"
+                detail=f"the same for the 64-128-128 `wide` network: a {workers}-worker job (median"
                 f" {wide:.0f} ex/s) ÷ the tuned plain process ({plain_wide:.0f} ex/s)",
             )
         )

@@ -20,18 +20,21 @@ def test_a_peer_is_asked_the_default_configs_entries_and_each_ones_spaces():
 
     def pick(name: str, space: Space):
         asked[name] = space
-        return "wide" if name == "variant" else space.bounds()[0]
+        return "wide_top" if name == "variant" else space.bounds()[0]
 
     base, values = draw(config.bases, pick)
     written = {item["name"]: item for item in yaml.safe_load(CONFIG.read_text())["variants"]}
     assert asked["variant"] == Space("choice", options=tuple(written))
-    assert asked == {"variant": asked["variant"], **{f"wide/{f}": s for f, s in config.bases["wide"].spaces.items()}}
+    spaces = config.bases["wide_top"].spaces
+    assert asked == {"variant": asked["variant"], **{f"wide_top/{f}": s for f, s in spaces.items()}}
     assert {name: (s.kind, s.bounds()) for name, s in asked.items() if name != "variant"} == {
-        "wide/model.dense_units": ("choice", (128, 256)),
-        "wide/model.dropout": ("uniform", (0.25, 0.4)),
-        "wide/training.learning_rate": ("log_uniform", (0.0015, 0.004)),
+        "wide_top/model.dense_units": ("choice", (128, 256)),
+        "wide_top/training.learning_rate": ("log_uniform", (0.0015, 0.003)),
     }
-    assert (base, values) == ("wide", {f.removeprefix("wide/"): s.bounds()[0] for f, s in asked.items() if "/" in f})
+    assert (base, values) == (
+        "wide_top",
+        {f.removeprefix("wide_top/"): s.bounds()[0] for f, s in asked.items() if "/" in f},
+    )
 
 
 def test_every_variant_bakeoff_expands_is_a_point_of_the_peers_space():

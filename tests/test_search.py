@@ -767,14 +767,14 @@ def test_plan_on_the_default_config(cost_cache: Path, capsys: pytest.CaptureFixt
     fitted = out.split("\nbudget: 15 min; fitted to it:\n  search.halving.max_epochs 20 -> ")[1]
     epochs = int(fitted.split(":")[0])
     assert 20 < epochs <= 40 and fitted.startswith(f"{epochs}: 20 epochs take an estimated ")
-    assert out.startswith(f"6 variants from {DEFAULT_CONFIG}:\n")
-    listed = [line.split() for line in out.splitlines()[1:7]]
+    assert out.startswith(f"9 variants from {DEFAULT_CONFIG}:\n")
+    listed = [line.split() for line in out.splitlines()[1:10]]
     assert [line[0] for line in listed[:3]] == ["cnn", "dropout", "batch_norm"] and all(
         line[1:] == ["(as", "written)"] for line in listed[:3]
     )
-    assert all(line[0].startswith("wide-") and line[1].startswith("model.dense_units=") for line in listed[3:])
+    assert all(line[0].startswith("wide_top-") and line[1].startswith("model.dense_units=") for line in listed[3:])
     assert (
-        f"     0       3         6     2\n     1       9         2     1\n     2      {epochs}         1     1\n" in out
+        f"     0       3         9     3\n     1       9         3     1\n     2      {epochs}         1     1\n" in out
     )
 
 

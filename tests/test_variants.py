@@ -22,7 +22,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_default_file_holds_the_seed_variants() -> None:
     variants = {variant.name: variant for variant in load_variants(DEFAULT_CONFIG)}
     assert list(variants)[:3] == ["cnn", "dropout", "batch_norm"]  # the baselines, then the search's draws
-    assert len(variants) == 6 and all(name.startswith("wide-") for name in list(variants)[3:])
+    assert len(variants) == 9 and all(name.startswith("wide_top-") for name in list(variants)[3:])
     assert all(variant.workers == 2 for variant in variants.values())
     assert variants["cnn"].model_config().filters == (32, 64, 64)
     assert variants["dropout"].model_config().dropout == 0.5
