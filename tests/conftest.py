@@ -72,6 +72,18 @@ def cost_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     return path
 
 
+@pytest.fixture
+def busy_cores() -> Iterator[None]:
+    """Another program spinning on every core for the test's length, as a user's other work would."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 @pytest.fixture(scope="session")
 def fashion_dir() -> Path:
     if not (FASHION_MNIST / "train-images-idx3-ubyte.gz").is_file():

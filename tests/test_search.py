@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.search import calibration as costs
+from bakeoff.components.search import contention
 from bakeoff.components.search.budget import epoch_seconds, estimate, fit
 from bakeoff.components.search.halving import Halving, schedule, survivors
 from bakeoff.components.spec import Config, from_dict, load_config, load_variants
@@ -756,6 +758,29 @@ def test_another_machine_s_calibration_is_measured_again(
     err = capsys.readouterr().err
     assert err.count("measuring this machine's training costs once") == 1
     assert err.count("bakeoff: timed m (1 of 1): ") == 1  # each calibration job says it ran
+
+
+@pytest.mark.training
+def test_costs_measured_beside_another_program_serve_one_plan_and_are_not_kept(
+    cost_cache: Path, fashion_dir: Path, busy_cores: None, capsys: pytest.CaptureFixture
+) -> None:
+    """A calibration that shared the cores timed a slower machine than this one: the plan at hand uses it (it has
+    nothing better), the cache keeps nothing, and the next plan measures again."""
+    mlp = from_dict({"name": "m", "model": {"type": "mlp"}, "training": {"batch_size": 16}, "workers": 1})
+    measured = costs.calibrated([mlp], str(fashion_dir), steps=2)
+    assert measured.machine == costs.machine_key() and len(measured.steps) == 1
+    assert not (cost_cache / costs.FILE).exists()
+    err = capsys.readouterr().err
+    assert "of the cores while this machine's costs were measured: this plan uses them, the next one measures" in err
+
+
+def test_a_program_beside_bakeoff_counts_as_others_use_of_the_cores(busy_cores: None, tmp_path: Path) -> None:
+    """Busy time that no process of this tree spent is others': a spinner on every core leaves them the machine;
+    where the kernel keeps no /proc/stat, nothing is said."""
+    before = contention.sample()
+    time.sleep(1.0)
+    assert contention.others_share(before, contention.sample()) > 0.5
+    assert contention.sample(tmp_path / "stat") is None and contention.others_share(None, before) == 0.0
 
 
 def test_plan_on_the_default_config(cost_cache: Path, capsys: pytest.CaptureFixture) -> None:

@@ -485,6 +485,24 @@ def test_a_local_run_leaves_the_steps_its_jobs_trained_at_for_the_next_plan(tmp_
     assert f"costs: the next plan here prices its steps as this run trained them ({cost_cache}/" in run.stderr
 
 
+@pytest.mark.training
+def test_a_run_beside_another_program_leaves_the_cached_costs_as_they_were(
+    tmp_path: Path, cost_cache: Path, busy_cores: None
+) -> None:
+    """A run that shared the cores trained slower than this machine does: its steps would misprice the next plan,
+    so the cached calibration stays as it was and the run says why."""
+    config = tmp_path / "one.yaml"
+    config.write_text(
+        "variants:\n  - {name: mlp, model: {type: mlp, hidden_units: [16]}, workers: 1,"
+        " training: {epochs: 2, batch_size: 16}}\n"
+    )
+    cached = samples.cache_calibration(cost_cache, load_config(config), step_seconds=9.0)
+    run, _ = run_config(tmp_path, config, f"file://{tmp_path / 'store'}")
+    assert plan_config(load_config(config))[0].calibration == cached
+    assert "costs: not kept: other processes used " in run.stderr
+    assert "of the cores while this run trained; the next plan here prices its steps as before" in run.stderr
+
+
 def test_the_run_says_what_its_budget_bought(tmp_path: Path) -> None:
     """After the leaderboard: the budget, the variants it kept of those listed and why, the plan's span, the time."""
     config = tmp_path / "budget.yaml"

@@ -2,10 +2,10 @@
 
 ``calibrated`` reads the record under the cache folder when it was measured on this machine key (CPU, its
 AVX512, cores, TensorFlow, this cost model) and holds every network asked for; else it measures what is missing
-with ``measure``, which runs a short real job of each network ``timed`` picks, on the local backend. After a
-local run, ``refresh`` folds the steps its jobs measured into the record (each network at the median of its
-jobs): the host's pace drifts by more than the calibration's own spread within hours, and the newest run prices
-the networks it trained.
+with ``measure``, which runs a short real job of each network ``timed`` picks, on the local backend, and keeps it
+unless other processes shared the cores meanwhile. After a local run, ``refresh`` folds the steps its jobs measured
+into the record (each network at the median of its jobs): the host's pace drifts by more than the calibration's own
+spread within hours, and the newest run prices the networks it trained.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from bakeoff.components.data import artifact
 from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
+from bakeoff.components.search import contention
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage import Store, runs
 from bakeoff.components.storage.records import Record, RecordError, WorkerMetrics, timestamp
@@ -300,9 +301,18 @@ def calibrated(
         assert cached is not None
         return cached
     print(f"bakeoff: measuring this machine's training costs once ({path})", file=sys.stderr)
+    before = contention.sample()
     measured = measure(missing, source, steps)
     calibration = dataclasses.replace(measured, steps=[*(cached.steps if cached else []), *measured.steps])
-    _write(path, calibration)
+    others = contention.others_share(before, contention.sample())
+    if others > defaults.BUSY_SHARE:  # slower than this machine alone: every later plan would be priced from it
+        print(
+            f"bakeoff: other processes used {others:.0%} of the cores while this machine's costs were measured: this"
+            " plan uses them, the next one measures again",
+            file=sys.stderr,
+        )
+    else:
+        _write(path, calibration)
     return calibration
 
 

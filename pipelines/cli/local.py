@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.components.data.fashion_mnist import digest
     from bakeoff.components.reporting.report import write_report
+    from bakeoff.components.search import contention
     from bakeoff.components.search.budget import deadline
     from bakeoff.components.search.calibration import FILE, cache_dir, refresh
     from bakeoff.components.selection.promotion import Gate
@@ -99,13 +100,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress_dir=new_progress_folder(args.work_dir) if watched else None,
         deadline=deadline(plan, started, time.time()) if plan is not None and plan.rungs is not None else None,
     )
+    before = contention.sample()
     summary = run_watched(run) if watched else run_local(run)
-    refreshed = refresh(store, summary.run_id, variants, args.parallelism)
+    others = contention.others_share(before, contention.sample())
+    shared = others > defaults.BUSY_SHARE  # its steps ran slower than this machine's: they would misprice a plan
+    refreshed = None if shared else refresh(store, summary.run_id, variants, args.parallelism)
     print(leaderboard(summary), file=out)
     if plan is not None:
         print(bought(plan, listed, time.monotonic() - began, runs.search_records(store, summary.run_id)), file=out)
     if refreshed is not None:
         print(f"costs: the next plan here prices its steps as this run trained them ({cache_dir() / FILE})", file=out)
+    elif shared:
+        print(
+            f"costs: not kept: other processes used {others:.0%} of the cores while this run trained; the next plan"
+            " here prices its steps as before",
+            file=out,
+        )
     report = write_report(store, summary.run_id, args.work_dir / defaults.REPORTS / f"{summary.run_id}.html")
     print(f"report: {report.resolve()}", file=out)
     serve = ["bakeoff", "serve", "--store", args.store, "--model-name", args.model_name]
