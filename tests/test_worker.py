@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -308,6 +309,41 @@ def test_fit_leaves_its_distributed_input_iterator_alive(fashion_dir: Path) -> N
     before = live()
     model.fit(inputs, epochs=1, steps_per_epoch=4, verbose=0)
     assert live() - before
+
+
+@pytest.mark.training
+def test_a_job_traces_its_training_step_once(fashion_dir: Path) -> None:
+    """tf.function traces a function a second time when its first call creates variables (optimizer slots, metric
+    totals): the compiled model holds them all before ``fit``, so a job pays one trace (a second of its start)."""
+    import tensorflow as tf
+
+    from bakeoff.components.storage.records import DatasetMetadata
+    from bakeoff.components.training.worker import compiled_model
+
+    variant = from_dict({"name": "once", "model": {"type": "cnn", "filters": [8], "dense_units": 16}})
+    train = fashion_mnist.read_idx_dir(fashion_dir)["train"]
+    metadata = DatasetMetadata({"train": 128}, 1, [28, 28], [str(label) for label in range(10)], "-", "-")
+    model = compiled_model(variant, tf.distribute.get_strategy(), metadata, steps_per_epoch=4)
+    created: list[str] = []
+
+    def noted(next_creator: Any, **kwargs: Any) -> Any:
+        created.append(kwargs.get("name") or "?")
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(noted):
+        model.fit(train.images[:128], train.labels[:128], batch_size=32, epochs=1, verbose=0)
+    assert created == []
+
+
+@pytest.mark.training
+def test_the_exported_model_holds_the_weights_it_serves_and_no_optimizer_state(trained: Trained) -> None:
+    """The served model is its signatures and the weights they read: the optimizer's moments and average stay in
+    the job's backup, not in every published model (3× the weights here)."""
+    import tensorflow as tf
+
+    names = [name for name, _ in tf.train.list_variables(str(trained.out / "model" / "variables" / "variables"))]
+    assert any("kernel" in name for name in names)
+    assert [name for name in names if name.startswith("optimizer/")] == []
 
 
 @pytest.mark.training

@@ -36,7 +36,7 @@ from bakeoff.components.spec import Variant
 from bakeoff.components.storage import Store, runs
 from bakeoff.components.storage.records import Record, RecordError, WorkerMetrics, timestamp
 
-VERSION = 6  # of the cost model and of this record: a new one measures again
+VERSION = 7  # of the cost model, of this record and of what a job costs: a new one measures again
 FILE = "calibration.json"
 MACS_TOLERANCE = 1.5  # networks within this factor of a measured one cost as it does, in proportion
 CALIBRATED = "calibration"  # a step's measured_by when a calibration job timed it; else "run <id>"

@@ -490,11 +490,14 @@ def compiled_model(variant: Variant, strategy: Any, metadata: DatasetMetadata, s
                 training.ema_momentum,
             ),
             loss="sparse_categorical_crossentropy",
-            metrics=["accuracy"],
+            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
             # Many steps per call into the graph: per-step Python and
             # coordination overhead is otherwise a large part of a small step.
             steps_per_execution=training.steps_per_execution,
         )
+        # Its slots and the metric's totals made here, not in the first step: tf.function traces a step that creates
+        # variables twice (a second of every job's start).
+        model.optimizer.build(model.trainable_variables)
     return model
 
 
