@@ -409,6 +409,14 @@ def test_with_two_networks_measured_a_step_is_on_their_line(tmp_path: Path) -> N
     assert [variant.name for variant in only_small.missing(costs.timed(config.variants))] == ["wide"]
 
 
+def test_the_default_s_draws_are_timed_beside_the_seed_network_they_widen() -> None:
+    """`wide_top`'s wider head adds parameters whose optimizer updates MACs do not count (1.21× the seed's MACs,
+    1.24–1.36× its step): the calibration times its costliest draw, so the first plan does not price it by MACs."""
+    timed = costs.timed(load_config(DEFAULT_CONFIG).variants)
+    assert [variant.name for variant in timed[:2]] == ["cnn", "batch_norm"] and len(timed) == 3
+    assert timed[2].name.startswith("wide_top-du256-")
+
+
 def test_with_three_networks_measured_a_step_is_on_the_segment_it_lies_in(tmp_path: Path) -> None:
     """A network measured between two others (a run's job) bends the line: a step is priced between its neighbours."""
     config = load_config(write(tmp_path, THREE_SIZES))

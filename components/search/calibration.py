@@ -38,7 +38,7 @@ from bakeoff.components.storage.records import Record, RecordError, WorkerMetric
 
 VERSION = 7  # of the cost model, of this record and of what a job costs: a new one measures again
 FILE = "calibration.json"
-MACS_TOLERANCE = 1.5  # networks within this factor of a measured one cost as it does, in proportion
+MACS_TOLERANCE = 1.15  # networks within this factor of a measured one cost as it does, in proportion
 CALIBRATED = "calibration"  # a step's measured_by when a calibration job timed it; else "run <id>"
 CPUINFO = Path("/proc/cpuinfo")
 IMAGE_SIDE = IMAGE_SHAPE[0]
