@@ -43,8 +43,8 @@ DEADLINE_KEEP_FACTOR = 2
 CALIBRATION_STEPS = 192  # timed steps per network, after one execution of CALIBRATION_STEPS_PER_EXECUTION to trace
 CALIBRATION_STEPS_PER_EXECUTION = 32  # executions of the worker's kind; a steady rate within seconds
 CACHE_DIR = Path("~/.cache/bakeoff")
-BUSY_SHARE = 0.1  # of the cores' time other processes used while a run or a calibration timed: more, and it is not kept
 CACHE_ENV = "BAKEOFF_CACHE"
+BUSY_SHARE = 0.1  # of the cores' time other processes used while a run or a calibration timed: more, and it is not kept
 MISCLASSIFIED = (
     24  # the winner's most confident test mistakes kept in the selection record: one screenful in the report
 )
