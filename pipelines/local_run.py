@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import TextIO
 
 from bakeoff.components import defaults
+from bakeoff.components.backends import prefork
 from bakeoff.components.errors import ERROR_FILE_ENV, BakeoffError
 from bakeoff.components.progress import PROGRESS_DIR_ENV
 from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.selection.settings import SelectionSettings
 from bakeoff.components.spec import Search, Variant
 from bakeoff.components.storage.records import Summary
+from bakeoff.components.training.tfjob import WORKER_PROGRAM
 from bakeoff.pipelines.pipeline import build_pipeline
 
 PIPELINE_LOG = "pipeline.log"  # kfp.local's own output, in the progress folder of a watched run
@@ -92,6 +94,7 @@ def run_local(run: LocalRun) -> Summary:
         if run.progress_dir is not None:
             os.environ[PROGRESS_DIR_ENV] = str(run.progress_dir.resolve())  # the tasks and their replicas inherit it
             task_log = stack.enter_context(open(run.progress_dir / PIPELINE_LOG, "a", encoding="utf-8"))
+        stack.enter_context(prefork.warm(WORKER_PROGRAM))  # after the variables above, which it keeps
         try:
             with contextlib.redirect_stdout(PlainWriter(task_log)), warnings.catch_warnings():
                 # The image only matters on a cluster; locally the venv runs the code.

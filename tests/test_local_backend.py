@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bakeoff.components import progress
+from bakeoff.components.backends import prefork
 from bakeoff.components.backends.backend import JobFailed
 from bakeoff.components.backends.local import LocalBackend, thread_cap
 from bakeoff.components.errors import BakeoffError
@@ -43,10 +46,20 @@ def job_running(
     return job
 
 
-def left_running(*pid_files: Path) -> list[int]:
-    """The replicas (pids read from ``pid_files``, all in one test's folder, which their command lines name) still
-    running."""
-    return still_running([int(pid_file.read_text()) for pid_file in pid_files], str(pid_files[0].parent))
+@pytest.fixture(params=["fresh", "forked"])
+def starts(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """How replicas start: as fresh processes, or forked by a warm process (prefork.py; here it imports colorsys);
+    yields what the replicas' command lines show: the test's folder, or the warm process's socket."""
+    if request.param == "fresh":
+        yield str(tmp_path)
+        return
+    with prefork.warm("colorsys"):
+        yield os.environ[prefork.PREFORK_ENV]
+
+
+def left_running(marker: str, *pid_files: Path) -> list[int]:
+    """The replicas (pids read from ``pid_files``) whose command lines show ``marker`` (``starts``) still running."""
+    return still_running([int(pid_file.read_text()) for pid_file in pid_files], marker)
 
 
 RECORD = """
@@ -59,7 +72,7 @@ print("hello from", config["task"]["index"])
 """
 
 
-def test_each_replica_gets_the_operators_tf_config(tmp_path: Path) -> None:
+def test_each_replica_gets_the_operators_tf_config(tmp_path: Path, starts: str) -> None:
     lines: list[str] = []
     LocalBackend(sink=lines.append).run(job_running(RECORD, tmp_path))
     records = [json.loads((tmp_path / f"worker-{i}.json").read_text()) for i in range(2)]
@@ -109,7 +122,7 @@ def test_tensorflows_start_up_lines_show_as_its_log_level_says(
     assert len(shown) == len(kept) and all(part in line for part, line in zip(kept, shown, strict=True)), shown
 
 
-def test_replicas_run_on_tcmalloc_when_the_machine_has_it(tmp_path: Path) -> None:
+def test_replicas_run_on_tcmalloc_when_the_machine_has_it(tmp_path: Path, starts: str) -> None:
     lines: list[str] = []
     LocalBackend(sink=lines.append).run(job_running(MALLOC, tmp_path))
     assert "[probe-job-worker-0] malloc tcmalloc" in lines and "[probe-job-worker-1] malloc tcmalloc" in lines
@@ -151,7 +164,7 @@ time.sleep(120)
 """
 
 
-def test_a_failed_replica_stops_the_others_and_says_why(tmp_path: Path) -> None:
+def test_a_failed_replica_stops_the_others_and_says_why(tmp_path: Path, starts: str) -> None:
     """When one replica fails for good, the backend ends the others' processes and names the failure."""
     with pytest.raises(BakeoffError) as error:
         LocalBackend(sink=lambda line: None).run(job_running(CRASH_ONE, tmp_path))
@@ -159,7 +172,7 @@ def test_a_failed_replica_stops_the_others_and_says_why(tmp_path: Path) -> None:
         "TFJob 'probe-job' failed: replica probe-job-worker-1 exited with code 3 after 0 restart(s): replica one "
         "cannot go on"
     )
-    assert left_running(tmp_path / "survivor.pid") == []
+    assert left_running(starts, tmp_path / "survivor.pid") == []
 
 
 FLAKY = """
@@ -171,14 +184,14 @@ sys.exit(1 if attempts == 0 else 0)
 """
 
 
-def test_on_failure_restarts_within_the_backoff_limit(tmp_path: Path) -> None:
+def test_on_failure_restarts_within_the_backoff_limit(tmp_path: Path, starts: str) -> None:
     lines: list[str] = []
     LocalBackend(sink=lines.append).run(job_running(FLAKY, tmp_path, workers=1, backoff_limit=1))
     assert (tmp_path / "attempts").read_text() == "xx"
     assert any("restarting the job (1/1)" in line for line in lines)
 
 
-def test_never_means_no_restart(tmp_path: Path) -> None:
+def test_never_means_no_restart(tmp_path: Path, starts: str) -> None:
     with pytest.raises(JobFailed, match=r"exited with code 1 after 0 restart\(s\)"):
         LocalBackend(sink=lambda line: None).run(
             job_running(FLAKY, tmp_path, workers=1, backoff_limit=3, restart="Never")
@@ -197,12 +210,12 @@ time.sleep(60)
 """
 
 
-def test_active_deadline_stops_the_job(tmp_path: Path) -> None:
+def test_active_deadline_stops_the_job(tmp_path: Path, starts: str) -> None:
     """A job past its activeDeadlineSeconds has every replica's process ended, and says so."""
     with pytest.raises(BakeoffError, match=r"ran past activeDeadlineSeconds=3 and was stopped") as stopped:
         LocalBackend(sink=lambda line: None).run(job_running(SLEEPER, tmp_path, workers=2, deadline=3))
     assert not isinstance(stopped.value, JobFailed), "a retry with its backup may finish it"
-    assert left_running(tmp_path / "replica-0.pid", tmp_path / "replica-1.pid") == []
+    assert left_running(starts, tmp_path / "replica-0.pid", tmp_path / "replica-1.pid") == []
 
 
 WATCHED = """
@@ -216,7 +229,7 @@ if index == 1:
 
 
 def test_when_watched_the_lines_go_to_the_variants_log_and_a_failure_is_its_event(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, starts: str
 ) -> None:
     """`bakeoff run` on a terminal: the table shows the variant's state; its replicas' lines are in its log file."""
     folder = tmp_path / "progress"
@@ -231,3 +244,66 @@ def test_when_watched_the_lines_go_to_the_variants_log_and_a_failure_is_its_even
     assert "[probe-job-worker-1] bakeoff: error: replica one cannot go on" in log
     state = progress.read_events(folder)["probe"].latest
     assert (state.state, state.error) == ("failed", str(error.value))
+
+
+IMPORTED = """
+import os, sys
+print("colorsys imported:", "colorsys" in sys.modules, "- TF_CONFIG:", "TF_CONFIG" in os.environ,
+      "- argv:", sys.argv[1:])
+"""
+
+
+def test_a_warm_process_starts_replicas_with_its_imports_done(tmp_path: Path, starts: str) -> None:
+    """What makes forking pay: the warm process's imports are there, and the replica still gets its own
+    environment and arguments."""
+    lines: list[str] = []
+    LocalBackend(sink=lines.append).run(job_running(IMPORTED, tmp_path, workers=1))
+    forked = starts != str(tmp_path)
+    assert f"[probe-job-worker-0] colorsys imported: {forked} - TF_CONFIG: True - argv: [{str(tmp_path)!r}]" in lines
+
+
+def test_a_replica_that_would_start_differently_starts_fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TensorFlow reads its kernels' switch at import: a replica asking for others than the warm process imported
+    with cannot fork from it."""
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    with prefork.warm("colorsys"):
+        monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+        lines: list[str] = []
+        LocalBackend(sink=lines.append).run(job_running(IMPORTED, tmp_path, workers=1))
+    assert any("[probe-job-worker-0] colorsys imported: False" in line for line in lines), lines
+
+
+KILLED = """
+import os, signal
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_replica_killed_by_a_signal_is_named_as_such(tmp_path: Path, starts: str) -> None:
+    with pytest.raises(JobFailed, match=r"replica probe-job-worker-0 was killed by SIGKILL after 0 restart\(s\)"):
+        LocalBackend(sink=lambda line: None).run(job_running(KILLED, tmp_path, workers=1))
+
+
+ORPHANED = """
+import os, signal, sys, time
+marker = os.path.join(sys.argv[1], "attempts")
+attempts = len(open(marker).read()) if os.path.exists(marker) else 0
+open(marker, "a").write("x")
+if attempts == 0:
+    with open(os.path.join(sys.argv[1], "first.pid"), "w") as file:
+        file.write(str(os.getpid()))
+    os.kill(os.getppid(), signal.SIGKILL)  # the warm process that forked this replica
+    time.sleep(60)
+"""
+
+
+def test_when_the_warm_process_goes_its_replicas_stop_and_the_job_starts_fresh(tmp_path: Path) -> None:
+    """Nothing would tell the launcher how a replica of a gone warm process ends: it is stopped, and the restart
+    starts fresh processes."""
+    with prefork.warm("colorsys"):
+        marker = os.environ[prefork.PREFORK_ENV]
+        lines: list[str] = []
+        LocalBackend(sink=lines.append).run(job_running(ORPHANED, tmp_path, workers=1, backoff_limit=1))
+    assert (tmp_path / "attempts").read_text() == "xx"
+    assert any("was killed by SIGKILL; restarting the job (1/1)" in line for line in lines), lines
+    assert left_running(marker, tmp_path / "first.pid") == []

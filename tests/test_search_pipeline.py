@@ -449,6 +449,9 @@ def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_
         assert entry.variant in run.stderr.split("stopped by successive halving")[1]
     page = Path(run.stderr.rsplit("\nreport: ", 1)[1].split()[0]).read_text()
     assert all(f'class="stopped" data-variant="{name}"' in page for name in set(everyone) - set(best_two))
+    # Every replica of the run forked from its warm process, which had imported TensorFlow once for all of them.
+    starts = [line for line in run.stderr.splitlines() if " started as pid " in line]
+    assert len(starts) == 4 + 2 and all(line.endswith("(forked from the warm process)") for line in starts), starts
 
 
 @pytest.mark.training

@@ -21,7 +21,7 @@ from typing import TextIO
 from kubeflow.training import KubeflowOrgV1TFJob
 
 from bakeoff.components import defaults, progress, tfenv
-from bakeoff.components.backends import allocator
+from bakeoff.components.backends import allocator, prefork
 from bakeoff.components.backends.backend import VARIANT_ANNOTATION, JobFailed, Sink, job_restarts, print_line
 from bakeoff.components.backends.heartbeat import HEARTBEAT_ENV
 from bakeoff.components.defaults import LOG_TAIL
@@ -97,7 +97,7 @@ class _Replica:
         self.heartbeat = heartbeat  # absent until the replica's first beat
         self.started = time.time()
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
-        self.process = subprocess.Popen(
+        self.process: subprocess.Popen | prefork.Forked = prefork.spawn(command, env) or subprocess.Popen(
             command,
             env=env,
             stdout=subprocess.PIPE,
@@ -155,6 +155,12 @@ class _Replica:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         self.reader.join(timeout=grace)
+
+    def code(self) -> int:
+        """How the ended replica exited (Popen's: -N for signal N)."""
+        code = self.process.poll()
+        assert code is not None, "asked of a running replica"
+        return code
 
     def last_error(self) -> str:
         """The most telling line of the tail: our own error line, else the last line."""
@@ -236,8 +242,8 @@ class LocalBackend:
             if outcome == "stalled":
                 what, hint = f"stopped responding (no heartbeat for {quiet:.0f} s)", STALL_HINT
             else:
-                what = exit_text(failed.process.returncode)
-                hint = failed.last_error() if failed.process.returncode > 0 else KILLED_HINT
+                what = exit_text(failed.code())
+                hint = failed.last_error() if failed.code() > 0 else KILLED_HINT
             if not restartable or restarts >= backoff_limit:
                 raise JobFailed(
                     f"TFJob {name!r} failed: replica {failed.label} {what} after {restarts} restart(s): {hint}"
@@ -259,24 +265,22 @@ class LocalBackend:
                 container = job.spec.tf_replica_specs[kind].template.spec.containers[0]
                 label = f"{job.metadata.name}-{kind.lower()}-{index}"
                 env = {
-                    **allocator.with_tcmalloc(os.environ, self.tcmalloc),
+                    **prefork.replica_environment(self.tcmalloc),
                     **{var.name: var.value for var in container.env or [] if var.value is not None},
                     "TF_CONFIG": json.dumps(tf_config),
                     **threads,
-                    "PYTHONUNBUFFERED": "1",
                     HEARTBEAT_ENV: str(heartbeats / label),  # the replica creates it
                 }
                 command = [sys.executable if part in ("python", "python3") else part for part in container.command]
                 replica = _Replica(label, command + list(container.args or []), env, sink, heartbeats / label)
                 replicas.append(replica)
-                sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}")
+                forked = " (forked from the warm process)" if isinstance(replica.process, prefork.Forked) else ""
+                sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}{forked}")
             while True:
                 running = [replica for replica in replicas if replica.process.poll() is None]
                 quiet = {replica: replica.quiet_seconds() for replica in running}
                 # A replica killed by a signal is a cause; one exiting with an error after it, a consequence.
-                failed = sorted(
-                    (r for r in replicas if r.process.poll() not in (None, 0)), key=lambda r: r.process.returncode > 0
-                )
+                failed = sorted((r for r in replicas if r.process.poll() not in (None, 0)), key=lambda r: r.code() > 0)
                 suspects = sorted(
                     (r for r in running if (r.suspect(quiet[r]) if failed else quiet[r] > self.stall_seconds)),
                     key=lambda r: -quiet[r],

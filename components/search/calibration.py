@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bakeoff.components import defaults
+from bakeoff.components.backends import prefork
 from bakeoff.components.backends.local import thread_cap
 from bakeoff.components.data import artifact
 from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE
@@ -35,8 +36,9 @@ from bakeoff.components.search import contention
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage import Store, runs
 from bakeoff.components.storage.records import Record, RecordError, WorkerMetrics, timestamp
+from bakeoff.components.training.tfjob import WORKER_PROGRAM
 
-VERSION = 7  # of the cost model, of this record and of what a job costs: a new one measures again
+VERSION = 8  # of the cost model, of this record and of what a job costs: a new one measures again
 FILE = "calibration.json"
 MACS_TOLERANCE = 1.15  # networks within this factor of a measured one cost as it does, in proportion
 CALIBRATED = "calibration"  # a step's measured_by when a calibration job timed it; else "run <id>"
@@ -330,7 +332,7 @@ def measure(
     start, and one short real job of each network on the local backend, ``steps`` steps after a first execution;
     its step is the job's steady rate, its epoch's end its validation and backup, its start the rest of its wall
     time."""
-    with tempfile.TemporaryDirectory(prefix="bakeoff-calibration-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="bakeoff-calibration-") as scratch, prefork.warm(WORKER_PROGRAM):
         began = time.perf_counter()
         data = Path(scratch) / "data"
         artifact.build(source, data, defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED)
