@@ -60,6 +60,7 @@ HEARTBEAT_SECONDS = 1.0  # a local replica beats this often for the watchdog
 TF_LOG_LEVEL = "2"  # TF_CPP_MIN_LOG_LEVEL unless the user set one: INFO and WARNING hidden, errors shown
 SUSPECT_SECONDS = 5.0  # a replica quiet this long when a peer fails is named as the cause
 STALL_SECONDS = 30.0  # a replica quiet this long is stopped as stalled, even if no peer noticed
+PREFORK_WAIT_SECONDS = 60.0  # the longest a replica waits on the warm process (its import) before starting fresh
 S3_RETRY_SECONDS = 120.0  # how long one store request is retried after it first fails: a store pod's restart
 S3_RETRY_FIRST_PAUSE = 0.5  # seconds before a store request's first retry, doubled after each failure ...
 S3_RETRY_MAX_PAUSE = 8.0  # ... up to this

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from bakeoff.components import tfenv
+from bakeoff.components import defaults, tfenv
 from bakeoff.components.backends import allocator
 
 PREFORK_ENV = "BAKEOFF_PREFORK"  # the warm process's socket; replicas start fresh without it
@@ -91,6 +91,7 @@ def spawn(command: list[str], env: Mapping[str, str]) -> Forked | None:
         return None
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     read, write = os.pipe()
+    connection.settimeout(defaults.PREFORK_WAIT_SECONDS)
     try:
         connection.connect(path)
         option, target, *args = command[1:]
@@ -187,13 +188,17 @@ def _fork(
             sock.close()
         _child(connection, fds[0], request)  # never returns
     os.close(fds[0])
-    connection.send(str(pid).encode())
+    try:
+        connection.send(str(pid).encode())
+    except OSError:  # the launcher stopped waiting (PREFORK_WAIT_SECONDS) and started the replica fresh
+        os.kill(pid, signal.SIGKILL)
     children[pid] = connection
 
 
 def _child(connection: socket.socket, stdout: int, request: dict) -> None:
     """Becomes the replica: ``python -m MODULE ARGS`` (or ``-c CODE``) with its stdout, environment and folder;
-    exits with its code."""
+    exits with its code through ``os._exit``, as the worker program does itself: the warm process's exit handlers
+    are not the replica's to run."""
     code = 1
     try:
         connection.close()
