@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import math
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from bakeoff.components.search.budget import Plan
 
 COMPILED = Path(__file__).resolve().parent / "bakeoff.yaml"
+HEADER_DEFAULT = re.compile(r"(#    \w+: \w+ \[Default: )(.*)\]")  # an input's line in kfp's header comment
 
 
 def compile_pipeline(
@@ -50,11 +53,36 @@ def compile_pipeline(
     partial = output.with_name(f".{output.stem}.partial.yaml")
     try:
         compiler.Compiler().compile(pipeline, str(partial))
+        partial.write_text(stable_header(partial.read_text()))
         check_backends(partial.read_text())
         os.replace(partial, output)
     finally:
         partial.unlink(missing_ok=True)
     return output
+
+
+def stable_header(ir_yaml: str) -> str:
+    """``ir_yaml`` with its header comment's dict defaults in sorted key order.
+
+    kfp writes them in its protobuf runtime's map order (``pipeline_spec_builder``'s header of the inputs), which
+    changes from one process to the next: each compile of the same pipeline rewrote the committed file.
+    """
+    lines = ir_yaml.split("\n")
+    for index, line in enumerate(lines):
+        if not line.startswith("#"):
+            break
+        default = HEADER_DEFAULT.fullmatch(line)
+        if default and default[2][:1] in "[{":
+            lines[index] = f"{default[1]}{_sorted(ast.literal_eval(default[2]))}]"
+    return "\n".join(lines)
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(item) for item in value]
+    return value
 
 
 def planned(config: Config, max_train_examples: int = 0) -> Config:
