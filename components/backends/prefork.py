@@ -102,7 +102,7 @@ def spawn(command: list[str], env: Mapping[str, str]) -> Forked | None:
         reply = b""
     finally:
         os.close(write)
-    if not reply.isdigit():  # refused (the reason, for tests), or the warm process is gone
+    if not reply.isdigit():  # refused (the reply says why), or the warm process is gone
         connection.close()
         os.close(read)
         return None
