@@ -53,8 +53,9 @@ def compile_pipeline(
     partial = output.with_name(f".{output.stem}.partial.yaml")
     try:
         compiler.Compiler().compile(pipeline, str(partial))
-        partial.write_text(stable_header(partial.read_text()))
-        check_backends(partial.read_text())
+        text = stable_header(partial.read_text())
+        partial.write_text(text)
+        check_backends(text)
         os.replace(partial, output)
     finally:
         partial.unlink(missing_ok=True)

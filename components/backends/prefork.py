@@ -163,7 +163,7 @@ def serve(path: str, module: str) -> None:
                 woken.recv(4096)
             else:
                 connection, _ = listener.accept()
-                _fork(connection, environ, children, [listener, wakeup, woken])
+                _fork(connection, environ, children, [listener, wakeup, woken, selector])
         _reap(children)
 
 
@@ -171,21 +171,22 @@ def _fork(
     connection: socket.socket,
     environ: Mapping[str, str],
     children: dict[int, socket.socket],
-    inherited: list[socket.socket],
+    inherited: list[socket.socket | selectors.BaseSelector],
 ) -> None:
     message, fds, _, _ = socket.recv_fds(connection, MESSAGE_BYTES, 1)
     request = json.loads(message)
     difference = startup_difference(environ, request["env"])
     if difference is not None or len(fds) != 1:
-        connection.send(f"refused: {difference} differs from the warm process's".encode())
+        reason = f"{difference} differs from the warm process's" if difference else "no log pipe came with it"
+        connection.send(f"refused: {reason}".encode())
         connection.close()
         for fd in fds:
             os.close(fd)
         return
     pid = os.fork()
     if pid == 0:
-        for sock in [*inherited, *children.values()]:
-            sock.close()
+        for held in [*inherited, *children.values()]:
+            held.close()
         _child(connection, fds[0], request)  # never returns
     os.close(fds[0])
     try:
@@ -225,8 +226,9 @@ def _child(connection: socket.socket, stdout: int, request: dict) -> None:
             exec(compile(request["target"], "<string>", "exec"), {"__name__": "__main__"})  # as python -c runs it
         code = 0
     except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-        if not isinstance(exit.code, int | None):
+        if exit.code is None or isinstance(exit.code, int):
+            code = exit.code or 0
+        else:  # sys.exit("message"), as the interpreter does: the message, then 1
             print(exit.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
