@@ -48,12 +48,12 @@ def job_running(
 
 @pytest.fixture(params=["fresh", "forked"])
 def starts(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """How replicas start: as fresh processes, or forked by a warm process (prefork.py; here it imports colorsys);
-    yields what the replicas' command lines show: the test's folder, or the warm process's socket."""
+    """How replicas start: as fresh processes, or forked by a warm process (prefork.py; here it imports
+    tests/warmed.py); yields what the replicas' command lines show: the test's folder, or the warm process's socket."""
     if request.param == "fresh":
         yield str(tmp_path)
         return
-    with prefork.warm("colorsys"):
+    with prefork.warm("tests.warmed"):
         yield os.environ[prefork.PREFORK_ENV]
 
 
@@ -271,6 +271,20 @@ def test_a_replica_that_would_start_differently_starts_fresh(tmp_path: Path, mon
         lines: list[str] = []
         LocalBackend(sink=lines.append).run(job_running(IMPORTED, tmp_path, workers=1))
     assert any("[probe-job-worker-0] colorsys imported: False" in line for line in lines), lines
+
+
+LEFT_BEHIND = """
+import os, sys, tempfile
+handle, path = tempfile.mkstemp(prefix="__autograph_generated_file")  # as AutoGraph writes its modules
+open(os.path.join(sys.argv[1], "left"), "w").write(path)
+os._exit(0)  # as the worker program ends: no exit handlers, which would have removed it
+"""
+
+
+def test_what_a_replica_leaves_in_its_temporary_folder_goes_with_its_job(tmp_path: Path, starts: str) -> None:
+    LocalBackend(sink=lambda line: None).run(job_running(LEFT_BEHIND, tmp_path, workers=1))
+    left = Path((tmp_path / "left").read_text())
+    assert left.name.startswith("__autograph_generated_file") and not left.exists()
 
 
 KILLED = """

@@ -259,20 +259,26 @@ class LocalBackend:
         configs = tf_configs(job)
         threads = thread_env(thread_cap(len(configs), self.concurrent_jobs))
         replicas = []
-        heartbeats = Path(tempfile.mkdtemp(prefix="bakeoff-heartbeats-"))
+        # Each replica's heartbeat and temporary files (TensorFlow's AutoGraph leaves its generated modules to exit
+        # handlers that a replica skips; a killed one leaves its backup): the attempt's end removes them all.
+        scratch = Path(tempfile.mkdtemp(prefix="bakeoff-replicas-"))
         try:
             for (kind, index), tf_config in configs.items():
                 container = job.spec.tf_replica_specs[kind].template.spec.containers[0]
                 label = f"{job.metadata.name}-{kind.lower()}-{index}"
+                (scratch / label).mkdir()
                 env = {
                     **prefork.replica_environment(self.tcmalloc),
                     **{var.name: var.value for var in container.env or [] if var.value is not None},
                     "TF_CONFIG": json.dumps(tf_config),
                     **threads,
-                    HEARTBEAT_ENV: str(heartbeats / label),  # the replica creates it
+                    HEARTBEAT_ENV: str(scratch / f"{label}.heartbeat"),  # the replica creates it
+                    "TMPDIR": str(scratch / label),
                 }
                 command = [sys.executable if part in ("python", "python3") else part for part in container.command]
-                replica = _Replica(label, command + list(container.args or []), env, sink, heartbeats / label)
+                replica = _Replica(
+                    label, command + list(container.args or []), env, sink, scratch / f"{label}.heartbeat"
+                )
                 replicas.append(replica)
                 forked = " (forked from the warm process)" if isinstance(replica.process, prefork.Forked) else ""
                 sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}{forked}")
@@ -297,4 +303,4 @@ class LocalBackend:
         finally:
             for replica in replicas:
                 replica.stop()
-            shutil.rmtree(heartbeats, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)

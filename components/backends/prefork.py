@@ -216,6 +216,7 @@ def _child(connection: socket.socket, stdout: int, request: dict) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # the warm process's choice; the replica's own TMPDIR picks again
         # The module ran here before as an import; -m would not know it, nor do the replicas use that copy.
         warnings.filterwarnings("ignore", "'.*' found in sys.modules after import of package", RuntimeWarning)
         if request["option"] == "-m":
