@@ -271,6 +271,7 @@ def test_a_replica_that_would_start_differently_starts_fresh(tmp_path: Path, mon
         lines: list[str] = []
         LocalBackend(sink=lines.append).run(job_running(IMPORTED, tmp_path, workers=1))
     assert any("[probe-job-worker-0] colorsys imported: False" in line for line in lines), lines
+    assert any("(fresh: TF_ENABLE_ONEDNN_OPTS differs from the warm process's)" in line for line in lines), lines
 
 
 LEFT_BEHIND = """
@@ -320,4 +321,5 @@ def test_when_the_warm_process_goes_its_replicas_stop_and_the_job_starts_fresh(t
         LocalBackend(sink=lines.append).run(job_running(ORPHANED, tmp_path, workers=1, backoff_limit=1))
     assert (tmp_path / "attempts").read_text() == "xx"
     assert any("was killed by SIGKILL; restarting the job (1/1)" in line for line in lines), lines
+    assert any("(fresh: the warm process did not answer" in line for line in lines), lines
     assert left_running(marker, tmp_path / "first.pid") == []

@@ -97,16 +97,24 @@ class _Replica:
         self.heartbeat = heartbeat  # absent until the replica's first beat
         self.started = time.time()
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
-        self.process: subprocess.Popen | prefork.Forked = prefork.spawn(command, env) or subprocess.Popen(
-            command,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-            start_new_session=True,  # so a stop reaches the replica's own children too
-        )
+        forked = prefork.spawn(command, env)
+        self.process: subprocess.Popen | prefork.Forked
+        if isinstance(forked, prefork.Forked):
+            self.process, self.fresh_because = forked, ""
+        else:  # why a warm process did not fork it, if one was asked
+            self.process, self.fresh_because = (
+                subprocess.Popen(
+                    command,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    text=True,
+                    bufsize=1,
+                    start_new_session=True,  # so a stop reaches the replica's own children too
+                ),
+                forked,
+            )
         self.reader = threading.Thread(
             target=self._pump, args=(self.process.stdout, sink, tfenv.log_level(env)), daemon=True
         )
@@ -280,8 +288,14 @@ class LocalBackend:
                     label, command + list(container.args or []), env, sink, scratch / f"{label}.heartbeat"
                 )
                 replicas.append(replica)
-                forked = " (forked from the warm process)" if isinstance(replica.process, prefork.Forked) else ""
-                sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}{forked}")
+                how = (
+                    " (forked from the warm process)"
+                    if isinstance(replica.process, prefork.Forked)
+                    else f" (fresh: {replica.fresh_because})"
+                    if replica.fresh_because
+                    else ""
+                )
+                sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}{how}")
             while True:
                 running = [replica for replica in replicas if replica.process.poll() is None]
                 quiet = {replica: replica.quiet_seconds() for replica in running}

@@ -82,13 +82,14 @@ class Forked:
         return self.returncode
 
 
-def spawn(command: list[str], env: Mapping[str, str]) -> Forked | None:
+def spawn(command: list[str], env: Mapping[str, str]) -> Forked | str:
     """``command`` (``python -m MODULE ...`` or ``python -c CODE ...`` on this interpreter) forked by the warm
-    process that ``env`` names; None when there is none, it cannot run this command, or it refuses the environment
-    (start the command fresh)."""
+    process that ``env`` names; else why not, for the command to start fresh ("" when ``env`` names none)."""
     path = env.get(PREFORK_ENV)
-    if not path or len(command) < 3 or command[0] != sys.executable or command[1] not in ("-m", "-c"):
-        return None
+    if not path:
+        return ""
+    if len(command) < 3 or command[0] != sys.executable or command[1] not in ("-m", "-c"):
+        return "the warm process runs only python -m or -c on its own interpreter"
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     read, write = os.pipe()
     connection.settimeout(defaults.PREFORK_WAIT_SECONDS)
@@ -98,14 +99,14 @@ def spawn(command: list[str], env: Mapping[str, str]) -> Forked | None:
         request = {"option": option, "target": target, "args": args, "env": dict(env), "cwd": os.getcwd()}
         socket.send_fds(connection, [json.dumps(request).encode()], [write])
         reply = connection.recv(MESSAGE_BYTES)  # waits while the warm process is still importing
-    except OSError:
-        reply = b""
+    except OSError as error:
+        reply = f"the warm process did not answer ({error.strerror or type(error).__name__})".encode()
     finally:
         os.close(write)
-    if not reply.isdigit():  # refused (the reply says why), or the warm process is gone
+    if not reply.isdigit():
         connection.close()
         os.close(read)
-        return None
+        return reply.decode().removeprefix("refused: ") or "the warm process is gone"
     return Forked(connection, int(reply), open(read, encoding=None, errors=None))  # the reader closes it
 
 
