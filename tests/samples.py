@@ -38,6 +38,7 @@ def calibration(
     epoch_end_seconds: float = 1.0,
     start_seconds: float = 10.0,
     task_seconds: float = 1.0,
+    select_task_seconds: float = 3.0,
     ingest_seconds: float = 5.0,
 ) -> costs.Calibration:
     """This machine's costs as if measured: every network ``timed`` picks for ``configs``, the cheapest of each shape
@@ -52,7 +53,14 @@ def calibration(
         steps.append(costs.StepCost.of(shape, 1, network, step_seconds * scale, epoch_end_seconds * scale))
     measured_at = "2026-01-01T00:00:00+00:00"
     return costs.Calibration(
-        costs.VERSION, costs.machine_key(), measured_at, start_seconds, task_seconds, ingest_seconds, steps
+        costs.VERSION,
+        costs.machine_key(),
+        measured_at,
+        start_seconds,
+        task_seconds,
+        select_task_seconds,
+        ingest_seconds,
+        steps,
     )
 
 

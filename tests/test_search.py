@@ -338,15 +338,17 @@ def test_the_estimate_costs_each_rung_s_new_epochs_for_the_costliest_entrants(tm
             "search: {halving: {min_epochs: 2, max_epochs: 6, eta: 3}}\n",
         )
     )
-    measured = samples.calibration(config, start_seconds=10.0, task_seconds=1.0, ingest_seconds=5.0)
+    measured = samples.calibration(
+        config, start_seconds=10.0, task_seconds=1.0, select_task_seconds=3.0, ingest_seconds=5.0
+    )
     small, mid, big = sorted(epoch_seconds(v, 1000, measured) for v in config.variants)
     assert small <= mid < big
     rungs, seconds = estimate(config, 1000, measured)
     assert [(r.epochs, r.entering, r.keep) for r in rungs or []] == [(2, 3, 1), (6, 1, 1)]
     # Rung 0: all three for 2 epochs; rung 1: the one survivor, costed as the costliest, for the 4 epochs it has not
-    # done. Each of the 4 jobs starts (10 s) in a pipeline step (1 s); check, ingest, one halve and select are 4 steps
-    # more, ingest builds the data (5 s) and select starts as a job does (10 s).
-    around = 4 * 1.0 + 5.0 + 10.0
+    # done. Each of the 4 jobs starts (10 s) in a pipeline step (1 s); check, ingest and one halve are 3 steps more,
+    # ingest builds the data (5 s), and select starts a step that imports TensorFlow (3 s), then as a job does (10 s).
+    around = 3 * 1.0 + 5.0 + 3.0 + 10.0
     assert seconds == pytest.approx((small + mid + big) * 2 + big * 4 + 4 * 11.0 + around)
     # As a lower bound, the cheapest survives.
     assert estimate(config, 1000, measured, costliest=False)[1] == pytest.approx(
@@ -657,7 +659,7 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(
         " 1 s an epoch's end (batch 64, 2×1 threads), cnn of 3.42M MACs 219 ms/step, 4.4 s an epoch's end (batch 64,"
         " 2×1 threads), cnn with batch norm of 2.79M MACs 50 ms/step, 1 s an epoch's end (batch 64, 2×1 threads), cnn"
         " with batch norm of 10.8M MACs 193 ms/step, 3.9 s an epoch's end (batch 64, 2×1 threads); 10.0 s to start a"
-        " job, 1.0 s a pipeline step, 5.0 s to ingest\n"
+        " job, 1.0 s a pipeline step (3.0 s select's), 5.0 s to ingest\n"
     ) in out
     assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
     document = json.loads(capsys.readouterr().out)
@@ -688,13 +690,15 @@ def test_plan_s_estimate_is_the_cached_calibration_s_arithmetic(
         epoch_end_seconds=0.5,
         start_seconds=7.0,
         task_seconds=2.0,
+        select_task_seconds=5.0,
         ingest_seconds=4.0,
     )
     assert main(["plan", "--config", str(path), "--json", "--max-train-examples", "1000"]) == 0
     document = json.loads(capsys.readouterr().out)
-    # Two jobs, each a pipeline step; check, ingest and select around them, select starting as a job does.
+    # Two jobs, each a pipeline step; check, ingest and select around them, select's step importing TensorFlow and
+    # then starting as a job does.
     assert document["estimated_seconds"] == pytest.approx(
-        2 * 3 * (10 * 0.25 + 0.5) + 2 * (7.0 + 2.0) + 3 * 2.0 + 4.0 + 7.0
+        2 * 3 * (10 * 0.25 + 0.5) + 2 * (7.0 + 2.0) + 2 * 2.0 + 4.0 + 5.0 + 7.0
     )
     assert document["least_seconds"] == document["estimated_seconds"]  # no halving: every variant trains its epochs
     assert document["calibration"]["start_seconds"] == 7.0
@@ -761,6 +765,7 @@ def test_another_machine_s_calibration_is_measured_again(
     (cost,) = measured.steps
     assert (cost.shape, cost.macs) == (costs.shape_of(mlp), costs.macs(mlp))
     assert 0 < cost.step_seconds < 9.0 and 0 < measured.start_seconds < 99.0 and 0 < measured.task_seconds < 99.0
+    assert measured.task_seconds < measured.select_task_seconds < 99.0  # select imports TensorFlow as well
     assert costs.read(cost_cache / costs.FILE) == measured
     assert costs.calibrated([mlp], str(fashion_dir), steps=2) == measured  # cached now: nothing measured again
     err = capsys.readouterr().err

@@ -459,7 +459,13 @@ def test_a_run_past_its_deadline_keeps_only_the_best_of_a_rung(tmp_path: Path, c
     """`run` hands its pipeline the budget's deadline and the halve steps hold to it: with costs measured as a few
     seconds for the whole search, the run is past its 2.1-second budget by rung 0's halve, which keeps 1, not 2."""
     store_uri = f"file://{tmp_path / 'store'}"
-    costs = {"step_seconds": 0.001, "epoch_end_seconds": 0.1, "start_seconds": 0.1, "task_seconds": 0.01}
+    costs = {
+        "step_seconds": 0.001,
+        "epoch_end_seconds": 0.1,
+        "start_seconds": 0.1,
+        "task_seconds": 0.01,
+        "select_task_seconds": 0.01,
+    }
     samples.cache_calibration(cost_cache, load_config(write_search(tmp_path)), ingest_seconds=0.1, **costs)
     # 2.1 s holds the search as written (an estimated 1.98 s), not a 3rd epoch (2.32 s).
     run, summary = run_search(tmp_path, store_uri, "--budget", "2.1s")

@@ -60,9 +60,15 @@ def estimate(
 
 
 def around(calibration: Calibration, halvings: int) -> float:
-    """The steps around the jobs: check, ingest, each halve and select, each a process start; ingest builds the data,
-    and select, like a job, starts TensorFlow, reads the data and a model, and saves one."""
-    return (3 + halvings) * calibration.task_seconds + calibration.ingest_seconds + calibration.start_seconds
+    """The steps around the jobs: check, ingest and each halve, each a process start; ingest builds the data; and
+    select (``select_seconds``)."""
+    return (2 + halvings) * calibration.task_seconds + calibration.ingest_seconds + select_seconds(calibration)
+
+
+def select_seconds(calibration: Calibration) -> float:
+    """The select step: its process start, which imports TensorFlow, then, as a job's start, the data and a model
+    read, scored and saved."""
+    return calibration.select_task_seconds + calibration.start_seconds
 
 
 def deadline(plan: Plan, started: float, began: float) -> Deadline:
@@ -78,7 +84,7 @@ def deadline(plan: Plan, started: float, began: float) -> Deadline:
         step_seconds=calibration.task_seconds,
         # around()'s parts: check and ingest before the jobs, select after them
         before_seconds=2 * calibration.task_seconds + calibration.ingest_seconds,
-        select_seconds=calibration.task_seconds + calibration.start_seconds,
+        select_seconds=select_seconds(calibration),
         stops=[rung.epochs for rung in plan.rungs],
         keeps=[rung.keep for rung in plan.rungs],
     )

@@ -38,7 +38,16 @@ from bakeoff.components.storage import Store, runs
 from bakeoff.components.storage.records import Record, RecordError, WorkerMetrics, timestamp
 from bakeoff.components.training.tfjob import WORKER_PROGRAM
 
-VERSION = 8  # of the cost model, of this record and of what a job costs: a new one measures again
+VERSION = 9  # of the cost model, of this record and of what a job costs: a new one measures again
+# What a step imports before its work: most only kfp's executor and the launcher of jobs; select (steps/select.py)
+# TensorFlow, the selection and the report's figures as well.
+TASK_IMPORTS = "import kfp.dsl.executor_main, bakeoff.components.training.launch"
+SELECT_IMPORTS = (
+    "import kfp.dsl.executor_main\n"
+    "from bakeoff.components.tfenv import import_tensorflow\n"
+    "import_tensorflow()\n"
+    "import bakeoff.components.reporting.report, bakeoff.components.selection.winner"
+)
 FILE = "calibration.json"
 MACS_TOLERANCE = 1.15  # networks within this factor of a measured one cost as it does, in proportion
 CALIBRATED = "calibration"  # a step's measured_by when a calibration job timed it; else "run <id>"
@@ -116,6 +125,7 @@ class Calibration(Record):
     measured_at: str  # ISO 8601, UTC
     start_seconds: float  # a job's fixed cost (``start_cost`` of the jobs'): processes, TensorFlow, data, trace, save
     task_seconds: float  # a pipeline step's process start, paid by every step (kfp.local starts each as a process)
+    select_task_seconds: float  # the select step's: it imports TensorFlow and the report's libraries itself
     ingest_seconds: float  # the data built as ingest builds it
     steps: list[StepCost]
 
@@ -350,7 +360,16 @@ def measure(
             )
             costs.append(cost)
             starts.append(start)
-    return Calibration(VERSION, machine_key(), timestamp(), start_cost(starts), _task_seconds(), ingest, costs)
+    return Calibration(
+        VERSION,
+        machine_key(),
+        timestamp(),
+        start_cost(starts),
+        _step_start(TASK_IMPORTS),
+        _step_start(SELECT_IMPORTS),
+        ingest,
+        costs,
+    )
 
 
 def start_cost(starts: list[float]) -> float:
@@ -384,11 +403,11 @@ def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: in
     return cost, wall - trained
 
 
-def _task_seconds() -> float:
-    """A pipeline step's own start: a Python process importing kfp's executor and the steps' launcher."""
+def _step_start(imports: str) -> float:
+    """A pipeline step's own start: a Python process running ``imports`` (TASK_IMPORTS, SELECT_IMPORTS)."""
     began = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-c", "import kfp.dsl.executor_main, bakeoff.components.training.launch"],
+        [sys.executable, "-c", imports],
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

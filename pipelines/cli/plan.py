@@ -84,7 +84,8 @@ def costs(calibration: Calibration) -> str:
     )
     return (
         f"costs measured here at {calibration.measured_at} ({calibration.machine}): {steps};"
-        f" {calibration.start_seconds:.1f} s to start a job, {calibration.task_seconds:.1f} s a pipeline step,"
+        f" {calibration.start_seconds:.1f} s to start a job, {calibration.task_seconds:.1f} s a pipeline step"
+        f" ({calibration.select_task_seconds:.1f} s select's),"
         f" {calibration.ingest_seconds:.1f} s to ingest"
     )
 
