@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes.client import V1EnvVar
 
 from bakeoff.components import progress
 from bakeoff.components.backends import prefork
@@ -286,6 +287,17 @@ def test_what_a_replica_leaves_in_its_temporary_folder_goes_with_its_job(tmp_pat
     LocalBackend(sink=lambda line: None).run(job_running(LEFT_BEHIND, tmp_path, workers=1))
     left = Path((tmp_path / "left").read_text())
     assert left.name.startswith("__autograph_generated_file") and not left.exists()
+
+
+def test_a_job_that_names_its_own_temporary_folder_keeps_it(tmp_path: Path, starts: str) -> None:
+    """As in a pod: the replica's environment as the TFJob writes it comes first."""
+    job = job_running(
+        "import sys, tempfile; open(sys.argv[1] + '/used', 'w').write(tempfile.gettempdir())", tmp_path, workers=1
+    )
+    (own := tmp_path / "own").mkdir()
+    job.spec.tf_replica_specs["Worker"].template.spec.containers[0].env.append(V1EnvVar(name="TMPDIR", value=str(own)))
+    LocalBackend(sink=lambda line: None).run(job)
+    assert (tmp_path / "used").read_text() == str(own)
 
 
 KILLED = """

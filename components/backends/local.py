@@ -120,6 +120,12 @@ class _Replica:
         )
         self.reader.start()
 
+    def how(self) -> str:
+        """How it started, where a warm process was asked: " (forked from the warm process)" or " (fresh: why)"."""
+        if isinstance(self.process, prefork.Forked):
+            return " (forked from the warm process)"
+        return f" (fresh: {self.fresh_because})" if self.fresh_because else ""
+
     def _pump(self, stream: TextIO, sink: Sink, level: int) -> None:
         for line in stream:
             line = line.rstrip("\n")
@@ -277,25 +283,18 @@ class LocalBackend:
                 (scratch / label).mkdir()
                 env = {
                     **prefork.replica_environment(self.tcmalloc),
+                    "TMPDIR": str(scratch / label),  # unless the job names its own, as a pod's would be kept
                     **{var.name: var.value for var in container.env or [] if var.value is not None},
                     "TF_CONFIG": json.dumps(tf_config),
                     **threads,
                     HEARTBEAT_ENV: str(scratch / f"{label}.heartbeat"),  # the replica creates it
-                    "TMPDIR": str(scratch / label),
                 }
                 command = [sys.executable if part in ("python", "python3") else part for part in container.command]
                 replica = _Replica(
                     label, command + list(container.args or []), env, sink, scratch / f"{label}.heartbeat"
                 )
                 replicas.append(replica)
-                how = (
-                    " (forked from the warm process)"
-                    if isinstance(replica.process, prefork.Forked)
-                    else f" (fresh: {replica.fresh_because})"
-                    if replica.fresh_because
-                    else ""
-                )
-                sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}{how}")
+                sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}{replica.how()}")
             while True:
                 running = [replica for replica in replicas if replica.process.poll() is None]
                 quiet = {replica: replica.quiet_seconds() for replica in running}

@@ -308,8 +308,8 @@ def serve(source: Source, settings: Settings) -> int:
 
 def fast_event_loop() -> None:
     """uvloop under KServe's servers where it is installed (uvicorn[standard], KServe's own requirement: all but
-    Windows). KServe starts them with a plain asyncio.run, so uvicorn's loop setting (KServe's --event_loop) never
-    applies since uvicorn 0.36 chose the loop through the factory its own run passes."""
+    Windows). KServe starts them with a plain asyncio.run, and since 0.36 uvicorn applies its loop setting (KServe's
+    --event_loop, "auto": uvloop) only in its own run: KServe's servers ran on asyncio's loop."""
     try:
         import uvloop
     except ImportError:
