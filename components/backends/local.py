@@ -98,22 +98,20 @@ class _Replica:
         self.started = time.time()
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
         forked = prefork.spawn(command, env)
+        self.fresh_because = "" if isinstance(forked, prefork.Forked) else forked  # a warm process's reason, if asked
         self.process: subprocess.Popen | prefork.Forked
         if isinstance(forked, prefork.Forked):
-            self.process, self.fresh_because = forked, ""
-        else:  # why a warm process did not fork it, if one was asked
-            self.process, self.fresh_because = (
-                subprocess.Popen(
-                    command,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    text=True,
-                    bufsize=1,
-                    start_new_session=True,  # so a stop reaches the replica's own children too
-                ),
-                forked,
+            self.process = forked
+        else:
+            self.process = subprocess.Popen(
+                command,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                bufsize=1,
+                start_new_session=True,  # so a stop reaches the replica's own children too
             )
         self.reader = threading.Thread(
             target=self._pump, args=(self.process.stdout, sink, tfenv.log_level(env)), daemon=True
