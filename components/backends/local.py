@@ -98,11 +98,11 @@ class _Replica:
         self.started = time.time()
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
         forked = prefork.spawn(command, env)
-        self.fresh_because = "" if isinstance(forked, prefork.Forked) else forked  # a warm process's reason, if asked
         self.process: subprocess.Popen | prefork.Forked
         if isinstance(forked, prefork.Forked):
-            self.process = forked
-        else:
+            self.process, self.how = forked, " (forked from the warm process)"  # for the start line
+        else:  # ``forked`` says why not, where a warm process was asked
+            self.how = f" (fresh: {forked})" if forked else ""
             self.process = subprocess.Popen(
                 command,
                 env=env,
@@ -117,12 +117,6 @@ class _Replica:
             target=self._pump, args=(self.process.stdout, sink, tfenv.log_level(env)), daemon=True
         )
         self.reader.start()
-
-    def how(self) -> str:
-        """How it started, where a warm process was asked: " (forked from the warm process)" or " (fresh: why)"."""
-        if isinstance(self.process, prefork.Forked):
-            return " (forked from the warm process)"
-        return f" (fresh: {self.fresh_because})" if self.fresh_because else ""
 
     def _pump(self, stream: TextIO, sink: Sink, level: int) -> None:
         for line in stream:
@@ -279,20 +273,19 @@ class LocalBackend:
                 container = job.spec.tf_replica_specs[kind].template.spec.containers[0]
                 label = f"{job.metadata.name}-{kind.lower()}-{index}"
                 (scratch / label).mkdir()
+                heartbeat = scratch / f"{label}.heartbeat"  # the replica creates it
                 env = {
                     **prefork.replica_environment(self.tcmalloc),
                     "TMPDIR": str(scratch / label),  # unless the job names its own, as a pod's would be kept
                     **{var.name: var.value for var in container.env or [] if var.value is not None},
                     "TF_CONFIG": json.dumps(tf_config),
                     **threads,
-                    HEARTBEAT_ENV: str(scratch / f"{label}.heartbeat"),  # the replica creates it
+                    HEARTBEAT_ENV: str(heartbeat),
                 }
                 command = [sys.executable if part in ("python", "python3") else part for part in container.command]
-                replica = _Replica(
-                    label, command + list(container.args or []), env, sink, scratch / f"{label}.heartbeat"
-                )
+                replica = _Replica(label, command + list(container.args or []), env, sink, heartbeat)
                 replicas.append(replica)
-                sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}{replica.how()}")
+                sink(f"[{job.metadata.name}] replica {label} started as pid {replica.process.pid}{replica.how}")
             while True:
                 running = [replica for replica in replicas if replica.process.poll() is None]
                 quiet = {replica: replica.quiet_seconds() for replica in running}
