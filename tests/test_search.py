@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import itertools
 import json
 import math
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +23,7 @@ from bakeoff.components.search import contention
 from bakeoff.components.search.budget import epoch_seconds, estimate, fit
 from bakeoff.components.search.halving import Halving, schedule, survivors
 from bakeoff.components.spec import Config, from_dict, load_config, load_variants
+from bakeoff.components.steps.select import select
 from bakeoff.components.storage import open_store, runs
 from bakeoff.components.storage.records import Score
 from bakeoff.pipelines.cli.main import main
@@ -746,6 +752,22 @@ def test_one_disturbed_calibration_job_does_not_set_every_job_s_start() -> None:
     """Two jobs started in 15-16 s and one, with a test running beside it, in 43 s: a job starts in ~16 s."""
     assert costs.start_cost([15.9, 42.9, 15.2]) == 15.9
     assert costs.start_cost([15.0, 16.0]) == 15.5 and costs.start_cost([20.0]) == 20.0
+
+
+def _modules_loaded_by(code: str) -> set[str]:
+    listing = [sys.executable, "-c", f"{code}\nimport sys\nprint(*sys.modules)"]
+    return set(subprocess.run(listing, capture_output=True, text=True, check=True).stdout.split())
+
+
+def test_select_s_step_is_priced_with_every_module_it_imports_before_its_work() -> None:
+    """The calibration times a process running SELECT_IMPORTS as select's start: it must load all that select's own
+    prologue (its statements before ``with reported()``) loads, or a heavier import there goes unpriced."""
+    function = ast.parse(inspect.getsource(select)).body[0]
+    assert isinstance(function, ast.FunctionDef)
+    body = function.body[1:]  # after the docstring
+    prologue = "\n".join(ast.unparse(node) for node in itertools.takewhile(lambda n: not isinstance(n, ast.With), body))
+    assert "import_tensorflow()" in prologue
+    assert _modules_loaded_by(prologue) <= _modules_loaded_by(costs.SELECT_IMPORTS)
 
 
 @pytest.mark.training

@@ -40,7 +40,7 @@ from bakeoff.components.training.tfjob import WORKER_PROGRAM
 
 VERSION = 9  # of the cost model, of this record and of what a job costs: a new one measures again
 # What a step imports before its work: most only kfp's executor and the launcher of jobs; select (steps/select.py)
-# TensorFlow, the selection and the report's figures as well.
+# TensorFlow, the selection and the report's figures as well (tests/test_search.py holds this to select's imports).
 TASK_IMPORTS = "import kfp.dsl.executor_main, bakeoff.components.training.launch"
 SELECT_IMPORTS = (
     "import kfp.dsl.executor_main\n"
