@@ -418,11 +418,13 @@ def validation(context: Context) -> list[Figure]:
     ]
 
 
+# serving first: its in-process side runs TensorFlow's threads as the server does, which only a process can set
+# before its TensorFlow runs anything (pipeline's scoring does).
 ENTRIES = {
+    "serving": serving,
     "ingest": ingest,
     "mwms": mwms,
     "pipeline": pipeline,
-    "serving": serving,
     "faults": faults,
     "search": search,
     "peers": peers,

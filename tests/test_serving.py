@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import http.client
 import json
 import os
@@ -27,6 +28,7 @@ import pytest
 
 from bakeoff.components.data.fashion_mnist import read_idx_dir
 from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE, export
+from bakeoff.components.serving.server import intra_op_threads
 from bakeoff.components.storage import open_store, registry
 from tests.conftest import free_port
 from tests.samples import manifest
@@ -657,6 +659,22 @@ def _batched(max_batch: int, window_ms: float, values: list[float], release_afte
 
 def _rows(result: object) -> object:
     return result["doubled"][:, 0, 0].tolist() if isinstance(result, dict) else repr(result)
+
+
+@pytest.mark.unit
+def test_a_model_that_averages_mirrors_runs_each_operation_on_half_the_cores(tmp_path: Path) -> None:
+    """Its two views run side by side (server.intra_op_threads); other models, and SavedModels without a manifest
+    bakeoff can read, keep TensorFlow's own threads."""
+    sample = manifest()
+    for random_flip, threads in ((True, max(1, (os.cpu_count() or 1) // 2)), (False, None)):
+        version = tmp_path / str(random_flip)
+        version.mkdir()
+        spec = {**sample.spec, "training": {**sample.spec["training"], "random_flip": random_flip}}
+        (version / registry.MANIFEST).write_text(dataclasses.replace(sample, spec=spec).to_json())
+        assert intra_op_threads(version) == threads
+    assert intra_op_threads(tmp_path) is None
+    (tmp_path / registry.MANIFEST).write_text("{}")
+    assert intra_op_threads(tmp_path) is None
 
 
 @pytest.mark.unit

@@ -8,8 +8,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import tf_keras as keras
 
+    from bakeoff.components.spec import Training
+
 ARRAYS_SIGNATURE = "serving_default"  # images: float32 [n, 28, 28], raw 0..255 pixels
 BYTES_SIGNATURE = "serving_bytes"  # image_bytes: PNG/JPEG strings (KServe's {"b64": ...})
+
+
+def mirror_averaged(training: Training) -> bool:
+    """Whether a variant's export averages each image with its mirror: it does when the variant trained on flips."""
+    return training.random_flip
 
 
 def served(model: keras.Model, images: Any, mirror_average: bool) -> Any:

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError, reported
+from bakeoff.components.modeling.savedmodel import mirror_averaged
+from bakeoff.components.spec import from_dict
 from bakeoff.components.storage import Store, open_store, registry
 from bakeoff.components.storage.records import Manifest
 from bakeoff.components.tfenv import import_tensorflow, quiet_tensorflow
@@ -158,6 +160,29 @@ def settle_heap() -> None:
     gc.freeze()
 
 
+def intra_op_threads(path: Path) -> int | None:
+    """The threads each operation of the model in ``path`` may use: half the cores where its signatures run two views
+    of every image (a bakeoff export that averages mirrors), else None (TensorFlow's own choice: all of them).
+
+    The two views are independent halves of the graph, which TensorFlow runs side by side: held to their half of the
+    cores, its operations stop splitting small batches across threads, and a call of a few images takes about half
+    the time while one of 64 takes no longer (benchmarks/results.md, "Threads for the served model"). Set once per
+    process: a newer version swapped in keeps them.
+    """
+    manifest = path / registry.MANIFEST
+    try:
+        spec = Manifest.from_json(manifest.read_text(), str(manifest)).spec
+        mirrored = mirror_averaged(from_dict(spec).training)
+    except (OSError, ValueError, BakeoffError):  # no manifest (a bare SavedModel), or one this bakeoff cannot read
+        return None
+    return threads_for(mirrored)
+
+
+def threads_for(mirrored: bool) -> int | None:
+    """``intra_op_threads``'s rule for a model that does or does not average mirrors."""
+    return max(1, (os.cpu_count() or 1) // 2) if mirrored else None
+
+
 def choose(source: Source, version: int | None) -> int:
     """The version to serve first: ``version``, or the newest complete one."""
     complete = source.versions()
@@ -251,12 +276,16 @@ def serve(source: Source, settings: Settings) -> int:
     for port, flag in ((settings.http_port, "--http-port"), (settings.grpc_port, "--grpc-port")):
         if port:
             check_port(port, flag)  # before seconds of loading, not after
+    path = source.fetch(first)
     import_tensorflow()
+    threads = intra_op_threads(path)
+    if threads:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
     from bakeoff.components.serving.model import ServedModel, load_version
 
-    model = ServedModel(
-        settings.model_name, load_version(source.fetch(first), first), settings.max_batch, settings.batch_window_ms
-    )
+    model = ServedModel(settings.model_name, load_version(path, first), settings.max_batch, settings.batch_window_ms)
     import kserve
     from kserve.errors import ModelNotFound
     from kserve.model_server import app

@@ -46,7 +46,7 @@ from bakeoff.components.data import artifact
 from bakeoff.components.errors import BakeoffError, reported
 from bakeoff.components.modeling.architectures import ARCHITECTURES
 from bakeoff.components.modeling.optimizers import make_optimizer
-from bakeoff.components.modeling.savedmodel import export, served
+from bakeoff.components.modeling.savedmodel import export, mirror_averaged, served
 from bakeoff.components.spec import Variant, from_dict
 from bakeoff.components.storage import Store, open_store, runs
 from bakeoff.components.storage.records import VAL_EPOCHS, DatasetMetadata, WorkerMetrics
@@ -544,7 +544,9 @@ def _validation(
     # The validation shards index::count, as the training shards: every example scored once, by one replica.
     part = artifact.read_shards(data, "validation", strategy.cluster_resolver.task_id or 0, workers)
     training = variant.training
-    return Validation(strategy, part.images, part.labels, training.validation_freq, stop_epoch, training.random_flip)
+    return Validation(
+        strategy, part.images, part.labels, training.validation_freq, stop_epoch, mirror_averaged(training)
+    )
 
 
 def _fit(
@@ -638,7 +640,7 @@ def _save(
     """
     scratch = Path(tempfile.mkdtemp(prefix="bakeoff-model-"))
     try:
-        export(model, scratch / "model", class_names, mirror_average=variant.training.random_flip)
+        export(model, scratch / "model", class_names, mirror_average=mirror_averaged(variant.training))
         if chief:
             if store.exists(f"{prefix}/{runs.METRICS}"):
                 store.delete(f"{prefix}/{runs.METRICS}")
