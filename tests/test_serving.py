@@ -663,18 +663,19 @@ def _rows(result: object) -> object:
 
 @pytest.mark.unit
 def test_a_model_that_averages_mirrors_runs_each_operation_on_half_the_cores(tmp_path: Path) -> None:
-    """Its two views run side by side (server.intra_op_threads); other models, and SavedModels without a manifest
-    bakeoff can read, keep TensorFlow's own threads."""
+    """Its two views run side by side (server.intra_op_threads) when requests merge; other models, unmerged requests
+    and SavedModels without a manifest bakeoff can read keep TensorFlow's own threads."""
     sample = manifest()
     for random_flip, threads in ((True, max(1, (os.cpu_count() or 1) // 2)), (False, None)):
         version = tmp_path / str(random_flip)
         version.mkdir()
         spec = {**sample.spec, "training": {**sample.spec["training"], "random_flip": random_flip}}
         (version / registry.MANIFEST).write_text(dataclasses.replace(sample, spec=spec).to_json())
-        assert intra_op_threads(version) == threads
-    assert intra_op_threads(tmp_path) is None
+        assert intra_op_threads(version, max_batch=64) == threads
+        assert intra_op_threads(version, max_batch=1) is None
+    assert intra_op_threads(tmp_path, max_batch=64) is None
     (tmp_path / registry.MANIFEST).write_text("{}")
-    assert intra_op_threads(tmp_path) is None
+    assert intra_op_threads(tmp_path, max_batch=64) is None
 
 
 @pytest.mark.unit

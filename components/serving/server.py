@@ -160,15 +160,19 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def intra_op_threads(path: Path) -> int | None:
+def intra_op_threads(path: Path, max_batch: int) -> int | None:
     """The threads each operation of the model in ``path`` may use: half the cores where its signatures run two views
-    of every image (a bakeoff export that averages mirrors), else None (TensorFlow's own choice: all of them).
+    of every image (a bakeoff export that averages mirrors) and requests merge, else None (TensorFlow's own choice:
+    all of them).
 
     The two views are independent halves of the graph, which TensorFlow runs side by side: held to their half of the
     cores, its operations stop splitting small batches across threads, and a call of a few images takes about half
-    the time while one of 64 takes no longer (benchmarks/results.md, "Threads for the served model"). Set once per
-    process: a newer version swapped in keeps them.
+    the time while one of 64 takes no longer. Unmerged (``max_batch`` 1), calls overlap, and TensorFlow's threads
+    served more (benchmarks/results.md, "Threads for the served model"). Set once per process: a newer version
+    swapped in keeps them.
     """
+    if max_batch == 1:
+        return None
     manifest = path / registry.MANIFEST
     try:
         spec = Manifest.from_json(manifest.read_text(), str(manifest)).spec
@@ -278,7 +282,7 @@ def serve(source: Source, settings: Settings) -> int:
             check_port(port, flag)  # before seconds of loading, not after
     path = source.fetch(first)
     import_tensorflow()
-    threads = intra_op_threads(path)
+    threads = intra_op_threads(path, settings.max_batch)
     if threads:
         import tensorflow as tf
 
