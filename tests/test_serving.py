@@ -674,6 +674,8 @@ def test_a_model_that_averages_mirrors_runs_each_operation_on_half_the_cores(tmp
         assert intra_op_threads(version, max_batch=64) == threads
         assert intra_op_threads(version, max_batch=1) is None
     assert intra_op_threads(tmp_path, max_batch=64) is None
+    (tmp_path / registry.MANIFEST).write_text(dataclasses.replace(sample, spec={}).to_json())
+    assert intra_op_threads(tmp_path, max_batch=64) is None
     (tmp_path / registry.MANIFEST).write_text("{}")
     assert intra_op_threads(tmp_path, max_batch=64) is None
 

@@ -51,6 +51,15 @@ def say(line: str) -> None:
     print(f"bakeoff serve: {line}", file=sys.stderr, flush=True)
 
 
+def read_manifest(folder: Path) -> Manifest | None:
+    """The manifest beside the SavedModel in ``folder``; None where there is none this bakeoff can read."""
+    manifest = folder / registry.MANIFEST
+    try:
+        return Manifest.from_json(manifest.read_text(), str(manifest))
+    except (OSError, ValueError, BakeoffError):  # ValueError: not text
+        return None
+
+
 class Source(abc.ABC):
     """Where versions come from: their numbers, and a local folder for each."""
 
@@ -84,13 +93,9 @@ class FolderSource(Source):
 
     def versions(self) -> list[int]:
         if self._single():
-            try:
-                manifest = self.root / registry.MANIFEST
-                return [Manifest.from_json(manifest.read_text(), str(manifest)).version]
-            except (OSError, ValueError, BakeoffError):  # ValueError: not text
-                # a bare SavedModel (or one beside a manifest this bakeoff cannot read): one version, whatever its
-                # number
-                return [0]
+            manifest = read_manifest(self.root)
+            # a bare SavedModel (or one beside a manifest this bakeoff cannot read): one version, whatever its number
+            return [0 if manifest is None else manifest.version]
         return sorted(
             int(entry.name)
             for entry in self.root.iterdir()
@@ -173,13 +178,11 @@ def intra_op_threads(path: Path, max_batch: int) -> int | None:
     """
     if max_batch == 1:
         return None
-    manifest = path / registry.MANIFEST
+    manifest = read_manifest(path)
     try:
-        spec = Manifest.from_json(manifest.read_text(), str(manifest)).spec
-        mirrored = mirror_averaged(from_dict(spec).training)
-    except (OSError, ValueError, BakeoffError):  # no manifest (a bare SavedModel), or one this bakeoff cannot read
+        return threads_for(mirror_averaged(from_dict(manifest.spec).training)) if manifest else None
+    except BakeoffError:  # a spec this bakeoff cannot read
         return None
-    return threads_for(mirrored)
 
 
 def threads_for(mirrored: bool) -> int | None:
