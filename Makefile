@@ -16,11 +16,13 @@ IMAGE ?= $(shell sed -n 's/^IMAGE = "\([^"]*\)".*/\1/p' components/defaults.py)
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
+# Silent, its words on stderr: `make run ARGS=--json > out.json` is JSON even on the first run.
 $(INSTALLED): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
-	touch $@
+	@echo "installing bakeoff into $(VENV) (once, and after pyproject.toml changes)" >&2
+	@$(PYTHON) -m venv $(VENV) >&2
+	@$(BIN)/pip install --quiet --upgrade pip >&2
+	@$(BIN)/pip install --quiet -e '.[dev,bench]' >&2
+	@touch $@
 
 install: $(INSTALLED) ## create .venv and install bakeoff with its dev dependencies
 
@@ -30,7 +32,7 @@ define apt_install
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
 	  else echo "missing Debian packages: run 'apt-get install" $$missing"' as root" >&2; exit 1; fi; \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing; \
+	  $$SUDO apt-get update -qq >&2 && $$SUDO apt-get install -y -qq $$missing >&2; \
 	fi
 endef
 
@@ -41,7 +43,7 @@ test-system: ## install the Debian packages only the tests use when missing: chr
 	$(call apt_install,$(TEST_PACKAGES))
 
 run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--max-train-examples 6000" passes flags)
-	$(BIN)/bakeoff run $(ARGS)
+	@$(BIN)/bakeoff run $(ARGS)
 
 test: $(INSTALLED) system test-system lint cluster-binaries ## lint, then every test lane (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest $(PYTEST_ARGS)
