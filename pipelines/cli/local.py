@@ -125,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(summary.to_json(), flush=True)
     if args.serve:
-        from bakeoff.components.serving.server import POLL_SECONDS
+        from bakeoff.components.serving.startup import POLL_SECONDS
         from bakeoff.pipelines.cli.serving import cmd_serve
 
         # `bakeoff serve`'s defaults: its HTTP port, no gRPC, the newest version and newer ones as they come.

@@ -21,7 +21,8 @@ IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # as serving/model.py che
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from bakeoff.components.serving.server import HTTP_PORT, Settings, StoreSource, check_port, choose, serve
+    from bakeoff.components.serving.startup import HTTP_PORT, Settings, check_port, serve
+    from bakeoff.components.serving.versions import StoreSource, choose
 
     store = open_cli_store(args)
     source = StoreSource(store, args.model_name, None)
@@ -133,7 +134,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def add_serving_commands(commands: argparse._SubParsersAction) -> None:
     """Registers serve and predict."""
-    from bakeoff.components.serving.server import HTTP_PORT, batching_args, following_args
+    from bakeoff.components.serving.server import batching_args, following_args
+    from bakeoff.components.serving.startup import HTTP_PORT
 
     serve = commands.add_parser(
         "serve", help="serve a published model here with KServe (V1 TF Serving REST and V2), following newer versions"
