@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bakeoff.components import defaults
 from bakeoff.components.backends import prefork
-from bakeoff.components.backends.local import thread_cap
+from bakeoff.components.backends.threads import thread_cap
 from bakeoff.components.data import artifact
 from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE
 from bakeoff.components.errors import BakeoffError
