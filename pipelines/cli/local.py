@@ -37,7 +37,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.components.reporting.report import write_report
     from bakeoff.components.search import contention
     from bakeoff.components.search.budget import deadline
-    from bakeoff.components.search.calibration import FILE, cache_dir, refresh
+    from bakeoff.components.search.calibration import refresh
+    from bakeoff.components.search.calibration_cache import FILE, cache_dir
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.settings import SelectionSettings
     from bakeoff.pipelines.cli.display import new_progress_folder, run_watched
