@@ -57,9 +57,10 @@ test-fast: $(INSTALLED) system ## the unit lane, one process per core: trains no
 test-cluster: $(INSTALLED) system cluster-binaries ## the cluster lane: the real control plane on loopback (tests/cluster/)
 	$(BIN)/pytest -m cluster $(PYTEST_ARGS)
 
-lint: $(INSTALLED) typecheck ## ruff's lint rules, its formatter's layout and mypy over the whole tree (pyproject.toml)
+lint: $(INSTALLED) typecheck ## ruff's lint rules, its formatter's layout, mypy and the import layers over the whole tree (pyproject.toml)
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
+	PYTHONPATH=.lint $(BIN)/lint-imports --no-cache --no-logo  # the layers of docs/layout.md, through typecheck's links
 
 typecheck: $(INSTALLED) ## mypy over the whole tree, the folders under their installed names (bakeoff.components, ...)
 	@mkdir -p .lint/bakeoff && ln -sfn ../../components .lint/bakeoff/components && ln -sfn ../../pipelines .lint/bakeoff/pipelines

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from bakeoff.components.modeling.optimizers import make_optimizer
     from bakeoff.components.spec import from_dict
     from bakeoff.components.storage import open_store
-    from bakeoff.components.training.worker import Throughput
+    from bakeoff.components.training.callbacks import Throughput
 
     variant = from_dict(json.loads(args.variant))
     store = open_store(args.data)

@@ -190,9 +190,9 @@ def serving(context: Context) -> list[Figure]:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
-    from bakeoff.components.serving.server import threads_for
+    from bakeoff.components.serving.tuning import threads_for
 
-    try:  # in process as the server runs it (server.intra_op_threads), where no entry before set TensorFlow going
+    try:  # in process as the server runs it (tuning.intra_op_threads), where no entry before set TensorFlow going
         tf.config.threading.set_intra_op_parallelism_threads(threads_for(MIRROR_AVERAGE) or 0)
     except RuntimeError:
         pass  # TensorFlow's default: the figures' details say which

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from bakeoff.components.search import calibration as costs
+from bakeoff.components.search import calibration_cache, costs
 from bakeoff.components.spec import Config
 from bakeoff.components.storage.records import Candidate, Manifest, WorkerMetrics
 
@@ -54,7 +54,7 @@ def calibration(
     measured_at = "2026-01-01T00:00:00+00:00"
     return costs.Calibration(
         costs.VERSION,
-        costs.machine_key(),
+        calibration_cache.machine_key(),
         measured_at,
         start_seconds,
         task_seconds,
@@ -68,5 +68,5 @@ def cache_calibration(cache: Path, *configs: Config, **numbers: float) -> costs.
     """Writes ``calibration(*configs)`` where plan reads it (``cache``: the tests' own cache folder): nothing is
     measured."""
     written = calibration(*configs, **numbers)
-    (cache / costs.FILE).write_text(written.to_json())
+    (cache / calibration_cache.FILE).write_text(written.to_json())
     return written

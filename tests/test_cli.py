@@ -194,6 +194,19 @@ def test_models_list_on_a_store_without_models_says_so_and_succeeds(state: str, 
     assert store.exists() == (state == "empty")
 
 
+def test_run_serve_serves_as_bakeoff_serve_does_by_default(tmp_path: Path) -> None:
+    """`run --serve` documents itself as `bakeoff serve`: the same server settings as serve's defaults, for the
+    run's model."""
+    from bakeoff.pipelines.cli.local import winner_settings
+    from bakeoff.pipelines.cli.main import parser
+    from bakeoff.pipelines.cli.serving import serve_settings
+
+    for name in ("fashion-mnist", "shoes"):
+        store = ("--store", str(tmp_path / "store"), "--model-name", name)
+        run_args = parser().parse_args(["run", *store, "--serve"])
+        assert winner_settings(run_args) == serve_settings(parser().parse_args(["serve", *store]))
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess, message: str) -> None:
     assert result.returncode == 1, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]

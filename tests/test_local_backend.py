@@ -13,7 +13,8 @@ from kubernetes.client import V1EnvVar
 from bakeoff.components import progress
 from bakeoff.components.backends import prefork
 from bakeoff.components.backends.backend import JobFailed
-from bakeoff.components.backends.local import LocalBackend, thread_cap
+from bakeoff.components.backends.local import LocalBackend
+from bakeoff.components.backends.threads import thread_cap
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import from_dict
 from bakeoff.components.training.tfjob import build_tfjob

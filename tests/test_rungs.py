@@ -204,7 +204,7 @@ def test_a_stop_epoch_off_the_schedule_fails_before_anything_runs(
 
 @pytest.mark.unit
 def test_validation_freq_is_checked_and_validates_every_k_epochs_and_at_the_stop() -> None:
-    from bakeoff.components.training.worker import Validation
+    from bakeoff.components.training.callbacks import Validation
 
     for bad, problem in ((0, "must be at least 1, got 0"), (1001, "must be at most 1000, got 1001")):
         with pytest.raises(BakeoffError, match=rf"^variant: variant 'tiny': training.validation_freq: {problem}$"):

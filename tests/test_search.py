@@ -18,8 +18,8 @@ import pytest
 
 from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.search import calibration as costs
-from bakeoff.components.search import contention
+from bakeoff.components.search import calibration, contention, costs
+from bakeoff.components.search import calibration_cache as cache
 from bakeoff.components.search.budget import epoch_seconds, estimate, fit
 from bakeoff.components.search.halving import Halving, schedule, survivors
 from bakeoff.components.spec import Config, from_dict, load_config, load_variants
@@ -472,16 +472,16 @@ def test_a_run_s_jobs_price_their_networks_in_the_next_plan(tmp_path: Path, cost
     job("plain", 1, 6400.0)
     job("plain", 2, 12800.0)  # the newest, in a fast spell of the host: the median of the three prices the network
     job("normed", 0, 1.0, steady=False)  # one execution: its rate includes the trace
-    assert costs.refresh(store, "r1", config.variants, concurrent_jobs=2) is None  # jobs sharing the cores
-    assert costs.read(cost_cache / costs.FILE) == cached
-    refreshed = costs.refresh(store, "r1", config.variants, concurrent_jobs=1)
-    assert refreshed is not None and costs.read(cost_cache / costs.FILE) == refreshed
+    assert calibration.refresh(store, "r1", config.variants, concurrent_jobs=2) is None  # jobs sharing the cores
+    assert cache.read(cost_cache / cache.FILE) == cached
+    refreshed = calibration.refresh(store, "r1", config.variants, concurrent_jobs=1)
+    assert refreshed is not None and cache.read(cost_cache / cache.FILE) == refreshed
     (ran,) = refreshed.costs(costs.shape_of(plain))
     assert ran.step_seconds == pytest.approx(0.02) and (ran.epoch_end_seconds, ran.measured_by) == (0.4, "run r1")
     assert refreshed.costs(costs.shape_of(normed)) == cached.costs(costs.shape_of(normed))  # untouched
-    (cost_cache / costs.FILE).unlink()
-    assert costs.refresh(store, "r1", config.variants, concurrent_jobs=1) is None  # nothing to fold into
-    assert not (cost_cache / costs.FILE).exists()
+    (cost_cache / cache.FILE).unlink()
+    assert calibration.refresh(store, "r1", config.variants, concurrent_jobs=1) is None  # nothing to fold into
+    assert not (cost_cache / cache.FILE).exists()
 
 
 def test_batch_norm_is_a_family_of_its_own(tmp_path: Path) -> None:
@@ -661,7 +661,7 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(
         " each rung); the jobs one at a time on 55,000 examples, with ingest, the jobs' starts and select"
     ) in out
     assert (
-        f"\ncosts measured here at 2026-01-01T00:00:00+00:00 ({costs.machine_key()}): cnn of 0.779M MACs 50 ms/step,"
+        f"\ncosts measured here at 2026-01-01T00:00:00+00:00 ({cache.machine_key()}): cnn of 0.779M MACs 50 ms/step,"
         " 1 s an epoch's end (batch 64, 2×1 threads), cnn of 3.42M MACs 219 ms/step, 4.4 s an epoch's end (batch 64,"
         " 2×1 threads), cnn with batch norm of 2.79M MACs 50 ms/step, 1 s an epoch's end (batch 64, 2×1 threads), cnn"
         " with batch norm of 10.8M MACs 193 ms/step, 3.9 s an epoch's end (batch 64, 2×1 threads); 10.0 s to start a"
@@ -715,13 +715,13 @@ def test_plan_s_estimate_is_the_cached_calibration_s_arithmetic(
 
 
 def test_an_unreadable_calibration_is_measured_again(cost_cache: Path, capsys: pytest.CaptureFixture) -> None:
-    (cost_cache / costs.FILE).write_text(f'{{"version": {costs.VERSION}, "machine": "x"}}')
-    assert costs.read(cost_cache / costs.FILE) is None
+    (cost_cache / cache.FILE).write_text(f'{{"version": {costs.VERSION}, "machine": "x"}}')
+    assert cache.read(cost_cache / cache.FILE) is None
     assert capsys.readouterr().err.startswith(
-        f"bakeoff: measuring this machine's costs again: {cost_cache / costs.FILE}: is a Calibration record that lacks"
+        f"bakeoff: measuring this machine's costs again: {cost_cache / cache.FILE}: is a Calibration record that lacks"
     )
-    (cost_cache / costs.FILE).write_text("[]")
-    assert costs.read(cost_cache / costs.FILE) is None
+    (cost_cache / cache.FILE).write_text("[]")
+    assert cache.read(cost_cache / cache.FILE) is None
     assert "not a Calibration record" in capsys.readouterr().err
 
 
@@ -734,24 +734,24 @@ def test_an_older_cost_model_s_record_is_measured_again_without_a_complaint(
     assert older["steps"]
     for step in older["steps"]:
         del step["batch_norm"]
-    (cost_cache / costs.FILE).write_text(json.dumps(older))
-    assert costs.read(cost_cache / costs.FILE) is None
+    (cost_cache / cache.FILE).write_text(json.dumps(older))
+    assert cache.read(cost_cache / cache.FILE) is None
     assert capsys.readouterr().err == ""
 
 
 def test_the_machine_key_names_the_cpu_its_avx512_its_cores_and_tensorflow(tmp_path: Path) -> None:
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 avx512f\n\nprocessor\t: 1\n")
-    with_avx512 = costs.machine_key(cpuinfo)
+    with_avx512 = cache.machine_key(cpuinfo)
     assert with_avx512.startswith("Some CPU, avx512f, ") and f"cost model {costs.VERSION}" in with_avx512
     cpuinfo.write_text("model name\t: Some CPU\nflags\t\t: fpu avx2 avx512_vnni\n")
-    assert costs.machine_key(cpuinfo).startswith("Some CPU, no avx512f, ")
+    assert cache.machine_key(cpuinfo).startswith("Some CPU, no avx512f, ")
 
 
 def test_one_disturbed_calibration_job_does_not_set_every_job_s_start() -> None:
     """Two jobs started in 15-16 s and one, with a test running beside it, in 43 s: a job starts in ~16 s."""
-    assert costs.start_cost([15.9, 42.9, 15.2]) == 15.9
-    assert costs.start_cost([15.0, 16.0]) == 15.5 and costs.start_cost([20.0]) == 20.0
+    assert calibration.start_cost([15.9, 42.9, 15.2]) == 15.9
+    assert calibration.start_cost([15.0, 16.0]) == 15.5 and calibration.start_cost([20.0]) == 20.0
 
 
 def _modules_loaded_by(code: str) -> set[str]:
@@ -767,7 +767,7 @@ def test_select_s_step_is_priced_with_every_module_it_imports_before_its_work() 
     body = function.body[1:]  # after the docstring
     prologue = "\n".join(ast.unparse(node) for node in itertools.takewhile(lambda n: not isinstance(n, ast.With), body))
     assert "import_tensorflow()" in prologue
-    assert _modules_loaded_by(prologue) <= _modules_loaded_by(costs.SELECT_IMPORTS)
+    assert _modules_loaded_by(prologue) <= _modules_loaded_by(calibration.SELECT_IMPORTS)
 
 
 @pytest.mark.training
@@ -781,15 +781,15 @@ def test_another_machine_s_calibration_is_measured_again(
         machine="another CPU",
         steps=[costs.StepCost("mlp", False, 16, 1, 1, costs.macs(mlp), 9.0, 9.0)],
     )
-    (cost_cache / costs.FILE).write_text(elsewhere.to_json())
-    measured = costs.calibrated([mlp], str(fashion_dir), steps=2)
-    assert measured.machine == costs.machine_key() and measured.measured_at > elsewhere.measured_at
+    (cost_cache / cache.FILE).write_text(elsewhere.to_json())
+    measured = calibration.calibrated([mlp], str(fashion_dir), steps=2)
+    assert measured.machine == cache.machine_key() and measured.measured_at > elsewhere.measured_at
     (cost,) = measured.steps
     assert (cost.shape, cost.macs) == (costs.shape_of(mlp), costs.macs(mlp))
     assert 0 < cost.step_seconds < 9.0 and 0 < measured.start_seconds < 99.0 and 0 < measured.task_seconds < 99.0
     assert measured.task_seconds < measured.select_task_seconds < 99.0  # select imports TensorFlow as well
-    assert costs.read(cost_cache / costs.FILE) == measured
-    assert costs.calibrated([mlp], str(fashion_dir), steps=2) == measured  # cached now: nothing measured again
+    assert cache.read(cost_cache / cache.FILE) == measured
+    assert calibration.calibrated([mlp], str(fashion_dir), steps=2) == measured  # cached now: nothing measured again
     err = capsys.readouterr().err
     assert err.count("measuring this machine's training costs once") == 1
     assert err.count("bakeoff: timed m (1 of 1): ") == 1  # each calibration job says it ran
@@ -802,9 +802,9 @@ def test_costs_measured_beside_another_program_serve_one_plan_and_are_not_kept(
     """A calibration that shared the cores timed a slower machine than this one: the plan at hand uses it (it has
     nothing better), the cache keeps nothing, and the next plan measures again."""
     mlp = from_dict({"name": "m", "model": {"type": "mlp"}, "training": {"batch_size": 16}, "workers": 1})
-    measured = costs.calibrated([mlp], str(fashion_dir), steps=2)
-    assert measured.machine == costs.machine_key() and len(measured.steps) == 1
-    assert not (cost_cache / costs.FILE).exists()
+    measured = calibration.calibrated([mlp], str(fashion_dir), steps=2)
+    assert measured.machine == cache.machine_key() and len(measured.steps) == 1
+    assert not (cost_cache / cache.FILE).exists()
     err = capsys.readouterr().err
     assert "of the cores while this machine's costs were measured: this plan uses them, the next one measures" in err
 

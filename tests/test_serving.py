@@ -28,7 +28,7 @@ import pytest
 
 from bakeoff.components.data.fashion_mnist import read_idx_dir
 from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE, export
-from bakeoff.components.serving.server import intra_op_threads
+from bakeoff.components.serving.tuning import intra_op_threads
 from bakeoff.components.storage import open_store, registry
 from tests.conftest import free_port
 from tests.samples import manifest
@@ -663,7 +663,7 @@ def _rows(result: object) -> object:
 
 @pytest.mark.unit
 def test_a_model_that_averages_mirrors_runs_each_operation_on_half_the_cores(tmp_path: Path) -> None:
-    """Its two views run side by side (server.intra_op_threads) when requests merge; other models, unmerged requests
+    """Its two views run side by side (tuning.intra_op_threads) when requests merge; other models, unmerged requests
     and SavedModels without a manifest bakeoff can read keep TensorFlow's own threads."""
     sample = manifest()
     for random_flip, threads in ((True, max(1, (os.cpu_count() or 1) // 2)), (False, None)):
@@ -778,7 +778,7 @@ def test_a_newer_version_is_swapped_in_under_load_never_a_partial_one_and_no_req
 
 @pytest.mark.unit
 def test_a_model_folder_offers_its_complete_versions_or_is_one_savedmodel(tmp_path: Path) -> None:
-    from bakeoff.components.serving.server import FolderSource
+    from bakeoff.components.serving.versions import FolderSource
 
     for name, complete in (("1", True), ("2", False), ("10", True), ("notes", True)):
         (tmp_path / "layout" / name).mkdir(parents=True)
@@ -802,7 +802,7 @@ def test_the_heap_settled_again_frees_what_was_frozen_then_dropped() -> None:
     import gc
     import weakref
 
-    from bakeoff.components.serving.server import settle_heap
+    from bakeoff.components.serving.tuning import settle_heap
 
     class Node:
         cycle: object = None

@@ -249,7 +249,7 @@ def test_validation_scores_the_moving_average_and_training_goes_on_from_the_trai
 
     from bakeoff.components.modeling.architectures import ARCHITECTURES
     from bakeoff.components.modeling.optimizers import make_optimizer
-    from bakeoff.components.training.worker import averaged_weights
+    from bakeoff.components.training.callbacks import averaged_weights
 
     variant = from_dict({"name": "ema", "model": {"type": "cnn", "filters": [8], "dense_units": 16}})
     model = ARCHITECTURES["cnn"].build((28, 28), 10, variant.model_config())
@@ -291,7 +291,7 @@ def test_fit_leaves_its_distributed_input_iterator_alive(fashion_dir: Path) -> N
     from tensorflow.python.distribute import input_lib
 
     from bakeoff.components.storage.records import DatasetMetadata
-    from bakeoff.components.training.worker import compiled_model
+    from bakeoff.components.training.model import compiled_model
 
     variant = from_dict({"name": "kept", "model": {"type": "cnn", "filters": [8], "dense_units": 16}})
     train = fashion_mnist.read_idx_dir(fashion_dir)["train"]
@@ -318,7 +318,7 @@ def test_a_job_traces_its_training_step_once(fashion_dir: Path) -> None:
     import tensorflow as tf
 
     from bakeoff.components.storage.records import DatasetMetadata
-    from bakeoff.components.training.worker import compiled_model
+    from bakeoff.components.training.model import compiled_model
 
     variant = from_dict({"name": "once", "model": {"type": "cnn", "filters": [8], "dense_units": 16}})
     train = fashion_mnist.read_idx_dir(fashion_dir)["train"]
@@ -366,7 +366,7 @@ def test_serving_accepts_encoded_images(trained: Trained, small_dataset: Path) -
 def test_random_flip_mirrors_some_images_and_keeps_labels(small_dataset: Path) -> None:
     import tensorflow as tf
 
-    from bakeoff.components.training.worker import _random_flip
+    from bakeoff.components.training.inputs import _random_flip
 
     images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256]
     labels = np.arange(256)
@@ -386,7 +386,7 @@ def test_random_flip_mirrors_some_images_and_keeps_labels(small_dataset: Path) -
 def test_random_shift_moves_each_image_by_its_own_draw_within_its_bound() -> None:
     import tensorflow as tf
 
-    from bakeoff.components.training.worker import _random_shift
+    from bakeoff.components.training.inputs import _random_shift
 
     images = np.zeros((255, 28, 28), np.uint8)
     images[:, 10:18, 12:16] = np.arange(1, 256).reshape(255, 1, 1)  # a block of its own value in each image

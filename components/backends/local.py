@@ -24,6 +24,7 @@ from bakeoff.components import defaults, progress, tfenv
 from bakeoff.components.backends import allocator, prefork
 from bakeoff.components.backends.backend import VARIANT_ANNOTATION, JobFailed, Sink, job_restarts, print_line
 from bakeoff.components.backends.heartbeat import HEARTBEAT_ENV
+from bakeoff.components.backends.threads import thread_cap
 from bakeoff.components.defaults import LOG_TAIL
 from bakeoff.components.errors import ERROR_PREFIX, BakeoffError
 
@@ -76,12 +77,6 @@ def exit_text(code: int) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with code {code}"
-
-
-def thread_cap(replicas: int, concurrent_jobs: int, cores: int | None = None) -> int:
-    """Threads per replica so that all concurrently running replicas share the cores."""
-    cores = cores or os.cpu_count() or 1
-    return max(1, cores // max(1, replicas * concurrent_jobs))
 
 
 def thread_env(threads: int) -> dict[str, str]:

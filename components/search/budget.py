@@ -8,7 +8,8 @@ from collections.abc import Callable
 from bakeoff.components import defaults
 from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.search.calibration import Calibration, calibrated, macs, shape_of
+from bakeoff.components.search.calibration import calibrated
+from bakeoff.components.search.costs import Calibration, macs, shape_of
 from bakeoff.components.search.deadline import Deadline, path_seconds
 from bakeoff.components.search.halving import Rung, schedule
 from bakeoff.components.spec import Config, Halving, Variant

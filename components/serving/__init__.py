@@ -1,2 +1,2 @@
-"""Serving the winner: bakeoff's SavedModel behind KServe's protocols (model.py), its server and version watcher
-(server.py)."""
+"""Serving the winner: bakeoff's SavedModel behind KServe's protocols (model.py), its server (server.py, startup.py)
+and version watcher (watcher.py)."""

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
@@ -30,23 +30,54 @@ from bakeoff.pipelines.cli.flags import (
 
 if TYPE_CHECKING:
     from bakeoff.components.search.budget import Plan
+    from bakeoff.components.search.costs import Calibration
+    from bakeoff.components.selection.settings import SelectionSettings
+    from bakeoff.components.serving.startup import Settings
+    from bakeoff.components.spec import Config, Search, Variant
+    from bakeoff.components.storage import Store
+    from bakeoff.pipelines.local_run import LocalRun
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.components.data.fashion_mnist import digest
-    from bakeoff.components.reporting.report import write_report
-    from bakeoff.components.search import contention
-    from bakeoff.components.search.budget import deadline
-    from bakeoff.components.search.calibration import FILE, cache_dir, refresh
+    from bakeoff.components.search.calibration import refresh
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.settings import SelectionSettings
-    from bakeoff.pipelines.cli.display import new_progress_folder, run_watched
     from bakeoff.pipelines.compiling import budget_plan
-    from bakeoff.pipelines.local_run import LocalRun, run_local
 
     began, started = time.monotonic(), time.time()
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
     config = load_budgeted(args)
+    check_run_flags(args, config)
+    selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
+    source_digest = digest(args.source)
+    # After the other checks (a budget may first measure this machine's costs), before the store is made.
+    listed = len(config.variants)
+    plan = budget_plan(config, args.max_train_examples or 0)
+    config = plan.config if plan else config
+    store = open_cli_store(args)
+    store.check_writable()
+    variants = with_flags(config.variants, args)
+    out = sys.stderr if args.json else sys.stdout
+    run = local_run(args, variants, store.uri, selection, source_digest, config.search, plan, started)
+    summary, others = run_measured(run)
+    shared = others > defaults.BUSY_SHARE  # its steps ran slower than this machine's: they would misprice a plan
+    refreshed = None if shared else refresh(store, summary.run_id, variants, args.parallelism)
+    print(leaderboard(summary), file=out)
+    if plan is not None:
+        print(bought(plan, listed, time.monotonic() - began, runs.search_records(store, summary.run_id)), file=out)
+    print_costs(refreshed, shared, others, out)
+    print_next_steps(args, store, summary, out)
+    if args.json:
+        print(summary.to_json(), flush=True)
+    if args.serve:
+        return serve_winner(args, store, out)
+    return 0
+
+
+def check_run_flags(args: argparse.Namespace, config: Config) -> None:
+    """Refuses --epochs and --workers where the config's halving or budget decides them, and more workers than the
+    shards a local run ingests."""
     if args.epochs and config.search and config.search.halving:
         raise BakeoffError(
             f"--epochs does not apply to {args.config}'s successive halving: set search.halving.max_epochs there"
@@ -66,29 +97,39 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "run ingests:"
                 f" use at most {defaults.SHARDS} workers"
             )
-    selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
-    source_digest = digest(args.source)
-    # After the other checks (a budget may first measure this machine's costs), before the store is made.
-    listed = len(config.variants)
-    plan = budget_plan(config, args.max_train_examples or 0)
-    config = plan.config if plan else config
-    store = open_cli_store(args)
-    store.check_writable()
-    variants = [
+
+
+def with_flags(variants: Sequence[Variant], args: argparse.Namespace) -> list[Variant]:
+    """``variants`` with --workers and --epochs in place of their own, where given."""
+    return [
         dataclasses.replace(
             variant,
             workers=args.workers or variant.workers,
             training=dataclasses.replace(variant.training, epochs=args.epochs or variant.training.epochs),
         )
-        for variant in config.variants
+        for variant in variants
     ]
-    out = sys.stderr if args.json else sys.stdout
-    # On a terminal a live table shows each variant; replica logs go to files. Else (a pipe, a CI log,
-    # --no-progress) every log line is printed as plain text.
-    watched = sys.stderr.isatty() and not args.no_progress
-    run = LocalRun(
+
+
+def local_run(
+    args: argparse.Namespace,
+    variants: list[Variant],
+    store_uri: str,
+    selection: SelectionSettings,
+    source_digest: str,
+    search: Search | None,
+    plan: Plan | None,
+    started: float,
+) -> LocalRun:
+    """What kfp.local runs for ``variants``: the run's flags, and the deadline of a budgeted halving search counted
+    from ``started`` (Unix time)."""
+    from bakeoff.components.search.budget import deadline
+    from bakeoff.pipelines.cli.display import new_progress_folder
+    from bakeoff.pipelines.local_run import LocalRun
+
+    return LocalRun(
         variants=variants,
-        store_uri=store.uri,
+        store_uri=store_uri,
         selection=selection,
         source=args.source,
         source_digest=source_digest,
@@ -96,18 +137,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         parallelism=args.parallelism,
         work_dir=args.work_dir,
         timeout_seconds=args.timeout,
-        search=config.search,
-        progress_dir=new_progress_folder(args.work_dir) if watched else None,
+        search=search,
+        progress_dir=new_progress_folder(args.work_dir) if watched(args) else None,
         deadline=deadline(plan, started, time.time()) if plan is not None and plan.rungs is not None else None,
     )
+
+
+def watched(args: argparse.Namespace) -> bool:
+    """On a terminal a live table shows each variant; replica logs go to files. Else (a pipe, a CI log,
+    --no-progress) every log line is printed as plain text."""
+    return sys.stderr.isatty() and not args.no_progress
+
+
+def run_measured(run: LocalRun) -> tuple[Summary, float]:
+    """Runs ``run``, watched when it has a progress folder: its summary, and the share of the cores other processes
+    used meanwhile."""
+    from bakeoff.components.search import contention
+    from bakeoff.pipelines.cli.display import run_watched
+    from bakeoff.pipelines.local_run import run_local
+
     before = contention.sample()
-    summary = run_watched(run) if watched else run_local(run)
-    others = contention.others_share(before, contention.sample())
-    shared = others > defaults.BUSY_SHARE  # its steps ran slower than this machine's: they would misprice a plan
-    refreshed = None if shared else refresh(store, summary.run_id, variants, args.parallelism)
-    print(leaderboard(summary), file=out)
-    if plan is not None:
-        print(bought(plan, listed, time.monotonic() - began, runs.search_records(store, summary.run_id)), file=out)
+    summary = run_watched(run) if run.progress_dir is not None else run_local(run)
+    return summary, contention.others_share(before, contention.sample())
+
+
+def print_costs(refreshed: Calibration | None, shared: bool, others: float, out: TextIO) -> None:
+    """Whether the run's steps now price the next plan here, or why not."""
+    from bakeoff.components.search.calibration_cache import FILE, cache_dir
+
     if refreshed is not None:
         print(f"costs: the next plan here prices its steps as this run trained them ({cache_dir() / FILE})", file=out)
     elif shared:
@@ -116,26 +173,35 @@ def cmd_run(args: argparse.Namespace) -> int:
             " here prices its steps as before",
             file=out,
         )
+
+
+def print_next_steps(args: argparse.Namespace, store: Store, summary: Summary, out: TextIO) -> None:
+    """Writes the run's report page and says where it is, and how to serve the model."""
+    from bakeoff.components.reporting.report import write_report
+
     report = write_report(store, summary.run_id, args.work_dir / defaults.REPORTS / f"{summary.run_id}.html")
     print(f"report: {report.resolve()}", file=out)
     serve = ["bakeoff", "serve", "--store", args.store, "--model-name", args.model_name]
     if args.s3_endpoint:
         serve += ["--s3-endpoint", args.s3_endpoint] + (["--s3-insecure"] if args.s3_insecure else [])
     print(f"serve it: {shlex.join(serve)}", file=out)
-    if args.json:
-        print(summary.to_json(), flush=True)
-    if args.serve:
-        from bakeoff.components.serving.server import POLL_SECONDS
-        from bakeoff.pipelines.cli.serving import cmd_serve
 
-        # `bakeoff serve`'s defaults: its HTTP port, no gRPC, the newest version and newer ones as they come.
-        # With --json, stdout holds the run's one document: the server's URL goes to stderr.
-        serve_args = argparse.Namespace(
-            **{**vars(args), "json": False}, version=None, port=None, grpc_port=None, poll_seconds=POLL_SECONDS
-        )
-        with contextlib.redirect_stdout(out):
-            return cmd_serve(serve_args)
-    return 0
+
+def serve_winner(args: argparse.Namespace, store: Store, out: TextIO) -> int:
+    """Serves the published model as `bakeoff serve` does. With --json, stdout holds the run's one document: the
+    server's URL goes to ``out`` (stderr)."""
+    from bakeoff.pipelines.cli.serving import serve_published
+
+    with contextlib.redirect_stdout(out):
+        return serve_published(store, winner_settings(args), json_document=False)
+
+
+def winner_settings(args: argparse.Namespace) -> Settings:
+    """`bakeoff serve`'s defaults for the run's model: its HTTP port, no gRPC, the newest version and newer ones as
+    they come, requests merged as it merges them."""
+    from bakeoff.components.serving.startup import Settings
+
+    return Settings(args.model_name)
 
 
 def leaderboard(summary: Summary) -> str:

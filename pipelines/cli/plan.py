@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.search.budget import Plan, plan_config
-from bakeoff.components.search.calibration import CALIBRATED, Calibration
+from bakeoff.components.search.costs import CALIBRATED, Calibration
 from bakeoff.components.spaces import describe
 from bakeoff.pipelines.cli.flags import budget_arg, load_budgeted
 

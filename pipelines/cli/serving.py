@@ -9,11 +9,16 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.storage.registry import check_model_name
 from bakeoff.pipelines.cli.flags import open_cli_store, store_args
+
+if TYPE_CHECKING:
+    from bakeoff.components.serving.startup import Settings
+    from bakeoff.components.storage import Store
 
 PREDICT_TOP = 3  # classes printed per image
 PREDICT_TIMEOUT_SECONDS = 60.0  # a cold server's first batch included
@@ -21,41 +26,54 @@ IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # as serving/model.py che
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from bakeoff.components.serving.server import HTTP_PORT, Settings, StoreSource, check_port, choose, serve
-
     store = open_cli_store(args)
-    source = StoreSource(store, args.model_name, None)
+    return serve_published(store, serve_settings(args), args.json)
+
+
+def serve_settings(args: argparse.Namespace) -> Settings:
+    """The server's settings from `bakeoff serve`'s flags."""
+    from bakeoff.components.serving.startup import HTTP_PORT, Settings
+
+    return Settings(
+        args.model_name,
+        args.version,
+        args.port if args.port is not None else HTTP_PORT,
+        args.grpc_port or 0,
+        args.poll_seconds,
+        max_batch=args.max_batch,
+        batch_window_ms=args.batch_window_ms,
+    )
+
+
+def serve_published(store: Store, settings: Settings, json_document: bool) -> int:
+    """Serves ``settings.model_name`` from the registry in ``store`` here until interrupted, after printing where: its
+    URL, or with ``json_document`` one JSON document on stdout."""
+    from bakeoff.components.serving.startup import check_port, serve
+    from bakeoff.components.serving.versions import StoreSource, choose
+
+    source = StoreSource(store, settings.model_name, None)
     try:
-        first = choose(source, args.version)  # no published version: one line, before TensorFlow or a port is touched
-        port = args.port if args.port is not None else HTTP_PORT
-        check_port(port, "--port")
-        if args.grpc_port:
-            check_port(args.grpc_port, "--grpc-port")
-        url = f"http://127.0.0.1:{port}"
-        if args.json:
+        # no published version: one line, before TensorFlow or a port is touched
+        first = choose(source, settings.version)
+        check_port(settings.http_port, "--port")
+        if settings.grpc_port:
+            check_port(settings.grpc_port, "--grpc-port")
+        url = f"http://127.0.0.1:{settings.http_port}"
+        if json_document:
             print(
                 json.dumps(
                     {
                         "url": url,
-                        "predict_url": f"{url}/v1/models/{args.model_name}:predict",
-                        "model_name": args.model_name,
+                        "predict_url": f"{url}/v1/models/{settings.model_name}:predict",
+                        "model_name": settings.model_name,
                         "version": first,
-                        "follows_newer": args.version is None,
+                        "follows_newer": settings.version is None,
                     }
                 ),
                 flush=True,
             )
         else:
             print(url, flush=True)
-        settings = Settings(
-            args.model_name,
-            args.version,
-            port,
-            args.grpc_port or 0,
-            args.poll_seconds,
-            max_batch=args.max_batch,
-            batch_window_ms=args.batch_window_ms,
-        )
         return serve(source, settings)
     finally:
         source.close()
@@ -133,7 +151,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def add_serving_commands(commands: argparse._SubParsersAction) -> None:
     """Registers serve and predict."""
-    from bakeoff.components.serving.server import HTTP_PORT, batching_args, following_args
+    from bakeoff.components.serving.server import batching_args, following_args
+    from bakeoff.components.serving.startup import HTTP_PORT
 
     serve = commands.add_parser(
         "serve", help="serve a published model here with KServe (V1 TF Serving REST and V2), following newer versions"

@@ -1,0 +1,187 @@
+"""The cost model: what a family's training step costs by its shape and network size, from measured steps.
+
+A ``Calibration`` record holds this machine's measured costs (``calibration.py`` measures them, ``calibration_cache.py``
+keeps them); its steps price a network on the line through the measured networks nearest it by MACs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterable
+
+from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE
+from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
+from bakeoff.components.spec import Variant
+from bakeoff.components.storage.records import Record, WorkerMetrics
+
+VERSION = 9  # of the cost model, of this record and of what a job costs: a new one measures again
+MACS_TOLERANCE = 1.15  # networks within this factor of a measured one cost as it does, in proportion
+CALIBRATED = "calibration"  # a step's measured_by when a calibration job timed it; else "run <id>"
+IMAGE_SIDE = IMAGE_SHAPE[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """What a family's step costs depend on: its architecture, whether it normalizes batches, the batch per replica
+    and the workers sharing the cores."""
+
+    architecture: str
+    batch_norm: bool  # its work grows with activations, not MACs: the line of a plain network misprices it
+    batch_size: int
+    workers: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCost(Record):
+    """One step of a short real job of one network (``timed``'s): every replica's, all-reduce included."""
+
+    architecture: str
+    batch_norm: bool
+    batch_size: int  # per replica
+    workers: int  # the job's replicas, each on ``threads`` threads (the local backend's cap)
+    threads: int
+    macs: int  # of the network timed, one image's forward pass
+    step_seconds: float
+    epoch_end_seconds: float  # an epoch's end: scoring the validation images and saving the backup
+    measured_by: str = CALIBRATED  # or the run whose job of about this network measured it last
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.architecture, self.batch_norm, self.batch_size, self.workers)
+
+    @classmethod
+    def of(
+        cls,
+        shape: Shape,
+        threads: int,
+        macs: int,
+        step_seconds: float,
+        epoch_end_seconds: float,
+        measured_by: str = CALIBRATED,
+    ) -> StepCost:
+        """The step of a network of ``macs`` in ``shape``, its replicas on ``threads`` threads each, and its epoch's
+        end."""
+        return cls(
+            shape.architecture,
+            shape.batch_norm,
+            shape.batch_size,
+            shape.workers,
+            threads,
+            macs,
+            step_seconds,
+            epoch_end_seconds,
+            measured_by,
+        )
+
+    @classmethod
+    def of_job(cls, variant: Variant, metrics: WorkerMetrics, threads: int, measured_by: str) -> StepCost:
+        """The step one job of ``variant`` trained at (its steady rate, all-reduce included) and its epochs' end."""
+        step = metrics.global_batch_size / metrics.examples_per_second
+        epoch_end = (metrics.validation_seconds + metrics.backup_seconds) / metrics.epochs_trained
+        return cls.of(shape_of(variant), threads, macs(variant), step, epoch_end, measured_by)
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration(Record):
+    """This machine's costs: written as ``calibration.json`` under the cache folder, read back strictly."""
+
+    version: int
+    machine: str  # machine_key() when measured: another key measures again
+    measured_at: str  # ISO 8601, UTC
+    start_seconds: float  # a job's fixed cost (``start_cost`` of the jobs'): processes, TensorFlow, data, trace, save
+    task_seconds: float  # a pipeline step's process start, paid by every step (kfp.local starts each as a process)
+    select_task_seconds: float  # the select step's: it imports TensorFlow and the report's libraries itself
+    ingest_seconds: float  # the data built as ingest builds it
+    steps: list[StepCost]
+
+    def costs(self, shape: Shape) -> list[StepCost]:
+        """The steps measured for ``shape``, the cheapest network first."""
+        return sorted((cost for cost in self.steps if cost.shape == shape), key=lambda cost: cost.macs)
+
+    def step_seconds(self, shape: Shape, network_macs: int) -> float:
+        """A step of a network of ``network_macs`` in ``shape``: on the line through the two measured networks
+        nearest it by MACs (a step has a part that does not grow with the network: input, all-reduce, optimizer),
+        or in proportion to the one measured; never below the cheapest one's step for a larger network."""
+        return _on_line([(cost.macs, cost.step_seconds) for cost in self.costs(shape)], network_macs)
+
+    def epoch_end_seconds(self, shape: Shape, network_macs: int) -> float:
+        """An epoch's end (validation, backup) of a network of ``network_macs`` in ``shape``, priced as its step."""
+        return _on_line([(cost.macs, cost.epoch_end_seconds) for cost in self.costs(shape)], network_macs)
+
+    def missing(self, wanted: Iterable[Variant]) -> list[Variant]:
+        """Those of ``wanted`` (``timed``'s) with no measured network of their shape within ``MACS_TOLERANCE``."""
+        return [
+            variant
+            for variant in wanted
+            if not any(within(cost.macs, macs(variant), MACS_TOLERANCE) for cost in self.costs(shape_of(variant)))
+        ]
+
+
+def _on_line(measured: list[tuple[int, float]], network_macs: int) -> float:
+    """The seconds of a network of ``network_macs`` from ``measured`` (MACs, seconds), the cheapest first: on the
+    line through the two it lies between (beyond the ends, the two nearest), or in proportion to the one; never
+    below the first for a larger network."""
+    points = sorted(dict(measured).items())  # one point per network size: the last of equal MACs
+    low_macs, low = points[0]
+    proportional = low * network_macs / low_macs
+    if len(points) == 1:
+        return proportional
+    right = next((index for index, (at, _) in enumerate(points) if at >= network_macs), len(points) - 1)
+    (left_macs, left), (right_macs, right_seconds) = points[max(right, 1) - 1], points[max(right, 1)]
+    line = left + (right_seconds - left) / (right_macs - left_macs) * (network_macs - left_macs)
+    return max(line, low if network_macs >= low_macs else proportional)
+
+
+def folded(calibration: Calibration, measured: Iterable[StepCost]) -> Calibration:
+    """``calibration`` with each of ``measured``, in order, in place of the steps of its shape within
+    ``MACS_TOLERANCE`` of its network (the newest measure of a network prices it), or beside them."""
+    steps = list(calibration.steps)
+    for cost in measured:
+        kept = [s for s in steps if s.shape != cost.shape or not within(s.macs, cost.macs, MACS_TOLERANCE)]
+        steps = [*kept, cost]
+    return dataclasses.replace(calibration, steps=steps)
+
+
+def within(a: int, b: int, factor: float) -> bool:
+    return max(a, b) <= min(a, b) * factor
+
+
+def macs(variant: Variant) -> int:
+    """Multiply-accumulates of one image through the network's forward pass: how a family's variants differ in cost."""
+    config = variant.model_config()
+    if isinstance(config, MlpConfig):
+        widths = [IMAGE_SIDE * IMAGE_SIDE, *config.hidden_units, CLASSES]
+        return sum(a * b for a, b in itertools.pairwise(widths))
+    assert isinstance(config, CnnConfig)
+    side, channels, total = IMAGE_SIDE, 1, 0
+    for index, filters in enumerate(config.filters):
+        side -= config.kernel_size - 1  # valid convolutions
+        total += side * side * config.kernel_size**2 * channels * filters
+        channels = filters
+        if index < len(config.filters) - 1:
+            side //= 2  # each pooling but the last
+    flat = side * side * channels
+    return total + flat * config.dense_units + config.dense_units * CLASSES
+
+
+def shape_of(variant: Variant) -> Shape:
+    config = variant.model_config()
+    normalized = isinstance(config, CnnConfig) and config.batch_norm
+    return Shape(variant.architecture, normalized, variant.training.batch_size, variant.workers)
+
+
+def timed(variants: Iterable[Variant]) -> list[Variant]:
+    """The networks a calibration times for ``variants``: of each shape the cheapest, and the costliest when its
+    forward pass is ``MACS_TOLERANCE`` times the cheapest's or more (two points of the step's line)."""
+    by_shape: dict[Shape, list[Variant]] = {}
+    for variant in variants:
+        by_shape.setdefault(shape_of(variant), []).append(variant)
+    chosen = []
+    for shape in sorted(by_shape, key=dataclasses.astuple):
+        ordered = sorted(by_shape[shape], key=lambda variant: (macs(variant), variant.name))
+        cheapest, costliest = ordered[0], ordered[-1]
+        chosen.append(cheapest)
+        if not within(macs(cheapest), macs(costliest), MACS_TOLERANCE):
+            chosen.append(costliest)
+    return chosen

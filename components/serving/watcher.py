@@ -1,0 +1,56 @@
+"""The hot swap: a thread that follows newer complete versions and swaps each in once it is loaded."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bakeoff.components.serving.logs import say
+from bakeoff.components.serving.tuning import settle_heap
+from bakeoff.components.serving.versions import Source
+
+if TYPE_CHECKING:
+    from bakeoff.components.serving.model import ServedModel, Version
+
+
+class Watcher(threading.Thread):
+    """Polls the source and swaps in each newer complete version once it is loaded (in this thread, beside the
+    serving one)."""
+
+    def __init__(
+        self, source: Source, model: ServedModel, poll_seconds: float, load: Callable[[Path, int], Version]
+    ) -> None:
+        super().__init__(name="version-watcher", daemon=True)
+        self.source, self.model, self.poll_seconds, self.load = source, model, poll_seconds, load
+        self.stopped = threading.Event()
+        self.failed: set[int] = set()  # versions that would not load: tried once, not on every poll
+        self.settle = False  # after a swap, the heap is settled a poll later, once no request holds the old version
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.poll_seconds):
+            self.poll()
+
+    def poll(self) -> None:
+        if self.settle:
+            self.settle = False
+            settle_heap()
+        try:
+            newest = max(self.source.versions(), default=0)
+        except Exception as error:  # a store that is down for a while must not end the serving of what is loaded
+            say(f"cannot list {self.source.description} ({error}); still serving version {self.model.current.number}")
+            return
+        serving = self.model.current.number
+        if newest <= serving or newest in self.failed:
+            return
+        try:
+            version = self.load(self.source.fetch(newest), newest)
+        except Exception as error:
+            self.failed.add(newest)
+            say(f"version {newest} does not load ({error}); still serving version {serving}")
+            return
+        self.model.swap(version)
+        self.source.release(serving)
+        self.settle = True
+        say(f"now serving version {newest} (was {serving})")
