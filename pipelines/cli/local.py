@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bakeoff.components.data.fashion_mnist import digest
+    from bakeoff.components.data.sources import digest
     from bakeoff.components.reporting.report import write_report
     from bakeoff.components.search import contention
     from bakeoff.components.search.budget import deadline
