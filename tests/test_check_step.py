@@ -164,7 +164,8 @@ BAD = {
     "source": (
         {"source": "/nonexistent"},
         "source: source '/nonexistent' is not a folder, an s3:// prefix or tfds:NAME: give a folder of class folders,"
-        " s3://BUCKET/PREFIX/ or tfds:NAME[:VERSION][@DATA_DIR]",
+        " s3://BUCKET/PREFIX/ or tfds:NAME[:VERSION][@DATA_DIR]; for the default Fashion-MNIST, install Debian's"
+        " dataset-fashion-mnist (apt-get install dataset-fashion-mnist)",
     ),
     "store": (
         {"store": "ftp://host/x"},

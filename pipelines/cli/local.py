@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bakeoff.components.data.sources import digest
+    from bakeoff.components.data.sources import check_source, digest
     from bakeoff.components.reporting.report import write_report
     from bakeoff.components.search import contention
     from bakeoff.components.search.budget import deadline
@@ -67,12 +67,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f" use at most {defaults.SHARDS} workers"
             )
     selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
-    source_digest = digest(args.source)
+    check_source(args.source)
     # After the other checks (a budget may first measure this machine's costs), before the store is made.
     listed = len(config.variants)
     plan = budget_plan(config, args.max_train_examples or 0)
     config = plan.config if plan else config
     store = open_cli_store(args)
+    # After the store's S3 settings are exported: an s3:// source is read with the same endpoint and keys.
+    source_digest = digest(args.source)
     store.check_writable()
     variants = [
         dataclasses.replace(
