@@ -205,7 +205,7 @@ def test_a_model_trained_on_flips_serves_the_same_prediction_for_an_image_and_it
     import tensorflow as tf
 
     out = trained.out
-    images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256].astype(np.float32)
+    images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256, ..., 0].astype(np.float32)
     serve = tf.saved_model.load(str(out / "model")).signatures[savedmodel.ARRAYS_SIGNATURE]
     probabilities = serve(images=tf.constant(images))["probabilities"].numpy()
     mirrored = serve(images=tf.constant(images[:, :, ::-1].copy()))["probabilities"].numpy()

@@ -25,7 +25,7 @@ IDX_NAMES = tuple(name for images, labels, _ in IDX_FILES.values() for name in (
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """Images as uint8 [n, 28, 28] and labels as uint8 [n]."""
+    """Images as uint8 [n, 28, 28] (IDX files) or [n, H, W, C] (an artifact's shards) and integer labels [n]."""
 
     images: np.ndarray
     labels: np.ndarray
