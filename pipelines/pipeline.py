@@ -193,6 +193,7 @@ def _bakeoff(
             steps.ingest(
                 source=source,
                 source_digest=source_digest,
+                image_size=[],  # the source's own size, until the run form sets it
                 validation_size=validation_size,
                 shards=shards,
                 seed=defaults.SEED,

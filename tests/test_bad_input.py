@@ -461,7 +461,10 @@ RUN_FLAGS = {
     "budget unknown unit": (["--budget", "15d"], r"argument --budget: --budget takes a time such as 15m"),
     "budget zero": (["--budget", "0s"], r"argument --budget: --budget must be above 0 and at most 10080 min, got '0s'"),
     "budget over a week": (["--budget", "169h"], r"argument --budget: --budget must be above 0 and at most 10080 min"),
-    "source missing": (["--source", "/nonexistent/ü"], r"Fashion-MNIST not found in '/nonexistent/ü'"),
+    "source missing": (
+        ["--source", "/nonexistent/ü"],
+        r"source '/nonexistent/ü' is not a folder, an s3:// prefix or tfds:NAME",
+    ),
     "store scheme unknown": (["--store", "ftp://host/x"], r"store 'ftp://host/x' has an unknown scheme 'ftp'"),
     "store scheme http": (["--store", "http://host/x"], r"store 'http://host/x' has an unknown scheme 'http'"),
     "store empty": (["--store", ""], r"--store is empty"),

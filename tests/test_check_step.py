@@ -163,10 +163,9 @@ BAD = {
     "validation": ({"validation_size": 60000}, "validation_size: validation size 60000 must be between 1 and 59999"),
     "source": (
         {"source": "/nonexistent"},
-        "source: Fashion-MNIST not found in '/nonexistent' (missing train-images-idx3-ubyte.gz, "
-        "train-labels-idx1-ubyte.gz,"
-        " t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz): install Debian's dataset-fashion-mnist"
-        " (apt-get install dataset-fashion-mnist) or pass --source tfds on a machine with internet",
+        "source: source '/nonexistent' is not a folder, an s3:// prefix or tfds:NAME: give a folder of class folders,"
+        " s3://BUCKET/PREFIX/ or tfds:NAME[:VERSION][@DATA_DIR]; for the default Fashion-MNIST, install Debian's"
+        " dataset-fashion-mnist (apt-get install dataset-fashion-mnist)",
     ),
     "store": (
         {"store": "ftp://host/x"},

@@ -20,6 +20,9 @@ def predict(model_dir: Path, images: np.ndarray, batch_size: int = 1000) -> np.n
     import tensorflow as tf
 
     serve = tf.saved_model.load(str(model_dir)).signatures[ARRAYS_SIGNATURE]
+    rank = serve.structured_input_signature[1]["images"].shape.rank
+    if images.ndim == rank + 1 and images.shape[-1] == 1:  # an artifact's [n, H, W, 1], a signature of [n, H, W]
+        images = images[..., 0]
     return np.concatenate(
         [
             serve(images=tf.constant(images[start : start + batch_size], tf.float32))["probabilities"].numpy()

@@ -29,7 +29,8 @@ def check(
     The store is opened (an S3 store answers a listing) but nothing is written.
     """
     from bakeoff.components.data.artifact import check_shards, check_validation_size
-    from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES, check_source
+    from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES
+    from bakeoff.components.data.sources import check_source
     from bakeoff.components.errors import for_parameter, reported
     from bakeoff.components.search.deadline import check_deadline
     from bakeoff.components.search.halving import check_compiled

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bakeoff.components.data.fashion_mnist import digest
+    from bakeoff.components.data.sources import check_source, digest
     from bakeoff.components.search.calibration import refresh
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.settings import SelectionSettings
@@ -50,12 +50,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_budgeted(args)
     check_run_flags(args, config)
     selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
-    source_digest = digest(args.source)
+    check_source(args.source)
     # After the other checks (a budget may first measure this machine's costs), before the store is made.
     listed = len(config.variants)
     plan = budget_plan(config, args.max_train_examples or 0)
     config = plan.config if plan else config
     store = open_cli_store(args)
+    # After the store's S3 settings are exported: an s3:// source is read with the same endpoint and keys.
+    source_digest = digest(args.source)
     store.check_writable()
     variants = with_flags(config.variants, args)
     out = sys.stderr if args.json else sys.stdout
