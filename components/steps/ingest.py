@@ -4,7 +4,13 @@ from kfp import dsl
 
 
 def ingest(
-    data: dsl.Output[dsl.Dataset], source: str, source_digest: str, validation_size: int, shards: int, seed: int
+    data: dsl.Output[dsl.Dataset],
+    source: str,
+    source_digest: str,
+    image_size: list,
+    validation_size: int,
+    shards: int,
+    seed: int,
 ) -> None:
     """Fashion-MNIST → train/validation/test shards + metadata (counts, classes, fingerprint).
 

@@ -22,6 +22,8 @@ from bakeoff.pipelines.cli.flags import (
     MAX_PARALLELISM,
     budget_arg,
     compile_settings,
+    data_args,
+    halving_args,
     load_budgeted,
     open_cli_store,
     pipeline_args,
@@ -67,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f" use at most {defaults.SHARDS} workers"
             )
     selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
-    source_digest = digest(args.source)
+    source_digest = digest(config.data.source)
     # After the other checks (a budget may first measure this machine's costs), before the store is made.
     listed = len(config.variants)
     plan = budget_plan(config, args.max_train_examples or 0)
@@ -90,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         variants=variants,
         store_uri=store.uri,
         selection=selection,
-        source=args.source,
+        data=config.data,
         source_digest=source_digest,
         max_train_examples=args.max_train_examples or 0,
         parallelism=args.parallelism,
@@ -261,11 +263,8 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
         default=defaults.LOCAL_PARALLELISM,
         help=f"variants trained at once (default {defaults.LOCAL_PARALLELISM})",
     )
-    run.add_argument(
-        "--source",
-        default=defaults.SOURCE,
-        help=f"folder of Fashion-MNIST IDX files, or 'tfds' to download (default {defaults.SOURCE})",
-    )
+    data_args(run)
+    halving_args(run)
     run.add_argument(
         "--work-dir",
         type=Path,
