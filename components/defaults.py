@@ -26,6 +26,9 @@ SEARCH_SAMPLES = (
 HALVING_ETA = (
     3  # successive halving keeps the best third at each rung and trains it three times as long (Hyperband's choice)
 )
+# Rungs of successive halving the compiled pipeline holds, each skipped where a run needs fewer: 256 variants (the
+# most a config or the run form may list) at eta 2 need 9 (256, 128, ..., 2, then the lone survivor), so any run fits.
+MAX_RUNGS = 9
 HALVING_WINDOW = (
     3  # a rung ranks variants by the mean validation metric over the last third of their epochs (halving.rung_score)
 )

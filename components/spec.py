@@ -38,6 +38,7 @@ MAX_SAMPLES = 256
 MAX_ETA = 100
 MAX_BUDGET_MINUTES = 7 * 24 * 60.0
 MAX_TIMEOUT_SECONDS = 7 * 86400  # a TFJob's activeDeadlineSeconds
+IMAGE_SIDES = (8, 1024)  # pixels of a declared image_size's side: below, no pattern is left; above, gigabyte shards
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,6 +300,47 @@ class Search:
 
 
 @dataclasses.dataclass(frozen=True)
+class Data:
+    """The top-level ``source`` and ``image_size`` of a config: what ingest reads, and the size it resizes to."""
+
+    source: str = defaults.SOURCE
+    image_size: tuple[int, ...] = ()  # () the source's own size, else (height, width), as the pipeline's list says
+
+
+def check_image_size(value: Any) -> tuple[int, ...]:
+    """``value`` as an image size: () for the source's own, or (height, width) with each side in ``IMAGE_SIDES``."""
+    low, high = IMAGE_SIDES
+    sides = list(value) if isinstance(value, (list, tuple)) else None
+    whole = sides is not None and all(
+        isinstance(side, (int, float)) and not isinstance(side, bool) and float(side).is_integer() for side in sides
+    )
+    if sides is None or not whole or len(sides) not in (0, 2) or not all(low <= side <= high for side in sides):
+        raise BakeoffError(
+            f"{value!r} is no image size: give [] for the source's own size, or [HEIGHT, WIDTH] with each side"
+            f" {low} to {high} pixels"
+        )
+    return tuple(int(side) for side in sides)
+
+
+def check_halving(min_epochs: int, max_epochs: int, eta: int, where: _Where | None = None, prefix: str = "") -> Halving:
+    """The halving of these settings, each bounded (``prefix`` names the fields where ``where`` is: the file's
+    ``search.halving.``, or none for the pipeline's parameters)."""
+    where = where or _Where("")
+    _bounded(where, f"{prefix}min_epochs", min_epochs, 1, MAX_EPOCHS)
+    _bounded(where, f"{prefix}max_epochs", max_epochs, min_epochs, MAX_EPOCHS)
+    _bounded(where, f"{prefix}eta", eta, 2, MAX_ETA)
+    return Halving(min_epochs, max_epochs, eta)
+
+
+def pipeline_halving(min_epochs: int, max_epochs: int, eta: int) -> Halving | None:
+    """The pipeline's halving parameters as a halving: both epochs 0 is none (each variant trains its own
+    ``training.epochs`` in one rung); each other value bounded as in a file, its line naming the parameter."""
+    if min_epochs == max_epochs == 0:
+        return None
+    return check_halving(int(min_epochs), int(max_epochs), int(eta))
+
+
+@dataclasses.dataclass(frozen=True)
 class Expansion:
     """Where an expanded variant came from: its base variant, the searched values, its draw (None: grid or no space)."""
 
@@ -328,6 +370,7 @@ class Config:
     expansions: Mapping[str, Expansion] = dataclasses.field(default_factory=dict)
     source: str = ""  # the file, for error lines about the config as a whole
     bases: Mapping[str, Base] = dataclasses.field(default_factory=dict)  # each entry by name, before expansion
+    data: Data = dataclasses.field(default_factory=lambda: Data())  # the file's `source` and `image_size`
 
     @property
     def budget_minutes(self) -> float | None:
@@ -381,10 +424,7 @@ def _parse_search(data: Any, where: _Where) -> Search:
     halving = None
     if fields.halving is not None:
         given = _fill(_HalvingFields, fields.halving, where, "search.halving.")
-        _bounded(where, "search.halving.min_epochs", given.min_epochs, 1, MAX_EPOCHS)
-        _bounded(where, "search.halving.max_epochs", given.max_epochs, given.min_epochs, MAX_EPOCHS)
-        _bounded(where, "search.halving.eta", given.eta, 2, MAX_ETA)
-        halving = Halving(given.min_epochs, given.max_epochs, given.eta)
+        halving = check_halving(given.min_epochs, given.max_epochs, given.eta, where, "search.halving.")
     budget = None
     if fields.budget is not None:
         budget = _fill(_BudgetFields, fields.budget, where, "search.budget.").minutes
@@ -486,9 +526,11 @@ def parse_config(document: Any, source: str) -> Config:
     where = _Where(source)
     if not isinstance(document, Mapping):
         raise where.error("spec", "expected a mapping with a 'variants' list")
-    unknown = sorted(set(document) - {"defaults", "variants", "search"})
+    known = ("defaults", "variants", "search", "source", "image_size")
+    unknown = sorted(set(document) - set(known))
     if unknown:
-        raise where.error(unknown[0], "unknown top-level field (known: defaults, variants, search)")
+        raise where.error(unknown[0], f"unknown top-level field (known: {', '.join(known)})")
+    data = _parse_data(document, where)
     defaults_ = document.get("defaults") or {}
     if not isinstance(defaults_, Mapping):
         raise where.error("defaults", f"expected a mapping, got {defaults_!r}")
@@ -506,7 +548,19 @@ def parse_config(document: Any, source: str) -> Config:
             f"expand to {len(variants)} variants, more than {MAX_VARIANTS}: lower search.samples or list fewer choices",
         )
     bases = {item["name"]: Base(item, _find_spaces(item, _Where(source, item["name"]))) for item in merged}
-    return Config(variants, search, {variant.name: expansion for variant, expansion in expanded}, source, bases)
+    return Config(variants, search, {variant.name: expansion for variant, expansion in expanded}, source, bases, data)
+
+
+def _parse_data(document: Mapping, where: _Where) -> Data:
+    """The document's ``source`` (a non-empty string; the data modules read what it names) and ``image_size``."""
+    source = document.get("source", defaults.SOURCE)
+    if not isinstance(source, str) or not source.strip():
+        raise where.error("source", f"expected a non-empty string (a folder, tfds:NAME or s3://...), got {source!r}")
+    try:
+        image_size = check_image_size(document.get("image_size", []))
+    except BakeoffError as error:
+        raise where.error("image_size", str(error)) from None
+    return Data(source, image_size)
 
 
 def _check_unique(variants: list[Variant], where: _Where) -> None:
@@ -533,8 +587,12 @@ def parse_variants(items: Any) -> list[Variant]:
     return variants
 
 
-def load_config(path: Path) -> Config:
-    """Reads and checks a config file before anything runs: its variants expanded, its search settings."""
+def load_config(path: Path, changes: Mapping[str, Any] | None = None) -> Config:
+    """Reads and checks a config file before anything runs: its variants expanded, its search settings.
+
+    ``changes`` (the command's flags: ``source``, ``image_size``, ``search.halving``'s fields) are merged into the
+    document first, so a variant's epochs follow a changed ``max_epochs`` as they would have in the file.
+    """
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_CONFIG_BYTES + 1)  # bounded: --config /dev/zero must not fill the memory
@@ -558,6 +616,8 @@ def load_config(path: Path) -> Config:
         mark = getattr(error, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
         raise BakeoffError(f"{path}: malformed YAML{line}: fix the syntax") from None
+    if changes and isinstance(document, Mapping):
+        document = _merge(document, changes)
     return parse_config(document, str(path))
 
 

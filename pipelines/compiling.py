@@ -34,12 +34,12 @@ def compile_pipeline(
     cluster: Cluster = Cluster(),
     budget: float | None = None,
 ) -> Path:
-    """Writes the IR YAML of the pipeline built for ``cluster``; the config's variants become the default.
+    """Writes the IR YAML of the pipeline built for ``cluster``; the config's variants, halving settings, source and
+    image size become the defaults of its run-time parameters.
 
-    A config with successive halving compiles with its rungs unrolled (each
-    rung's epochs and survivors fixed by the variants' count). The file
-    appears only once every supported KFP backend would accept it. The config's
-    ``search.budget`` is for runs on this machine: a cluster's nodes are not this
+    The pipeline holds ``MAX_RUNGS`` rungs whatever the config, so a run may list any number of variants and any
+    halving settings (``build_pipeline``). The file appears only once every supported KFP backend would accept it.
+    The config's ``search.budget`` is for runs on this machine: a cluster's nodes are not this
     machine, and run jobs side by side, so the pipeline trains the search as
     written unless ``budget`` (minutes, ``--budget``) asks to plan it on this machine's costs.
     """
@@ -48,7 +48,7 @@ def compile_pipeline(
     loaded = planned(load_config(config).with_budget(math.inf if budget is None else budget))
     variants = [variant.to_dict() for variant in loaded.variants]
     pipeline = build_pipeline(
-        parallelism=parallelism, variants=variants, image=image, cluster=cluster, search=loaded.search
+        parallelism=parallelism, variants=variants, image=image, cluster=cluster, search=loaded.search, data=loaded.data
     )
     partial = output.with_name(f".{output.stem}.partial.yaml")
     try:

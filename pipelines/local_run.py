@@ -18,7 +18,7 @@ from bakeoff.components.errors import ERROR_FILE_ENV, BakeoffError
 from bakeoff.components.progress import PROGRESS_DIR_ENV
 from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.selection.settings import SelectionSettings
-from bakeoff.components.spec import Search, Variant
+from bakeoff.components.spec import Data, Search, Variant
 from bakeoff.components.storage.records import Summary
 from bakeoff.components.training.tfjob import WORKER_PROGRAM
 from bakeoff.pipelines.pipeline import build_pipeline
@@ -58,13 +58,13 @@ class LocalRun:
     variants: list[Variant]
     store_uri: str
     selection: SelectionSettings = SelectionSettings()
-    source: str = defaults.SOURCE
+    data: Data = dataclasses.field(default_factory=Data)  # the source and the size ingest resizes to
     source_digest: str = ""
     max_train_examples: int = 0
     parallelism: int = defaults.LOCAL_PARALLELISM
     work_dir: Path = defaults.WORK_DIR
     timeout_seconds: int = defaults.TIMEOUT_SECONDS
-    search: Search | None = None  # with halving, the pipeline's rungs are unrolled from it
+    search: Search | None = None  # its halving settings become the run's parameters
     progress_dir: Path | None = None  # someone watches: events, replica logs and kfp.local's output go here
     deadline: Deadline | None = None  # a budget's: its halve steps keep as many as the rest can train by it
 
@@ -86,7 +86,7 @@ def run_local(run: LocalRun) -> Summary:
         cache_root=str(run.work_dir.resolve() / "cache"),
     )
     variants = [variant.to_dict() for variant in run.variants]
-    pipeline = build_pipeline(parallelism=run.parallelism, variants=variants, search=run.search)
+    pipeline = build_pipeline(parallelism=run.parallelism, variants=variants, search=run.search, data=run.data)
     with tempfile.TemporaryDirectory(prefix="bakeoff-run-") as scratch, contextlib.ExitStack() as stack:
         error_file = Path(scratch) / "error"
         os.environ[ERROR_FILE_ENV] = str(error_file)
@@ -103,7 +103,6 @@ def run_local(run: LocalRun) -> Summary:
                     store=run.store_uri,
                     variants=variants,
                     model_name=run.selection.model_name,
-                    source=run.source,
                     source_digest=run.source_digest,
                     metric=run.selection.metric,
                     min_improvement=run.selection.gate.min_improvement,

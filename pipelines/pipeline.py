@@ -1,5 +1,5 @@
-"""The bake-off pipeline: check → ingest → train-variants (ParallelFor of TFJobs), per rung of a halving search →
-select and publish."""
+"""The bake-off pipeline: check → ingest → the search (per rung: a ParallelFor of TFJobs, then a halve step where
+another rung follows) → select and publish."""
 
 import dataclasses
 from typing import Any, Self
@@ -8,8 +8,7 @@ from kfp import dsl
 from kfp.dsl.python_component import PythonComponent
 
 from bakeoff.components import defaults
-from bakeoff.components.search.halving import Rung, schedule
-from bakeoff.components.spec import Halving, Search
+from bakeoff.components.spec import MAX_VARIANTS, Data, Halving, Search
 from bakeoff.components.steps.check import check
 from bakeoff.components.steps.factory import as_component
 from bakeoff.components.steps.halve import halve
@@ -36,30 +35,30 @@ def build_pipeline(
     image: str = defaults.IMAGE,
     cluster: Cluster | None = None,
     search: Search | None = None,
+    data: Data | None = None,
+    rungs: int = defaults.MAX_RUNGS,
 ) -> dsl.graph_component.GraphComponent:
     """The pipeline function, built for kfp.local (``cluster=None``) or for a cluster.
 
-    A factory because KFP fixes ``parallelism`` and the image at compile time.
-    Each train task is told ``parallelism`` so that local replicas divide the
-    machine's cores among all running jobs. For a cluster every task gets the
-    store keys from the store secret through kfp-kubernetes, never as parameters.
+    A factory because KFP fixes ``parallelism``, the image and the number of rungs at compile time. ``variants``,
+    ``search``'s halving and ``data`` are only the defaults of run-time parameters. Each train task is told
+    ``parallelism`` so that local replicas divide the machine's cores among all running jobs. For a cluster every
+    task gets the store keys from the store secret through kfp-kubernetes, never as parameters.
 
-    The fan-in is a sub-pipeline that select waits for, and select reads the
-    candidates back from the store: it runs on every supported backend, where
-    ``dsl.Collected`` needs KFP 2.14 (docs/kubeflow.md).
+    The search holds ``rungs`` rungs, each a sub-pipeline whose ParallelFor trains the variants entering it to the
+    epoch its producer (check for rung 0, the halve step before it for the others) worked out at run time. After
+    each rung but the last, a ``dsl.If`` runs a halve step and the next rung only where that rung stopped short of
+    ``max_epochs``; so a run uses as many rungs as its variants and halving settings need, and skips the rest.
 
-    With successive halving (``search.halving``) the rungs are unrolled here,
-    at compile time, from the variants' count: rung k trains its variants to
-    the rung's epochs in a sub-pipeline of its own, then a halve step keeps the
-    best and the next rung's loop runs over its output; select runs over the
-    last rung's variants. Without it there is one sub-pipeline, as always.
+    Select waits for the whole search and reads the last rung's variants back from the store, as it reads the
+    candidates: it runs on every supported backend, where ``dsl.Collected`` and ``dsl.OneOf`` need newer ones
+    (docs/kubeflow.md).
     """
-    halving = search.halving if search else None
-    plan: list[Rung | None] = list(schedule(len(variants), halving)) if halving else [None]
     steps = _Steps.on_image(image, parallelism, cluster)
     # Defined here: KFP allows no pipeline definition inside another.
-    rungs = [(rung, _train_variants(steps, rung)) for rung in plan]
-    return _bakeoff(steps, variants, rungs, halving)
+    search_rungs = _search(steps, [_train_variants(steps, index) for index in range(rungs)])
+    halving = search.halving if search else None
+    return _bakeoff(steps, variants, halving, data or Data(), search_rungs, rungs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,19 +91,17 @@ class _Steps:
         return task
 
 
-def _train_variants(steps: _Steps, rung: Rung | None) -> dsl.graph_component.GraphComponent:
-    """The sub-pipeline that trains each of its ``variants`` as a TFJob: to its own epochs, or to ``rung``'s,
-    resuming."""
-    until = {} if rung is None else {"stop_epoch": rung.epochs, "rung": rung.index}
+def _train_variants(steps: _Steps, index: int) -> dsl.graph_component.GraphComponent:
+    """The sub-pipeline of rung ``index``: it trains each of its ``variants`` as a TFJob until epoch ``stop_epoch``
+    (0: each its own epochs), resuming each where the rung before stopped it."""
 
     @dsl.pipeline(
-        name="train-variants" if rung is None else f"rung-{rung.index}",
-        description="One multi-worker TFJob per variant."
-        if rung is None
-        else f"Trains {rung.entering} variants until epoch {rung.epochs} and keeps the best {rung.keep}.",
+        name=f"rung-{index}",
+        description=f"Rung {index}: one multi-worker TFJob per variant entering it, each until the rung's epoch.",
     )
     def trainer(
         variants: list[dict],
+        stop_epoch: int,
         data: dsl.Input[dsl.Dataset],
         store: str,
         s3_endpoint: str,
@@ -114,7 +111,7 @@ def _train_variants(steps: _Steps, rung: Rung | None) -> dsl.graph_component.Gra
         trainer: str,
     ) -> None:
         # The items are this sub-pipeline's list[dict] input, so each is typed STRUCT, as train's variant is,
-        # also where a halve step's output feeds it (the KFP driver refuses a string item for a STRUCT input).
+        # also where a step's output feeds it (the KFP driver refuses a string item for a STRUCT input).
         with dsl.ParallelFor(variants, parallelism=steps.parallelism) as variant:
             trained = steps.on_cluster(
                 steps.train(
@@ -129,7 +126,8 @@ def _train_variants(steps: _Steps, rung: Rung | None) -> dsl.graph_component.Gra
                     timeout_seconds=timeout_seconds,
                     backend=backend,
                     trainer=trainer,
-                    **until,
+                    stop_epoch=stop_epoch,
+                    rung=index,
                 )
             )
             trained.set_caching_options(False)
@@ -137,27 +135,111 @@ def _train_variants(steps: _Steps, rung: Rung | None) -> dsl.graph_component.Gra
     return trainer
 
 
+def _search(steps: _Steps, rungs: list[dsl.graph_component.GraphComponent]) -> dsl.graph_component.GraphComponent:
+    """The sub-pipeline of the whole search, ``len(rungs)`` deep: select waits for it, whichever rung ends the run.
+
+    KFP lets no task outside a ``dsl.If`` wait for one inside it: only the sub-pipeline's end marks the last rung's.
+    Each ``dsl.If`` nests in the one before. (One sub-pipeline per level instead would make kfp's renaming of the
+    levels' like-named components differ from one compile to the next.)
+    """
+
+    @dsl.pipeline(
+        name="search",
+        description=f"Successive halving over up to {len(rungs)} rungs: each halve step keeps the best"
+        " ceil(entering / eta) and works out the next rung's epoch; rungs a run does not need are skipped.",
+    )
+    def search(
+        variants: list[dict],
+        stop_epoch: int,
+        data: dsl.Input[dsl.Dataset],
+        store: str,
+        s3_endpoint: str,
+        max_train_examples: int,
+        timeout_seconds: int,
+        backend: str,
+        trainer: str,
+        min_epochs: int,
+        max_epochs: int,
+        eta: int,
+        metric: str,
+        deadline: str,
+    ) -> None:
+        training = {
+            "data": data,
+            "store": store,
+            "s3_endpoint": s3_endpoint,
+            "max_train_examples": max_train_examples,
+            "timeout_seconds": timeout_seconds,
+            "backend": backend,
+            "trainer": trainer,
+        }
+
+        def rung(index: int, entering: Any, epochs: Any) -> None:
+            """Rung ``index`` over ``entering`` to epoch ``epochs``; then, within a condition, its halve and on."""
+            trained = rungs[index](variants=entering, stop_epoch=epochs, **training)
+            if index == len(rungs) - 1:
+                return  # the last rung the pipeline holds: a halve step before it sent its variants to max_epochs
+            # A rung that reached max_epochs is the run's last (without halving: stop_epoch 0 of max_epochs 0).
+            with dsl.If(epochs < max_epochs, name=f"halve-rung-{index}"):
+                # Waits for the whole rung, then reads its results back from the store (no dsl.Collected).
+                halved = steps.on_cluster(
+                    steps.halve(
+                        variants=entering,
+                        store=store,
+                        s3_endpoint=s3_endpoint,
+                        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                        rung=index,
+                        min_epochs=min_epochs,
+                        max_epochs=max_epochs,
+                        eta=eta,
+                        rungs=len(rungs),
+                        metric=metric,
+                        deadline=deadline,
+                    ).after(trained)
+                )
+                halved.set_caching_options(False)
+                rung(index + 1, halved.outputs["variants"], halved.outputs["Output"])
+
+        rung(0, variants, stop_epoch)
+
+    return search
+
+
 def _bakeoff(
     steps: _Steps,
     variants: list[dict],
-    rungs: list[tuple[Rung | None, dsl.graph_component.GraphComponent]],
     halving: Halving | None,
+    data: Data,
+    search: dsl.graph_component.GraphComponent,
+    rungs: int,
 ) -> dsl.graph_component.GraphComponent:
-    """The top-level pipeline: check, ingest, each rung's training (and halving), select; its parameters are a run's."""
+    """The top-level pipeline: check, ingest, the search, select; its parameters are a run's, these their defaults."""
     cluster = steps.cluster
-    compiled = len(variants)  # the rungs' keeps hold for this many; the pipeline's ``variants`` shadows the list
+    min_epochs, max_epochs, eta = (
+        (halving.min_epochs, halving.max_epochs, halving.eta) if halving else (0, 0, defaults.HALVING_ETA)
+    )
+    image_size = list(data.image_size)
 
-    @dsl.pipeline(name="bakeoff", description="Trains CNN variants as multi-worker TFJobs and publishes the best.")
+    @dsl.pipeline(
+        name="bakeoff",
+        description="Trains CNN variants as multi-worker TFJobs and publishes the best. Any number of variants"
+        f" (1 to {MAX_VARIANTS}); successive halving from min_epochs to max_epochs at eta over up to {rungs} rungs"
+        " (min_epochs and max_epochs 0: none); source and image_size name the data.",
+    )
     def bakeoff(
         store: str = cluster.store if cluster else "",
         s3_endpoint: str = cluster.s3_endpoint if cluster else "",
         variants: list[dict] = variants,
         model_name: str = defaults.MODEL_NAME,
-        source: str = defaults.SOURCE,
+        source: str = data.source,
         source_digest: str = "",
+        image_size: list = image_size,
         validation_size: int = defaults.VALIDATION_SIZE,
         shards: int = defaults.SHARDS,
         max_train_examples: int = 0,
+        min_epochs: int = min_epochs,
+        max_epochs: int = max_epochs,
+        eta: int = eta,
         metric: str = defaults.METRIC,
         min_improvement: float = defaults.MIN_IMPROVEMENT,
         force_publish: bool = False,
@@ -166,7 +248,7 @@ def _bakeoff(
         trainer: str = defaults.TRAINER,
         deadline: str = "",
     ) -> str:
-        # What a UI or SDK user may set is checked first, against what was compiled in: a mismatch costs no ingest.
+        # What a UI or SDK user may set is checked first: a value that cannot run costs no ingest.
         checked = steps.on_cluster(
             steps.check(
                 variants=variants,
@@ -174,6 +256,7 @@ def _bakeoff(
                 s3_endpoint=s3_endpoint,
                 model_name=model_name,
                 source=source,
+                image_size=image_size,
                 validation_size=validation_size,
                 shards=shards,
                 max_train_examples=max_train_examples,
@@ -183,8 +266,10 @@ def _bakeoff(
                 timeout_seconds=timeout_seconds,
                 backend=backend,
                 trainer=trainer,
-                halving=dataclasses.asdict(halving) if halving else {},
-                compiled_variants=compiled,
+                min_epochs=min_epochs,
+                max_epochs=max_epochs,
+                eta=eta,
+                rungs=rungs,
                 deadline=deadline,
             )
         )
@@ -193,18 +278,15 @@ def _bakeoff(
             steps.ingest(
                 source=source,
                 source_digest=source_digest,
-                image_size=[],  # the source's own size, until the run form sets it
+                image_size=image_size,
                 validation_size=validation_size,
                 shards=shards,
                 seed=defaults.SEED,
             ).after(checked)
         )
-        entering, trained = _train_rungs(
-            steps,
-            rungs,
-            variants,
-            metric,
-            deadline,
+        searched = search(
+            variants=checked.outputs["variants"],
+            stop_epoch=checked.outputs["epochs"],
             data=data.outputs["data"],
             store=store,
             s3_endpoint=s3_endpoint,
@@ -212,10 +294,15 @@ def _bakeoff(
             timeout_seconds=timeout_seconds,
             backend=backend,
             trainer=trainer,
+            min_epochs=min_epochs,
+            max_epochs=max_epochs,
+            eta=eta,
+            metric=metric,
+            deadline=deadline,
         )
         selected = steps.on_cluster(
             steps.select(
-                variants=entering,
+                variants=checked.outputs["variants"],
                 data=data.outputs["data"],
                 store=store,
                 s3_endpoint=s3_endpoint,
@@ -224,45 +311,9 @@ def _bakeoff(
                 metric=metric,
                 min_improvement=min_improvement,
                 force_publish=force_publish,
-            ).after(trained)
+            ).after(searched)
         )
         selected.set_caching_options(False)
         return selected.outputs["Output"]
 
     return bakeoff
-
-
-def _train_rungs(
-    steps: _Steps,
-    rungs: list[tuple[Rung | None, dsl.graph_component.GraphComponent]],
-    variants: Any,
-    metric: Any,
-    deadline: Any,
-    **training: Any,
-) -> tuple[Any, dsl.PipelineTask]:
-    """Each rung's sub-pipeline over the variants the halve step before it kept (as many as ``deadline`` lets it,
-    when set); the last rung's variants and task.
-
-    ``training`` holds what every rung's sub-pipeline gets besides its variants (the data, the store, the limits).
-    """
-    entering = variants
-    for rung, train_rung in rungs:
-        trained = train_rung(variants=entering, **training)
-        if rung is None or rung is rungs[-1][0]:
-            break
-        # Each next step waits for the whole rung, then reads its results back from the store (no dsl.Collected).
-        halved = steps.on_cluster(
-            steps.halve(
-                variants=entering,
-                store=training["store"],
-                s3_endpoint=training["s3_endpoint"],
-                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                rung=rung.index,
-                keep=rung.keep,
-                metric=metric,
-                deadline=deadline,
-            ).after(trained)
-        )
-        halved.set_caching_options(False)
-        entering = halved.output
-    return entering, trained

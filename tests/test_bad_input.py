@@ -405,6 +405,21 @@ CONFIG_FILES: dict[str, tuple[Callable[[Path], Path], str]] = {
         r"defaults: expected a mapping",
     ),
     "unicode path, missing": (lambda d: d / "variantes-é.yaml", r"cannot read config '.*variantes-é\.yaml'"),
+    "image_size out of range": (
+        lambda d: (
+            d / "size.yaml",
+            (d / "size.yaml").write_text("image_size: [4, 4]\nvariants: [{name: a, model: {type: mlp}}]"),
+        )[0],
+        r"size\.yaml: image_size: \[4, 4\] is no image size: give \[\] for the source's own size, or \[HEIGHT, WIDTH\]"
+        r" with each side 8 to 1024 pixels$",
+    ),
+    "image_size a word": (
+        lambda d: (
+            d / "word.yaml",
+            (d / "word.yaml").write_text("image_size: big\nvariants: [{name: a, model: {type: mlp}}]"),
+        )[0],
+        r"word\.yaml: image_size: 'big' is no image size",
+    ),
 }
 
 
@@ -464,6 +479,23 @@ RUN_FLAGS = {
     "source missing": (
         ["--source", "/nonexistent/ü"],
         r"source '/nonexistent/ü' is not a folder, an s3:// prefix or tfds:NAME",
+    ),
+    "image size too small": (
+        ["--image-size", "4x4"],
+        r"argument --image-size: --image-size takes HEIGHTxWIDTH \(e\.g\. 64x64, each side 8 to 1024\) or none,"
+        r" got '4x4'$",
+    ),
+    "image size one side": (["--image-size", "64"], r"argument --image-size: --image-size takes HEIGHTxWIDTH"),
+    "eta one": (["--eta", "1"], r"argument --eta: --eta must be at least 2 \(each rung keeps 1/eta\), got 1$"),
+    "max epochs zero": (["--max-epochs", "0"], r"argument --max-epochs: --max-epochs must be at least 1, got 0$"),
+    "eta without halving": (
+        ["--eta", "2"],
+        r"--eta change successive halving, which .*variants\.yaml does not use: pass --min-epochs and --max-epochs"
+        r" to halve, or add search\.halving to the file$",
+    ),
+    "min epochs above max": (
+        ["--min-epochs", "5", "--max-epochs", "3"],
+        r"--min-epochs 5 is above --max-epochs 3: swap them \(min_epochs is the first rung's, at most max_epochs\)$",
     ),
     "store scheme unknown": (["--store", "ftp://host/x"], r"store 'ftp://host/x' has an unknown scheme 'ftp'"),
     "store scheme http": (["--store", "http://host/x"], r"store 'http://host/x' has an unknown scheme 'http'"),

@@ -25,12 +25,7 @@ variants:
   - {name: c, model: {type: mlp, hidden_units: [8]}, training: {learning_rate: 0.01}}
   - {name: d, model: {type: cnn, filters: [4], dense_units: 16}}
 """
-HALVING = {
-    "min_epochs": 1.0,
-    "max_epochs": 2.0,
-    "eta": 2.0,
-}  # as KFP hands over the compiled-in constant: numbers as floats
-RECOMPILE = "or recompile with `bakeoff compile --config ...`"
+NO_HALVING = {"min_epochs": 0, "max_epochs": 0}  # each variant trains its own epochs
 # What `bakeoff run` sets for SEARCH's rungs under a budget (components/search/deadline.py).
 DEADLINE = (
     '{"began": 0, "ends": 900, "epoch_seconds": {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}, "job_seconds": 9.0,'
@@ -61,6 +56,7 @@ def parameters(tmp_path: Path, **changes: Any) -> dict:
         "s3_endpoint": "",
         "model_name": "fashion-mnist",
         "source": str(FASHION_MNIST),
+        "image_size": [],
         "validation_size": 5000,
         "shards": 8,
         "max_train_examples": 0,
@@ -70,8 +66,10 @@ def parameters(tmp_path: Path, **changes: Any) -> dict:
         "timeout_seconds": 3600,
         "backend": "auto",
         "trainer": "tfjob",
-        "halving": HALVING,
-        "compiled_variants": 4,
+        "min_epochs": 1,
+        "max_epochs": 2,
+        "eta": 2,
+        "rungs": 9,
         "deadline": "",
     } | changes
 
@@ -86,41 +84,69 @@ def refusal(capsys: pytest.CaptureFixture, **inputs: Any) -> str:
     return line.removeprefix("bakeoff: error: ")
 
 
-def test_parameters_that_fit_the_compiled_pipeline_pass_and_nothing_is_written(
-    tmp_path: Path, fashion_dir: Path
-) -> None:
-    # Another learning rate and model for every variant: only the count and the epochs are compiled in.
+def test_whatever_can_run_passes_and_nothing_is_written(tmp_path: Path, fashion_dir: Path) -> None:
+    """Any number of variants, each with its own epochs, under any halving within its bounds: nothing is compiled in
+    but the most rungs, which 256 variants at eta 2 fill."""
     edited = [variant(name) | {"training": {"epochs": 2.0, "learning_rate": 0.02}} for name in "wxyz"]
     check(**parameters(tmp_path, variants=edited))
     check(**parameters(tmp_path, deadline=DEADLINE))
-    check(**parameters(tmp_path, variants=[variant("solo", epochs=1)], halving={}, compiled_variants=3))
+    check(**parameters(tmp_path, variants=[variant("solo", epochs=1)], **NO_HALVING))
+    check(**parameters(tmp_path, variants=[variant("a", epochs=5), variant("b", epochs=1)], min_epochs=3, max_epochs=3))
+    many = [variant(f"v{index}") for index in range(256)]
+    check(**parameters(tmp_path, variants=many, min_epochs=1, max_epochs=1000, eta=2, image_size=[1024.0, 8.0]))
     assert not (tmp_path / "store").exists()
 
 
+def test_the_plan_the_rungs_start_from(tmp_path: Path, fashion_dir: Path) -> None:
+    """With halving every variant's schedule is max_epochs and rung 0 trains to min_epochs, or straight to max_epochs
+    for a lone variant; without, each keeps its own epochs (stop epoch 0)."""
+    mixed = [variant("a", epochs=5), variant("b", epochs=1)]
+    scheduled, epochs = check(**parameters(tmp_path, variants=mixed, min_epochs=3, max_epochs=9, eta=3))
+    assert [v["training"]["epochs"] for v in scheduled] == [9, 9] and epochs == 3
+    assert [v["name"] for v in scheduled] == ["a", "b"]
+    assert check(**parameters(tmp_path, variants=mixed[:1], min_epochs=3, max_epochs=9))[1] == 9
+    own, epochs = check(**parameters(tmp_path, variants=mixed, **NO_HALVING))
+    assert [v["training"]["epochs"] for v in own] == [5, 1] and epochs == 0
+
+
 BAD = {
-    "fewer variants than compiled": (
-        {"variants": [variant("a", epochs=1), variant("b", epochs=1)]},
-        "variants: 2 variants given, but this pipeline was compiled for a halving search of 4 variants"
-        f" (rungs stop at 1, 2 and keep 2, 1): list 4 variants, {RECOMPILE} for 2",
-    ),
-    "a variant's epochs off the schedule": (
-        {"variants": [variant("a"), variant("b"), variant("x", epochs=1), variant("d")]},
-        "variants: variant 'x' has training.epochs 1, but this pipeline was compiled for a halving schedule to epoch 2"
-        f" (rungs stop at 1, 2): set training.epochs to 2, {RECOMPILE}",
-    ),
     "a bad field": (
-        {"variants": [variant("a", workers=0)], "halving": {}},
+        {"variants": [variant("a", workers=0)]},
         "variants: variant 'a': workers: must be at least 1, got 0",
     ),
     "a search space": (
-        {"variants": [variant("a") | {"training": {"learning_rate": {"uniform": [0.001, 0.01]}}}], "halving": {}},
+        {"variants": [variant("a") | {"training": {"learning_rate": {"uniform": [0.001, 0.01]}}}]},
         "variants: variant 'a': training.learning_rate: expected float, got {'uniform': [0.001, 0.01]}",
     ),
     "a name twice": (
-        {"variants": [variant("a"), variant("a")], "halving": {}},
+        {"variants": [variant("a"), variant("a")]},
         "variants: variant 'a': name: duplicate variant name",
     ),
-    "none": ({"variants": [], "halving": {}}, "variants: expected a non-empty list of variants, got []"),
+    "none": ({"variants": []}, "variants: expected a non-empty list of variants, got []"),
+    "more rungs than compiled": (
+        {"rungs": 2, "max_epochs": 8},
+        "variants: 4 variants from 1 to 8 epochs at eta 2 take 3 rungs; this pipeline holds 2: raise min_epochs or"
+        " eta, or list fewer variants",
+    ),
+    "eta below 2": ({"eta": 1}, "eta: must be at least 2, got 1"),
+    "min_epochs above max_epochs": ({"min_epochs": 3, "max_epochs": 2}, "max_epochs: must be at least 3, got 2"),
+    "halving half off": ({"min_epochs": 0, "max_epochs": 2}, "min_epochs: must be at least 1, got 0"),
+    "max_epochs past the limit": ({"max_epochs": 1001}, "max_epochs: must be at most 1000, got 1001"),
+    "image_size too small": (
+        {"image_size": [4, 4]},
+        "image_size: [4, 4] is no image size: give [] for the source's own size, or [HEIGHT, WIDTH] with each side"
+        " 8 to 1024 pixels",
+    ),
+    "image_size of one side": (
+        {"image_size": [64]},
+        "image_size: [64] is no image size: give [] for the source's own size, or [HEIGHT, WIDTH] with each side"
+        " 8 to 1024 pixels",
+    ),
+    "image_size not whole": (
+        {"image_size": [32.5, 32]},
+        "image_size: [32.5, 32] is no image size: give [] for the source's own size, or [HEIGHT, WIDTH] with each"
+        " side 8 to 1024 pixels",
+    ),
     "more workers than shards": (
         {"shards": 2, "variants": [variant(name, workers=3 if name == "c" else 1) for name in "abcd"]},
         "variants: variant 'c': workers=3 exceeds the dataset's 2 shards: lower workers or ingest with more shards",
@@ -222,13 +248,11 @@ def test_an_s3_store_is_opened_but_not_written(
 @pytest.mark.filterwarnings(
     "ignore:.*non-Python base image"
 )  # the image matters on a cluster; here the venv runs the steps
-def test_a_compiled_halving_pipeline_given_other_variants_fails_at_its_first_step_before_any_ingest(
+def test_a_run_form_value_that_cannot_run_fails_at_the_first_step_before_any_ingest(
     tmp_path: Path, fashion_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
-    """The issue's case: the compiled file loaded as the SDK (and the UI) does, run with two variants of one epoch each.
-
-    Before the check step it ingested, then every train task failed with advice about stop epochs.
-    """
+    """The compiled file loaded as the SDK (and the UI) does, run with an eta of 1: one line naming eta, from the
+    check step, and nothing ingested or trained."""
     from kfp import components, local
 
     config, compiled, work = tmp_path / "search.yaml", tmp_path / "search.ir.yaml", tmp_path / "work"
@@ -245,23 +269,13 @@ def test_a_compiled_halving_pipeline_given_other_variants_fails_at_its_first_ste
         for name in "xy"
     ]
     with pytest.raises(RuntimeError, match=r"Inner task failed: .*'check'"):
-        pipeline(variants=two_small, store=f"file://{tmp_path / 'store'}", s3_endpoint="", max_train_examples=512)
-    line = (
-        "variants: 2 variants given, but this pipeline was compiled for a halving search of 4 variants"
-        f" (rungs stop at 1, 2 and keep 2, 1): list 4 variants, {RECOMPILE} for 2"
-    )
+        pipeline(
+            variants=two_small, eta=1, store=f"file://{tmp_path / 'store'}", s3_endpoint="", max_train_examples=512
+        )
+    line = "eta: must be at least 2, got 1"
     assert error_file.read_text() == line
     assert f"bakeoff: error: {line}\n" in capfd.readouterr().out  # the step's log, as the UI shows it
     assert not (tmp_path / "store").exists()
     assert not [path for path in work.rglob("*") if path.name in ("ingest", "train", "data")], (
         "nothing ingested or trained"
     )
-    # The same count, one variant with its own epochs: the line names it and the epochs the rungs need.
-    four = [dict(two_small[0], name=name, training={"epochs": 1 if name == "z" else 2}) for name in "wxyz"]
-    with pytest.raises(RuntimeError, match=r"Inner task failed: .*'check'"):
-        pipeline(variants=four, store=f"file://{tmp_path / 'store'}", s3_endpoint="", max_train_examples=512)
-    assert error_file.read_text() == (
-        "variants: variant 'z' has training.epochs 1, but this pipeline was compiled for a halving schedule"
-        f" to epoch 2 (rungs stop at 1, 2): set training.epochs to 2, {RECOMPILE}"
-    )
-    assert not (tmp_path / "store").exists()

@@ -9,6 +9,7 @@ import yaml
 
 from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
 from bakeoff.components.defaults import IMAGE as BASE_IMAGE
+from bakeoff.components.defaults import MAX_RUNGS
 from bakeoff.pipelines.cli.main import main
 from bakeoff.pipelines.compiling import COMPILED
 
@@ -17,9 +18,10 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The pipeline of the default file's baseline variants without its search: one train-variants sub-pipeline.
+    """The pipeline of the default file's baseline variants without its search: the same general pipeline, whose
+    halving parameters default to none (min_epochs and max_epochs 0).
 
-    The default file's halving pipeline (one sub-pipeline per rung) is checked in tests/test_search_pipeline.py.
+    Its rungs, conditions and halve steps are checked in tests/test_general_pipeline.py.
     """
     folder = tmp_path_factory.mktemp("compiled")
     document = yaml.safe_load(DEFAULT_CONFIG.read_text())
@@ -60,15 +62,17 @@ def test_committed_pipeline_is_current(tmp_path: Path) -> None:
 
 
 def test_fan_out_with_parallelism_and_a_fan_in_every_supported_backend_runs(compiled: Path) -> None:
-    """Select waits for the train-variants sub-pipeline and gets the variants list, not a dsl.Collected output (KFP
+    """Select waits for the search sub-pipeline and gets the checked variants list, not a dsl.Collected output (KFP
     >= 2.14 only)."""
     ir, _ = documents(compiled)
     tasks = ir["root"]["dag"]["tasks"]
-    loop = ir["components"]["comp-train-variants"]["dag"]["tasks"]["for-loop-1"]
+    loop = ir["components"]["comp-rung-0"]["dag"]["tasks"]["for-loop-1"]
     assert loop["iteratorPolicy"] == {"parallelismLimit": 2}
     assert loop["parameterIterator"]["items"] == {"inputParameter": "pipelinechannel--variants"}
-    assert "train-variants" in tasks["select"]["dependentTasks"]
-    assert tasks["select"]["inputs"]["parameters"]["variants"] == {"componentInputParameter": "variants"}
+    assert "search" in tasks["select"]["dependentTasks"]
+    assert tasks["select"]["inputs"]["parameters"]["variants"] == {
+        "taskOutputParameter": {"outputParameterKey": "variants", "producerTask": "check"}
+    }
     assert ir["components"]["comp-for-loop-1"]["inputDefinitions"]["parameters"][
         "pipelinechannel--variants-loop-item"
     ] == {"parameterType": "STRUCT"}, "a STRING item reaches train's STRUCT input as text and the driver rejects it"
@@ -79,8 +83,13 @@ def test_fan_out_with_parallelism_and_a_fan_in_every_supported_backend_runs(comp
 def test_every_step_runs_the_image_and_the_tfjob_gets_it_too(compiled: Path) -> None:
     ir, _ = documents(compiled)
     executors = ir["deploymentSpec"]["executors"]
-    assert {name: e["container"]["image"] for name, e in executors.items()} == {
-        f"exec-{step}": "registry.example/bakeoff:7" for step in ("check", "ingest", "train", "select")
+    assert {e["container"]["image"] for e in executors.values()} == {"registry.example/bakeoff:7"}
+    assert {name.removeprefix("exec-").split("-")[0] for name in executors} == {
+        "check",
+        "ingest",
+        "train",
+        "halve",
+        "select",
     }
     train = ir["components"]["comp-for-loop-1"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
     assert train["image"] == {"runtimeValue": {"constant": "registry.example/bakeoff:7"}}
@@ -158,15 +167,18 @@ def test_the_first_step_checks_every_run_time_parameter_against_what_was_compile
     assert {name: parameters[name] for name in run_time} == {
         name: {"componentInputParameter": name} for name in run_time
     }
-    compiled_in = {name: parameters[name]["runtimeValue"]["constant"] for name in ("halving", "compiled_variants")}
-    defaults = ir["root"]["inputDefinitions"]["parameters"]["variants"]["defaultValue"]
-    if which == "plain":
-        assert compiled_in == {"halving": {}, "compiled_variants": 3}
-    else:
-        assert compiled_in == {
-            "halving": {"min_epochs": 3, "max_epochs": 20, "eta": 3},
-            "compiled_variants": len(defaults),
+    assert parameters["rungs"]["runtimeValue"]["constant"] == MAX_RUNGS  # the one compiled-in constant
+    root = ir["root"]["inputDefinitions"]["parameters"]
+    halving = {name: root[name]["defaultValue"] for name in ("min_epochs", "max_epochs", "eta")}
+    assert halving == (
+        {"min_epochs": 0, "max_epochs": 0, "eta": 3}
+        if which == "plain"
+        else {
+            "min_epochs": 3,
+            "max_epochs": 20,
+            "eta": 3,
         }
+    )
     assert check.get("cachingOptions") != {"enableCache": True}, "a cached check would not prove the store reachable"
 
 

@@ -1,4 +1,4 @@
-"""Successive halving in the pipeline: rungs unrolled into the compiled IR, the halve step, and a real run through
+"""Successive halving in the pipeline: the config's halving as the run form's, the halve step, and a real run through
 kfp.local."""
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import pytest
 import yaml
 
 from bakeoff.components import progress
+from bakeoff.components.defaults import MAX_RUNGS
 from bakeoff.components.search.budget import fit, plan_config
 from bakeoff.components.search.deadline import Deadline
+from bakeoff.components.search.halving import finalists
 from bakeoff.components.spec import load_config
 from bakeoff.components.steps.halve import halve
 from bakeoff.components.storage import open_store, registry, runs
@@ -55,60 +57,29 @@ def ir(path: Path) -> dict:
     return next(yaml.safe_load_all(path.read_text()))
 
 
-def test_a_halving_config_compiles_to_one_loop_per_rung_that_every_supported_backend_accepts(tmp_path: Path) -> None:
+def test_a_config_compiles_to_the_general_pipeline_with_its_settings_as_defaults(tmp_path: Path) -> None:
+    """The rungs are not unrolled from the file: its halving, source and image size only fill the run form."""
     config = tmp_path / "search.yaml"
-    config.write_text(SAMPLED)
+    config.write_text(SAMPLED + "source: /data/elsewhere\nimage_size: [32, 32]\n")
     out = tmp_path / "search.yaml.ir"
     assert main(["compile", "--config", str(config), "-o", str(out)]) == 0
     spec = ir(out)
     for version in conformance.SUPPORTED:
         assert conformance.violations(spec, conformance.BACKENDS[version]) == [], version
-    tasks, components = spec["root"]["dag"]["tasks"], spec["components"]
-
-    def source(task: dict) -> dict:
-        return task["inputs"]["parameters"]["variants"]
-
-    # rung k trains to epoch 2**k; each halving keeps half; every rung but the first loops over a halve's output.
-    expected = [(1, None), (2, "halve"), (4, "halve-2"), (8, "halve-3")]
-    for index, (epochs, producer) in enumerate(expected):
-        rung = tasks[f"rung-{index}"]
-        (loop,) = components[rung["componentRef"]["name"]]["dag"]["tasks"].values()
-        assert loop["parameterIterator"]["items"] == {"inputParameter": "pipelinechannel--variants"}
-        (train,) = components[loop["componentRef"]["name"]]["dag"]["tasks"].values()
-        constants = {
-            name: value["runtimeValue"]["constant"]
-            for name, value in train["inputs"]["parameters"].items()
-            if name in ("stop_epoch", "rung")
-        }
-        assert constants == {"stop_epoch": epochs, "rung": index}
-        if producer is None:
-            assert source(rung) == {"componentInputParameter": "variants"}
-        else:
-            assert source(rung)["taskOutputParameter"]["producerTask"] == producer
-    assert [
-        tasks[name]["inputs"]["parameters"]["keep"]["runtimeValue"]["constant"]
-        for name in ("halve", "halve-2", "halve-3")
-    ] == [4, 2, 1]
-    # each halving ranks the variants that entered its rung, no others
-    assert source(tasks["halve"]) == {"componentInputParameter": "variants"}
-    assert [source(tasks[name]) for name in ("halve-2", "halve-3")] == [
-        {"taskOutputParameter": {"outputParameterKey": "Output", "producerTask": producer}}
-        for producer in ("halve", "halve-2")
-    ]
-    assert "rung-4" not in tasks and "halve-4" not in tasks  # no halving after the last rung
-    # select waits for the last rung and takes its variants; halve k waits for rung k
-    assert source(tasks["select"])["taskOutputParameter"]["producerTask"] == "halve-3"
-    assert "rung-3" in tasks["select"]["dependentTasks"]
-    assert "rung-1" in tasks["halve-2"]["dependentTasks"]
-
-
-def test_without_halving_the_pipeline_keeps_its_one_sub_pipeline(tmp_path: Path) -> None:
-    config = tmp_path / "plain.yaml"
-    config.write_text(SEARCH.replace("search: {halving: {min_epochs: 1, max_epochs: 2, eta: 2}}", ""))
-    out = tmp_path / "plain.yaml.ir"
-    assert main(["compile", "--config", str(config), "-o", str(out)]) == 0
-    tasks = ir(out)["root"]["dag"]["tasks"]
-    assert sorted(tasks) == ["check", "ingest", "select", "train-variants"]
+    parameters = spec["root"]["inputDefinitions"]["parameters"]
+    assert {name: parameters[name]["defaultValue"] for name in ("min_epochs", "max_epochs", "eta")} == {
+        "min_epochs": 1,
+        "max_epochs": 8,
+        "eta": 2,
+    }
+    assert (parameters["source"]["defaultValue"], parameters["image_size"]["defaultValue"]) == (
+        "/data/elsewhere",
+        [32, 32],
+    )
+    assert len(compiled_names(out)) == 8
+    assert sorted(name for name in spec["components"] if name.startswith("comp-rung-")) == sorted(
+        f"comp-rung-{index}" for index in range(MAX_RUNGS)
+    )
 
 
 def compiled_names(path: Path) -> list[str]:
@@ -168,16 +139,18 @@ def test_a_budget_shrinks_the_compiled_search_to_the_plan_bakeoff_plan_shows(
     out = tmp_path / "budget.yaml.ir"
     assert main(["compile", "--config", str(config), "-o", str(out), "--budget", "3m"]) == 0
     assert f"within search.budget: {plan['fitted'][0]}" in capsys.readouterr().err
-    spec = ir(out)
     assert compiled_names(out) == [variant["name"] for variant in plan["variants"]]
-    tasks, components = spec["root"]["dag"]["tasks"], spec["components"]
-    assert sorted(name for name in tasks if name.startswith("rung-")) == [
-        f"rung-{rung['index']}" for rung in plan["rungs"]
-    ]
-    for rung in plan["rungs"]:
-        (loop,) = components[tasks[f"rung-{rung['index']}"]["componentRef"]["name"]]["dag"]["tasks"].values()
-        (train,) = components[loop["componentRef"]["name"]]["dag"]["tasks"].values()
-        assert train["inputs"]["parameters"]["stop_epoch"]["runtimeValue"]["constant"] == rung["epochs"]
+    parameters = ir(out)["root"]["inputDefinitions"]["parameters"]
+    # the planned halving as the run form's defaults, from which the halve steps work out the plan's rungs
+    assert {name: parameters[name]["defaultValue"] for name in ("min_epochs", "max_epochs", "eta")} == {
+        name: plan["search"]["halving"][name] for name in ("min_epochs", "max_epochs", "eta")
+    }
+
+
+def halved(variants: list[dict], store_uri: str, run_id: str, rung: int, metric: str, deadline: str) -> list[dict]:
+    """The halve step's kept variants at eta 2 (each rung keeps half, rounded up), from epoch 1 to 8 in 9 rungs."""
+    kept, _ = halve(variants, store_uri, "", run_id, rung, 1, 8, 2, 9, metric, deadline)
+    return kept
 
 
 def write_rung(store, run_id: str, variant: str, rung: int, accuracy: float, loss: float) -> None:
@@ -209,7 +182,7 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
         write_rung(store, "run1", name, 1, accuracy, loss)
     variants = [{"name": name, "model": {"type": "mlp"}, "workers": 1.0} for name in scores]
 
-    kept = halve(variants, store.uri, "", "run1", 1, 2, metric, "")
+    kept = halved(variants, store.uri, "run1", 1, metric, "")
 
     value = {name: pair[0] if metric == "val_accuracy" else pair[1] for name, pair in scores.items()}
     order = sorted(value, key=lambda name: value[name], reverse=BETTER[metric] is max)
@@ -229,6 +202,38 @@ def test_halve_keeps_the_best_by_the_metric_records_who_stopped_and_drops_their_
     # The stopped never resume: their backups go; the kept keep theirs for the next rung.
     for name in scores:
         assert bool(store.list(f"runs/run1/{name}/backup")) == (name in order[:2]), name
+
+
+def test_each_halve_step_works_out_its_keep_and_the_next_rungs_epoch_at_run_time(tmp_path: Path) -> None:
+    """From epoch 1 to 16 at eta 2: rung 0 keeps half of those that entered and sends them to epoch 2; a lone survivor
+    goes straight to 16, and whoever enters the pipeline's last rung to max_epochs. Select's finalists are the last
+    kept."""
+    store = open_store(str(tmp_path / "store"))
+    five = {name: 0.5 + index / 10 for index, name in enumerate("abcde")}  # e best
+    for name, accuracy in five.items():
+        write_rung(store, "run1", name, 0, accuracy, 0.5)
+    variants = [{"name": name, "model": {"type": "mlp"}} for name in five]
+    kept, epochs = halve(variants, store.uri, "", "run1", 0, 1, 16, 2, 9, "val_accuracy", "")
+    assert ([v["name"] for v in kept], epochs) == (["e", "d", "c"], 2)  # ceil(5 / 2) = 3
+    for name in "edc":
+        write_rung(store, "run1", name, 1, five[name], 0.5)
+    kept, epochs = halve(kept, store.uri, "", "run1", 1, 1, 16, 2, 9, "val_accuracy", "")
+    assert ([v["name"] for v in kept], epochs) == (["e", "d"], 4)
+    assert finalists(store, "run1", list(five)) == ["e", "d"]
+    assert finalists(store, "other", list(five)) == list(five)  # no rung halved: every variant is a finalist
+    for name in "ed":
+        write_rung(store, "run1", name, 2, five[name], 0.5)
+    kept, epochs = halve(kept, store.uri, "", "run1", 2, 1, 16, 2, 9, "val_accuracy", "")
+    assert ([v["name"] for v in kept], epochs) == (["e"], 16)  # alone: to max_epochs, not 8
+    for name in five:
+        write_rung(store, "run2", name, 0, five[name], 0.5)
+        write_rung(store, "run2", name, 1, five[name], 0.5)
+    # whoever enters the pipeline's last rung trains to max_epochs: rung 1 of 2, rung 2 of 3
+    assert halve(variants, store.uri, "", "run2", 0, 1, 8, 2, 2, "val_accuracy", "")[1] == 8
+    assert halve(variants, store.uri, "", "run2", 1, 1, 8, 2, 3, "val_accuracy", "")[1] == 8
+    # a budgeted run's plan (2 rungs here) ends the search where its deadline costs it: its rung 1 trains to 8
+    plan = _an_hour_off(dict.fromkeys(five, 1.0), keeps=[3, 1]).to_json(indent=None)
+    assert halve(variants, store.uri, "", "run2", 0, 1, 8, 2, 9, "val_accuracy", plan)[1] == 8
 
 
 def _an_hour_off(epoch_seconds: dict[str, float], keeps: list[int]) -> Deadline:
@@ -255,14 +260,14 @@ def test_with_time_to_spare_halve_keeps_more_but_never_a_diverged_one(tmp_path: 
         write_rung(store, "run1", name, 0, accuracy, 0.5)
     variants = [{"name": name, "model": {"type": "mlp"}} for name in ("a", "b", "c", "nan")]
     held = _an_hour_off(dict.fromkeys(("a", "b", "c", "nan"), 1.0), keeps=[1, 1])
-    kept = halve(variants, store.uri, "", "run1", 0, 2, "val_accuracy", held.to_json(indent=None))
+    kept = halved(variants, store.uri, "run1", 0, "val_accuracy", held.to_json(indent=None))
     assert [v["name"] for v in kept] == ["b", "a", "c"]
     (record,) = runs.search_records(store, "run1")
     assert [s.variant for s in record.kept] == ["b", "a", "c"] and [s.variant for s in record.stopped] == ["nan"]
     assert record.stopped[0].reason.endswith("placed 4 of 4 after epoch 2; rung 0 keeps 3")  # not for the deadline
     assert [name for name in "abc" if store.list(f"runs/run1/{name}/backup")] == ["a", "b", "c"]
     past = dataclasses.replace(held, ends=held.began - 1)
-    kept = halve(variants[:3], store.uri, "", "run1", 0, 2, "val_accuracy", past.to_json(indent=None))
+    kept = halved(variants[:3], store.uri, "run1", 0, "val_accuracy", past.to_json(indent=None))
     assert [v["name"] for v in kept] == ["b"]
 
 
@@ -276,7 +281,7 @@ def test_a_variant_the_deadline_passes_over_for_cheaper_ones_says_so(
         write_rung(store, "run1", name, 0, accuracy, 0.5)
     variants = [{"name": name, "model": {"type": "mlp"}} for name in ("best", "costly", "cheap")]
     held = _an_hour_off({"best": 1.0, "costly": 1e6, "cheap": 1.0}, keeps=[2, 1])  # costly: far past the hour
-    kept = halve(variants, store.uri, "", "run1", 0, 2, "val_accuracy", held.to_json(indent=None))
+    kept = halved(variants, store.uri, "run1", 0, "val_accuracy", held.to_json(indent=None))
     assert [v["name"] for v in kept] == ["best", "cheap"]
     (record,) = runs.search_records(store, "run1")
     (stop,) = record.stopped
@@ -303,7 +308,7 @@ def test_halve_ranks_by_the_last_third_of_the_epochs_so_one_dip_does_not_decide(
             f"runs/run1/{name}/rung-1.json", samples.metrics(variant=name, history=history, epochs=9).to_json().encode()
         )
     variants = [{"name": name, "model": {"type": "mlp"}} for name in curves]
-    assert [v["name"] for v in halve(variants, store.uri, "", "run1", 1, 1, "val_accuracy", "")] == ["wide"]
+    assert [v["name"] for v in halved(variants, store.uri, "run1", 1, "val_accuracy", "")] == ["wide"]
     (record,) = runs.search_records(store, "run1")
     (kept,) = record.kept
     assert kept == Score("wide", "val_accuracy", kept.value) and kept.value == pytest.approx((0.915 + 0.92 + 0.903) / 3)
@@ -319,7 +324,7 @@ def test_halve_refuses_a_record_without_validation(tmp_path: Path, capsys: pytes
         "runs/r/a/rung-0.json", samples.metrics(variant="a", history={"loss": [1.0]}, epochs=1).to_json().encode()
     )
     with pytest.raises(SystemExit):
-        halve([{"name": "a"}], store.uri, "", "r", 0, 1, "val_accuracy", "")
+        halved([{"name": "a"}], store.uri, "r", 0, "val_accuracy", "")
     assert (
         capsys.readouterr()
         .err.strip()

@@ -93,7 +93,14 @@ def test_round_trip_through_a_pipeline_parameter() -> None:
             "variant 'a': training.optimizer: unknown optimizer 'lbfgs' (known: adam, sgd, rmsprop)",
         ),
         ("variants: []\n", "variants: expected a non-empty list of variants"),
-        ("variant:\n  - {name: a}\n", "variant: unknown top-level field (known: defaults, variants, search)"),
+        (
+            "variant:\n  - {name: a}\n",
+            "variant: unknown top-level field (known: defaults, variants, search, source, image_size)",
+        ),
+        (
+            "source: ''\nvariants:\n  - {name: a, model: {type: cnn}}\n",
+            "source: expected a non-empty string (a folder, tfds:NAME or s3://...), got ''",
+        ),
         ("variants:\n  - {name: a, model: {type: cnn}\n", "malformed YAML at line 3: fix the syntax"),
     ],
 )

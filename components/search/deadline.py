@@ -27,8 +27,8 @@ class Deadline(Record):
     step_seconds: float  # a step's process start (each halve, select)
     before_seconds: float  # the steps before the first job: check and ingest
     select_seconds: float  # the select step
-    stops: list[int]  # each rung's stop epoch, as compiled
-    keeps: list[int]  # each rung's keep, as compiled
+    stops: list[int]  # each rung's stop epoch, as planned (the run's last rung is its plan's last)
+    keeps: list[int]  # each rung's keep, as planned
 
     def so_far(self, entered: Sequence[Sequence[str]]) -> float:
         """The plan's seconds of the run up to rung ``len(entered) - 1``'s halve, which is running, whose variants

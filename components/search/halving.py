@@ -11,7 +11,7 @@ from bakeoff.components.defaults import HALVING_WINDOW
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.selection.ranking import check_metric, rank
-from bakeoff.components.spec import Halving, Variant
+from bakeoff.components.spec import Halving
 from bakeoff.components.storage import Store, runs
 from bakeoff.components.storage.records import VAL_EPOCHS, RungRecord, RungStop, Score, timestamp
 from bakeoff.components.training import backup
@@ -33,50 +33,77 @@ class Rung:
     keep: int
 
 
+def rung_epochs(index: int, entering: int, halving: Halving, last: int | None = None) -> int:
+    """The epoch rung ``index`` trains to with ``entering`` variants: ``min(min_epochs * eta**index, max_epochs)``,
+    or ``max_epochs`` for a lone variant and for rung ``last`` (the last a pipeline holds), which end the search."""
+    if entering == 1 or (last is not None and index >= last):
+        return halving.max_epochs
+    return min(halving.min_epochs * halving.eta**index, halving.max_epochs)
+
+
+def rung_keep(entering: int, halving: Halving) -> int:
+    """How many of the ``entering`` variants a rung before the last keeps: ``ceil(entering / eta)``."""
+    return math.ceil(entering / halving.eta)
+
+
 def schedule(count: int, halving: Halving) -> list[Rung]:
     """The rungs for ``count`` variants.
 
-    Rung k trains to ``min(min_epochs * eta**k, max_epochs)`` and keeps ``ceil(entering / eta)``; the rung that
+    Rung k trains to ``rung_epochs`` and keeps ``rung_keep``; the rung that
     reaches ``max_epochs`` keeps 1 and is the last. Once a single variant is left it goes straight to ``max_epochs``:
     stopping it at rungs in between would only cost job starts. Rounded up, not down as Hyperband does: a cut to one
-    hands the whole search to the earliest ranking, where small networks lead the ones that end best.
+    hands the whole search to the earliest ranking, where small networks lead the ones that end best. The halve steps
+    of a run apply the same two rules to the variants that entered each rung (``halve``).
     """
     rungs: list[Rung] = []
-    entering, epochs = count, halving.min_epochs
-    while entering > 0:
-        if entering == 1 or epochs >= halving.max_epochs:
-            rungs.append(Rung(len(rungs), halving.max_epochs, entering, 1))
-            break
-        keep = math.ceil(entering / halving.eta)
+    entering = count
+    while True:
+        epochs = rung_epochs(len(rungs), entering, halving)
+        if epochs >= halving.max_epochs:
+            rungs.append(Rung(len(rungs), epochs, entering, 1))
+            return rungs
+        keep = rung_keep(entering, halving)
         rungs.append(Rung(len(rungs), epochs, entering, keep))
-        entering, epochs = keep, min(epochs * halving.eta, halving.max_epochs)
-    return rungs
+        entering = keep
 
 
-def check_compiled(variants: list[Variant], halving: Halving, planned: int) -> list[Rung]:
-    """The rungs compiled for ``planned`` variants, if ``variants`` fit them; one line naming the first that does not.
-
-    A compiled pipeline fixed its rungs' stop epochs and keeps for the variants it was compiled with: a run's
-    variants must be as many, each with ``max_epochs`` as its schedule (what a halving config gives every variant).
-    """
-    rungs = schedule(planned, halving)
-    stops = ", ".join(str(rung.epochs) for rung in rungs)
-    recompile = "or recompile with `bakeoff compile --config ...`"
-    if len(variants) != planned:
-        keeps = ", ".join(str(rung.keep) for rung in rungs)
+def check_rungs(count: int, halving: Halving, rungs: int) -> None:
+    """One line when a search of ``count`` variants takes more rungs than the pipeline's ``rungs``."""
+    needed = len(schedule(count, halving))
+    if needed > rungs:
         raise BakeoffError(
-            f"{len(variants)} variants given, but this pipeline was compiled for a halving search of {planned} variants"
-            f" (rungs stop at {stops} and keep {keeps}): list {planned} variants, {recompile} for {len(variants)}"
+            f"{count} variants from {halving.min_epochs} to {halving.max_epochs} epochs at eta {halving.eta} take"
+            f" {needed} rungs; this pipeline holds {rungs}: raise min_epochs or eta, or list fewer variants"
         )
-    for variant in variants:
-        if variant.training.epochs != halving.max_epochs:
-            raise BakeoffError(
-                f"variant {variant.name!r} has training.epochs {variant.training.epochs}, but this pipeline was "
-                "compiled"
-                f" for a halving schedule to epoch {halving.max_epochs} (rungs stop at {stops}):"
-                f" set training.epochs to {halving.max_epochs}, {recompile}"
-            )
-    return rungs
+
+
+def next_rung(
+    store: Store,
+    run_id: str,
+    names: list[str],
+    rung: int,
+    halving: Halving,
+    last: int,
+    metric: str,
+    deadline: Deadline | None = None,
+) -> tuple[list[str], int]:
+    """Halves rung ``rung`` of ``names`` at run time: keeps ``rung_keep`` of them (``halve``, which a ``deadline``
+    may move); returns the kept, best first, and the epoch the next rung trains them to.
+
+    The next rung is the last (to ``max_epochs``) where one is kept, or where it is rung ``last``: the pipeline's last,
+    or with a ``deadline`` its plan's, whose stops and keeps cost the rest of the search.
+    """
+    kept = halve(store, run_id, names, rung, rung_keep(len(names), halving), metric, deadline)
+    if deadline is not None:
+        last = min(last, len(deadline.stops) - 1)
+    return kept, rung_epochs(rung + 1, len(kept), halving, last)
+
+
+def finalists(store: Store, run_id: str, names: list[str]) -> list[str]:
+    """The variants run ``run_id``'s last rung trained: those its last halve step kept (best first), or all of
+    ``names`` where no rung was halved. Read back from the store, because which rung was last is decided at run time."""
+    records = runs.search_records(store, run_id)
+    return [score.variant for score in max(records, key=lambda r: r.rung).kept] if records else names
 
 
 def rung_score(history: dict, metric: str, epochs: int) -> tuple[float, int]:

@@ -1,5 +1,6 @@
-"""The check step: every run-time parameter checked against the rules and what the pipeline was compiled with, before
-any work."""
+"""The check step: every run-time parameter checked before any work, and the plan the rungs start from."""
+
+from typing import NamedTuple
 
 
 def check(
@@ -8,6 +9,7 @@ def check(
     s3_endpoint: str,
     model_name: str,
     source: str,
+    image_size: list,
     validation_size: int,
     shards: int,
     max_train_examples: int,
@@ -17,26 +19,33 @@ def check(
     timeout_seconds: int,
     backend: str,
     trainer: str,
-    halving: dict,
-    compiled_variants: int,
+    min_epochs: int,
+    max_epochs: int,
+    eta: int,
+    rungs: int,
     deadline: str,
-) -> None:
+) -> NamedTuple("Checked", [("variants", list), ("epochs", int)]):  # type: ignore[valid-type]
     """Fails the run in one line that names the parameter, its value and what to change; reads no data, starts no job.
 
-    A UI or SDK user sets the parameters (``deadline`` is set by ``bakeoff run``); ``halving`` (empty: none) and
-    ``compiled_variants`` are constants compiled in: the rungs' stop epochs and
-    keeps hold only for that many variants, each scheduled to ``max_epochs``.
-    The store is opened (an S3 store answers a listing) but nothing is written.
+    A UI or SDK user sets the parameters (``deadline`` is set by ``bakeoff run``); ``rungs`` is compiled in: the
+    most rungs the pipeline holds. Only what cannot run is refused: any number of variants, any halving settings
+    within their bounds (``min_epochs`` and ``max_epochs`` both 0: no halving). The store is opened (an S3 store
+    answers a listing) but nothing is written.
+
+    Returns the variants as the rungs train them (with halving, each one's ``training.epochs`` is ``max_epochs``,
+    its learning-rate schedule) and the epoch rung 0 trains them to (0: each its own epochs).
     """
+    import dataclasses
+
     from bakeoff.components.data.artifact import check_shards, check_validation_size
     from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES
     from bakeoff.components.data.sources import check_source
     from bakeoff.components.errors import for_parameter, reported
     from bakeoff.components.search.deadline import check_deadline
-    from bakeoff.components.search.halving import check_compiled
+    from bakeoff.components.search.halving import check_rungs, rung_epochs
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.ranking import check_metric
-    from bakeoff.components.spec import Halving, parse_variants
+    from bakeoff.components.spec import check_image_size, parse_variants, pipeline_halving
     from bakeoff.components.storage import check_shared, open_store, use_s3_endpoint
     from bakeoff.components.storage.registry import check_model_name
     from bakeoff.components.training.launch import (
@@ -51,14 +60,13 @@ def check(
     with reported():
         with for_parameter("shards"):
             check_shards(shards)
+        halving = pipeline_halving(min_epochs, max_epochs, eta)  # its lines name min_epochs, max_epochs or eta
         with for_parameter("variants"):
             parsed = parse_variants(variants)
-            if halving:  # KFP hands a dict's numbers over as floats
-                check_compiled(
-                    parsed, Halving(**{key: int(value) for key, value in halving.items()}), compiled_variants
-                )
             for variant in parsed:
                 check_workers(variant, shards)
+            if halving:
+                check_rungs(len(parsed), halving, rungs)
         rules = {  # parameter → the rule its value must pass (the same function wherever the rule applies)
             "metric": lambda: check_metric(metric),
             "model_name": lambda: check_model_name(model_name),
@@ -69,6 +77,7 @@ def check(
             "timeout_seconds": lambda: check_timeout(timeout_seconds),
             "validation_size": lambda: check_validation_size(validation_size, TRAIN_IMAGES),
             "source": lambda: check_source(source),
+            "image_size": lambda: check_image_size(image_size),
             "deadline": lambda: check_deadline(deadline, [variant.name for variant in parsed]),
         }
         for name, rule in rules.items():
@@ -79,3 +88,11 @@ def check(
         use_s3_endpoint(s3_endpoint)
         with for_parameter("store"):
             open_store(store)
+    if halving:
+        scheduled = [
+            dataclasses.replace(v, training=dataclasses.replace(v.training, epochs=halving.max_epochs)) for v in parsed
+        ]
+        first = rung_epochs(0, len(parsed), halving, last=rungs - 1)
+    else:
+        scheduled, first = parsed, 0
+    return [variant.to_dict() for variant in scheduled], first  # kfp's executor takes a tuple for the NamedTuple

@@ -17,8 +17,11 @@ def select(
     report: dsl.Output[dsl.HTML],
     leaderboard: dsl.Output[dsl.Markdown],
 ) -> str:
-    """Evaluates every variant the run trained on validation, the winner on test, and publishes it past the promotion
-    gate.
+    """Evaluates the variants of the run's last rung on validation, the winner on test, and publishes it past the
+    promotion gate.
+
+    ``variants`` are all the run's: which rung was the last, and who entered it, is read back from the store
+    (``halving.finalists``), since the halve steps decide it at run time.
 
     The returned summary is a JSON string, which keeps integers integral. The
     KFP UI shows the winner's confusion matrix on test, the run's report page
@@ -37,10 +40,13 @@ def select(
     from bakeoff.components.storage import open_store, use_s3_endpoint
 
     with reported():
+        from bakeoff.components.search.halving import finalists  # not priced as select's start: within its work
+
         use_s3_endpoint(s3_endpoint)
         settings = SelectionSettings(model_name, metric, Gate(min_improvement, force_publish))
-        summary = select_run([variant["name"] for variant in variants], data.path, store, run_id, settings)
         opened = open_store(store)
+        names = finalists(opened, run_id, [variant["name"] for variant in variants])
+        summary = select_run(names, data.path, store, run_id, settings)
         record = read_record(opened, run_id)
         confusion.log_confusion_matrix(record.class_names, record.confusion_matrix)
         # Named .html so that a browser opens the downloaded artifact as a page; KFP uploads whatever URI the executor

@@ -9,7 +9,15 @@ from pathlib import Path
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.spec import MAX_BUDGET_MINUTES, Config, load_config
+from bakeoff.components.spec import (
+    IMAGE_SIDES,
+    MAX_BUDGET_MINUTES,
+    MAX_EPOCHS,
+    MAX_ETA,
+    Config,
+    check_image_size,
+    load_config,
+)
 from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, check_shared, open_store
 
 MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
@@ -56,9 +64,102 @@ def budget_arg(parser: argparse.ArgumentParser, default: str) -> None:
 
 
 def load_budgeted(args: argparse.Namespace) -> Config:
-    """The config of ``--config`` with ``--budget`` in place of its own, when given."""
-    config = load_config(args.config)
+    """The config of ``--config`` with the flags of ``data_args`` and ``halving_args`` in place of its keys, and
+    ``--budget`` in place of its budget, when given."""
+    config = load_config(args.config, config_changes(args))
     return config if args.budget is None else config.with_budget(args.budget)
+
+
+def image_size(text: str) -> tuple[int, ...]:
+    """``--image-size``: HEIGHTxWIDTH (``64x64``), or ``none`` for the source's own size."""
+    if text.strip().lower() == "none":
+        return ()
+    height, _, width = text.strip().lower().partition("x")
+    try:
+        return check_image_size([int(height), int(width)])
+    except (ValueError, BakeoffError):
+        raise argparse.ArgumentTypeError(
+            f"--image-size takes HEIGHTxWIDTH (e.g. 64x64, each side {IMAGE_SIDES[0]} to {IMAGE_SIDES[1]}) or none,"
+            f" got {text!r}"
+        ) from None
+
+
+def eta(text: str) -> int:
+    """``--eta``: a whole number of at least 2."""
+    value = arguments.whole("--eta", MAX_ETA)(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"--eta must be at least 2 (each rung keeps 1/eta), got {value}")
+    return value
+
+
+def data_args(parser: argparse.ArgumentParser) -> None:
+    """--source and --image-size: the data a run ingests, in place of the config's ``source`` and ``image_size``."""
+    parser.add_argument(
+        "--source",
+        help=f"the data to ingest: a folder of Fashion-MNIST IDX files, or 'tfds' to download (default: the config's"
+        f" source, else {defaults.SOURCE})",
+    )
+    parser.add_argument(
+        "--image-size",
+        type=image_size,
+        metavar="HxW",
+        help="resize every image to HEIGHTxWIDTH as ingest reads it, e.g. 64x64; none: the source's own size"
+        " (default: the config's image_size, else none)",
+    )
+
+
+def halving_args(parser: argparse.ArgumentParser) -> None:
+    """--min-epochs, --max-epochs and --eta: the successive halving, in place of the config's ``search.halving``."""
+    for flag, what in (("--min-epochs", "the first rung trains to"), ("--max-epochs", "the last rung trains to")):
+        parser.add_argument(
+            flag,
+            type=arguments.whole(flag, MAX_EPOCHS),
+            metavar="N",
+            help=f"epochs {what}, in place of search.halving's (with both, a config without halving gets it)",
+        )
+    parser.add_argument(
+        "--eta", type=eta, metavar="N", help="each rung keeps the best 1/N, in place of search.halving's eta"
+    )
+
+
+def config_changes(args: argparse.Namespace) -> dict:
+    """The flags of ``data_args`` and ``halving_args`` as keys of a config document (``load_config``'s changes);
+    one line for halving flags the config cannot take."""
+    changes: dict = {}
+    if getattr(args, "source", None) is not None:
+        changes["source"] = args.source
+    if getattr(args, "image_size", None) is not None:
+        changes["image_size"] = list(args.image_size)
+    given = {
+        field: getattr(args, field, None)
+        for field in ("min_epochs", "max_epochs", "eta")
+        if getattr(args, field, None) is not None
+    }
+    if given:
+        written = load_config(args.config).search
+        halving = written.halving if written else None
+        if halving is None and not {"min_epochs", "max_epochs"} <= set(given):
+            flags = " and ".join(f"--{field.replace('_', '-')}" for field in given)
+            raise BakeoffError(
+                f"{flags} change successive halving, which {args.config} does not use: pass --min-epochs and"
+                " --max-epochs to halve, or add search.halving to the file"
+            )
+        low = given.get("min_epochs") or (halving.min_epochs if halving else 0)
+        high = given.get("max_epochs") or (halving.max_epochs if halving else 0)
+        if low > high:
+            if "max_epochs" not in given:
+                problem = (
+                    f"--min-epochs {low} is above {args.config}'s search.halving.max_epochs {high}: pass --max-epochs"
+                )
+            elif "min_epochs" not in given:
+                problem = (
+                    f"--max-epochs {high} is below {args.config}'s search.halving.min_epochs {low}: pass --min-epochs"
+                )
+            else:
+                problem = f"--min-epochs {low} is above --max-epochs {high}: swap them"
+            raise BakeoffError(problem + " (min_epochs is the first rung's, at most max_epochs)")
+        changes["search"] = {"halving": given}
+    return changes
 
 
 def pipeline_args(parser: argparse.ArgumentParser, sends: bool = False) -> None:

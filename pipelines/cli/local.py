@@ -22,6 +22,8 @@ from bakeoff.pipelines.cli.flags import (
     MAX_PARALLELISM,
     budget_arg,
     compile_settings,
+    data_args,
+    halving_args,
     load_budgeted,
     open_cli_store,
     pipeline_args,
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from bakeoff.components.search.costs import Calibration
     from bakeoff.components.selection.settings import SelectionSettings
     from bakeoff.components.serving.startup import Settings
-    from bakeoff.components.spec import Config, Search, Variant
+    from bakeoff.components.spec import Config, Data, Search, Variant
     from bakeoff.components.storage import Store
     from bakeoff.pipelines.local_run import LocalRun
 
@@ -50,18 +52,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_budgeted(args)
     check_run_flags(args, config)
     selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
-    check_source(args.source)
+    check_source(config.data.source)
     # After the other checks (a budget may first measure this machine's costs), before the store is made.
     listed = len(config.variants)
     plan = budget_plan(config, args.max_train_examples or 0)
     config = plan.config if plan else config
     store = open_cli_store(args)
     # After the store's S3 settings are exported: an s3:// source is read with the same endpoint and keys.
-    source_digest = digest(args.source)
+    source_digest = digest(config.data.source)
     store.check_writable()
     variants = with_flags(config.variants, args)
     out = sys.stderr if args.json else sys.stdout
-    run = local_run(args, variants, store.uri, selection, source_digest, config.search, plan, started)
+    run = local_run(args, variants, store.uri, selection, config.data, source_digest, config.search, plan, started)
     summary, others = run_measured(run)
     shared = others > defaults.BUSY_SHARE  # its steps ran slower than this machine's: they would misprice a plan
     refreshed = None if shared else refresh(store, summary.run_id, variants, args.parallelism)
@@ -118,6 +120,7 @@ def local_run(
     variants: list[Variant],
     store_uri: str,
     selection: SelectionSettings,
+    data: Data,
     source_digest: str,
     search: Search | None,
     plan: Plan | None,
@@ -133,7 +136,7 @@ def local_run(
         variants=variants,
         store_uri=store_uri,
         selection=selection,
-        source=args.source,
+        data=data,
         source_digest=source_digest,
         max_train_examples=args.max_train_examples or 0,
         parallelism=args.parallelism,
@@ -329,11 +332,8 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
         default=defaults.LOCAL_PARALLELISM,
         help=f"variants trained at once (default {defaults.LOCAL_PARALLELISM})",
     )
-    run.add_argument(
-        "--source",
-        default=defaults.SOURCE,
-        help=f"folder of Fashion-MNIST IDX files, or 'tfds' to download (default {defaults.SOURCE})",
-    )
+    data_args(run)
+    halving_args(run)
     run.add_argument(
         "--work-dir",
         type=Path,

@@ -11,7 +11,7 @@ from bakeoff.components import arguments, defaults
 from bakeoff.components.search.budget import Plan, plan_config
 from bakeoff.components.search.costs import CALIBRATED, Calibration
 from bakeoff.components.spaces import describe
-from bakeoff.pipelines.cli.flags import budget_arg, load_budgeted
+from bakeoff.pipelines.cli.flags import budget_arg, data_args, halving_args, load_budgeted
 
 
 def plan_document(plan: Plan) -> dict:
@@ -20,6 +20,8 @@ def plan_document(plan: Plan) -> dict:
     config = plan.config
     return {
         "config": config.source,
+        "source": config.data.source,
+        "image_size": list(config.data.image_size),
         "variants": [
             {
                 "name": v.name,
@@ -114,4 +116,6 @@ def add_plan_commands(commands: argparse._SubParsersAction) -> None:
     )
     plan.add_argument("--json", action="store_true", help="print the plan as one JSON document")
     budget_arg(plan, "the config's search.budget")
+    data_args(plan)
+    halving_args(plan)
     plan.set_defaults(handler=cmd_plan)
