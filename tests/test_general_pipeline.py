@@ -22,13 +22,7 @@ from bakeoff.components.storage.records import DatasetMetadata, Summary
 from bakeoff.components.training.tfjob import WORKER_PROGRAM
 from bakeoff.pipelines import conformance
 from bakeoff.pipelines.compiling import COMPILED, read_ir
-
-IDX_FILES = (
-    "train-images-idx3-ubyte.gz",
-    "train-labels-idx1-ubyte.gz",
-    "t10k-images-idx3-ubyte.gz",
-    "t10k-labels-idx1-ubyte.gz",
-)
+from tests.images import RGB_CLASSES, write_rgb_folder
 
 
 @pytest.fixture(scope="module")
@@ -159,9 +153,10 @@ def committed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
         yield run
 
 
-def ingested_from(root: Path) -> set[str]:
-    """The sources of every Dataset the runs' ingest steps wrote below ``root``."""
-    return {DatasetMetadata.from_json(path.read_bytes(), "").source for path in root.rglob(METADATA_FILE)}
+def ingested(root: Path) -> dict[str, DatasetMetadata]:
+    """Every Dataset the runs' ingest steps wrote below ``root``, by its source."""
+    found = (DatasetMetadata.from_json(path.read_bytes(), "") for path in root.rglob(METADATA_FILE))
+    return {metadata.source: metadata for metadata in found}
 
 
 # count → halving settings: 1 variant goes straight to max_epochs; 9 halve twice, down to a lone survivor.
@@ -178,18 +173,16 @@ def test_the_committed_pipeline_runs_any_number_of_variants_through_the_rungs_th
     tmp_path: Path,
 ) -> None:
     """The schedule the plan shows, rung by rung: who entered, how many were kept, the epochs; select over the last
-    rung's variants; the winner published. The 2-variant run reads another folder: the source parameter reaches
-    ingest."""
+    rung's variants; the winner published. The 2-variant run reads another source, a class-folder tree of RGB PNG
+    files resized by the run form's image_size: both reach ingest."""
     halving = CASES[count]
-    source = fashion_dir
-    if count == 2:  # another source: the same IDX files in a folder of this test's own
-        source = tmp_path / "elsewhere"
-        source.mkdir()
-        for name in IDX_FILES:
-            (source / name).symlink_to(fashion_dir / name)
+    source, image_size = fashion_dir, []
+    if count == 2:  # another source and shape: 3 classes of RGB 32x32 PNG files, resized to 24x24 as ingest reads
+        source, image_size = write_rgb_folder(tmp_path / "rgb", per_class=150, splits=("train", "test")), [24, 24]
     summary, store_path = committed(
         tiny_variants(count),
         source=str(source),
+        image_size=image_size,
         min_epochs=halving.min_epochs,
         max_epochs=halving.max_epochs,
         eta=halving.eta,
@@ -211,7 +204,9 @@ def test_the_committed_pipeline_runs_any_number_of_variants_through_the_rungs_th
     assert not any(store.exists(f"runs/{summary.run_id}/{name}/rung-{last.index + 1}.json") for name in finalists)
     (manifest,) = registry.list_versions(store, defaults.MODEL_NAME)
     assert manifest.run_id == summary.run_id and manifest.variant == summary.winner.variant
-    assert str(source) in ingested_from(store_path.parent / "pipeline-root")
+    dataset = ingested(store_path.parent / "pipeline-root")[str(source)]
+    if image_size:
+        assert (dataset.image_shape, manifest.class_names) == ([24, 24, 3], list(RGB_CLASSES))
 
 
 FILE = """
@@ -272,7 +267,7 @@ def test_run_reads_the_files_source_unless_the_flag_names_another(
     config.write_text(FILE.replace("/data/in-the-file", str(tmp_path / "missing")))
     store = tmp_path / "store"
     assert main(["run", "--config", str(config), "--store", str(store)]) == 1
-    assert f"Fashion-MNIST not found in '{tmp_path / 'missing'}'" in capsys.readouterr().err
+    assert f"source '{tmp_path / 'missing'}' is not a folder" in capsys.readouterr().err
     assert main(["run", "--config", str(config), "--store", str(store), "--source", str(tmp_path / "other")]) == 1
-    assert f"Fashion-MNIST not found in '{tmp_path / 'other'}'" in capsys.readouterr().err
+    assert f"source '{tmp_path / 'other'}' is not a folder" in capsys.readouterr().err
     assert not store.exists()
