@@ -71,9 +71,9 @@ def check_compiled(variants: list[Variant], halving: Halving, planned: int) -> l
     for variant in variants:
         if variant.training.epochs != halving.max_epochs:
             raise BakeoffError(
-                f"variant {variant.name!r} has training.epochs {variant.training.epochs}, but this pipeline was "
-                "compiled"
-                f" for a halving schedule to epoch {halving.max_epochs} (rungs stop at {stops}):"
+                f"variant {variant.name!r} has training.epochs {variant.training.epochs}, "
+                f"but this pipeline was compiled for a halving schedule to epoch {halving.max_epochs}"
+                f" (rungs stop at {stops}):"
                 f" set training.epochs to {halving.max_epochs}, {recompile}"
             )
     return rungs

@@ -118,22 +118,21 @@ class S3Store(Store):
             raise BakeoffError(f"S3 endpoint {endpoint!r} is invalid ({error}): give host:port") from None
         except urllib3.exceptions.HTTPError as error:
             raise BakeoffError(
-                f"S3 endpoint {endpoint!r} is unreachable ({_reason(error)}): check --s3-endpoint/{S3_ENDPOINT_ENV}"
-                f" and --s3-insecure for plain HTTP"
+                f"S3 endpoint {endpoint!r} is unreachable ({_reason(error)}): "
+                f"check --s3-endpoint/{S3_ENDPOINT_ENV} and --s3-insecure for plain HTTP"
             ) from None
         except minio.error.S3Error as error:
             if error.code == "NoSuchBucket":
                 raise BakeoffError(f"bucket {self.bucket!r} does not exist on {endpoint!r}: create it first") from None
             if error.code in CREDENTIAL_CODES:
                 raise BakeoffError(
-                    f"S3 endpoint {endpoint!r} refused the credentials ({error.code}): check AWS_ACCESS_KEY_ID and "
-                    "AWS_SECRET_ACCESS_KEY"
+                    f"S3 endpoint {endpoint!r} refused the credentials ({error.code}): "
+                    "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
                 ) from None
             raise BakeoffError(
-                f"S3 endpoint {endpoint!r} refused these keys a listing of {self.uri!r} ({error.code}): check the "
-                "bucket and prefix"
-                f" of the store URI (a Kubeflow profile's keys may use {defaults.CLUSTER_STORE}) and what the keys "
-                "may do there"
+                f"S3 endpoint {endpoint!r} refused these keys a listing of {self.uri!r} ({error.code}): "
+                "check the bucket and prefix of the store URI"
+                f" (a Kubeflow profile's keys may use {defaults.CLUSTER_STORE}) and what the keys may do there"
             ) from None
         except minio.error.MinioException as error:
             raise BakeoffError(

@@ -85,16 +85,15 @@ def check_run_flags(args: argparse.Namespace, config: Config) -> None:
     if (args.epochs or args.workers) and config.budget_minutes:
         flag = "--epochs" if args.epochs else "--workers"
         raise BakeoffError(
-            f"{flag} would change what {args.config}'s search.budget planned: set it in the file, where the budget "
-            "counts it, or pass --budget none"
+            f"{flag} would change what {args.config}'s search.budget planned: set it in the file, "
+            "where the budget counts it, or pass --budget none"
         )
     for variant in config.variants:
         workers = args.workers or variant.workers
         # Local ingest writes the default shard count; more workers would fail only after ingest, in training.
         if workers > defaults.SHARDS:
             raise BakeoffError(
-                f"variant {variant.name!r}: workers={workers} exceeds the {defaults.SHARDS} shards a local "
-                "run ingests:"
+                f"variant {variant.name!r}: workers={workers} exceeds the {defaults.SHARDS} shards a local run ingests:"
                 f" use at most {defaults.SHARDS} workers"
             )
 
