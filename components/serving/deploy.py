@@ -60,7 +60,7 @@ REQUESTS = {"cpu": "500m", "memory": "1Gi"}
 LIMITS = {"cpu": "1", "memory": "2Gi"}
 POLL_SECONDS = 5.0
 REQUEST_SECONDS = 30  # one API call
-WRITE_ATTEMPTS = 3  # get → create/patch rounds against someone else writing the same object
+WRITE_ATTEMPTS = defaults.DEPLOY_WRITE_ATTEMPTS  # by this name in tests/cluster/test_deploy_cluster.py
 # Unknown fields refused, not pruned with a warning (the API server's default): a field the cluster's KServe does not
 # know would otherwise vanish from what deploy reports as deployed. kubectl validates the same way by default.
 FIELD_VALIDATION = "Strict"

@@ -21,10 +21,6 @@ S3_ENDPOINT_ENV = "BAKEOFF_S3_ENDPOINT"
 S3_INSECURE_ENV = "BAKEOFF_S3_INSECURE"
 S3_REGION_ENV = "BAKEOFF_S3_REGION"
 
-S3_CONNECT_TIMEOUT = (
-    5.0  # seconds: a server that is down refuses at once, one that is unreachable must not take minutes
-)
-S3_READ_TIMEOUT = 60.0  # seconds without a byte from the server before a request counts as failed (and is retried)
 
 # Who holds each published prefix, under the store's root: hidden from list() (as the folder store hides
 # dot names) and outside every prefix a reader downloads (KServe copies all of models/<name>/).
@@ -88,7 +84,7 @@ class S3Store(Store):
         self._create_only: bool | None = None  # whether the server honours CREATE_ONLY; probed at the first publish
         # urllib3 retries nothing: one loop (_call) retries everything, under one bound.
         http = urllib3.PoolManager(
-            timeout=urllib3.Timeout(connect=S3_CONNECT_TIMEOUT, read=S3_READ_TIMEOUT), retries=False
+            timeout=urllib3.Timeout(connect=defaults.S3_CONNECT_TIMEOUT, read=defaults.S3_READ_TIMEOUT), retries=False
         )
         # A stated region: otherwise minio asks GetBucketLocation first, which multi-user
         # Kubeflow's per-profile keys are not granted.
