@@ -45,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.components.selection.settings import SelectionSettings
     from bakeoff.pipelines.compiling import budget_plan
 
-    began, started = time.monotonic(), time.time()
+    started_monotonic, started_unix = time.monotonic(), time.time()  # the command's start, on both clocks
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
     config = load_budgeted(args)
     check_run_flags(args, config)
@@ -59,13 +59,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     store.check_writable()
     variants = with_flags(config.variants, args)
     out = sys.stderr if args.json else sys.stdout
-    run = local_run(args, variants, store.uri, selection, source_digest, config.search, plan, started)
+    run = local_run(args, variants, store.uri, selection, source_digest, config.search, plan, started_unix)
     summary, others = run_measured(run)
     shared = others > defaults.BUSY_SHARE  # its steps ran slower than this machine's: they would misprice a plan
     refreshed = None if shared else refresh(store, summary.run_id, variants, args.parallelism)
     print(leaderboard(summary), file=out)
     if plan is not None:
-        print(bought(plan, listed, time.monotonic() - began, runs.search_records(store, summary.run_id)), file=out)
+        print(
+            bought(plan, listed, time.monotonic() - started_monotonic, runs.search_records(store, summary.run_id)),
+            file=out,
+        )
     print_costs(refreshed, shared, others, out)
     print_next_steps(args, store, summary, out)
     if args.json:
@@ -118,10 +121,10 @@ def local_run(
     source_digest: str,
     search: Search | None,
     plan: Plan | None,
-    started: float,
+    started_unix: float,
 ) -> LocalRun:
     """What kfp.local runs for ``variants``: the run's flags, and the deadline of a budgeted halving search counted
-    from ``started`` (Unix time)."""
+    from ``started_unix``, the command's start."""
     from bakeoff.components.search.budget import deadline
     from bakeoff.pipelines.cli.display import new_progress_folder
     from bakeoff.pipelines.local_run import LocalRun
@@ -138,7 +141,7 @@ def local_run(
         timeout_seconds=args.timeout,
         search=search,
         progress_dir=new_progress_folder(args.work_dir) if watched(args) else None,
-        deadline=deadline(plan, started, time.time()) if plan is not None and plan.rungs is not None else None,
+        deadline=deadline(plan, started_unix, time.time()) if plan is not None and plan.rungs is not None else None,
     )
 
 
