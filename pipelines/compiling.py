@@ -7,7 +7,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,9 +122,3 @@ def check_backends(ir_yaml: str) -> None:
             raise BakeoffError(
                 f"the compiled pipeline would fail on KFP {version} ({found[0]}): fix the pipeline or the config"
             )
-
-
-def compiled_text(**settings: Any) -> str:
-    """The IR YAML as text, for commands that upload or submit without writing a file."""
-    with tempfile.TemporaryDirectory(prefix="bakeoff-compile-") as scratch:
-        return compile_pipeline(Path(scratch) / "bakeoff.yaml", **settings).read_text()

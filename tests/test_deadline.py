@@ -36,7 +36,7 @@ def test_the_deadline_costs_the_run_as_the_plan_does() -> None:
     config = load_config(DEFAULT_CONFIG).with_budget(600.0)  # room for every variant
     plan = fit(config, samples.calibration(config))
     assert plan.rungs is not None and len(plan.rungs) == 3 and len(plan.config.variants) == 9
-    held = deadline(plan, started=0.0, began=0.0)
+    held = deadline(plan, command_started_unix=0.0, pipeline_started_unix=0.0)
     assert held.ends == 600 * 60
     names = sorted(held.epoch_seconds, key=held.epoch_seconds.__getitem__)
     assert held.epoch_seconds[names[0]] < held.epoch_seconds[names[-1]]

@@ -206,7 +206,7 @@ def test_the_committed_pipeline_runs_any_number_of_variants_through_the_rungs_th
     assert manifest.run_id == summary.run_id and manifest.variant == summary.winner.variant
     dataset = ingested(store_path.parent / "pipeline-root")[str(source)]
     if image_size:
-        assert (dataset.image_shape, manifest.class_names) == ([24, 24, 3], list(RGB_CLASSES))
+        assert (dataset.image_shape, dataset.class_names) == ([24, 24, 3], list(RGB_CLASSES))
 
 
 FILE = """

@@ -74,12 +74,13 @@ def bakeoff(capsys: pytest.CaptureFixture) -> Callable[..., Result]:
 
 
 @pytest.fixture(scope="module")
-def parameters() -> str:
+def parameters(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The compiled pipeline's input parameters, as the unknown-parameter message lists them."""
-    from bakeoff.pipelines.compiling import compiled_text
+    from bakeoff.pipelines.compiling import compile_pipeline
     from bakeoff.pipelines.pipeline import Cluster
 
-    spec = next(iter(yaml.safe_load_all(compiled_text(cluster=Cluster()))))
+    compiled = compile_pipeline(tmp_path_factory.mktemp("compiled") / "bakeoff.yaml", cluster=Cluster())
+    spec = next(iter(yaml.safe_load_all(compiled.read_text(encoding="utf-8"))))
     return ", ".join(sorted(pipeline_parameters(spec)))
 
 

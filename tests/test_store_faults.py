@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.storage import S3Store, registry, s3
+from bakeoff.components.storage import S3Store, registry
 from tests.conftest import BUCKET, WeedServer, free_port
 from tests.samples import manifest
 
@@ -265,7 +266,7 @@ def test_a_request_that_times_out_is_retried(
     proxy: FaultyProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Guards retries of a timeout: the server's answer never comes, the read times out, the request is made again."""
-    monkeypatch.setattr(s3, "S3_READ_TIMEOUT", 1.0)
+    monkeypatch.setattr(defaults, "S3_READ_TIMEOUT", 1.0)
     store = S3Store(BUCKET, tmp_path.name, proxy.endpoint, secure=False, retry_seconds=BOUND)
     retries = Retries(store)
     store.put_bytes("a.txt", b"a")

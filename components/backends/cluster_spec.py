@@ -62,16 +62,16 @@ def from_jobset(env: Mapping[str, str]) -> dict | None:
     missing = [key for key in (REPLICATED_JOB_ENV, JOB_INDEX_ENV, COMPLETION_INDEX_ENV, NODES_ENV) if not env.get(key)]
     if missing:
         raise BakeoffError(
-            f"{JOBSET_ENV} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: submit the "
-            "TrainJob with"
-            f" bakeoff's runtime (manifests/trainer-v2/) and {NODES_ENV} equal to trainer.numNodes, or set TF_CONFIG"
+            f"{JOBSET_ENV} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: "
+            "submit the TrainJob with bakeoff's runtime (manifests/trainer-v2/) "
+            f"and {NODES_ENV} equal to trainer.numNodes, or set TF_CONFIG"
         )
     jobset, replicated_job = env[JOBSET_ENV], env[REPLICATED_JOB_ENV]
     job_index, index, nodes = (_number(env, key) for key in (JOB_INDEX_ENV, COMPLETION_INDEX_ENV, NODES_ENV))
     if not index < nodes:
         raise BakeoffError(
-            f"{COMPLETION_INDEX_ENV}={index} is not below {NODES_ENV}={nodes}: set {NODES_ENV} to the TrainJob's "
-            "trainer.numNodes"
+            f"{COMPLETION_INDEX_ENV}={index} is not below {NODES_ENV}={nodes}: "
+            f"set {NODES_ENV} to the TrainJob's trainer.numNodes"
         )
     workers = [f"{host(jobset, replicated_job, job_index, pod)}:{PORT}" for pod in range(nodes)]
     return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}, "environment": "cloud"}

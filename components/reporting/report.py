@@ -98,8 +98,8 @@ def read_record(store: Store, run_id: str) -> SelectionRecord:
         reached = bool(store.list(f"runs/{run_id}/"))
         why = "it has no selection record (it did not reach select)" if reached else "no such run"
         raise BakeoffError(
-            f"cannot report run {run_id!r} in {store.uri}: {why}; `bakeoff report latest` reports the newest run that "
-            "has one"
+            f"cannot report run {run_id!r} in {store.uri}: {why}; "
+            "`bakeoff report latest` reports the newest run that has one"
         )
     return runs.selection(store, run_id)
 

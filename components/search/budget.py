@@ -72,14 +72,14 @@ def select_seconds(calibration: Calibration) -> float:
     return calibration.select_task_seconds + calibration.start_seconds
 
 
-def deadline(plan: Plan, started: float, began: float) -> Deadline:
-    """The deadline a budgeted halving ``plan``'s run is held to: its command started at ``started`` and its pipeline
-    at ``began`` (Unix seconds); the budget counts from the first, with the plan's costs for its halve steps."""
+def deadline(plan: Plan, command_started_unix: float, pipeline_started_unix: float) -> Deadline:
+    """The deadline a budgeted halving ``plan``'s run is held to, given the Unix seconds its command and its pipeline
+    started: the budget counts from the command's start, with the plan's costs for its halve steps."""
     assert plan.rungs is not None and plan.config.budget_minutes is not None
     calibration = plan.calibration
     return Deadline(
-        began=began,
-        ends=started + plan.config.budget_minutes * 60,
+        began=pipeline_started_unix,
+        ends=command_started_unix + plan.config.budget_minutes * 60,
         epoch_seconds={v.name: epoch_seconds(v, plan.train_examples, calibration) for v in plan.config.variants},
         job_seconds=calibration.start_seconds + calibration.task_seconds,
         step_seconds=calibration.task_seconds,
@@ -182,8 +182,8 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
     if not fitting_epochs:
         least = estimate(_with_epochs(config, 1), train_examples, calibration)[1]
         raise BakeoffError(
-            f"{config.source}: search.budget.minutes: {budget:g} min cannot hold even {len(config.variants)} "
-            f"variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"
+            f"{config.source}: search.budget.minutes: "
+            f"{budget:g} min cannot hold even {len(config.variants)} variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"  # noqa: E501 (a clause kept whole, so that grep finds it)
             f" (an estimated {_minutes(least)} here): raise the budget or list fewer variants"
         )
     field = "search.halving.max_epochs" if halving else "training.epochs"

@@ -86,7 +86,7 @@ def check_deadline(text: str, variants: Sequence[str]) -> Deadline | None:
     missing = [name for name in variants if name not in deadline.epoch_seconds]
     if missing:
         raise BakeoffError(
-            f"costs no epoch of {', '.join(map(repr, missing))}: leave it empty, or let `bakeoff run` set it from its"
-            " plan"
+            f"costs no epoch of {', '.join(map(repr, missing))}: leave it empty, "
+            "or let `bakeoff run` set it from its plan"
         )
     return deadline

@@ -24,13 +24,13 @@ def read_request(body: bytes, header: str | None, model_name: str) -> InferReque
     """
     if header is None:
         raise InvalidInput(
-            "a binary inference request needs the Inference-Header-Content-Length header: the length in bytes of the"
-            " JSON at the start of its body"
+            "a binary inference request needs the Inference-Header-Content-Length header: "
+            "the length in bytes of the JSON at the start of its body"
         )
     if not (header.isascii() and header.isdigit()) or int(header) > len(body):
         raise InvalidInput(
-            f"Inference-Header-Content-Length is {header!r}, not a length within the body's {len(body)} bytes: send"
-            " the length in bytes of the JSON at its start"
+            f"Inference-Header-Content-Length is {header!r}, not a length within the body's {len(body)} bytes: "
+            "send the length in bytes of the JSON at its start"
         )
     length = int(header)
     try:
@@ -60,8 +60,8 @@ def read_request(body: bytes, header: str | None, model_name: str) -> InferReque
         offset += size
     if offset != len(body):
         raise InvalidInput(
-            f"the body has {len(body) - offset} bytes beyond the JSON and the inputs' binary_data_size: send each"
-            " input's size, and nothing after the last"
+            f"the body has {len(body) - offset} bytes beyond the JSON and the inputs' binary_data_size: "
+            "send each input's size, and nothing after the last"
         )
     return InferRequest(
         model_name,

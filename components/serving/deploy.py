@@ -60,7 +60,7 @@ REQUESTS = {"cpu": "500m", "memory": "1Gi"}
 LIMITS = {"cpu": "1", "memory": "2Gi"}
 POLL_SECONDS = 5.0
 REQUEST_SECONDS = 30  # one API call
-WRITE_ATTEMPTS = 3  # get → create/patch rounds against someone else writing the same object
+WRITE_ATTEMPTS = defaults.DEPLOY_WRITE_ATTEMPTS  # by this name in tests/cluster/test_deploy_cluster.py
 # Unknown fields refused, not pruned with a warning (the API server's default): a field the cluster's KServe does not
 # know would otherwise vanish from what deploy reports as deployed. kubectl validates the same way by default.
 FIELD_VALIDATION = "Strict"
@@ -111,8 +111,8 @@ def check_store(store: str) -> None:
     parsed = urlparse(store)
     if parsed.scheme not in ("s3", "minio") or not parsed.netloc:
         raise BakeoffError(
-            f"store {store!r} is not one KServe can read: pass --store s3://BUCKET/PREFIX, the store the pipeline"
-            f" publishes to (default {defaults.CLUSTER_STORE})"
+            f"store {store!r} is not one KServe can read: pass --store s3://BUCKET/PREFIX, "
+            f"the store the pipeline publishes to (default {defaults.CLUSTER_STORE})"
         )
 
 
@@ -207,8 +207,9 @@ def _failure(error: BaseException, doing: str, cluster: Cluster, namespace: str)
         )
     if status == 403:
         return BakeoffError(
-            f"not allowed to {doing} in namespace {namespace!r} ({reason}): you need get, create and patch"
-            f" on inferenceservices and servingruntimes ({GROUP}) there, or another --namespace"
+            f"not allowed to {doing} in namespace {namespace!r} ({reason}): "
+            f"you need get, create and patch on inferenceservices and servingruntimes ({GROUP}) there, "
+            "or another --namespace"
         )
     if status == 404 and (api_body(error).get("details") or {}).get("kind") == "namespaces":
         return BakeoffError(
@@ -286,8 +287,8 @@ def connect() -> Cluster:
         except (config.ConfigException, OSError, TypeError) as error:
             raise BakeoffError(
                 f"no Kubernetes API to deploy to: not in a pod, and no usable kube-config at {files}"
-                f" ({' '.join(str(error).split()) or type(error).__name__}): set KUBECONFIG or run `kubectl config "
-                "use-context`"
+                f" ({' '.join(str(error).split()) or type(error).__name__}): "
+                "set KUBECONFIG or run `kubectl config use-context`"
             ) from None
         namespace = (active.get("context") or {}).get("namespace") or "default"
     return Cluster(client.CustomObjectsApi(client.ApiClient(configuration)), namespace, configuration.host)
@@ -306,8 +307,8 @@ def latest_version(
         ) from None
     if not versions:
         raise BakeoffError(
-            f"no published version of {model_name!r} in {uri}: run the pipeline first, or check --store and "
-            "--model-name"
+            f"no published version of {model_name!r} in {uri}: run the pipeline first, "
+            "or check --store and --model-name"
         )
     return versions[-1].version
 
@@ -348,9 +349,10 @@ def _ensure_runtime(cluster: Cluster, namespace: str, image: str | None) -> tupl
         if current is None:
             if image is None:
                 raise BakeoffError(
-                    f"there is no servingruntime {RUNTIME_NAME!r} in {namespace!r} yet, and deploy would create it with"
-                    f" {defaults.IMAGE}, which nobody publishes: pass --image REGISTRY/bakeoff:TAG, your build of"
-                    " images/Dockerfile, or apply manifests/kserve first"
+                    f"there is no servingruntime {RUNTIME_NAME!r} in {namespace!r} yet, "
+                    f"and deploy would create it with {defaults.IMAGE}, which nobody publishes: "
+                    "pass --image REGISTRY/bakeoff:TAG, your build of images/Dockerfile, "
+                    "or apply manifests/kserve first"
                 )
             wanted = image
             body = as_dict(serving_runtime(wanted))
@@ -376,8 +378,8 @@ def _ensure_runtime(cluster: Cluster, namespace: str, image: str | None) -> tupl
         server = next((c for c in containers if c.get("name") == CONTAINER), None)
         if server is None:
             raise BakeoffError(
-                f"servingruntime {RUNTIME_NAME!r} in {namespace!r} has no {CONTAINER!r} container, so it is not "
-                "bakeoff's:"
+                f"servingruntime {RUNTIME_NAME!r} in {namespace!r} has no {CONTAINER!r} container, "
+                "so it is not bakeoff's:"
                 " delete it, or apply manifests/kserve"
             )
         if image is None or server.get("image") == image:
@@ -515,8 +517,7 @@ def wait_ready(cluster: Cluster, deployed: Deployed, timeout: float, poll: float
         if time.monotonic() >= deadline:
             raise BakeoffError(
                 f"inferenceservice {deployed.name!r} in {deployed.namespace!r} is not Ready after {timeout:g} s"
-                f" ({_conditions(last)}): see `kubectl describe inferenceservice {deployed.name} -n "
-                f"{deployed.namespace}`"
-                " and the predictor pod's logs"
+                f" ({_conditions(last)}): "
+                f"see `kubectl describe inferenceservice {deployed.name} -n {deployed.namespace}` and the predictor pod's logs"  # noqa: E501 (a clause kept whole, so that grep finds it)
             )
         time.sleep(max(0.0, min(poll, deadline - time.monotonic())))

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import socket
 import warnings
+from typing import Any
 
 from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
@@ -42,6 +43,28 @@ class Settings:
     batch_window_ms: float = defaults.SERVING_BATCH_WINDOW_MS
 
 
+def model_server(**options: Any) -> Any:
+    """KServe's ModelServer made with ``options``, whose loop settings apply to the loop it serves on.
+
+    KServe 0.21's ``ModelServer.start`` calls ``setup_event_loop`` (the exception handler, as set through
+    ``register_exception_handler``, and a default executor of ``max_asyncio_workers`` threads) on
+    ``asyncio.get_event_loop()``, then serves in ``asyncio.run``, which makes a new loop: the settings went to a loop
+    that never ran. Here ``setup_event_loop`` runs inside ``asyncio.run`` instead, where the current loop is the
+    serving one.
+    """
+    import kserve
+
+    class ServingLoopModelServer(kserve.ModelServer):
+        def setup_event_loop(self) -> None:
+            """Nothing yet: ``start`` calls this before ``asyncio.run`` makes the serving loop."""
+
+        async def _serve(self) -> None:
+            kserve.ModelServer.setup_event_loop(self)
+            await super()._serve()
+
+    return ServingLoopModelServer(**options)
+
+
 def serve(source: Source, settings: Settings) -> int:
     """Loads the first version, then serves until SIGTERM/SIGINT; must run on the main thread (KServe's own event
     loop)."""
@@ -61,11 +84,10 @@ def serve(source: Source, settings: Settings) -> int:
     from bakeoff.components.serving.model import ServedModel, load_version
 
     model = ServedModel(settings.model_name, load_version(path, first), settings.max_batch, settings.batch_window_ms)
-    import kserve
     from kserve.errors import ModelNotFound
     from kserve.model_server import app
 
-    server = kserve.ModelServer(
+    server = model_server(
         http_port=settings.http_port,
         grpc_port=settings.grpc_port or 8081,
         enable_grpc=settings.grpc_port > 0,

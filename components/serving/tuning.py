@@ -58,6 +58,3 @@ def fast_event_loop() -> None:
     except ImportError:
         return
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    # KServe's start asks for the current loop before its asyncio.run makes the one it serves on; uvloop's policy,
-    # unlike asyncio's, does not make one on demand.
-    asyncio.set_event_loop(asyncio.new_event_loop())

@@ -45,8 +45,8 @@ def check_shared(uri: str, name: str) -> str:
     parsed = urlparse(uri)
     if parsed.scheme not in ("s3", "minio") or not parsed.netloc:
         raise BakeoffError(
-            f"{name} {uri!r} is not one the cluster's steps can reach: write s3://BUCKET/PREFIX (default "
-            f"{defaults.CLUSTER_STORE})"
+            f"{name} {uri!r} is not one the cluster's steps can reach: write s3://BUCKET/PREFIX"
+            f" (default {defaults.CLUSTER_STORE})"
         )
     return uri
 

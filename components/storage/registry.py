@@ -8,13 +8,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from bakeoff.components.defaults import PUBLISH_ATTEMPTS
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.storage.records import Manifest
 from bakeoff.components.storage.store import Store
 
 MANIFEST = "manifest.json"
 _VERSION_KEY = re.compile(r"^models/[^/]+/(\d+)/(.+)$")
-PUBLISH_ATTEMPTS = 100  # version numbers one publish tries before it gives up (each lost to another publisher)
 
 
 def check_model_name(name: str) -> str:

@@ -21,10 +21,6 @@ S3_ENDPOINT_ENV = "BAKEOFF_S3_ENDPOINT"
 S3_INSECURE_ENV = "BAKEOFF_S3_INSECURE"
 S3_REGION_ENV = "BAKEOFF_S3_REGION"
 
-S3_CONNECT_TIMEOUT = (
-    5.0  # seconds: a server that is down refuses at once, one that is unreachable must not take minutes
-)
-S3_READ_TIMEOUT = 60.0  # seconds without a byte from the server before a request counts as failed (and is retried)
 
 # Who holds each published prefix, under the store's root: hidden from list() (as the folder store hides
 # dot names) and outside every prefix a reader downloads (KServe copies all of models/<name>/).
@@ -88,7 +84,7 @@ class S3Store(Store):
         self._create_only: bool | None = None  # whether the server honours CREATE_ONLY; probed at the first publish
         # urllib3 retries nothing: one loop (_call) retries everything, under one bound.
         http = urllib3.PoolManager(
-            timeout=urllib3.Timeout(connect=S3_CONNECT_TIMEOUT, read=S3_READ_TIMEOUT), retries=False
+            timeout=urllib3.Timeout(connect=defaults.S3_CONNECT_TIMEOUT, read=defaults.S3_READ_TIMEOUT), retries=False
         )
         # A stated region: otherwise minio asks GetBucketLocation first, which multi-user
         # Kubeflow's per-profile keys are not granted.
@@ -118,22 +114,21 @@ class S3Store(Store):
             raise BakeoffError(f"S3 endpoint {endpoint!r} is invalid ({error}): give host:port") from None
         except urllib3.exceptions.HTTPError as error:
             raise BakeoffError(
-                f"S3 endpoint {endpoint!r} is unreachable ({_reason(error)}): check --s3-endpoint/{S3_ENDPOINT_ENV}"
-                f" and --s3-insecure for plain HTTP"
+                f"S3 endpoint {endpoint!r} is unreachable ({_reason(error)}): "
+                f"check --s3-endpoint/{S3_ENDPOINT_ENV} and --s3-insecure for plain HTTP"
             ) from None
         except minio.error.S3Error as error:
             if error.code == "NoSuchBucket":
                 raise BakeoffError(f"bucket {self.bucket!r} does not exist on {endpoint!r}: create it first") from None
             if error.code in CREDENTIAL_CODES:
                 raise BakeoffError(
-                    f"S3 endpoint {endpoint!r} refused the credentials ({error.code}): check AWS_ACCESS_KEY_ID and "
-                    "AWS_SECRET_ACCESS_KEY"
+                    f"S3 endpoint {endpoint!r} refused the credentials ({error.code}): "
+                    "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
                 ) from None
             raise BakeoffError(
-                f"S3 endpoint {endpoint!r} refused these keys a listing of {self.uri!r} ({error.code}): check the "
-                "bucket and prefix"
-                f" of the store URI (a Kubeflow profile's keys may use {defaults.CLUSTER_STORE}) and what the keys "
-                "may do there"
+                f"S3 endpoint {endpoint!r} refused these keys a listing of {self.uri!r} ({error.code}): "
+                "check the bucket and prefix of the store URI"
+                f" (a Kubeflow profile's keys may use {defaults.CLUSTER_STORE}) and what the keys may do there"
             ) from None
         except minio.error.MinioException as error:
             raise BakeoffError(

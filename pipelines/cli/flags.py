@@ -212,8 +212,8 @@ def compile_settings(args: argparse.Namespace, sends: bool = False) -> dict:
     check_shared(args.store, "--store")
     if sends and args.image is None:
         raise BakeoffError(
-            f"--image is missing, and nobody publishes the default {defaults.IMAGE}, so every pod would fail to pull "
-            "it:"
+            f"--image is missing, and nobody publishes the default {defaults.IMAGE}, "
+            "so every pod would fail to pull it:"
             f" build and push yours (make image IMAGE=REGISTRY/bakeoff:TAG; docker push REGISTRY/bakeoff:TAG),"
             f" then pass --image REGISTRY/bakeoff:TAG or set {IMAGE_ENV}"
         )

@@ -47,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.components.selection.settings import SelectionSettings
     from bakeoff.pipelines.compiling import budget_plan
 
-    began, started = time.monotonic(), time.time()
+    started_monotonic, started_unix = time.monotonic(), time.time()  # the command's start, on both clocks
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
     config = load_budgeted(args)
     check_run_flags(args, config)
@@ -63,13 +63,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     store.check_writable()
     variants = with_flags(config.variants, args)
     out = sys.stderr if args.json else sys.stdout
-    run = local_run(args, variants, store.uri, selection, config.data, source_digest, config.search, plan, started)
+    run = local_run(args, variants, store.uri, selection, config.data, source_digest, config.search, plan, started_unix)
     summary, others = run_measured(run)
     shared = others > defaults.BUSY_SHARE  # its steps ran slower than this machine's: they would misprice a plan
     refreshed = None if shared else refresh(store, summary.run_id, variants, args.parallelism)
     print(leaderboard(summary), file=out)
     if plan is not None:
-        print(bought(plan, listed, time.monotonic() - began, runs.search_records(store, summary.run_id)), file=out)
+        print(
+            bought(plan, listed, time.monotonic() - started_monotonic, runs.search_records(store, summary.run_id)),
+            file=out,
+        )
     print_costs(refreshed, shared, others, out)
     print_next_steps(args, store, summary, out)
     if args.json:
@@ -89,16 +92,15 @@ def check_run_flags(args: argparse.Namespace, config: Config) -> None:
     if (args.epochs or args.workers) and config.budget_minutes:
         flag = "--epochs" if args.epochs else "--workers"
         raise BakeoffError(
-            f"{flag} would change what {args.config}'s search.budget planned: set it in the file, where the budget "
-            "counts it, or pass --budget none"
+            f"{flag} would change what {args.config}'s search.budget planned: set it in the file, "
+            "where the budget counts it, or pass --budget none"
         )
     for variant in config.variants:
         workers = args.workers or variant.workers
         # Local ingest writes the default shard count; more workers would fail only after ingest, in training.
         if workers > defaults.SHARDS:
             raise BakeoffError(
-                f"variant {variant.name!r}: workers={workers} exceeds the {defaults.SHARDS} shards a local "
-                "run ingests:"
+                f"variant {variant.name!r}: workers={workers} exceeds the {defaults.SHARDS} shards a local run ingests:"
                 f" use at most {defaults.SHARDS} workers"
             )
 
@@ -124,10 +126,10 @@ def local_run(
     source_digest: str,
     search: Search | None,
     plan: Plan | None,
-    started: float,
+    started_unix: float,
 ) -> LocalRun:
     """What kfp.local runs for ``variants``: the run's flags, and the deadline of a budgeted halving search counted
-    from ``started`` (Unix time)."""
+    from ``started_unix``, the command's start."""
     from bakeoff.components.search.budget import deadline
     from bakeoff.pipelines.cli.display import new_progress_folder
     from bakeoff.pipelines.local_run import LocalRun
@@ -144,7 +146,7 @@ def local_run(
         timeout_seconds=args.timeout,
         search=search,
         progress_dir=new_progress_folder(args.work_dir) if watched(args) else None,
-        deadline=deadline(plan, started, time.time()) if plan is not None and plan.rungs is not None else None,
+        deadline=deadline(plan, started_unix, time.time()) if plan is not None and plan.rungs is not None else None,
     )
 
 

@@ -101,8 +101,8 @@ def _probe(target: Target) -> dict:
             health = json.loads(response.data)
     if not isinstance(health, dict):
         raise BakeoffError(
-            f"{target.host} is not a Kubeflow Pipelines API (GET {HEALTHZ_PATH} answered HTTP {status} "
-            f"{content_type}): "
+            f"{target.host} is not a Kubeflow Pipelines API"
+            f" (GET {HEALTHZ_PATH} answered HTTP {status} {content_type}): "
             f"pass the KFP API address as --host, {REACH_HINT}"
         )
     return health
@@ -147,8 +147,8 @@ def connect(target: Target, need_namespace: bool = True) -> Api:
     """
     if target.ca_cert is not None and not target.ca_cert.is_file():
         raise BakeoffError(
-            f"--ca-cert {str(target.ca_cert)!r} is not a file: pass the PEM file of the CA that signed the API's "
-            "certificate"
+            f"--ca-cert {str(target.ca_cert)!r} is not a file: "
+            "pass the PEM file of the CA that signed the API's certificate"
         )
     health = _probe(target)
     multi_user = health.get("multi_user") is True

@@ -66,8 +66,8 @@ def tls_reason(error: BaseException) -> str:
 
 def unreachable(host: str, error: BaseException) -> BakeoffError:
     return BakeoffError(
-        f"cannot reach the KFP API at {host} ({_network_reason(error)}): check --host and that the API is "
-        f"reachable from here, {REACH_HINT}"
+        f"cannot reach the KFP API at {host} ({_network_reason(error)}): "
+        f"check --host and that the API is reachable from here, {REACH_HINT}"
     )
 
 
@@ -88,8 +88,8 @@ def refused(target: Target, status: int, message: str) -> BakeoffError:
         )
     where = f"namespace {target.namespace!r}" if target.namespace else "this namespace"
     return BakeoffError(
-        f"the KFP API at {target.host} denied access ({detail}): use credentials allowed in {where}, or pass "
-        "--namespace with a profile you belong to"
+        f"the KFP API at {target.host} denied access ({detail}): use credentials allowed in {where}, "
+        "or pass --namespace with a profile you belong to"
     )
 
 

@@ -101,8 +101,8 @@ def upload(api: Api, package: Path, name: str, version: str | None = None) -> Up
     version = version or default_version_name(package)
     if pipeline_id is not None and any(version in (v.display_name, v.name) for v in _versions(api, pipeline_id)):
         raise BakeoffError(
-            f"pipeline {name!r} already has a version {version!r}: choose another --version, or leave it out for a "
-            "new name"
+            f"pipeline {name!r} already has a version {version!r}: choose another --version, "
+            "or leave it out for a new name"
         )
     new_pipeline = pipeline_id is None
     if new_pipeline:
