@@ -13,6 +13,7 @@ def select(
     metric: str,
     min_improvement: float,
     force_publish: bool,
+    confidence: float,
     confusion: dsl.Output[dsl.ClassificationMetrics],
     report: dsl.Output[dsl.HTML],
     leaderboard: dsl.Output[dsl.Markdown],
@@ -38,7 +39,7 @@ def select(
 
     with reported():
         use_s3_endpoint(s3_endpoint)
-        settings = SelectionSettings(model_name, metric, Gate(min_improvement, force_publish))
+        settings = SelectionSettings(model_name, metric, Gate(min_improvement, force_publish, confidence))
         summary = select_run([variant["name"] for variant in variants], data.path, store, run_id, settings)
         opened = open_store(store)
         record = read_record(opened, run_id)
