@@ -13,13 +13,11 @@ GLOBAL_BATCH = 128  # the training entries' global batch, on any number of worke
 
 @dataclasses.dataclass
 class Figure:
-    """One measured number, its goal, and how it was measured."""
+    """One measured number and how it was measured; a headline figure's goal is in benchmarks/headline.py."""
 
     key: str
     value: float
     unit: str
-    goal: str = ""
-    met: bool | None = None
     detail: str = ""
 
 

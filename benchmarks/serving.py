@@ -168,7 +168,7 @@ def _start_server(store_uri: str, port: int, log: Path, *flags: str) -> subproce
     raise RuntimeError("the model server did not become ready in 120 s")
 
 
-def _rate_figure(key: str, rates: list[float], base: list[float], goal: float | None, detail: str) -> Figure:
+def _rate_figure(key: str, rates: list[float], base: list[float], detail: str) -> Figure:
     """The median over repetitions of ``rates`` ÷ ``base``.
 
     Each repetition's sides ran back to back: their ratio holds while other load on the machine comes and goes.
@@ -178,8 +178,6 @@ def _rate_figure(key: str, rates: list[float], base: list[float], goal: float | 
         key,
         ratio,
         "×",
-        goal=f"≥ {goal}" if goal else "",
-        met=ratio >= goal if goal else None,
         detail=f"{detail}; medians {statistics.median(rates):.0f} and {statistics.median(base):.0f} images/s",
     )
 
@@ -316,7 +314,6 @@ def serving(context: Context) -> list[Figure]:
                     f"serving_{n}{kind}_c{clients}_throughput_ratio",
                     there["images_per_second"],
                     here["images_per_second"],
-                    0.8 if n == 64 else None,
                     f"{label}: median of each repetition's images/s served ÷ in process ({inside}), run back to back",
                 )
             )
@@ -329,7 +326,6 @@ def serving(context: Context) -> list[Figure]:
                     f"serving_1{kind}_c8_{'batched' if merged else 'unbatched'}_vs_one_at_a_time",
                     samples[f"1{kind}_c8_{side}"]["images_per_second"],
                     alone,
-                    1.0 if merged else None,
                     f"8 clients sending one {KINDS[kind]} each, "
                     + ("merged into model calls (the default)" if merged else "each its own model call (--max-batch 1)")
                     + f": images/s ÷ one caller of the model in process ({inside}), one image at a time; median of each"
@@ -345,8 +341,6 @@ def serving(context: Context) -> list[Figure]:
                 f"serving_1{kind}_p50_overhead_ms",
                 overhead,
                 "ms",
-                goal="≤ 2",
-                met=overhead <= 2,
                 detail=f"one image, one client: p50 of {request} over loopback HTTP minus p50 of the serving_default"
                 f" signature called in process ({inside}); the default winner's shape (batch_norm CNN,"
                 " mirror-averaged), KServe ModelServer, one uvicorn worker",
