@@ -21,6 +21,7 @@ from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median, timed
 from benchmarks.peers import peers
 from benchmarks.search import search
 from benchmarks.serving import serving
+from benchmarks.soak import soak_entry
 
 SEED_CNN = {"name": "cnn", "model": {"type": "cnn", "filters": [32, 64, 64], "dense_units": 64}}
 # The network the default file searched until `wide_top` (64-128-128, dropout at its range's middle): 3.9× the seed's
@@ -416,6 +417,7 @@ def validation(context: Context) -> list[Figure]:
 # before its TensorFlow runs anything (pipeline's scoring does).
 ENTRIES = {
     "serving": serving,
+    "soak": soak_entry,
     "ingest": ingest,
     "mwms": mwms,
     "pipeline": pipeline,

@@ -12,13 +12,11 @@ import http.client
 import itertools
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,7 @@ from bakeoff.components.storage.records import (
     SelectionBasis,
     WorkerMetrics,
 )
-from benchmarks.harness import Context, Figure
+from benchmarks.harness import Context, Figure, free_port, start_server
 
 # The default bake-off's winner as published (results.md): the batch_norm CNN, averaging each image and its mirror.
 MODEL: dict[str, Any] = {"filters": [32, 64, 64], "dense_units": 64, "batch_norm": True}
@@ -49,7 +47,7 @@ DISTINCT = 16  # different image batches cycled through, so no layer sees one in
 NAME = "bench"
 
 
-def _manifest() -> Manifest:
+def manifest() -> Manifest:
     """The untrained model's manifest: the server needs one to serve a version; none of its numbers is read."""
     metrics = WorkerMetrics(
         variant=NAME,
@@ -130,42 +128,9 @@ def _load(clients: int, requests: int, call: Callable[[int, int], None]) -> tupl
     return [value for per in latencies for value in per], time.perf_counter() - began
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start_server(store_uri: str, port: int, log: Path, *flags: str) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bakeoff.components.serving.server",
-            "--store",
-            store_uri,
-            "--model-name",
-            NAME,
-            "--version",
-            "1",
-            "--http-port",
-            str(port),
-            *flags,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("w"),
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the model server exited with code {process.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1):
-                return process
-        except OSError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("the model server did not become ready in 120 s")
+    server = [sys.executable, "-m", "bakeoff.components.serving.server", "--store", store_uri, "--model-name", NAME]
+    return start_server([*server, "--version", "1", "--http-port", str(port), *flags], port, log)
 
 
 def _rate_figure(key: str, rates: list[float], base: list[float], detail: str) -> Figure:
@@ -211,7 +176,7 @@ def serving(context: Context) -> list[Figure]:
         mirror_average=MIRROR_AVERAGE,
     )
     store_uri = f"file://{context.scratch / 'serving-store'}"
-    registry.publish(open_store(store_uri), NAME, model_dir, _manifest())
+    registry.publish(open_store(store_uri), NAME, model_dir, manifest())
     loaded = tf.saved_model.load(str(model_dir))
 
     # Arrays: clients send uint8 pixels as JSON integers, or as FP32 bytes (binary); in process gets the float32
@@ -238,7 +203,7 @@ def serving(context: Context) -> list[Figure]:
         "png": loaded.signatures[BYTES_SIGNATURE],
     }
     # The server as it ships, and one that runs each request alone: what merging concurrent requests gains.
-    ports = {"served": _free_port(), "unbatched": _free_port()}
+    ports = {"served": free_port(), "unbatched": free_port()}
     servers = [
         _start_server(store_uri, ports["served"], context.scratch / "serving-server.log"),
         _start_server(store_uri, ports["unbatched"], context.scratch / "unbatched-server.log", "--max-batch", "1"),
