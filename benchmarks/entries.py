@@ -21,6 +21,7 @@ from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median, timed
 from benchmarks.peers import peers
 from benchmarks.search import search
 from benchmarks.serving import serving
+from benchmarks.soak import soak_entry
 
 SEED_CNN = {"name": "cnn", "model": {"type": "cnn", "filters": [32, 64, 64], "dense_units": 64}}
 # The network the default file searched until `wide_top` (64-128-128, dropout at its range's middle): 3.9× the seed's
@@ -170,8 +171,6 @@ def mwms(context: Context) -> list[Figure]:
                 f"mwms_efficiency_{workers}w",
                 ratio,
                 "×",
-                goal="≥ 0.9" if workers == 2 else "",
-                met=ratio >= 0.9 if workers == 2 else None,
                 detail=f"{workers}-worker local TFJob ÷ plain; median {median(samples[f'{workers}w']):.0f} ex/s; seed "
                 f"CNN, steady state after the first step; {replicas}",
             )
@@ -203,8 +202,6 @@ def mwms(context: Context) -> list[Figure]:
             "peak_rss_mb_2w",
             2 * peak,
             "MB",
-            goal="≤ 3000",
-            met=2 * peak <= 3000,
             detail=f"sum over both replicas of a 2-worker job (each {peak:.0f} MB peak RSS)",
         )
     )
@@ -240,8 +237,6 @@ def ingest(context: Context) -> list[Figure]:
             "ingest_ratio",
             ratio,
             "×",
-            goal="≤ 2",
-            met=ratio <= 2,
             detail=f"70,000 images → sharded artifact {median(build):.2f} s ÷ decode IDX {median(decode):.2f} s",
         )
     ]
@@ -325,17 +320,19 @@ def pipeline(context: Context) -> list[Figure]:
             "pipeline_overhead",
             ratio,
             "×",
-            goal="≤ 1.15",
-            met=ratio <= 1.15,
             detail=f"`bakeoff run` {pipeline_seconds:.0f} s ÷ the same {len(reached)} trainings as plain local jobs "
             f"{baseline:.0f} s; " + ", ".join(f"{k} {v:.0f} s" for k, v in breakdown.items() if k != "total"),
+        ),
+        Figure(
+            "pipeline_minutes",
+            pipeline_seconds / 60,
+            "min",
+            detail="`bakeoff run` of the default bake-off, from the command to its summary",
         ),
         Figure(
             "winner_test_accuracy",
             winner.test_accuracy,
             "",
-            goal="≥ 0.93 within 15 min",
-            met=winner.test_accuracy >= 0.93 and pipeline_seconds <= 900,
             detail=f"default bake-off winner `{winner.variant}` in {pipeline_seconds / 60:.1f} min, scored as served"
             " (variants trained with random_flip average each image and its mirror)",
         ),
@@ -401,8 +398,6 @@ def validation(context: Context) -> list[Figure]:
             "validation_overhead",
             overhead,
             "×",
-            goal="≤ 0.05",
-            met=overhead <= 0.05,
             detail="seconds in fit with the 5,000 validation images scored at every epoch's end ÷ without, − 1; seed "
             "CNN,"
             f" 2 workers, {VALIDATION_EPOCHS} epochs of 55,000; median of {context.repetitions} interleaved pairs"
@@ -422,6 +417,7 @@ def validation(context: Context) -> list[Figure]:
 # before its TensorFlow runs anything (pipeline's scoring does).
 ENTRIES = {
     "serving": serving,
+    "soak": soak_entry,
     "ingest": ingest,
     "mwms": mwms,
     "pipeline": pipeline,

@@ -113,8 +113,6 @@ def faults(context: Context) -> list[Figure]:
             "backup_share_of_training",
             share,
             "×",
-            goal="≤ 0.03",
-            met=share <= 0.03,
             detail="seconds saving and uploading the per-epoch backups ÷ seconds in fit, unharmed job, chief",
         ),
     ]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
 import statistics
+import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,13 +16,11 @@ GLOBAL_BATCH = 128  # the training entries' global batch, on any number of worke
 
 @dataclasses.dataclass
 class Figure:
-    """One measured number, its goal, and how it was measured."""
+    """One measured number and how it was measured; a headline figure's goal is in benchmarks/headline.py."""
 
     key: str
     value: float
     unit: str
-    goal: str = ""
-    met: bool | None = None
     detail: str = ""
 
 
@@ -56,3 +57,25 @@ def timed(func: Callable[[], object]) -> float:
     started = time.perf_counter()
     func()
     return time.perf_counter() - started
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(command: list[str], port: int, log: Path) -> subprocess.Popen:
+    """A model server started by ``command``, its errors to ``log``; returned once it answers ready on ``port``."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the model server exited with code {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1):
+                return process
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("the model server did not become ready in 180 s")

@@ -1,8 +1,9 @@
-"""Runs every benchmark entry side by side and writes benchmarks/results.{json,md}.
+"""Runs every benchmark entry side by side and writes benchmarks/results.{json,md} from that run alone.
 
 ``python -m benchmarks.run [--only NAME ...] [--repetitions N]``. Each entry is a
 function from the shared context to a list of figures; a later figure
-(serving latency, GPU runs) is one more entry in ``ENTRIES``.
+(serving latency, GPU runs) is one more entry in ``ENTRIES``, its goal one more
+line of ``headline.GOALS``.
 """
 
 from __future__ import annotations
@@ -13,33 +14,45 @@ import datetime
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from bakeoff.components.tfenv import quiet_tensorflow
+from benchmarks import headline
 from benchmarks.harness import Context, Figure
 
 HERE = Path(__file__).resolve().parent
 
 
-def machine() -> dict:
-    import tensorflow as tf
+def cpu() -> dict:
+    """The CPU as `lscpu` names it: its model, whether it has AVX-512 (avx512f) and AMX (any amx_* flag)."""
+    fields: dict[str, str] = {}
+    try:
+        listing = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        listing = ""
+    for line in listing.splitlines():
+        name, _, value = line.partition(":")
+        fields[name.strip()] = value.strip()
+    flags = fields.get("Flags", "").split()
+    return {
+        "cpu": fields.get("Model name") or platform.processor() or "unknown",
+        "avx512f": "avx512f" in flags,
+        "amx": any(flag.startswith("amx") for flag in flags),
+    }
 
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
+
+def machine() -> dict:
     from importlib.metadata import version
+
+    import tensorflow as tf
 
     return {
         "cores": os.cpu_count(),
-        "cpu": model,
+        **cpu(),
         "python": platform.python_version(),
         "versions": {name: version(name) for name in ("tensorflow", "tf-keras", "kfp", "kubeflow-training", "minio")},
         "tensorflow_build": tf.sysconfig.get_build_info().get("cpu_compiler", ""),
@@ -47,43 +60,19 @@ def machine() -> dict:
     }
 
 
-def measured_apart(results_md: Path) -> str:
-    """The sections of results.md from its first `## ` heading on: figures measured apart, which a bench run keeps."""
-    text = results_md.read_text() if results_md.exists() else ""
-    start = text.find("\n## ")
-    return text[start + 1 :] if start >= 0 else ""
-
-
-def write_results(figures: list[Figure], context: Context, info: dict, seconds: float, folder: Path = HERE) -> None:
-    results = {figure.key: figure.value for figure in figures}
+def write_results(
+    figures: list[Figure], context: Context, info: dict, ran: list[str], seconds: float, folder: Path = HERE
+) -> None:
+    """results.json: this run's figures, whether each met its goal, and raw samples; results.md: its headline only."""
     document = {
-        **results,
-        "figures": [dataclasses.asdict(f) for f in figures],
+        "figures": [{**dataclasses.asdict(f), "met": headline.met(f)} for f in figures],
+        "entries": ran,
         "machine": info,
         "bench_seconds": seconds,
         "samples": context.samples,
     }
     (folder / "results.json").write_text(json.dumps(document, indent=2) + "\n")
-    rows = [
-        "# bakeoff benchmarks",
-        "",
-        f"Machine: {info['cores']} cores, {info['cpu']}; Python {info['python']}; "
-        + ", ".join(f"{k} {v}" for k, v in info["versions"].items())
-        + f". Run {info['date']}, {seconds / 60:.1f} min.",
-        "",
-        "| figure | value | goal | met | how |",
-        "|---|---|---|---|---|",
-    ]
-    for f in figures:
-        met = "" if f.met is None else ("yes" if f.met else "**no**")
-        rows.append(f"| `{f.key}` | {f.value:.4g} {f.unit} | {f.goal} | {met} | {f.detail} |")
-    rows += [
-        "",
-        f"Medians of {context.repetitions} repetitions where a figure says so; raw samples are in results.json.",
-        "",
-    ]
-    kept = measured_apart(folder / "results.md")
-    (folder / "results.md").write_text("\n".join(rows) + ("\n" + kept if kept else ""))
+    (folder / "results.md").write_text(headline.table(figures, info, ran, seconds / 60))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,20 +85,20 @@ def main(argv: list[str] | None = None) -> int:
     quiet_tensorflow()
     started = time.perf_counter()
     figures: list[Figure] = []
+    ran = [name for name in ENTRIES if not args.only or name in args.only]
     with tempfile.TemporaryDirectory(prefix="bakeoff-bench-") as scratch:
         context = Context(Path(scratch), args.repetitions)
-        for name, entry in ENTRIES.items():
-            if args.only and name not in args.only:
-                continue
+        for name in ran:
+            entry = ENTRIES[name]
             print(f"== {name}", file=sys.stderr, flush=True)
             for figure in entry(context):
                 print(
-                    f"   {figure.key} = {figure.value:.4g} {figure.unit} (goal {figure.goal or '-'})",
+                    f"   {figure.key} = {figure.value:.4g} {figure.unit} (met: {headline.met(figure)})",
                     file=sys.stderr,
                     flush=True,
                 )
                 figures.append(figure)
-        write_results(figures, context, machine(), time.perf_counter() - started)
+        write_results(figures, context, machine(), ran, time.perf_counter() - started)
     print((HERE / "results.md").read_text())
     return 0
 

@@ -12,13 +12,11 @@ import http.client
 import itertools
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,7 @@ from bakeoff.components.storage.records import (
     SelectionBasis,
     WorkerMetrics,
 )
-from benchmarks.harness import Context, Figure
+from benchmarks.harness import Context, Figure, free_port, start_server
 
 # The default bake-off's winner as published (results.md): the batch_norm CNN, averaging each image and its mirror.
 MODEL: dict[str, Any] = {"filters": [32, 64, 64], "dense_units": 64, "batch_norm": True}
@@ -49,7 +47,7 @@ DISTINCT = 16  # different image batches cycled through, so no layer sees one in
 NAME = "bench"
 
 
-def _manifest() -> Manifest:
+def manifest() -> Manifest:
     """The untrained model's manifest: the server needs one to serve a version; none of its numbers is read."""
     metrics = WorkerMetrics(
         variant=NAME,
@@ -130,45 +128,12 @@ def _load(clients: int, requests: int, call: Callable[[int, int], None]) -> tupl
     return [value for per in latencies for value in per], time.perf_counter() - began
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start_server(store_uri: str, port: int, log: Path, *flags: str) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bakeoff.components.serving.server",
-            "--store",
-            store_uri,
-            "--model-name",
-            NAME,
-            "--version",
-            "1",
-            "--http-port",
-            str(port),
-            *flags,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("w"),
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the model server exited with code {process.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1):
-                return process
-        except OSError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("the model server did not become ready in 120 s")
+    server = [sys.executable, "-m", "bakeoff.components.serving.server", "--store", store_uri, "--model-name", NAME]
+    return start_server([*server, "--version", "1", "--http-port", str(port), *flags], port, log)
 
 
-def _rate_figure(key: str, rates: list[float], base: list[float], goal: float | None, detail: str) -> Figure:
+def _rate_figure(key: str, rates: list[float], base: list[float], detail: str) -> Figure:
     """The median over repetitions of ``rates`` ÷ ``base``.
 
     Each repetition's sides ran back to back: their ratio holds while other load on the machine comes and goes.
@@ -178,8 +143,6 @@ def _rate_figure(key: str, rates: list[float], base: list[float], goal: float | 
         key,
         ratio,
         "×",
-        goal=f"≥ {goal}" if goal else "",
-        met=ratio >= goal if goal else None,
         detail=f"{detail}; medians {statistics.median(rates):.0f} and {statistics.median(base):.0f} images/s",
     )
 
@@ -213,7 +176,7 @@ def serving(context: Context) -> list[Figure]:
         mirror_average=MIRROR_AVERAGE,
     )
     store_uri = f"file://{context.scratch / 'serving-store'}"
-    registry.publish(open_store(store_uri), NAME, model_dir, _manifest())
+    registry.publish(open_store(store_uri), NAME, model_dir, manifest())
     loaded = tf.saved_model.load(str(model_dir))
 
     # Arrays: clients send uint8 pixels as JSON integers, or as FP32 bytes (binary); in process gets the float32
@@ -240,7 +203,7 @@ def serving(context: Context) -> list[Figure]:
         "png": loaded.signatures[BYTES_SIGNATURE],
     }
     # The server as it ships, and one that runs each request alone: what merging concurrent requests gains.
-    ports = {"served": _free_port(), "unbatched": _free_port()}
+    ports = {"served": free_port(), "unbatched": free_port()}
     servers = [
         _start_server(store_uri, ports["served"], context.scratch / "serving-server.log"),
         _start_server(store_uri, ports["unbatched"], context.scratch / "unbatched-server.log", "--max-batch", "1"),
@@ -316,7 +279,6 @@ def serving(context: Context) -> list[Figure]:
                     f"serving_{n}{kind}_c{clients}_throughput_ratio",
                     there["images_per_second"],
                     here["images_per_second"],
-                    0.8 if n == 64 else None,
                     f"{label}: median of each repetition's images/s served ÷ in process ({inside}), run back to back",
                 )
             )
@@ -329,7 +291,6 @@ def serving(context: Context) -> list[Figure]:
                     f"serving_1{kind}_c8_{'batched' if merged else 'unbatched'}_vs_one_at_a_time",
                     samples[f"1{kind}_c8_{side}"]["images_per_second"],
                     alone,
-                    1.0 if merged else None,
                     f"8 clients sending one {KINDS[kind]} each, "
                     + ("merged into model calls (the default)" if merged else "each its own model call (--max-batch 1)")
                     + f": images/s ÷ one caller of the model in process ({inside}), one image at a time; median of each"
@@ -345,8 +306,6 @@ def serving(context: Context) -> list[Figure]:
                 f"serving_1{kind}_p50_overhead_ms",
                 overhead,
                 "ms",
-                goal="≤ 2",
-                met=overhead <= 2,
                 detail=f"one image, one client: p50 of {request} over loopback HTTP minus p50 of the serving_default"
                 f" signature called in process ({inside}); the default winner's shape (batch_norm CNN,"
                 " mirror-averaged), KServe ModelServer, one uvicorn worker",

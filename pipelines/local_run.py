@@ -107,6 +107,7 @@ def run_local(run: LocalRun) -> Summary:
                     metric=run.selection.metric,
                     min_improvement=run.selection.gate.min_improvement,
                     force_publish=run.selection.gate.force,
+                    confidence=run.selection.gate.confidence,
                     max_train_examples=run.max_train_examples,
                     timeout_seconds=run.timeout_seconds,
                     backend="local",  # also inside a notebook pod: `run` means this machine

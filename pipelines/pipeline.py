@@ -243,6 +243,7 @@ def _bakeoff(
         metric: str = defaults.METRIC,
         min_improvement: float = defaults.MIN_IMPROVEMENT,
         force_publish: bool = False,
+        confidence: float = defaults.PROMOTION_CONFIDENCE,
         timeout_seconds: int = defaults.TIMEOUT_SECONDS,
         backend: str = "auto",
         trainer: str = defaults.TRAINER,
@@ -263,6 +264,7 @@ def _bakeoff(
                 metric=metric,
                 min_improvement=min_improvement,
                 force_publish=force_publish,
+                confidence=confidence,
                 timeout_seconds=timeout_seconds,
                 backend=backend,
                 trainer=trainer,
@@ -311,6 +313,7 @@ def _bakeoff(
                 metric=metric,
                 min_improvement=min_improvement,
                 force_publish=force_publish,
+                confidence=confidence,
             ).after(searched)
         )
         selected.set_caching_options(False)

@@ -446,6 +446,7 @@ RUN_FLAGS = {
     "min improvement nan": (["--min-improvement", "nan"], r"min improvement nan must be in \[0, 1\)"),
     "min improvement negative": (["--min-improvement", "-1"], r"min improvement -1\.0 must be in \[0, 1\)"),
     "min improvement huge": (["--min-improvement", "1e300"], r"min improvement 1e\+300 must be in \[0, 1\)"),
+    "confidence 1": (["--confidence", "1"], r"confidence 1\.0 must be in \[0, 1\): the paired test's level"),
     "min improvement a word": (
         ["--min-improvement", "some"],
         r"argument --min-improvement: invalid float value: 'some'",

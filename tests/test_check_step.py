@@ -63,6 +63,7 @@ def parameters(tmp_path: Path, **changes: Any) -> dict:
         "metric": "val_accuracy",
         "min_improvement": 0.0,
         "force_publish": False,
+        "confidence": 0.95,
         "timeout_seconds": 3600,
         "backend": "auto",
         "trainer": "tfjob",
@@ -163,6 +164,10 @@ BAD = {
     "margin": (
         {"min_improvement": 1.5},
         "min_improvement: min improvement 1.5 must be in [0, 1): a margin of the metric, e.g. 0.002",
+    ),
+    "confidence": (
+        {"confidence": 1.0},
+        "confidence: confidence 1.0 must be in [0, 1): the paired test's level, e.g. 0.95 (0: any gain)",
     ),
     "trainer": (
         {"trainer": "TrainJob"},

@@ -1,4 +1,4 @@
-"""The documentation: README.md, docs/ and benchmarks/results.md link only to files and headings that exist."""
+"""The documentation: README.md, docs/ and benchmarks/ (results, journal) link only to what exists."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ import pytest
 
 from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
 from bakeoff.components.spec import load_variants
-from benchmarks.harness import Context, Figure
-from benchmarks.run import write_results
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "results.md"]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "benchmarks" / "results.md",
+    ROOT / "benchmarks" / "journal.md",
+]
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
@@ -81,14 +84,3 @@ def test_the_first_run_trains_the_default_files_baselines_with_the_command_its_f
     quick = {variant.name: variant.model_config() for variant in load_variants(ROOT / config)}
     baselines = {variant.name: variant.model_config() for variant in load_variants(DEFAULT_CONFIG)[:3]}
     assert quick == baselines
-
-
-def test_a_bench_run_rewrites_its_table_and_keeps_the_sections_measured_apart(tmp_path: Path) -> None:
-    kept = "## Measured apart\n\nA figure measured by hand: 1.5 s.\n"
-    (tmp_path / "results.md").write_text("# bakeoff benchmarks\n\n| `old_figure` | 9 |\n\n" + kept)
-    info = {"cores": 2, "cpu": "a CPU", "python": "3.11", "versions": {"tensorflow": "2.21.0"}, "date": "today"}
-    write_results([Figure("new_figure", 1.0, "×")], Context(tmp_path, 1), info, 60.0, folder=tmp_path)
-
-    text = (tmp_path / "results.md").read_text()
-    assert "`new_figure`" in text and "`old_figure`" not in text
-    assert text.endswith("raw samples are in results.json.\n\n" + kept)

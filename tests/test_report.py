@@ -368,6 +368,7 @@ def test_the_select_steps_page_has_an_html_name(run_store: tuple[str, Path], tmp
         metric="val_accuracy",
         min_improvement=0.0,
         force_publish=False,
+        confidence=0.95,
         confusion=dsl.ClassificationMetrics(uri=str(outputs / "confusion")),
         report=report,
         leaderboard=dsl.Markdown(uri=str(outputs / "leaderboard")),

@@ -268,19 +268,24 @@ def test_a_better_challenger_is_published_over_the_champion(exported: Path, data
     assert ((champion.val_accuracy, champion.dataset_fingerprint) if champion else None) == (accuracy, "earlier-data")
     recorded = published_manifest(tmp_path, 2).promotion.champion
     assert (recorded.version if recorded else None) == 1
-    assert summary.promotion.message == "published version 2: sure_zero (val_accuracy 0.7500) over version 1 (0.2500)"
+    comparison = summary.promotion.comparison
+    assert comparison is not None and (comparison.gain, comparison.examples) == (0.5, 64) and comparison.low > 0
+    assert summary.promotion.message == (
+        "published version 2: sure_zero (val_accuracy 0.7500) over version 1 (0.2500): the challenger's +0.5000"
+        f" ({comparison.low:+.4f} … {comparison.high:+.4f}, 95% mcnemar exact) is beyond noise"
+    )
 
 
 @pytest.mark.parametrize(
-    "champion, challenger, margin",
+    "champion, challenger, margin, why",
     [
-        ("sure_zero", "unsure_one", 0.0),  # worse (0.25 against 0.75)
-        ("sure_zero", "sure_zero", 0.0),  # the same model: a tie keeps the champion
-        ("unsure_one", "sure_zero", 0.51),  # better by 0.5, less than the margin
+        ("sure_zero", "unsure_one", 0.0, "is no gain"),  # worse (0.25 against 0.75)
+        ("sure_zero", "sure_zero", 0.0, "is no gain"),  # the same model: a tie keeps the champion
+        ("unsure_one", "sure_zero", 0.51, "is below the margin 0.51 (--min-improvement)"),  # better by 0.5 < margin
     ],
 )
 def test_a_challenger_that_does_not_beat_the_champion_by_the_margin_is_not_published(
-    exported: Path, data_dir: Path, tmp_path: Path, champion: str, challenger: str, margin: float
+    exported: Path, data_dir: Path, tmp_path: Path, champion: str, challenger: str, margin: float, why: str
 ) -> None:
     """The champion stays: nothing is published, the store is unchanged, and the summary says which version was kept."""
     publish_champion(exported, tmp_path / "store", champion)
@@ -290,17 +295,91 @@ def test_a_challenger_that_does_not_beat_the_champion_by_the_margin_is_not_publi
     assert versions(tmp_path) == [1], "the store is unchanged"
     assert summary.promotion.champion is not None
     kept = summary.promotion.champion.val_accuracy
-    assert (
-        summary.promotion.message
-        == f"kept version 1 (val_accuracy {kept:.4f}) over {challenger} ({summary.winner.val_accuracy:.4f})"
+    assert summary.promotion.message.startswith(
+        f"kept version 1 (val_accuracy {kept:.4f}) over {challenger} ({summary.winner.val_accuracy:.4f}): the"
+        " challenger's "
     )
+    assert summary.promotion.message.endswith(why)
+
+
+# `lucky_few` is `sure_zero` except where pixel (0, 8) is brighter than 229: there it says class 1, and is right on 4
+# of the 5 validation images. On 64 images that +3/64 is chance (McNemar's exact p = 0.375), yet a point
+# comparison would publish it.
+LUCKY_PIXEL, LUCKY_THRESHOLD = (0, 8), 229
+
+
+@pytest.fixture(scope="module")
+def lucky_few(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import tf_keras as keras
+
+    from bakeoff.components.modeling.savedmodel import export
+
+    path = tmp_path_factory.mktemp("lucky") / "lucky_few"
+    model = keras.Sequential(
+        [keras.layers.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")]
+    )
+    weights, bias = np.zeros((28 * 28, 10), np.float32), np.zeros(10, np.float32)
+    weights[LUCKY_PIXEL[0] * 28 + LUCKY_PIXEL[1], 1] = 1.0  # class 1's logit: the pixel
+    bias[0] = LUCKY_THRESHOLD + 0.5  # class 0's: the threshold
+    model.layers[-1].set_weights([weights, bias])
+    export(model, path, NAMES)
+    return path
+
+
+def test_the_lucky_challenger_is_better_by_a_chance_few_images() -> None:
+    """The fixture is what the next test needs: 4 wins and 1 loss against `sure_zero`, nowhere else a difference."""
+    validation = SPLITS["validation"]
+    flips = validation.images[:, LUCKY_PIXEL[0], LUCKY_PIXEL[1]] > LUCKY_THRESHOLD
+    assert (int(np.sum(validation.labels[flips] == 1)), int(np.sum(validation.labels[flips] == 0))) == (4, 1)
+
+
+@pytest.mark.parametrize("confidence, published", [(0.95, False), (0.0, True)])
+def test_a_challenger_better_within_noise_keeps_the_champion_through_select(
+    exported: Path, lucky_few: Path, data_dir: Path, tmp_path: Path, confidence: float, published: bool
+) -> None:
+    """Through the real select path: the champion is scored now, paired with the challenger image by image, and the
+    +0.0469 stays out at 95 %; at confidence 0 (the old point gate) the same challenger would have got in."""
+    store_root = tmp_path / "store"
+    publish_champion(exported, store_root, "sure_zero")
+    prefix = f"runs/{RUN_ID}/lucky_few"
+    shutil.copytree(lucky_few, store_root / prefix / "model")
+    candidate = samples.candidate(
+        "lucky_few",
+        prefix,
+        f"file://{store_root / prefix / 'model'}",
+        workers=1,
+        num_replicas_in_sync=1,
+        epochs=1,
+        rung=0,
+    )
+    gate = Gate(confidence=confidence)
+    summary = select_winner(
+        [candidate], str(data_dir), f"file://{store_root}", RUN_ID, SelectionSettings(MODEL, "val_accuracy", gate)
+    )
+    comparison = summary.promotion.comparison
+    assert comparison is not None and comparison.gain == 3 / 64
+    assert summary.promotion.published is published and versions(tmp_path) == ([1, 2] if published else [1])
+    if not published:
+        assert comparison.p_value == pytest.approx(0.375) and comparison.low < 0 < comparison.high
+        assert summary.promotion.message == (
+            "kept version 1 (val_accuracy 0.7500) over lucky_few (0.7969): the challenger's +0.0469"
+            f" ({comparison.low:+.4f} … {comparison.high:+.4f}, 95% mcnemar exact) is within noise"
+        )
+    written = selection_record(tmp_path).promotion.comparison  # the selection record keeps it too
+    assert written == comparison
 
 
 def test_the_gate_follows_the_metrics_direction(exported: Path, data_dir: Path, tmp_path: Path) -> None:
-    """Under val_loss a lower loss is the better one: the less accurate but lower-loss challenger wins."""
+    """Under val_loss a lower loss is the better one: the less accurate but lower-loss challenger gains.
+
+    On 64 images its gain is within noise (the champion's 16 losses of 12 nats against 48 near 0), so the point gate
+    (confidence 0) shows the direction.
+    """
     publish_champion(exported, tmp_path / "store", "sure_zero")
-    summary = gated(exported, data_dir, tmp_path, ("unsure_one",), Gate(), metric="val_loss")
+    summary = gated(exported, data_dir, tmp_path, ("unsure_one",), Gate(confidence=0), metric="val_loss")
     assert summary.promotion.published and versions(tmp_path) == [1, 2]
+    comparison = summary.promotion.comparison
+    assert comparison is not None and comparison.test == "paired bootstrap" and comparison.gain > 0
 
 
 def test_force_publish_publishes_a_worse_challenger(exported: Path, data_dir: Path, tmp_path: Path) -> None:

@@ -275,6 +275,7 @@ def test_v1_and_v2_answer_as_the_savedmodel_in_process_on_real_images(
     ):
         status, answer = post(f"{url}/v1/models/{NAME}:predict", body)
         assert status == 200, answer
+        assert answer["model_version"] == "1", "a V1 answer names the version that computed it, as V2's does"
         predictions = answer["predictions"]
         assert_same([p["probabilities"] for p in predictions], [p["class_id"] for p in predictions], in_process)
         assert [p["class_name"] for p in predictions] == [CLASS_NAMES[i] for i in in_process["class_id"]]

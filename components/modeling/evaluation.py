@@ -31,13 +31,21 @@ def predict(model_dir: Path, images: np.ndarray, batch_size: int = 1000) -> np.n
     )
 
 
+def outcomes(probabilities: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per example: whether the predicted class is the true one, and its cross-entropy (float64).
+
+    Two models' outcomes on the same examples are what a paired test compares.
+    """
+    truth = labels.astype(np.int64)
+    picked = np.clip(probabilities[np.arange(len(truth)), truth], MIN_PROBABILITY, 1.0)
+    # float64: a float32 sum of 10,000 terms loses digits
+    return probabilities.argmax(axis=1) == truth, -np.log(picked).astype(np.float64)
+
+
 def score(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """Accuracy and mean cross-entropy of predicted ``probabilities`` against the true ``labels``."""
-    truth = labels.astype(np.int64)
-    correct = int((probabilities.argmax(axis=1) == truth).sum())
-    picked = np.clip(probabilities[np.arange(len(truth)), truth], MIN_PROBABILITY, 1.0)
-    loss = -float(np.log(picked).astype(np.float64).sum())  # float64: a float32 sum of 10,000 terms loses digits
-    return {"accuracy": correct / len(labels), "loss": loss / len(labels)}
+    correct, loss = outcomes(probabilities, labels)
+    return {"accuracy": int(correct.sum()) / len(labels), "loss": float(loss.sum()) / len(labels)}
 
 
 def evaluate(model_dir: Path, images: np.ndarray, labels: np.ndarray, batch_size: int = 1000) -> dict[str, float]:

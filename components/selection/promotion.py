@@ -1,36 +1,56 @@
-"""The promotion gate: a run's winner replaces the published champion only when it is better by a margin."""
+"""The promotion gate: a run's winner replaces the published champion only when a paired test on the validation split
+says it is better beyond noise, and by at least a margin."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.selection.ranking import direction
+from bakeoff.components.storage.records import Comparison
 
 
 @dataclasses.dataclass(frozen=True)
 class Gate:
-    """How much better a challenger must be; ``force`` publishes it regardless."""
+    """How sure and how much better a challenger must be; ``force`` publishes it regardless."""
 
-    min_improvement: float = 0.0
+    min_improvement: float = defaults.MIN_IMPROVEMENT
     force: bool = False
+    confidence: float = defaults.PROMOTION_CONFIDENCE
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_improvement < 1:
             raise BakeoffError(
                 f"min improvement {self.min_improvement!r} must be in [0, 1): a margin of the metric, e.g. 0.002"
             )
+        if not 0 <= self.confidence < 1:
+            raise BakeoffError(
+                f"confidence {self.confidence!r} must be in [0, 1): the paired test's level, e.g. 0.95 (0: any gain)"
+            )
 
 
-def gain(metric: str, challenger: float, champion: float) -> float:
-    """How much better ``challenger`` scores than ``champion``, in the metric's own direction."""
-    return challenger - champion if direction(metric) == "max" else champion - challenger
-
-
-def promote(gate: Gate, metric: str, challenger: float, champion: float | None) -> bool:
-    """Whether the challenger is published: no champion yet, forced, or better by at least the margin (a tie keeps
-    the champion)."""
-    if champion is None or gate.force:
+def promote(gate: Gate, comparison: Comparison | None) -> bool:
+    """Whether the challenger is published: no champion yet (``comparison`` None), forced, or better than the champion
+    beyond noise (its whole interval above 0) and by at least the margin; a tie keeps the champion."""
+    if comparison is None or gate.force:
         return True
-    margin = gain(metric, challenger, champion)
-    return margin > 0 and margin >= gate.min_improvement
+    return comparison.low > 0 and comparison.gain > 0 and comparison.gain >= gate.min_improvement
+
+
+def verdict(gate: Gate, comparison: Comparison) -> str:
+    """Why the gate decided as it did, for the decision's line: the gain, its interval and what that means."""
+    if comparison.gain <= 0:
+        why = "is no gain"
+    elif comparison.low <= 0:
+        why = "is within noise"
+    elif comparison.gain < gate.min_improvement:
+        why = f"is below the margin {gate.min_improvement:g} (--min-improvement)"
+    else:
+        why = "is beyond noise"
+    interval = (
+        f" ({comparison.low:+.4f} … {comparison.high:+.4f}, {comparison.confidence:.0%} {comparison.test})"
+        if comparison.confidence
+        else ""
+    )
+    forced = ", published by --force-publish" if gate.force else ""
+    return f"the challenger's {comparison.gain:+.4f}{interval} {why}{forced}"

@@ -12,14 +12,16 @@ from bakeoff.components import defaults, progress
 from bakeoff.components.data import artifact
 from bakeoff.components.data.fashion_mnist import Split
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.modeling.evaluation import confident_mistakes, confusion_matrix, evaluate, predict, score
-from bakeoff.components.selection.promotion import promote
+from bakeoff.components.modeling.evaluation import confident_mistakes, confusion_matrix, outcomes, predict, score
+from bakeoff.components.selection.paired import Outcomes, compare
+from bakeoff.components.selection.promotion import promote, verdict
 from bakeoff.components.selection.ranking import direction, rank
 from bakeoff.components.selection.settings import SelectionSettings
 from bakeoff.components.storage import Store, open_store, registry, runs
 from bakeoff.components.storage.records import (
     Candidate,
     Champion,
+    Comparison,
     DatasetInfo,
     DatasetMetadata,
     Decision,
@@ -63,15 +65,21 @@ def select_winner(
     metadata = artifact.read_metadata(data)
     validation = artifact.read_shards(data, "validation")
     with tempfile.TemporaryDirectory(prefix="bakeoff-select-") as scratch:
-        ranking = rank(_scored(store, run_id, candidates, validation, Path(scratch)), metric)
+        scored, per_example = _scored(store, run_id, candidates, validation, Path(scratch))
+        ranking = rank(scored, metric)
         best = ranking[0]
         winner = next(c for c in candidates if c.variant == best.variant)
         winner_dir = Path(scratch) / winner.variant
         test = artifact.read_shards(data, "test")
         test_probabilities = predict(winner_dir, test.images)  # once: the test scores and the record come from it
         test_result = score(test_probabilities, test.labels)
-        champion = _champion(store, model_name, validation, Path(scratch) / "champion")
-        decision = _decide(settings, best, champion)
+        champion, champion_outcomes = _champion(store, model_name, validation, Path(scratch) / "champion")
+        comparison = (
+            compare(metric, per_example[best.variant], champion_outcomes, settings.gate.confidence)
+            if champion_outcomes
+            else None
+        )
+        decision = _decide(settings, best, champion, comparison)
         manifest = _manifest(run_id, settings, winner, ranking, test_result, metadata, decision)
         version = registry.publish(store, model_name, winner_dir, manifest) if decision.published else None
     summary = Summary(
@@ -83,7 +91,11 @@ def select_winner(
             val_accuracy=best.val_accuracy,
             test_accuracy=test_result["accuracy"],
         ),
-        promotion=Promotion(**vars(decision), message=_decision(metric, best, champion, version)),
+        promotion=Promotion(
+            **vars(decision),
+            message=_decision(settings, best, champion, comparison, version),
+            comparison=comparison,
+        ),
         candidates=ranking,
         stopped=list(stopped),
     )
@@ -93,13 +105,16 @@ def select_winner(
 
 def _scored(
     store: Store, run_id: str, candidates: list[Candidate], validation: Split, scratch: Path
-) -> list[ScoredCandidate]:
-    """Every candidate's model fetched into ``scratch`` and scored on ``validation``, beside its training numbers."""
-    scored = []
+) -> tuple[list[ScoredCandidate], dict[str, Outcomes]]:
+    """Every candidate's model fetched into ``scratch`` and scored on ``validation``, beside its training numbers;
+    and each one's per-example outcomes, by variant, for the paired test against the champion."""
+    scored, per_example = [], {}
     for candidate in candidates:
         progress.emit(candidate.variant, progress.Event("evaluating"))
         model_dir = store.get_dir(f"{candidate.prefix}/{runs.MODEL}", scratch / candidate.variant)
-        result = evaluate(model_dir, validation.images, validation.labels)
+        probabilities = predict(model_dir, validation.images)
+        result = score(probabilities, validation.labels)
+        per_example[candidate.variant] = Outcomes(*outcomes(probabilities, validation.labels))
         training = candidate.metrics
         scored.append(
             ScoredCandidate(
@@ -114,14 +129,17 @@ def _scored(
                 uri=candidate.uri,
             )
         )
-    return scored
+    return scored, per_example
 
 
-def _decide(settings: SelectionSettings, best: ScoredCandidate, champion: Champion | None) -> Decision:
-    """Whether ``best`` is published: the promotion gate between it and the champion, if there is one."""
+def _decide(
+    settings: SelectionSettings, best: ScoredCandidate, champion: Champion | None, comparison: Comparison | None
+) -> Decision:
+    """Whether ``best`` is published: the promotion gate on its paired comparison with the champion, if there is
+    one."""
     metric, gate = settings.metric, settings.gate
     return Decision(
-        published=promote(gate, metric, best.score(metric), champion.score(metric) if champion else None),
+        published=promote(gate, comparison),
         forced=gate.force,
         min_improvement=gate.min_improvement,
         champion=champion,
@@ -191,34 +209,48 @@ def _misclassified(test: Split, probabilities: np.ndarray) -> list[Mistake]:
     return mistakes
 
 
-def _champion(store: Store, model_name: str, validation: Split, scratch: Path) -> Champion | None:
-    """The latest published version scored now, on this run's validation split with the candidates' code.
+def _champion(
+    store: Store, model_name: str, validation: Split, scratch: Path
+) -> tuple[Champion | None, Outcomes | None]:
+    """The latest published version scored now, on this run's validation split with the candidates' code, and its
+    per-example outcomes there.
 
     Never the numbers in its manifest: they may come from another dataset (its
     fingerprint is kept beside the fresh scores to show it).
     """
     versions = registry.list_versions(store, model_name)
     if not versions:
-        return None
+        return None, None
     latest = versions[-1]
     model_dir = store.get_dir(f"{registry.model_prefix(model_name)}/{latest.version}", scratch)
-    result = evaluate(model_dir, validation.images, validation.labels)
-    return Champion(latest.version, latest.variant, result["accuracy"], result["loss"], latest.dataset.fingerprint)
+    probabilities = predict(model_dir, validation.images)
+    result = score(probabilities, validation.labels)
+    return (
+        Champion(latest.version, latest.variant, result["accuracy"], result["loss"], latest.dataset.fingerprint),
+        Outcomes(*outcomes(probabilities, validation.labels)),
+    )
 
 
-def _decision(metric: str, best: ScoredCandidate, champion: Champion | None, version: int | None) -> str:
-    """One line for people: what was published, or which version was kept over what."""
+def _decision(
+    settings: SelectionSettings,
+    best: ScoredCandidate,
+    champion: Champion | None,
+    comparison: Comparison | None,
+    version: int | None,
+) -> str:
+    """One line for people: what was published, or which version was kept over what, and the paired test's why."""
+    metric = settings.metric
+    if champion is None or comparison is None:
+        return f"published version {version}: {best.variant} ({metric} {best.score(metric):.4f}), the first"
+    why = verdict(settings.gate, comparison)
     if version is None:
-        assert champion is not None  # only a champion keeps its place
         return (
             f"kept version {champion.version} ({metric} {champion.score(metric):.4f}) over {best.variant}"
-            f" ({best.score(metric):.4f})"
+            f" ({best.score(metric):.4f}): {why}"
         )
-    if champion is None:
-        return f"published version {version}: {best.variant} ({metric} {best.score(metric):.4f}), the first"
     return (
         f"published version {version}: {best.variant} ({metric} {best.score(metric):.4f}) over version"
-        f" {champion.version} ({champion.score(metric):.4f})"
+        f" {champion.version} ({champion.score(metric):.4f}): {why}"
     )
 
 

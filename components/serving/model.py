@@ -150,7 +150,7 @@ class ServedModel(kserve.Model):
     ) -> dict | InferResponse:
         batch, outputs = result
         if batch.request is None:
-            return v1_response(outputs)
+            return v1_response(outputs, batch.version.number)
         return v2_response(self.name, batch, outputs)
 
 
@@ -301,16 +301,18 @@ def _v2_data(tensor: Any) -> np.ndarray:
         raise InvalidInput(f"input {tensor.name!r}: its data does not fill its shape {list(tensor.shape)}") from None
 
 
-def v1_response(outputs: dict[str, np.ndarray]) -> dict:
-    """TF Serving's row format: one {class_id, class_name, probabilities} per instance."""
+def v1_response(outputs: dict[str, np.ndarray], version: int) -> dict:
+    """TF Serving's row format: one {class_id, class_name, probabilities} per instance; and, as V2's
+    ``model_version``, the version that answered them all (a merged call never mixes versions)."""
     names = [name.decode() for name in outputs["class_name"]]
     return {
+        "model_version": str(version),
         "predictions": [
             {"class_id": class_id, "class_name": name, "probabilities": probabilities}
             for class_id, name, probabilities in zip(
                 outputs["class_id"].tolist(), names, outputs["probabilities"].tolist(), strict=True
             )
-        ]
+        ],
     }
 
 

@@ -13,6 +13,7 @@ def select(
     metric: str,
     min_improvement: float,
     force_publish: bool,
+    confidence: float,
     confusion: dsl.Output[dsl.ClassificationMetrics],
     report: dsl.Output[dsl.HTML],
     leaderboard: dsl.Output[dsl.Markdown],
@@ -43,7 +44,7 @@ def select(
         from bakeoff.components.search.halving import finalists  # not priced as select's start: within its work
 
         use_s3_endpoint(s3_endpoint)
-        settings = SelectionSettings(model_name, metric, Gate(min_improvement, force_publish))
+        settings = SelectionSettings(model_name, metric, Gate(min_improvement, force_publish, confidence))
         opened = open_store(store)
         names = finalists(opened, run_id, [variant["name"] for variant in variants])
         summary = select_run(names, data.path, store, run_id, settings)

@@ -48,6 +48,9 @@ class Record:
     # (name field, value field): the value is written under the key the name field holds ({"variant": "a", "val_loss":
     # 0.3})
     KEYED: ClassVar[tuple[str, str] | tuple[()]] = ()
+    # Fields added to version 1 later, each defaulting to None: left out of the JSON while None and read as None
+    # when missing, so records written before them read and write back byte for byte.
+    ADDED: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = self._fields()
@@ -89,6 +92,8 @@ class Record:
         data: dict[str, Any] = {}
         for field in dataclasses.fields(self):
             if self.KEYED and field.name == self.KEYED[0]:
+                continue
+            if field.name in self.ADDED and getattr(self, field.name) is None:
                 continue
             key = getattr(self, self.KEYED[0]) if self.KEYED and field.name == self.KEYED[1] else field.name
             data[key] = _dump(getattr(self, field.name))
@@ -136,7 +141,7 @@ def _record(cls: type[Record], data: Any, source: str, path: str, top: bool) -> 
     names = [field.name for field in dataclasses.fields(cls)]
     fixed = [name for name in names if name not in cls.KEYED]
     extra = [key for key in data if key not in fixed]
-    missing = [name for name in fixed if name not in data]
+    missing = [name for name in fixed if name not in data and name not in cls.ADDED]
     if cls.KEYED:
         if not extra:
             missing.append(f"<{cls.KEYED[0]}>")  # the key that names the metric, whatever it is
@@ -149,7 +154,11 @@ def _record(cls: type[Record], data: Any, source: str, path: str, top: bool) -> 
         )
         _fail(source, path, f"is {kind} that {' and '.join(problems)}")
     hints = _hints(cls)
-    values = {name: _value(data[name], hints[name], source, f"{path}.{name}" if path else name) for name in fixed}
+    values = {
+        name: _value(data[name], hints[name], source, f"{path}.{name}" if path else name)
+        for name in fixed
+        if name in data
+    }
     if cls.KEYED:
         name_field, value_field = cls.KEYED
         (key,) = extra
@@ -425,10 +434,26 @@ class Decision(Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class Comparison(Record):
+    """The challenger against the champion on the same validation examples, paired: the gain and its interval."""
+
+    test: str  # "mcnemar exact" (val_accuracy) or "paired bootstrap" (val_loss: of the per-example loss difference)
+    confidence: float  # the interval's level, e.g. 0.95; 0: the gain alone
+    examples: int
+    gain: float  # the challenger's over the champion's, the better way up (val_loss: champion − challenger)
+    low: float  # the interval of the gain at ``confidence``
+    high: float
+    p_value: float | None  # McNemar's exact two-sided p-value; None for the bootstrap
+
+
+@dataclasses.dataclass(frozen=True)
 class Promotion(Decision):
     """The decision with its one line for people, as the summary shows it."""
 
+    ADDED: ClassVar[tuple[str, ...]] = ("comparison",)
+
     message: str
+    comparison: Comparison | None = None  # None: no champion to compare with
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,7 +51,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
     config = load_budgeted(args)
     check_run_flags(args, config)
-    selection = SelectionSettings(args.model_name, args.metric, Gate(args.min_improvement, args.force_publish))
+    selection = SelectionSettings(
+        args.model_name, args.metric, Gate(args.min_improvement, args.force_publish, args.confidence)
+    )
     check_source(config.data.source)
     # After the other checks (a budget may first measure this machine's costs), before the store is made.
     listed = len(config.variants)
@@ -316,6 +318,14 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
         metavar="M",
         help="publish only if the winner beats the published champion by at least M in the metric"
         f" (default {defaults.MIN_IMPROVEMENT:g}: any gain; a tie keeps the champion)",
+    )
+    run.add_argument(
+        "--confidence",
+        type=float,
+        default=defaults.PROMOTION_CONFIDENCE,
+        metavar="C",
+        help="publish only if a paired test on the validation split puts the winner's gain over the champion above 0"
+        f" at this confidence (default {defaults.PROMOTION_CONFIDENCE:g}; 0: any gain)",
     )
     run.add_argument("--force-publish", action="store_true", help="publish the winner even if the champion is better")
     run.add_argument(
