@@ -9,6 +9,11 @@ SOURCE = "/usr/share/datasets/fashion-mnist"
 VALIDATION_SIZE = 5000  # carved from train with SEED; the test split is never used for selection
 SHARDS = 8  # every split gets this many files, so up to 8 workers read disjoint whole files
 SEED = 0
+IMAGE_SIZE: list[int] = []  # [H, W] resizes every image as ingest reads it; []: the source's own size (all alike)
+RESIZE = "bilinear"  # the Pillow filter a declared image_size resizes with (recorded in DatasetMetadata)
+IMAGE_SIDES = (4, 1024)  # the smallest and largest image_size side a bake-off takes, in pixels
+SKIPPED_NAMES = 20  # non-image files a source may hold are counted; this many are named in the log and metadata
+SOURCE_READERS = 8  # files of an S3 source read at once: enough to hide the round trips, bounded in memory
 
 # The contest: the variants YAML a run uses unless --config names another.
 CONFIG = Path(__file__).resolve().parent.parent / "pipelines" / "variants.yaml"

@@ -22,7 +22,7 @@ from bakeoff.components.data import fashion_mnist
 from bakeoff.components.modeling import evaluation, savedmodel
 from bakeoff.components.spec import from_dict
 from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
-from bakeoff.components.storage.records import WorkerMetrics
+from bakeoff.components.storage.records import Preprocessing, WorkerMetrics
 from bakeoff.components.training.tfjob import build_tfjob, worker_args
 
 SMALL_CNN = {
@@ -33,6 +33,7 @@ SMALL_CNN = {
 }
 # A bucket of its own with versioning on: every write of a key leaves a version behind.
 VERSIONED_BUCKET = "bakeoff-versioned"
+GRAY = Preprocessing(28, 28, 1, "none")  # Fashion-MNIST as ingest reads it
 HALF = 2048  # training examples per shard of the halves dataset
 
 
@@ -290,12 +291,14 @@ def test_fit_leaves_its_distributed_input_iterator_alive(fashion_dir: Path) -> N
     import tensorflow as tf
     from tensorflow.python.distribute import input_lib
 
-    from bakeoff.components.storage.records import DatasetMetadata
+    from bakeoff.components.storage.records import DatasetMetadata, SkippedFiles
     from bakeoff.components.training.worker import compiled_model
 
     variant = from_dict({"name": "kept", "model": {"type": "cnn", "filters": [8], "dense_units": 16}})
     train = fashion_mnist.read_idx_dir(fashion_dir)["train"]
-    metadata = DatasetMetadata({"train": 640}, 1, [28, 28], [str(label) for label in range(10)], "-", "-")
+    metadata = DatasetMetadata(
+        {"train": 640}, 1, [28, 28, 1], [str(label) for label in range(10)], "-", "-", GRAY, {}, SkippedFiles(0, []), {}
+    )
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])  # one replica, batches through a per-device iterator
     model = compiled_model(variant, strategy, metadata, steps_per_epoch=4)
     inputs = strategy.distribute_datasets_from_function(
@@ -317,12 +320,14 @@ def test_a_job_traces_its_training_step_once(fashion_dir: Path) -> None:
     totals): the compiled model holds them all before ``fit``, so a job pays one trace (a second of its start)."""
     import tensorflow as tf
 
-    from bakeoff.components.storage.records import DatasetMetadata
+    from bakeoff.components.storage.records import DatasetMetadata, SkippedFiles
     from bakeoff.components.training.worker import compiled_model
 
     variant = from_dict({"name": "once", "model": {"type": "cnn", "filters": [8], "dense_units": 16}})
     train = fashion_mnist.read_idx_dir(fashion_dir)["train"]
-    metadata = DatasetMetadata({"train": 128}, 1, [28, 28], [str(label) for label in range(10)], "-", "-")
+    metadata = DatasetMetadata(
+        {"train": 128}, 1, [28, 28, 1], [str(label) for label in range(10)], "-", "-", GRAY, {}, SkippedFiles(0, []), {}
+    )
     model = compiled_model(variant, tf.distribute.get_strategy(), metadata, steps_per_epoch=4)
     created: list[str] = []
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff.components.data.fashion_mnist import IMAGE_SHAPE, Split, class_names, read
+from bakeoff.components.data.preprocess import NO_RESIZE
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.storage.records import DatasetMetadata
+from bakeoff.components.storage.records import DatasetMetadata, Preprocessing, SkippedFiles
 from bakeoff.components.storage.store import Store
 
 SPLITS = ("train", "validation", "test")
@@ -61,18 +62,23 @@ def write(splits: dict[str, Split], out: Path, shards: int, names: list[str], so
     """
     out.mkdir(parents=True, exist_ok=True)
     for split, data in splits.items():
+        images = data.images[..., np.newaxis]  # [n, 28, 28, 1]: the artifact's images always carry their channels
         # array_split slices (views) and savez streams to the file: no copy of the split is made.
-        parts = zip(np.array_split(data.images, shards), np.array_split(data.labels, shards), strict=True)
+        parts = zip(np.array_split(images, shards), np.array_split(data.labels, shards), strict=True)
         for index, (images, labels) in enumerate(parts):
             with open(out / shard_name(split, index, shards), "wb") as file:
                 np.savez(file, images=images, labels=labels)
     metadata = DatasetMetadata(
         counts={split: len(data) for split, data in splits.items()},
         shards=shards,
-        image_shape=list(IMAGE_SHAPE),
+        image_shape=[*IMAGE_SHAPE, 1],
         class_names=names,
         fingerprint=fingerprint(splits),
         source=source,
+        preprocessing=Preprocessing(*IMAGE_SHAPE, channels=1, resize=NO_RESIZE),
+        class_counts={split: np.bincount(data.labels, minlength=len(names)).tolist() for split, data in splits.items()},
+        skipped=SkippedFiles(0, []),
+        split_origins={"train": "source", "validation": "carved from train, seeded", "test": "source"},
     )
     (out / METADATA_FILE).write_text(metadata.to_json())
     return metadata

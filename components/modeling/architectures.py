@@ -34,10 +34,12 @@ class MlpConfig:
     dropout: float = 0.0
 
 
-def build_cnn(input_shape: tuple[int, int], num_classes: int, config: CnnConfig) -> keras.Model:
+def build_cnn(input_shape: tuple[int, ...], num_classes: int, config: CnnConfig) -> keras.Model:
     from tf_keras import layers
 
-    stack: list = [layers.Input(shape=input_shape), layers.Rescaling(1 / 255), layers.Reshape((*input_shape, 1))]
+    # [height, width] or the artifact's [height, width, channels]: the convolutions see a channel axis either way
+    planes = (*input_shape[:2], input_shape[2] if len(input_shape) == 3 else 1)
+    stack: list = [layers.Input(shape=input_shape), layers.Rescaling(1 / 255), layers.Reshape(planes)]
     for index, filters in enumerate(config.filters):
         stack.append(layers.Conv2D(filters, config.kernel_size, use_bias=not config.batch_norm))
         if config.batch_norm:
@@ -55,7 +57,7 @@ def build_cnn(input_shape: tuple[int, int], num_classes: int, config: CnnConfig)
     return _sequential(stack, "cnn")
 
 
-def build_mlp(input_shape: tuple[int, int], num_classes: int, config: MlpConfig) -> keras.Model:
+def build_mlp(input_shape: tuple[int, ...], num_classes: int, config: MlpConfig) -> keras.Model:
     from tf_keras import layers
 
     stack: list = [layers.Input(shape=input_shape), layers.Rescaling(1 / 255), layers.Flatten()]

@@ -23,6 +23,9 @@ def served(model: keras.Model, images: Any, mirror_average: bool) -> Any:
     """The probabilities the export serves for float ``images`` [n, height, width]; validation ranks by them too."""
     import tensorflow as tf
 
+    if len(images.shape) == len(model.input_shape) - 1:  # [n, height, width] for a model of one channel
+        images = images[..., tf.newaxis]
+
     probabilities = model(images, training=False)
     if mirror_average:
         probabilities = (probabilities + model(tf.reverse(images, axis=[2]), training=False)) / 2

@@ -177,7 +177,8 @@ def _misclassified(test: Split, probabilities: np.ndarray) -> list[Mistake]:
     mistakes = []
     for index in confident_mistakes(probabilities, test.labels, defaults.MISCLASSIFIED):
         predicted = int(probabilities[index].argmax())
-        png = tf.io.encode_png(test.images[index].astype(np.uint8)[..., np.newaxis]).numpy()
+        image = test.images[index].astype(np.uint8)
+        png = tf.io.encode_png(image if image.ndim == 3 else image[..., np.newaxis]).numpy()
         mistakes.append(
             Mistake(
                 index=index,

@@ -6,7 +6,8 @@ one or a value of the wrong type. The comments on the fields are the schema.
 
 Versions: a record that stands alone (a file in the store, a step's output) ends with ``schema_version``.
 One without it was written before records carried a version (version 0) and had exactly version 1's
-fields, so it is read as version 1 (the only migration: the number); any other version is refused.
+fields, so it is read as version 1. A record whose fields changed raises its own ``VERSION`` and reads
+its older versions through ``upgrade`` (DatasetMetadata: version 2); any other version is refused.
 Records live here, at the bottom of the layers, because the store's own modules (runs, registry) read
 and write them and every layer above reads them.
 """
@@ -43,6 +44,7 @@ class Record:
     """The base of every record: its JSON and the strict way back."""
 
     VERSIONED: ClassVar[bool] = False  # stands alone: its JSON ends with schema_version
+    VERSION: ClassVar[int] = SCHEMA_VERSION  # the version this bakeoff writes; older ones go through ``upgrade``
     # (name field, value field): the value is written under the key the name field holds ({"variant": "a", "val_loss":
     # 0.3})
     KEYED: ClassVar[tuple[str, str] | tuple[()]] = ()
@@ -50,7 +52,7 @@ class Record:
     def to_dict(self) -> dict[str, Any]:
         data = self._fields()
         if self.VERSIONED:
-            data[VERSION_FIELD] = SCHEMA_VERSION
+            data[VERSION_FIELD] = self.VERSION
         return data
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -69,6 +71,12 @@ class Record:
         except ValueError as error:
             raise RecordError(f"{source}: not JSON ({error}): {REWRITE}") from None
         return cls.from_dict(data, source)
+
+    @classmethod
+    def upgrade(cls, data: dict[str, Any], version: int) -> dict[str, Any]:
+        """``data`` of an older ``version`` (1 for version 0) as this version's fields; no record has one but its
+        own."""
+        return data
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -118,11 +126,13 @@ def _record(cls: type[Record], data: Any, source: str, path: str, top: bool) -> 
     data = dict(data)
     if top and cls.VERSIONED:
         version = data.pop(VERSION_FIELD, UNVERSIONED)
-        if type(version) is not int or version not in (UNVERSIONED, SCHEMA_VERSION):
+        if type(version) is not int or not UNVERSIONED <= version <= cls.VERSION:
             raise RecordError(
-                f"{source}: {kind} of {VERSION_FIELD} {version!r}, and this bakeoff reads version {SCHEMA_VERSION}:"
+                f"{source}: {kind} of {VERSION_FIELD} {version!r}, and this bakeoff reads version {cls.VERSION}:"
                 " read it with the bakeoff that wrote it, or rerun what wrote it with this version"
             )
+        if version < cls.VERSION:
+            data = cls.upgrade(data, max(version, SCHEMA_VERSION))
     names = [field.name for field in dataclasses.fields(cls)]
     fixed = [name for name in names if name not in cls.KEYED]
     extra = [key for key in data if key not in fixed]
@@ -251,18 +261,58 @@ class BackupManifest(Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class Preprocessing(Record):
+    """What ingest did to each decoded image, and what serving does to an image file it is sent
+    (components/data/preprocess.py ``prepare``): channels converted, then resized by ``resize``."""
+
+    height: int
+    width: int
+    channels: int  # 1 (grayscale) or 3 (RGB)
+    resize: str  # a Pillow filter's name (bilinear, ...), or "none": every image already had this size
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedFiles(Record):
+    """The files of a source that are not images: skipped by ingest, counted, the first ones named."""
+
+    count: int
+    names: list[str]  # at most defaults.SKIPPED_NAMES of them, relative to the source
+
+
+@dataclasses.dataclass(frozen=True)
 class DatasetMetadata(Record):
     """The Dataset artifact's ``metadata.json``, written by ingest beside the shards; every reader of the data
     reads it."""
 
     VERSIONED: ClassVar[bool] = True
+    VERSION: ClassVar[int] = 2  # 2: channels in image_shape, preprocessing, class counts, skipped files, split origins
 
     counts: dict[str, int]  # examples per split: train, validation, test
     shards: int  # .npz files per split, the most workers that can read disjoint parts
-    image_shape: list[int]  # height, width, channels
+    image_shape: list[int]  # height, width, channels: each shard's images are uint8 [n, *image_shape]
     class_names: list[str]  # by label
     fingerprint: str  # a content hash of every split (data/artifact.py fingerprint)
-    source: str  # the IDX folder or 'tfds' it was read from
+    source: str  # the source string it was read from (an IDX folder, a class-folder tree, s3://..., tfds:NAME)
+    preprocessing: Preprocessing
+    class_counts: dict[str, list[int]]  # per split, examples by label
+    skipped: SkippedFiles
+    split_origins: dict[str, str]  # per split, where it came from: the source's own split, or how it was carved
+
+    @classmethod
+    def upgrade(cls, data: dict[str, Any], version: int) -> dict[str, Any]:
+        """Version 1 held Fashion-MNIST's grayscale images as [height, width], read as they were."""
+        shape = list(data.get("image_shape", []))
+        if len(shape) == 2:
+            shape.append(1)
+        upgraded = dict(data, image_shape=shape)
+        if len(shape) == 3 and all(type(side) is int for side in shape):
+            upgraded.setdefault(
+                "preprocessing", {"height": shape[0], "width": shape[1], "channels": 1, "resize": "none"}
+            )
+        upgraded.setdefault("class_counts", {})  # not recorded then
+        upgraded.setdefault("skipped", {"count": 0, "names": []})
+        upgraded.setdefault("split_origins", {})
+        return upgraded
 
 
 @dataclasses.dataclass(frozen=True)
