@@ -337,7 +337,7 @@ def _random_flip(images: Any, labels: Any) -> tuple[Any, Any]:
     """Mirrors a random half of a batch left-right: cheap augmentation against overfitting."""
     import tensorflow as tf
 
-    flip = tf.random.uniform([tf.shape(images)[0], 1, 1]) < 0.5
+    flip = tf.random.uniform([tf.shape(images)[0]] + [1] * (images.shape.rank - 1)) < 0.5  # [n, 1, 1(, 1)]
     return tf.where(flip, tf.reverse(images, axis=[2]), images), labels
 
 
@@ -347,7 +347,8 @@ def _random_shift(pixels: int) -> Callable[[Any, Any], tuple[Any, Any]]:
 
     def shift(images: Any, labels: Any) -> tuple[Any, Any]:
         count, height, width = tf.shape(images)[0], tf.shape(images)[1], tf.shape(images)[2]
-        padded = tf.pad(images, [[0, 0], [pixels, pixels], [pixels, pixels]])
+        channels = [[0, 0]] * (images.shape.rank - 3)  # none for [n, h, w], one for [n, h, w, c]
+        padded = tf.pad(images, [[0, 0], [pixels, pixels], [pixels, pixels], *channels])
         offsets = tf.random.uniform([2, count, 1], 0, 2 * pixels + 1, tf.int32)
         rows = tf.gather(padded, offsets[0] + tf.range(height), axis=1, batch_dims=1)
         return tf.gather(rows, offsets[1] + tf.range(width), axis=2, batch_dims=1), labels
