@@ -29,13 +29,13 @@ def check(
     The store is opened (an S3 store answers a listing) but nothing is written.
     """
     from bakeoff.components.data.artifact import check_shards, check_validation_size
-    from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES, check_source
+    from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES, check_source, source_shape
     from bakeoff.components.errors import for_parameter, reported
     from bakeoff.components.search.deadline import check_deadline
     from bakeoff.components.search.halving import check_compiled
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.ranking import check_metric
-    from bakeoff.components.spec import Halving, parse_variants
+    from bakeoff.components.spec import Halving, check_fits, parse_variants
     from bakeoff.components.storage import check_shared, open_store, use_s3_endpoint
     from bakeoff.components.storage.registry import check_model_name
     from bakeoff.components.training.launch import (
@@ -58,6 +58,9 @@ def check(
                 )
             for variant in parsed:
                 check_workers(variant, shards)
+            shape = source_shape(source)
+            if shape:  # else the train step checks it against the artifact, before its job
+                check_fits(parsed, shape)
         rules = {  # parameter → the rule its value must pass (the same function wherever the rule applies)
             "metric": lambda: check_metric(metric),
             "model_name": lambda: check_model_name(model_name),

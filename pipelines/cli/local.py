@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bakeoff.components import arguments, defaults
+from bakeoff.components.data.fashion_mnist import source_shape
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS, load_config
+from bakeoff.components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS, check_fits, load_config
 from bakeoff.components.storage import runs
 from bakeoff.components.storage.records import PublishedVersion, RungRecord, Summary
 from bakeoff.pipelines.cli.flags import (
@@ -57,6 +58,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{flag} would change what {args.config}'s search.budget planned: set it in the file, where the budget "
             "counts it, or pass --budget none"
         )
+    shape = source_shape(args.source)
+    if shape:  # else the train step checks it against the artifact, before its job
+        check_fits(config.variants, shape, str(args.config))
     for variant in config.variants:
         workers = args.workers or variant.workers
         # Local ingest writes the default shard count; more workers would fail only after ingest, in training.
