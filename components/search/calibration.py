@@ -25,20 +25,30 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 from bakeoff.components import defaults
 from bakeoff.components.backends import prefork
 from bakeoff.components.backends.local import thread_cap
 from bakeoff.components.data import artifact
-from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE
+from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE, TRAIN_IMAGES
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
 from bakeoff.components.search import contention
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage import Store, runs
-from bakeoff.components.storage.records import Record, RecordError, WorkerMetrics, timestamp
+from bakeoff.components.storage.records import (
+    DatasetMetadata,
+    Preprocessing,
+    Record,
+    RecordError,
+    SkippedFiles,
+    WorkerMetrics,
+    timestamp,
+)
 from bakeoff.components.training.tfjob import WORKER_PROGRAM
 
-VERSION = 9  # of the cost model, of this record and of what a job costs: a new one measures again
+VERSION = 10  # of the cost model, of this record and of what a job costs: a new one measures again
 # What a step imports before its work: most only kfp's executor and the launcher of jobs; select (steps/select.py)
 # TensorFlow, the selection and the report's figures as well (tests/test_search.py holds this to select's imports).
 TASK_IMPORTS = "import kfp.dsl.executor_main, bakeoff.components.training.launch"
@@ -52,18 +62,43 @@ FILE = "calibration.json"
 MACS_TOLERANCE = 1.15  # networks within this factor of a measured one cost as it does, in proportion
 CALIBRATED = "calibration"  # a step's measured_by when a calibration job timed it; else "run <id>"
 CPUINFO = Path("/proc/cpuinfo")
-IMAGE_SIDE = IMAGE_SHAPE[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Images:
+    """What a plan prices of a dataset: its training examples, one image's [height, width, channels], its classes."""
+
+    examples: int
+    shape: tuple[int, int, int]
+    classes: int
+
+    @classmethod
+    def of(cls, metadata: DatasetMetadata) -> Images:
+        """An ingested artifact's (its metadata.json)."""
+        height, width, channels = metadata.image_shape
+        return cls(metadata.counts["train"], (height, width, channels), len(metadata.class_names))
+
+    @property
+    def values(self) -> int:
+        """Numbers in the training split: what ingest reads and writes."""
+        height, width, channels = self.shape
+        return self.examples * height * width * channels
+
+
+# The default source: its training split less the validation carved from it.
+FASHION_MNIST = Images(TRAIN_IMAGES - defaults.VALIDATION_SIZE, (*IMAGE_SHAPE, 1), CLASSES)
 
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """What a family's step costs depend on: its architecture, whether it normalizes batches, the batch per replica
-    and the workers sharing the cores."""
+    """What a family's step costs depend on: its architecture, whether it normalizes batches, the batch per replica,
+    the workers sharing the cores, and the images' [height, width, channels] (its input, activations and memory)."""
 
     architecture: str
     batch_norm: bool  # its work grows with activations, not MACs: the line of a plain network misprices it
     batch_size: int
     workers: int
+    image: tuple[int, int, int] = FASHION_MNIST.shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,10 +114,12 @@ class StepCost(Record):
     step_seconds: float
     epoch_end_seconds: float  # an epoch's end: scoring the validation images and saving the backup
     measured_by: str = CALIBRATED  # or the run whose job of about this network measured it last
+    image: list[int] = dataclasses.field(default_factory=lambda: list(FASHION_MNIST.shape))  # [height, width, channels]
 
     @property
     def shape(self) -> Shape:
-        return Shape(self.architecture, self.batch_norm, self.batch_size, self.workers)
+        height, width, channels = self.image
+        return Shape(self.architecture, self.batch_norm, self.batch_size, self.workers, (height, width, channels))
 
     @classmethod
     def of(
@@ -106,14 +143,17 @@ class StepCost(Record):
             step_seconds,
             epoch_end_seconds,
             measured_by,
+            list(shape.image),
         )
 
     @classmethod
-    def of_job(cls, variant: Variant, metrics: WorkerMetrics, threads: int, measured_by: str) -> StepCost:
+    def of_job(
+        cls, variant: Variant, metrics: WorkerMetrics, threads: int, measured_by: str, images: Images = FASHION_MNIST
+    ) -> StepCost:
         """The step one job of ``variant`` trained at (its steady rate, all-reduce included) and its epochs' end."""
         step = metrics.global_batch_size / metrics.examples_per_second
         epoch_end = (metrics.validation_seconds + metrics.backup_seconds) / metrics.epochs_trained
-        return cls.of(shape_of(variant), threads, macs(variant), step, epoch_end, measured_by)
+        return cls.of(shape_of(variant, images), threads, macs(variant, images), step, epoch_end, measured_by)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,12 +183,15 @@ class Calibration(Record):
         """An epoch's end (validation, backup) of a network of ``network_macs`` in ``shape``, priced as its step."""
         return _on_line([(cost.macs, cost.epoch_end_seconds) for cost in self.costs(shape)], network_macs)
 
-    def missing(self, wanted: Iterable[Variant]) -> list[Variant]:
+    def missing(self, wanted: Iterable[Variant], images: Images = FASHION_MNIST) -> list[Variant]:
         """Those of ``wanted`` (``timed``'s) with no measured network of their shape within ``MACS_TOLERANCE``."""
         return [
             variant
             for variant in wanted
-            if not any(within(cost.macs, macs(variant), MACS_TOLERANCE) for cost in self.costs(shape_of(variant)))
+            if not any(
+                within(cost.macs, macs(variant, images), MACS_TOLERANCE)
+                for cost in self.costs(shape_of(variant, images))
+            )
         ]
 
 
@@ -224,42 +267,42 @@ def within(a: int, b: int, factor: float) -> bool:
     return max(a, b) <= min(a, b) * factor
 
 
-def macs(variant: Variant) -> int:
+def macs(variant: Variant, images: Images = FASHION_MNIST) -> int:
     """Multiply-accumulates of one image through the network's forward pass: how a family's variants differ in cost."""
-    config = variant.model_config()
+    config, (height, width, channels), classes = variant.model_config(), images.shape, images.classes
     if isinstance(config, MlpConfig):
-        widths = [IMAGE_SIDE * IMAGE_SIDE, *config.hidden_units, CLASSES]
+        widths = [height * width * channels, *config.hidden_units, classes]
         return sum(a * b for a, b in itertools.pairwise(widths))
     assert isinstance(config, CnnConfig)
-    side, channels, total = IMAGE_SIDE, 1, 0
+    total = 0
     for index, filters in enumerate(config.filters):
-        side -= config.kernel_size - 1  # valid convolutions
-        total += side * side * config.kernel_size**2 * channels * filters
+        height, width = height - (config.kernel_size - 1), width - (config.kernel_size - 1)  # valid convolutions
+        total += height * width * config.kernel_size**2 * channels * filters
         channels = filters
         if index < len(config.filters) - 1:
-            side //= 2  # each pooling but the last
-    flat = side * side * channels
-    return total + flat * config.dense_units + config.dense_units * CLASSES
+            height, width = height // 2, width // 2  # each pooling but the last
+    flat = height * width * channels
+    return total + flat * config.dense_units + config.dense_units * classes
 
 
-def shape_of(variant: Variant) -> Shape:
+def shape_of(variant: Variant, images: Images = FASHION_MNIST) -> Shape:
     config = variant.model_config()
     normalized = isinstance(config, CnnConfig) and config.batch_norm
-    return Shape(variant.architecture, normalized, variant.training.batch_size, variant.workers)
+    return Shape(variant.architecture, normalized, variant.training.batch_size, variant.workers, images.shape)
 
 
-def timed(variants: Iterable[Variant]) -> list[Variant]:
+def timed(variants: Iterable[Variant], images: Images = FASHION_MNIST) -> list[Variant]:
     """The networks a calibration times for ``variants``: of each shape the cheapest, and the costliest when its
     forward pass is ``MACS_TOLERANCE`` times the cheapest's or more (two points of the step's line)."""
     by_shape: dict[Shape, list[Variant]] = {}
     for variant in variants:
-        by_shape.setdefault(shape_of(variant), []).append(variant)
+        by_shape.setdefault(shape_of(variant, images), []).append(variant)
     chosen = []
     for shape in sorted(by_shape, key=dataclasses.astuple):
-        ordered = sorted(by_shape[shape], key=lambda variant: (macs(variant), variant.name))
+        ordered = sorted(by_shape[shape], key=lambda variant: (macs(variant, images), variant.name))
         cheapest, costliest = ordered[0], ordered[-1]
         chosen.append(cheapest)
-        if not within(macs(cheapest), macs(costliest), MACS_TOLERANCE):
+        if not within(macs(cheapest, images), macs(costliest, images), MACS_TOLERANCE):
             chosen.append(costliest)
     return chosen
 
@@ -300,21 +343,24 @@ def read(path: Path) -> Calibration | None:
 
 
 def calibrated(
-    variants: Iterable[Variant], source: str = defaults.SOURCE, steps: int = defaults.CALIBRATION_STEPS
+    variants: Iterable[Variant],
+    source: str = defaults.SOURCE,
+    steps: int = defaults.CALIBRATION_STEPS,
+    images: Images = FASHION_MNIST,
 ) -> Calibration:
-    """This machine's costs for ``variants``: the cached record, measuring (and caching) the networks ``timed`` picks
-    that it lacks (``steps`` timed steps of each)."""
-    path, key, wanted = cache_dir() / FILE, machine_key(), timed(variants)
+    """This machine's costs for ``variants`` on ``images``: the cached record, measuring (and caching) the networks
+    ``timed`` picks that it lacks for that image shape (``steps`` timed steps of each)."""
+    path, key, wanted = cache_dir() / FILE, machine_key(), timed(variants, images)
     cached = read(path)
     if cached is not None and cached.machine != key:
         cached = None  # another CPU, TensorFlow or cost model: nothing of it holds here
-    missing = cached.missing(wanted) if cached else wanted
+    missing = cached.missing(wanted, images) if cached else wanted
     if not missing:
         assert cached is not None
         return cached
     print(f"bakeoff: measuring this machine's training costs once ({path})", file=sys.stderr)
     before = contention.sample()
-    measured = measure(missing, source, steps)
+    measured = measure(missing, source, steps, images)
     calibration = dataclasses.replace(measured, steps=[*(cached.steps if cached else []), *measured.steps])
     others = contention.others_share(before, contention.sample())
     if others > defaults.BUSY_SHARE:  # slower than this machine alone: every later plan would be priced from it
@@ -336,21 +382,30 @@ def _write(path: Path, calibration: Calibration) -> None:
 
 
 def measure(
-    wanted: list[Variant], source: str = defaults.SOURCE, steps: int = defaults.CALIBRATION_STEPS
+    wanted: list[Variant],
+    source: str = defaults.SOURCE,
+    steps: int = defaults.CALIBRATION_STEPS,
+    images: Images = FASHION_MNIST,
 ) -> Calibration:
     """Times ``wanted`` here with what a run does: the data built as ingest builds it, a pipeline step's process
     start, and one short real job of each network on the local backend, ``steps`` steps after a first execution;
     its step is the job's steady rate, its epoch's end its validation and backup, its start the rest of its wall
-    time."""
+    time. Images of another shape than Fashion-MNIST's are timed on random pixels of that shape: a step's cost does
+    not depend on what the pixels show."""
     with tempfile.TemporaryDirectory(prefix="bakeoff-calibration-") as scratch, prefork.warm(WORKER_PROGRAM):
         began = time.perf_counter()
         data = Path(scratch) / "data"
         artifact.build(source, data, defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED)
         ingest = time.perf_counter() - began
+        if images.shape != FASHION_MNIST.shape or images.classes != FASHION_MNIST.classes:
+            most = max(variant.training.batch_size * variant.workers for variant in wanted)
+            data = _random_artifact(
+                Path(scratch) / "random", images, most * (defaults.CALIBRATION_STEPS_PER_EXECUTION + steps)
+            )
         costs, starts = [], []
         for index, variant in enumerate(wanted):
             cost, start = _job(
-                variant, data.as_uri(), (Path(scratch) / "store").as_uri(), f"calibration-{index}", steps
+                variant, data.as_uri(), (Path(scratch) / "store").as_uri(), f"calibration-{index}", steps, images
             )
             # a minute or more on 2 cores in all: a line per job shows it goes on
             print(
@@ -378,7 +433,41 @@ def start_cost(starts: list[float]) -> float:
     return statistics.median(starts)
 
 
-def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: int) -> tuple[StepCost, float]:
+def _random_artifact(out: Path, images: Images, train: int) -> Path:
+    """An artifact of random pixels of ``images``' shape and classes in ``out``: ``train`` training examples (what
+    the calibration's jobs read), the default validation split, whose scoring is an epoch's end."""
+    rng = np.random.default_rng(defaults.SEED)
+    out.mkdir(parents=True)
+    counts = {
+        "train": train,
+        "validation": defaults.VALIDATION_SIZE,
+        "test": defaults.SHARDS,
+    }
+    for split, count in counts.items():
+        for index, part in enumerate(np.array_split(np.arange(count), defaults.SHARDS)):
+            with open(out / artifact.shard_name(split, index, defaults.SHARDS), "wb") as file:
+                pixels = rng.integers(0, 256, (len(part), *images.shape), dtype=np.uint8)
+                np.savez(file, images=pixels, labels=part % images.classes)
+    height, width, channels = images.shape
+    metadata = DatasetMetadata(
+        counts=counts,
+        shards=defaults.SHARDS,
+        image_shape=list(images.shape),
+        class_names=[str(label) for label in range(images.classes)],
+        fingerprint="random",
+        source="random pixels (calibration)",
+        preprocessing=Preprocessing(height, width, channels, defaults.RESIZE),
+        class_counts={},
+        skipped=SkippedFiles(0, []),
+        split_origins={},
+    )
+    (out / artifact.METADATA_FILE).write_text(metadata.to_json())
+    return out
+
+
+def _job(
+    variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: int, images: Images = FASHION_MNIST
+) -> tuple[StepCost, float]:
     """One short real job of ``variant``'s network: its step (the worker's steady rate) and its start (the rest)."""
     from bakeoff.components.training.launch import JobSettings, train_variant
 
@@ -386,7 +475,7 @@ def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: in
         variant.training, epochs=1, steps_per_execution=defaults.CALIBRATION_STEPS_PER_EXECUTION
     )
     timed_variant = dataclasses.replace(variant, training=training)
-    shape = shape_of(variant)
+    shape = shape_of(variant, images)
     examples = shape.batch_size * shape.workers * (defaults.CALIBRATION_STEPS_PER_EXECUTION + steps)
     settings = JobSettings(
         defaults.IMAGE, examples, defaults.LOCAL_PARALLELISM, defaults.TIMEOUT_SECONDS, "local", defaults.TRAINER
@@ -398,7 +487,7 @@ def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: in
         except BakeoffError as error:
             raise BakeoffError(f"measuring this machine's training costs failed: {error}") from None
     wall = time.perf_counter() - began
-    cost = StepCost.of_job(variant, metrics, thread_cap(shape.workers, defaults.LOCAL_PARALLELISM), CALIBRATED)
+    cost = StepCost.of_job(variant, metrics, thread_cap(shape.workers, defaults.LOCAL_PARALLELISM), CALIBRATED, images)
     trained = metrics.epochs_trained * (metrics.steps_per_epoch * cost.step_seconds + cost.epoch_end_seconds)
     return cost, wall - trained
 

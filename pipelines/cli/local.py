@@ -108,7 +108,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = run_watched(run) if watched else run_local(run)
     others = contention.others_share(before, contention.sample())
     shared = others > defaults.BUSY_SHARE  # its steps ran slower than this machine's: they would misprice a plan
-    refreshed = None if shared else refresh(store, summary.run_id, variants, args.parallelism)
+    # Costs are kept per image shape: a run of another source than Fashion-MNIST's does not price its networks.
+    refreshed = None if shared or not shape else refresh(store, summary.run_id, variants, args.parallelism)
     print(leaderboard(summary), file=out)
     if plan is not None:
         print(bought(plan, listed, time.monotonic() - began, runs.search_records(store, summary.run_id)), file=out)
