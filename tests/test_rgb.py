@@ -17,7 +17,7 @@ from PIL import Image
 
 from bakeoff.components.data import artifact
 from bakeoff.components.data.preprocess import decode, prepare
-from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE
+from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE
 from bakeoff.components.selection.settings import SelectionSettings
 from bakeoff.components.selection.winner import select_run
 from bakeoff.components.storage import open_store, registry, runs
@@ -141,8 +141,14 @@ def files(tmp: Path) -> list[Path]:
 def test_the_model_is_built_for_the_datasets_shape_and_learnt_the_colours(published: dict) -> None:
     import tensorflow as tf
 
-    signature = tf.saved_model.load(str(published["version"])).signatures[ARRAYS_SIGNATURE]
+    loaded = tf.saved_model.load(str(published["version"]))
+    signature = loaded.signatures[ARRAYS_SIGNATURE]
     assert signature.structured_input_signature[1]["images"].shape.as_list() == [None, HEIGHT, WIDTH, 3]
+    # TF Serving's own route for files: colour PNGs of the dataset's size answer as their pixels do
+    images = np.stack([drawn(label, np.random.default_rng(label)) for label in range(3)])
+    encoded = tf.stack([tf.io.encode_png(image) for image in images])
+    from_bytes = loaded.signatures[BYTES_SIGNATURE](image_bytes=encoded)["probabilities"].numpy()
+    np.testing.assert_allclose(from_bytes, in_process(published["version"], images)["probabilities"], atol=1e-6)
     manifest = registry.list_versions(published["store"], MODEL)[0]
     assert manifest.dataset.preprocessing == Preprocessing(HEIGHT, WIDTH, 3, "bilinear")
     # 3 classes told apart by colour: a tiny CNN learns them; the mislabelled test images are wrong by design
