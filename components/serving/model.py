@@ -222,10 +222,11 @@ def _b64_field(index: int, instance: Any) -> str:
     return instance["b64"]
 
 
-def _shape_text(version: Version) -> str:
-    """The arrays a client may send, e.g. 28×28 (or 28×28×1), 32×32×3."""
+def _shape_text(version: Version, count: int | None = None) -> str:
+    """The arrays a client may send, e.g. 32×32×3, or 2×28×28×1 (or 2×28×28) for ``count`` 2."""
+    lead = "" if count is None else f"{count}×"
     height, width, channels = version.pixels
-    return f"{height}×{width} (or {height}×{width}×1)" if channels == 1 else f"{height}×{width}×{channels}"
+    return f"{lead}{height}×{width}×{channels}" + (f" (or {lead}{height}×{width})" if channels == 1 else "")
 
 
 def pixel_arrays(data: Any, version: Version, count: int) -> Any:
@@ -246,7 +247,7 @@ def pixel_arrays(data: Any, version: Version, count: int) -> Any:
             tensor = None
     if tensor is None or list(tensor.shape) not in accepted:
         got = "ragged or non-numeric data" if tensor is None else f"shape {list(tensor.shape)}"
-        raise InvalidInput(f"images must be {count}×{_shape_text(version)} numbers (0-255 pixels), got {got}")
+        raise InvalidInput(f"images must be {_shape_text(version, count)} numbers (0-255 pixels), got {got}")
     wanted = [count, *version.image_shape]
     if list(tensor.shape) == wanted:
         return tensor
@@ -279,7 +280,7 @@ def v2_batch(request: InferRequest, version: Version) -> Batch:
     """The Open Inference Protocol: one input, FP32 [n, H, W(, C)] pixels or BYTES [n] (base64 PNG/JPEG in JSON)."""
     if len(request.inputs) != 1:
         raise InvalidInput(
-            f"send exactly one input tensor ({ARRAYS_INPUT!r} FP32 [n, {_shape_text(version).replace('×', ', ')}] or"
+            f"send exactly one input tensor ({ARRAYS_INPUT!r} FP32 [n, {', '.join(map(str, version.pixels))}] or"
             f" {BYTES_INPUT!r} BYTES [n]),"
             f" got {len(request.inputs)}"
         )
