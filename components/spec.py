@@ -7,7 +7,7 @@ import dataclasses
 import math
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -194,8 +194,6 @@ def _quantity(text: str) -> Decimal | None:
 
 
 def _validate_model(variant: Variant, where: _Where) -> None:
-    from bakeoff.components.data.fashion_mnist import IMAGE_SHAPE
-
     model = variant.model
     if not 0 <= model.get("dropout", 0) < 1:
         raise where.error("model.dropout", f"must be in [0, 1), got {model['dropout']}")
@@ -209,17 +207,30 @@ def _validate_model(variant: Variant, where: _Where) -> None:
                 _bounded(where, f"model.{field}[{index}]", units, 1, MAX_UNITS)
     if "dense_units" in model:
         _bounded(where, "model.dense_units", model["dense_units"], 1, MAX_UNITS)
-    if "kernel_size" in model:
+    if "kernel_size" in model:  # against the image itself in check_fits, once the dataset's size is known
+        _bounded(where, "model.kernel_size", model["kernel_size"], 1, defaults.IMAGE_SIDES[1])
+
+
+def check_fits(variants: Sequence[Variant], image_shape: Sequence[int], source: str = "") -> None:
+    """One line naming the first variant whose convolutions do not fit images of ``image_shape`` ([height, width,
+    channels]); ``source`` (a config file) starts it. Checked where the dataset's size is first known: the
+    run's source or image_size, else the artifact's metadata before any job starts."""
+    height, width = image_shape[:2]
+    for variant in variants:
+        model, where = variant.model, _Where(source, variant.name)
+        if "kernel_size" not in model:
+            continue
         # Each convolution (no padding) trims kernel_size - 1 pixels and each pooling but the last halves the side.
-        kernel, side = model["kernel_size"], min(IMAGE_SHAPE)
-        _bounded(where, "model.kernel_size", kernel, 1, side)
+        kernel, side = model["kernel_size"], min(height, width)
+        if kernel > side:
+            raise where.error("model.kernel_size", f"must be at most {side} for {height}x{width} images, got {kernel}")
         for index in range(len(model["filters"])):
             side = side - (kernel - 1)
             if side < 1:
                 raise where.error(
                     "model.filters",
                     f"{len(model['filters'])} convolutions of kernel_size {kernel} leave no pixels of the"
-                    f" {IMAGE_SHAPE[0]}x{IMAGE_SHAPE[1]} image at convolution {index + 1}:"
+                    f" {height}x{width} image at convolution {index + 1}:"
                     " list fewer filters or use a smaller kernel_size",
                 )
             if index < len(model["filters"]) - 1:

@@ -40,15 +40,17 @@ def calibration(
     task_seconds: float = 1.0,
     select_task_seconds: float = 3.0,
     ingest_seconds: float = 5.0,
+    images: costs.Images = costs.FASHION_MNIST,
 ) -> costs.Calibration:
-    """This machine's costs as if measured: every network ``timed`` picks for ``configs``, the cheapest of each shape
-    stepping in ``step_seconds`` and ending an epoch in ``epoch_end_seconds``, the others in proportion to their
-    MACs."""
-    timed = costs.timed(v for config in configs for v in config.variants)
-    cheapest = {costs.shape_of(v): costs.macs(v) for v in reversed(timed)}  # timed lists each shape's cheapest first
+    """This machine's costs as if measured on ``images``: every network ``timed`` picks for ``configs``, the cheapest
+    of each shape stepping in ``step_seconds`` and ending an epoch in ``epoch_end_seconds``, the others in proportion
+    to their MACs."""
+    timed = costs.timed((v for config in configs for v in config.variants), images)
+    # timed lists each shape's cheapest first
+    cheapest = {costs.shape_of(v, images): costs.macs(v, images) for v in reversed(timed)}
     steps = []
     for variant in timed:
-        shape, network = costs.shape_of(variant), costs.macs(variant)
+        shape, network = costs.shape_of(variant, images), costs.macs(variant, images)
         scale = network / cheapest[shape]
         steps.append(costs.StepCost.of(shape, 1, network, step_seconds * scale, epoch_end_seconds * scale))
     measured_at = "2026-01-01T00:00:00+00:00"
@@ -64,7 +66,7 @@ def calibration(
     )
 
 
-def cache_calibration(cache: Path, *configs: Config, **numbers: float) -> costs.Calibration:
+def cache_calibration(cache: Path, *configs: Config, **numbers: Any) -> costs.Calibration:
     """Writes ``calibration(*configs)`` where plan reads it (``cache``: the tests' own cache folder): nothing is
     measured."""
     written = calibration(*configs, **numbers)

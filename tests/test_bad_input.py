@@ -138,18 +138,17 @@ FIELDS = {
     ),
     "model.filters huge": ("model.filters", [10**9], r"variant 'v': model.filters\[0\]: must be at most 8192"),
     "model.filters of strings": ("model.filters", ["8"], r"variant 'v': model.filters\[0\]: expected int, got '8'"),
-    "model.filters too deep": (
-        "model.filters",
-        [8, 8, 8, 8],
-        r"variant 'v': model.filters: 4 convolutions of kernel_size 3 leave no pixels",
-    ),
     "model.kernel_size zero": ("model.kernel_size", 0, r"variant 'v': model.kernel_size: must be at least 1, got 0"),
     "model.kernel_size negative": (
         "model.kernel_size",
         -3,
         r"variant 'v': model.kernel_size: must be at least 1, got -3",
     ),
-    "model.kernel_size huge": ("model.kernel_size", 99, r"variant 'v': model.kernel_size: must be at most 28, got 99"),
+    "model.kernel_size huge": (
+        "model.kernel_size",
+        2000,
+        r"variant 'v': model.kernel_size: must be at most 1024, got 2000",
+    ),
     "model.kernel_size fraction": ("model.kernel_size", 2.5, r"variant 'v': model.kernel_size: expected int, got 2\.5"),
     "model.dense_units zero": ("model.dense_units", 0, r"variant 'v': model.dense_units: must be at least 1"),
     "model.dense_units huge": ("model.dense_units", 10**12, r"variant 'v': model.dense_units: must be at most 8192"),
@@ -352,6 +351,33 @@ def test_a_bad_config_field_fails_run_and_compile_in_one_line(
         result = bakeoff(*args)
         assert_one_line(result, "^bakeoff: error: " + re.escape(f"{config}: ") + message)
         assert_nothing_written(paths)
+
+
+# Variants that do not fit the images: only the dataset's size decides, so compile takes them and run refuses.
+MISFITS = {
+    "model.filters too deep": (
+        "model.filters",
+        [8, 8, 8, 8],
+        r"variant 'v': model.filters: 4 convolutions of kernel_size 3 leave no pixels of the 28x28 image",
+    ),
+    "model.kernel_size larger than the image": (
+        "model.kernel_size",
+        99,
+        r"variant 'v': model.kernel_size: must be at most 28 for 28x28 images, got 99",
+    ),
+}
+
+
+@pytest.mark.parametrize("field, value, message", MISFITS.values(), ids=MISFITS.keys())
+def test_a_variant_that_does_not_fit_the_images_fails_run_in_one_line_and_compiles(
+    bakeoff, paths: dict[str, Path], fashion_dir: Path, tmp_path: Path, field: str, value: Any, message: str
+) -> None:
+    config = write_config(tmp_path / "variants.yaml", with_field(CNN, field, value))
+    result = bakeoff(*run_args(config, paths, fashion_dir))
+    assert_one_line(result, "^bakeoff: error: " + re.escape(f"{config}: ") + message)
+    assert_nothing_written(paths)
+    compiled = bakeoff("compile", "--config", str(config), "-o", str(paths["out"]))
+    assert compiled.code in (0, None), compiled.err
 
 
 CONFIG_FILES: dict[str, tuple[Callable[[Path], Path], str]] = {

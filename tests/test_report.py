@@ -484,3 +484,17 @@ def assert_select_artifacts(work_dir: Path, store_uri: str, summary: Summary) ->
     leaderboard = (select_dir / "leaderboard").read_text()
     assert f"| 1 ★ winner | {summary.winner.variant} |" in leaderboard
     assert all(f"| {c.variant} |" in leaderboard for c in summary.candidates)
+
+
+def test_the_page_shows_each_class_s_test_images_and_accuracy_by_name() -> None:
+    from bakeoff.components.storage.records import SelectionRecord as Record
+
+    sample = Record.from_json((Path(__file__).parent / "data" / "records" / "selection.json").read_text(), "sample")
+    matrix = [[0] * 3 for _ in range(3)]
+    matrix[0][0], matrix[0][2], matrix[1][1] = 3, 1, 5  # class 0: 3 of 4 right; class 1: 5 of 5; class 2: none
+    record = dataclasses.replace(
+        sample, class_names=["cat", "dog", "<bird>"], confusion_matrix=matrix, misclassified=[]
+    )
+    parsed = Page(render(record, {}, {c.variant: [1.0] for c in record.contestants()}))
+    table = "".join(parsed.text)
+    assert "0cat40.7500" in table and "1dog51.0000" in table and "2<bird>0-" in table

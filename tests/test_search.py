@@ -658,7 +658,8 @@ def test_plan_prints_the_variants_the_rungs_and_the_estimate(
     assert least < most
     assert (
         f"estimated time: {least:.1f} to {most:.1f} min (the cheapest to the costliest variants surviving"
-        " each rung); the jobs one at a time on 55,000 examples, with ingest, the jobs' starts and select"
+        " each rung); the jobs one at a time on 55,000 examples of 28x28x1 pixels (10 classes), with ingest, the"
+        " jobs' starts and select"
     ) in out
     assert (
         f"\ncosts measured here at 2026-01-01T00:00:00+00:00 ({cache.machine_key()}): cnn of 0.779M MACs 50 ms/step,"
@@ -847,3 +848,37 @@ def test_plan_on_a_bad_config_is_one_line(tmp_path: Path, capsys: pytest.Capture
         f"bakeoff: error: {path}: variant 'a': model.dropout: uniform needs low < high, got [0.5, 0.1]: for one "
         "value write it plainly\n"
     )
+
+
+def test_plan_prices_an_ingested_artifact_by_its_examples_pixels_and_channels(
+    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from bakeoff.components.storage.records import DatasetMetadata, Preprocessing, SkippedFiles
+
+    path = write(
+        tmp_path,
+        "defaults: {training: {batch_size: 50, epochs: 3}, workers: 1}\n"
+        "variants:\n  - {name: a, model: {type: mlp}}\n  - {name: b, model: {type: cnn}}\n",
+    )
+    config = load_config(path)
+    rgb = costs.Images(1000, (64, 48, 3), 5)
+    data = tmp_path / "artifact"
+    data.mkdir()
+    metadata = DatasetMetadata(
+        {"train": 1000, "validation": 100, "test": 100}, 2, [64, 48, 3], list("abcde"), "f", "folder",
+        Preprocessing(64, 48, 3, "bilinear"), {}, SkippedFiles(0, []), {},
+    )  # fmt: skip
+    (data / "metadata.json").write_text(metadata.to_json())
+    measured = samples.cache_calibration(cost_cache, config, images=rgb)
+    # The costs are kept per image shape: those of 64x48x3 images price no 28x28x1 network.
+    assert measured.missing(costs.timed(config.variants, rgb), rgb) == []
+    assert len(measured.missing(costs.timed(config.variants))) == 2
+    gray, colour = (costs.macs(config.variants[1], images) for images in (costs.FASHION_MNIST, rgb))
+    assert colour > 3 * gray  # more pixels, three channels
+    assert main(["plan", "--config", str(path), "--data", str(data)]) == 0
+    out = capsys.readouterr().out
+    seconds = estimate(config, 1000, measured, images=rgb)[1]
+    assert f"estimated time: {seconds / 60:.1f} min; the jobs one at a time on 1,000 examples of 64x48x3 pixels" in out
+    assert "(5 classes)" in out
+    assert main(["plan", "--config", str(path), "--data", str(tmp_path)]) == 1
+    assert "holds no metadata.json" in capsys.readouterr().err

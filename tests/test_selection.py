@@ -26,6 +26,7 @@ from bakeoff.components.storage.records import (
     Champion,
     DatasetInfo,
     Manifest,
+    Preprocessing,
     Score,
     SelectionBasis,
     SelectionRecord,
@@ -237,7 +238,7 @@ def publish_champion(exported: Path, store_root: Path, variant: str) -> None:
         model=MODEL,
         run_id="earlier",
         variant=variant,
-        dataset=DatasetInfo("earlier-data", {}),
+        dataset=DatasetInfo("earlier-data", {}, Preprocessing(28, 28, 1, "none")),
         metrics=dataclasses.replace(earlier.metrics, val_accuracy=0.99, val_loss=0.01),
     )  # stale numbers on purpose
     registry.publish(open_store(f"file://{store_root}"), MODEL, exported / variant, manifest)

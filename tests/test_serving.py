@@ -865,3 +865,21 @@ def test_predict_fails_in_one_line(problem: str, tmp_path: Path) -> None:
     }
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.splitlines() == [result.stderr.strip()] and expected[problem] in result.stderr, result.stderr
+
+
+@pytest.mark.unit
+def test_a_one_channel_model_takes_arrays_with_or_without_the_channel_axis_and_refuses_colour() -> None:
+    """A model trained on the artifact's [n, 28, 28, 1] keeps answering clients written for [n, 28, 28]."""
+    from kserve.errors import InvalidInput
+
+    from bakeoff.components.serving.model import Version, pixel_arrays
+    from bakeoff.components.storage.records import Preprocessing
+
+    version = Version(1, Path("."), None, None, (28, 28, 1), CLASS_NAMES, Preprocessing(28, 28, 1, "bilinear"))
+    for sent in (np.zeros((2, 28, 28)), np.zeros((2, 28, 28, 1))):
+        assert list(pixel_arrays(sent.tolist(), version, 2).shape) == [2, 28, 28, 1]
+        assert list(pixel_arrays(sent.astype(np.uint8), version, 2).shape) == [2, 28, 28, 1]
+    with pytest.raises(
+        InvalidInput, match=r"images must be 2×28×28×1 \(or 2×28×28\) numbers .* got shape \[2, 28, 28, 3\]"
+    ):
+        pixel_arrays(np.zeros((2, 28, 28, 3)).tolist(), version, 2)

@@ -117,3 +117,15 @@ def test_missing_config_file(tmp_path: Path) -> None:
         match=r"cannot read config '.*nope.yaml' \(No such file or directory\): pass an existing YAML file to --config",
     ):
         load_variants(tmp_path / "nope.yaml")
+
+
+def test_a_deep_cnn_fits_larger_images_and_is_refused_for_small_ones_naming_the_variant_and_size() -> None:
+    from bakeoff.components.spec import check_fits
+
+    deep = from_dict({"name": "deep", "model": {"type": "cnn", "filters": [8, 8, 8, 8], "kernel_size": 3}})
+    check_fits([deep], [96, 96, 3])  # 94, 47, 45, 22, 20, 10, 8: fits
+    with pytest.raises(BakeoffError, match=r"^variant 'deep': model.filters: .* of the 32x40 image at convolution 4"):
+        check_fits([deep], [32, 40, 3])
+    wide = from_dict({"name": "wide", "model": {"type": "cnn", "filters": [8], "kernel_size": 33}})
+    with pytest.raises(BakeoffError, match=r"^variant 'wide': model.kernel_size: must be at most 32 for 32x40 images"):
+        check_fits([wide], [32, 40, 3])

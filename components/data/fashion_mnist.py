@@ -66,6 +66,13 @@ def check_source(source: str) -> str:
     return source
 
 
+def source_shape(source: str) -> list[int] | None:
+    """[height, width, channels] of ``source``'s images where it is Fashion-MNIST (known before ingest); else None."""
+    if source == TFDS_SOURCE or all((Path(source) / name).is_file() for name in IDX_NAMES):
+        return [*IMAGE_SHAPE, 1]
+    return None
+
+
 def read_idx_dir(source: Path) -> dict[str, Split]:
     """The original train/test splits from the four IDX files in ``source``."""
     check_source(str(source))

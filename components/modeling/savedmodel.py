@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from bakeoff.components.spec import Training
 
-ARRAYS_SIGNATURE = "serving_default"  # images: float32 [n, 28, 28], raw 0..255 pixels
+ARRAYS_SIGNATURE = "serving_default"  # images: float32 [n, height, width, channels], raw 0..255 pixels
 BYTES_SIGNATURE = "serving_bytes"  # image_bytes: PNG/JPEG strings (KServe's {"b64": ...})
 
 
@@ -20,7 +20,8 @@ def mirror_averaged(training: Training) -> bool:
 
 
 def served(model: keras.Model, images: Any, mirror_average: bool) -> Any:
-    """The probabilities the export serves for float ``images`` [n, height, width]; validation ranks by them too."""
+    """The probabilities the export serves for float ``images`` [n, height, width(, channels)]; validation ranks by
+    them too."""
     import tensorflow as tf
 
     if len(images.shape) == len(model.input_shape) - 1:  # [n, height, width] for a model of one channel
@@ -42,10 +43,12 @@ def export(model: keras.Model, path: Path, class_names: list[str], mirror_averag
     """
     import tensorflow as tf
 
-    height, width = model.input_shape[1:3]
+    shape = list(model.input_shape[1:])  # [height, width, channels], or [height, width] for a model built before
+    height, width = shape[:2]
+    channels = shape[2] if len(shape) == 3 else 1
     names = tf.constant(class_names)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, height, width], tf.float32, name="images")])
+    @tf.function(input_signature=[tf.TensorSpec([None, *shape], tf.float32, name="images")])
     def serve_arrays(images: tf.Tensor) -> dict:
         probabilities = served(model, images, mirror_average)
         class_id = tf.argmax(probabilities, axis=1)
@@ -53,9 +56,12 @@ def export(model: keras.Model, path: Path, class_names: list[str], mirror_averag
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
     def serve_bytes(image_bytes: tf.Tensor) -> dict:
+        # For TF Serving, which runs the SavedModel alone: TensorFlow's bilinear resize. `bakeoff serve` decodes
+        # and resizes with ingest's own code (data/preprocess.py) instead, so its answers match the training data.
         def decode(encoded: tf.Tensor) -> tf.Tensor:
-            image = tf.io.decode_image(encoded, channels=1, expand_animations=False)
-            return tf.image.resize(tf.cast(image, tf.float32), [height, width])[:, :, 0]
+            image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+            resized = tf.image.resize(tf.cast(image, tf.float32), [height, width])
+            return resized if len(shape) == 3 else resized[:, :, 0]
 
         return serve_arrays(tf.map_fn(decode, image_bytes, fn_output_signature=tf.float32))
 

@@ -52,6 +52,8 @@ def render(record: SelectionRecord, histories: dict[str, dict], seconds: dict[st
         _figure(curves, "training and validation curves", "curves", json.dumps(figures.series(curves))),
         f"<h2>Confusion matrix of {_text(winner.variant)} on test</h2>",
         _figure(confusion, "confusion matrix", "confusion", json.dumps(record.confusion_matrix)),
+        f"<h2>Accuracy of {_text(winner.variant)} per class on test</h2>",
+        _per_class(record.confusion_matrix, names),
         f"<h2>Its most confident mistakes on test ({len(record.misclassified)})</h2>",
         _mistakes(record.misclassified, names),
     ]
@@ -201,6 +203,21 @@ def _figure(figure: Figure, alt: str, name: str, data: str) -> str:
     return (
         f'<img class="figure" id="{name}" alt="{alt}" data-{name}="{html.escape(data)}"'
         f' src="data:image/png;base64,{figures.png_base64(figure)}">'
+    )
+
+
+def _per_class(matrix: list[list[int]], names: list[str]) -> str:
+    """Each class's test images and the share the winner got right: an imbalanced dataset's weak class shows here,
+    where the overall accuracy hides it."""
+    rows = [
+        f"<tr><td>{index}</td><td>{_text(name)}</td><td>{sum(row)}</td>"
+        f"<td>{f'{row[index] / sum(row):.4f}' if sum(row) else '-'}</td></tr>"
+        for index, (name, row) in enumerate(zip(names, matrix, strict=True))
+    ]
+    return (
+        '<table id="per-class"><tr><th>label</th><th>class</th><th>test images</th><th>accuracy</th></tr>\n'
+        + "\n".join(rows)
+        + "\n</table>"
     )
 
 

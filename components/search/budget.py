@@ -6,23 +6,24 @@ import dataclasses
 from collections.abc import Callable
 
 from bakeoff.components import defaults
-from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.search.calibration import calibrated
-from bakeoff.components.search.costs import Calibration, macs, shape_of
+from bakeoff.components.search.costs import FASHION_MNIST, Calibration, Images, macs, shape_of
 from bakeoff.components.search.deadline import Deadline, path_seconds
 from bakeoff.components.search.halving import Rung, schedule
 from bakeoff.components.spec import Config, Halving, Variant
 
-TRAIN_EXAMPLES = TRAIN_IMAGES - defaults.VALIDATION_SIZE  # Fashion-MNIST's training images less the validation split
+TRAIN_EXAMPLES = FASHION_MNIST.examples  # the default source's training split
 
 
-def epoch_seconds(variant: Variant, train_examples: int, calibration: Calibration) -> float:
+def epoch_seconds(
+    variant: Variant, train_examples: int, calibration: Calibration, images: Images = FASHION_MNIST
+) -> float:
     """One epoch of ``variant`` here: its steps, each the measured step of its shape at its network's MACs, and its
     end (validation, backup), also measured: as if it validates every epoch, an upper bound for ``validation_freq``
     above 1."""
     steps = train_examples // (variant.training.batch_size * variant.workers)  # as the worker divides an epoch
-    shape, network = shape_of(variant), macs(variant)
+    shape, network = shape_of(variant, images), macs(variant, images)
     return steps * calibration.step_seconds(shape, network) + calibration.epoch_end_seconds(shape, network)
 
 
@@ -38,10 +39,15 @@ class Plan:
     fitted: list[str]  # what the budget changed, a line each: draws or epochs cut, or epochs added
     calibration: Calibration  # the costs the estimate used
     train_examples: int  # an epoch's, as estimated
+    images: Images = FASHION_MNIST  # the dataset it prices
 
 
 def estimate(
-    config: Config, train_examples: int, calibration: Calibration, costliest: bool = True
+    config: Config,
+    train_examples: int,
+    calibration: Calibration,
+    costliest: bool = True,
+    images: Images = FASHION_MNIST,
 ) -> tuple[list[Rung] | None, float]:
     """The rungs and the estimated seconds of the whole run, its jobs one at a time.
 
@@ -51,19 +57,25 @@ def estimate(
     """
     halving = config.search.halving if config.search else None
     start = calibration.start_seconds + calibration.task_seconds
-    costs = sorted((epoch_seconds(v, train_examples, calibration) for v in config.variants), reverse=costliest)
+    epochs = {v.name: epoch_seconds(v, train_examples, calibration, images) for v in config.variants}
+    costs = sorted(epochs.values(), reverse=costliest)
     if halving is None:
-        seconds = sum(epoch_seconds(v, train_examples, calibration) * v.training.epochs for v in config.variants)
-        return None, seconds + len(config.variants) * start + around(calibration, 0)
+        seconds = sum(epochs[v.name] * v.training.epochs for v in config.variants)
+        return None, seconds + len(config.variants) * start + around(calibration, 0, images)
     rungs = schedule(len(config.variants), halving)
     seconds = path_seconds(costs, [0, *(rung.epochs for rung in rungs)], [rung.entering for rung in rungs], start)
-    return rungs, seconds + around(calibration, len(rungs) - 1)
+    return rungs, seconds + around(calibration, len(rungs) - 1, images)
 
 
-def around(calibration: Calibration, halvings: int) -> float:
+def around(calibration: Calibration, halvings: int, images: Images = FASHION_MNIST) -> float:
     """The steps around the jobs: check, ingest and each halve, each a process start; ingest builds the data; and
     select (``select_seconds``)."""
-    return (2 + halvings) * calibration.task_seconds + calibration.ingest_seconds + select_seconds(calibration)
+    return (2 + halvings) * calibration.task_seconds + ingest_seconds(calibration, images) + select_seconds(calibration)
+
+
+def ingest_seconds(calibration: Calibration, images: Images) -> float:
+    """Ingest of ``images``: the measured Fashion-MNIST ingest, in proportion to the pixel values read and written."""
+    return calibration.ingest_seconds * images.values / FASHION_MNIST.values
 
 
 def select_seconds(calibration: Calibration) -> float:
@@ -80,11 +92,13 @@ def deadline(plan: Plan, command_started_unix: float, pipeline_started_unix: flo
     return Deadline(
         began=pipeline_started_unix,
         ends=command_started_unix + plan.config.budget_minutes * 60,
-        epoch_seconds={v.name: epoch_seconds(v, plan.train_examples, calibration) for v in plan.config.variants},
+        epoch_seconds={
+            v.name: epoch_seconds(v, plan.train_examples, calibration, plan.images) for v in plan.config.variants
+        },
         job_seconds=calibration.start_seconds + calibration.task_seconds,
         step_seconds=calibration.task_seconds,
         # around()'s parts: check and ingest before the jobs, select after them
-        before_seconds=2 * calibration.task_seconds + calibration.ingest_seconds,
+        before_seconds=2 * calibration.task_seconds + ingest_seconds(calibration, plan.images),
         select_seconds=select_seconds(calibration),
         stops=[rung.epochs for rung in plan.rungs],
         keeps=[rung.keep for rung in plan.rungs],
@@ -132,15 +146,23 @@ def _most(
     calibration: Calibration,
     train_examples: int,
     limit: float,
+    images: Images,
 ) -> int:
     """The largest n of ``top`` down to 1 whose ``shrink(config, n)`` is estimated within ``limit`` seconds; 0 if
     none is."""
     return next(
-        (n for n in range(top, 0, -1) if estimate(shrink(config, n), train_examples, calibration)[1] <= limit), 0
+        (
+            n
+            for n in range(top, 0, -1)
+            if estimate(shrink(config, n), train_examples, calibration, images=images)[1] <= limit
+        ),
+        0,
     )
 
 
-def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EXAMPLES) -> Plan:
+def fit(
+    config: Config, calibration: Calibration, train_examples: int = TRAIN_EXAMPLES, images: Images = FASHION_MNIST
+) -> Plan:
     """The plan for ``config``, fitted to ``search.budget_minutes`` before anything runs rather than cut short mid-rung.
 
     Over the budget: fewer draws per sampled variant first (grid and baseline variants stay), then fewer epochs for
@@ -149,23 +171,23 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
     epochs it trains without any draws (grown, as below, where that leaves room). Under it, a halving search trains
     to the most epochs the budget holds, up to ``GROWN_EPOCHS_FACTOR`` times its ``max_epochs``.
     """
-    seconds = estimate(config, train_examples, calibration)[1]
+    seconds = estimate(config, train_examples, calibration, images=images)[1]
     budget = config.budget_minutes
     if budget is None:
-        return _plan(config, [], calibration, train_examples)
+        return _plan(config, [], calibration, train_examples, images)
     assert config.search is not None
     limit, fitted, samples = budget * 60, [], config.search.samples
     halving = config.search.halving  # kept by the shrinking below
     if seconds > limit and any(expansion.sample is not None for expansion in config.expansions.values()):
-        kept, why = _most(config, _with_samples, samples, calibration, train_examples, limit), ""
+        kept, why = _most(config, _with_samples, samples, calibration, train_examples, limit, images), ""
         if not kept:  # one draw then, unless it would leave the search under its share of the epochs none leaves
             kept, undrawn = 1, _with_samples(config, 0)
             if undrawn.variants:
                 longest = max(variant.training.epochs for variant in config.variants)
-                one = _most(_with_samples(config, 1), _with_epochs, longest, calibration, train_examples, limit)
+                one = _most(_with_samples(config, 1), _with_epochs, longest, calibration, train_examples, limit, images)
                 # without draws, room to spare grows the search (_grown): compare with what it would train
                 grows = defaults.GROWN_EPOCHS_FACTOR if halving else 1
-                none = _most(undrawn, _with_epochs, longest * grows, calibration, train_examples, limit)
+                none = _most(undrawn, _with_epochs, longest * grows, calibration, train_examples, limit, images)
                 if one < defaults.DRAWN_EPOCHS_SHARE * none:
                     kept, why = 0, f"; one would leave the search {one} epochs, none leaves it {none}"
         if kept < samples:
@@ -174,13 +196,13 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
                 f"search.samples {samples} -> {kept}: {samples} draws per sampled variant take"
                 f" an estimated {_minutes(seconds)}, over the budget of {budget:g} min{why}"
             )
-            seconds = estimate(config, train_examples, calibration)[1]
+            seconds = estimate(config, train_examples, calibration, images=images)[1]
     if seconds <= limit:  # as written, or without the draws that went: room left may buy epochs
-        return _grown(config, fitted, calibration, train_examples)
+        return _grown(config, fitted, calibration, train_examples, images)
     longest = max(variant.training.epochs for variant in config.variants)
-    fitting_epochs = _most(config, _with_epochs, longest - 1, calibration, train_examples, limit)
+    fitting_epochs = _most(config, _with_epochs, longest - 1, calibration, train_examples, limit, images)
     if not fitting_epochs:
-        least = estimate(_with_epochs(config, 1), train_examples, calibration)[1]
+        least = estimate(_with_epochs(config, 1), train_examples, calibration, images=images)[1]
         raise BakeoffError(
             f"{config.source}: search.budget.minutes: "
             f"{budget:g} min cannot hold even {len(config.variants)} variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"  # noqa: E501 (a clause kept whole, so that grep finds it)
@@ -191,36 +213,38 @@ def fit(config: Config, calibration: Calibration, train_examples: int = TRAIN_EX
         f"{field} {longest} -> {fitting_epochs}: {longest} epochs take an estimated {_minutes(seconds)}, over the "
         f"budget of {budget:g} min"
     )
-    return _plan(_with_epochs(config, fitting_epochs), fitted, calibration, train_examples)
+    return _plan(_with_epochs(config, fitting_epochs), fitted, calibration, train_examples, images)
 
 
-def _grown(config: Config, fitted: list[str], calibration: Calibration, train_examples: int) -> Plan:
+def _grown(config: Config, fitted: list[str], calibration: Calibration, train_examples: int, images: Images) -> Plan:
     """The plan of a halving ``config`` within its budget raised to the most ``max_epochs`` the budget holds, up to
     ``GROWN_EPOCHS_FACTOR`` times those written (a search without halving trains its variants' epochs as written)."""
     assert config.search is not None and config.budget_minutes is not None
     halving, budget = config.search.halving, config.budget_minutes
     written = halving.max_epochs if halving else 0
-    most = _most(config, _with_epochs, written * defaults.GROWN_EPOCHS_FACTOR, calibration, train_examples, budget * 60)
+    most = _most(
+        config, _with_epochs, written * defaults.GROWN_EPOCHS_FACTOR, calibration, train_examples, budget * 60, images
+    )
     if most <= written:
-        return _plan(config, fitted, calibration, train_examples)
+        return _plan(config, fitted, calibration, train_examples, images)
     grown = _with_epochs(config, most)
-    seconds, more = (estimate(searched, train_examples, calibration)[1] for searched in (config, grown))
+    seconds, more = (estimate(searched, train_examples, calibration, images=images)[1] for searched in (config, grown))
     line = (
         f"search.halving.max_epochs {written} -> {most}: {written} epochs take an estimated {_minutes(seconds)}, the"
         f" budget of {budget:g} min holds {most} ({_minutes(more)})"
     )
-    return _plan(grown, [*fitted, line], calibration, train_examples)
+    return _plan(grown, [*fitted, line], calibration, train_examples, images)
 
 
-def _plan(config: Config, fitted: list[str], calibration: Calibration, train_examples: int) -> Plan:
+def _plan(config: Config, fitted: list[str], calibration: Calibration, train_examples: int, images: Images) -> Plan:
     """The plan of the config as fitted: its rungs, its upper-bound estimate and the lower bound beside it."""
-    rungs, seconds = estimate(config, train_examples, calibration)
-    least = estimate(config, train_examples, calibration, costliest=False)[1]
-    return Plan(config, rungs, seconds, least, fitted, calibration, train_examples)
+    rungs, seconds = estimate(config, train_examples, calibration, images=images)
+    least = estimate(config, train_examples, calibration, False, images)[1]
+    return Plan(config, rungs, seconds, least, fitted, calibration, train_examples, images)
 
 
-def plan_config(config: Config, max_train_examples: int = 0) -> tuple[Plan, int]:
-    """``config``'s plan for at most ``max_train_examples`` (0: the whole training split) with this machine's costs
-    (measured first if not cached), and that number of examples."""
-    examples = min(max_train_examples or TRAIN_EXAMPLES, TRAIN_EXAMPLES)
-    return fit(config, calibrated(config.variants), examples), examples
+def plan_config(config: Config, max_train_examples: int = 0, images: Images = FASHION_MNIST) -> tuple[Plan, int]:
+    """``config``'s plan on ``images`` for at most ``max_train_examples`` (0: the whole training split) with this
+    machine's costs for that image shape (measured first if not cached), and that number of examples."""
+    examples = min(max_train_examples or images.examples, images.examples)
+    return fit(config, calibrated(config.variants, images=images), examples, images), examples

@@ -21,14 +21,28 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 from bakeoff.components import defaults
 from bakeoff.components.backends import prefork
 from bakeoff.components.backends.threads import thread_cap
 from bakeoff.components.data import artifact
+from bakeoff.components.data.fashion_mnist import Split
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.search import contention
 from bakeoff.components.search.calibration_cache import FILE, cache_dir, machine_key, read, write
-from bakeoff.components.search.costs import CALIBRATED, VERSION, Calibration, Shape, StepCost, folded, shape_of, timed
+from bakeoff.components.search.costs import (
+    CALIBRATED,
+    FASHION_MNIST,
+    VERSION,
+    Calibration,
+    Images,
+    Shape,
+    StepCost,
+    folded,
+    shape_of,
+    timed,
+)
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage import Store, runs
 from bakeoff.components.storage.records import timestamp
@@ -89,21 +103,24 @@ def refresh(store: Store, run_id: str, variants: Iterable[Variant], concurrent_j
 
 
 def calibrated(
-    variants: Iterable[Variant], source: str = defaults.SOURCE, steps: int = defaults.CALIBRATION_STEPS
+    variants: Iterable[Variant],
+    source: str = defaults.SOURCE,
+    steps: int = defaults.CALIBRATION_STEPS,
+    images: Images = FASHION_MNIST,
 ) -> Calibration:
-    """This machine's costs for ``variants``: the cached record, measuring (and caching) the networks ``timed`` picks
-    that it lacks (``steps`` timed steps of each)."""
-    path, key, wanted = cache_dir() / FILE, machine_key(), timed(variants)
+    """This machine's costs for ``variants`` on ``images``: the cached record, measuring (and caching) the networks
+    ``timed`` picks that it lacks for that image shape (``steps`` timed steps of each)."""
+    path, key, wanted = cache_dir() / FILE, machine_key(), timed(variants, images)
     cached = read(path)
     if cached is not None and cached.machine != key:
         cached = None  # another CPU, TensorFlow or cost model: nothing of it holds here
-    missing = cached.missing(wanted) if cached else wanted
+    missing = cached.missing(wanted, images) if cached else wanted
     if not missing:
         assert cached is not None
         return cached
     print(f"bakeoff: measuring this machine's training costs once ({path})", file=sys.stderr)
     before = contention.sample()
-    measured = measure(missing, source, steps)
+    measured = measure(missing, source, steps, images)
     calibration = dataclasses.replace(measured, steps=[*(cached.steps if cached else []), *measured.steps])
     others = contention.others_share(before, contention.sample())
     if others > defaults.BUSY_SHARE:  # slower than this machine alone: every later plan would be priced from it
@@ -118,21 +135,30 @@ def calibrated(
 
 
 def measure(
-    wanted: list[Variant], source: str = defaults.SOURCE, steps: int = defaults.CALIBRATION_STEPS
+    wanted: list[Variant],
+    source: str = defaults.SOURCE,
+    steps: int = defaults.CALIBRATION_STEPS,
+    images: Images = FASHION_MNIST,
 ) -> Calibration:
     """Times ``wanted`` here with what a run does: the data built as ingest builds it, a pipeline step's process
     start, and one short real job of each network on the local backend, ``steps`` steps after a first execution;
     its step is the job's steady rate, its epoch's end its validation and backup, its start the rest of its wall
-    time."""
+    time. Images of another shape than Fashion-MNIST's are timed on random pixels of that shape: a step's cost does
+    not depend on what the pixels show."""
     with tempfile.TemporaryDirectory(prefix="bakeoff-calibration-") as scratch, prefork.warm(WORKER_PROGRAM):
         began = time.perf_counter()
         data = Path(scratch) / "data"
         artifact.build(source, data, defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED)
         ingest = time.perf_counter() - began
+        if images.shape != FASHION_MNIST.shape or images.classes != FASHION_MNIST.classes:
+            most = max(variant.training.batch_size * variant.workers for variant in wanted)
+            data = _random_artifact(
+                Path(scratch) / "random", images, most * (defaults.CALIBRATION_STEPS_PER_EXECUTION + steps)
+            )
         costs, starts = [], []
         for index, variant in enumerate(wanted):
             cost, start = _job(
-                variant, data.as_uri(), (Path(scratch) / "store").as_uri(), f"calibration-{index}", steps
+                variant, data.as_uri(), (Path(scratch) / "store").as_uri(), f"calibration-{index}", steps, images
             )
             # a minute or more on 2 cores in all: a line per job shows it goes on
             print(
@@ -160,7 +186,22 @@ def start_cost(starts: list[float]) -> float:
     return statistics.median(starts)
 
 
-def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: int) -> tuple[StepCost, float]:
+def _random_artifact(out: Path, images: Images, train: int) -> Path:
+    """An artifact of random pixels of ``images``' shape and classes in ``out``: ``train`` training examples (what
+    the calibration's jobs read), the default validation split, whose scoring is an epoch's end."""
+    rng = np.random.default_rng(defaults.SEED)
+    counts = {"train": train, "validation": defaults.VALIDATION_SIZE, "test": defaults.SHARDS}
+    splits = {
+        split: Split(rng.integers(0, 256, (count, *images.shape), dtype=np.uint8), np.arange(count) % images.classes)
+        for split, count in counts.items()
+    }
+    artifact.write(splits, out, defaults.SHARDS, [str(label) for label in range(images.classes)], "random pixels")
+    return out
+
+
+def _job(
+    variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: int, images: Images = FASHION_MNIST
+) -> tuple[StepCost, float]:
     """One short real job of ``variant``'s network: its step (the worker's steady rate) and its start (the rest)."""
     from bakeoff.components.training.launch import JobSettings, train_variant
 
@@ -168,7 +209,7 @@ def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: in
         variant.training, epochs=1, steps_per_execution=defaults.CALIBRATION_STEPS_PER_EXECUTION
     )
     timed_variant = dataclasses.replace(variant, training=training)
-    shape = shape_of(variant)
+    shape = shape_of(variant, images)
     examples = shape.batch_size * shape.workers * (defaults.CALIBRATION_STEPS_PER_EXECUTION + steps)
     settings = JobSettings(
         defaults.IMAGE, examples, defaults.LOCAL_PARALLELISM, defaults.TIMEOUT_SECONDS, "local", defaults.TRAINER
@@ -180,7 +221,7 @@ def _job(variant: Variant, data_uri: str, store_uri: str, run_id: str, steps: in
         except BakeoffError as error:
             raise BakeoffError(f"measuring this machine's training costs failed: {error}") from None
     wall = time.perf_counter() - began
-    cost = StepCost.of_job(variant, metrics, thread_cap(shape.workers, defaults.LOCAL_PARALLELISM), CALIBRATED)
+    cost = StepCost.of_job(variant, metrics, thread_cap(shape.workers, defaults.LOCAL_PARALLELISM), CALIBRATED, images)
     trained = metrics.epochs_trained * (metrics.steps_per_epoch * cost.step_seconds + cost.epoch_end_seconds)
     return cost, wall - trained
 

@@ -10,26 +10,52 @@ import dataclasses
 import itertools
 from collections.abc import Iterable
 
-from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE
+from bakeoff.components import defaults
+from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE, TRAIN_IMAGES
 from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
 from bakeoff.components.spec import Variant
-from bakeoff.components.storage.records import Record, WorkerMetrics
+from bakeoff.components.storage.records import DatasetMetadata, Record, WorkerMetrics
 
-VERSION = 9  # of the cost model, of this record and of what a job costs: a new one measures again
+VERSION = 10  # of the cost model, of this record and of what a job costs: a new one measures again
 MACS_TOLERANCE = 1.15  # networks within this factor of a measured one cost as it does, in proportion
 CALIBRATED = "calibration"  # a step's measured_by when a calibration job timed it; else "run <id>"
-IMAGE_SIDE = IMAGE_SHAPE[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Images:
+    """What a plan prices of a dataset: its training examples, one image's [height, width, channels], its classes."""
+
+    examples: int
+    shape: tuple[int, int, int]
+    classes: int
+
+    @classmethod
+    def of(cls, metadata: DatasetMetadata) -> Images:
+        """An ingested artifact's (its metadata.json)."""
+        height, width, channels = metadata.image_shape
+        return cls(metadata.counts["train"], (height, width, channels), len(metadata.class_names))
+
+    @property
+    def values(self) -> int:
+        """Numbers in the training split: what ingest reads and writes."""
+        height, width, channels = self.shape
+        return self.examples * height * width * channels
+
+
+# The default source: its training split less the validation carved from it.
+FASHION_MNIST = Images(TRAIN_IMAGES - defaults.VALIDATION_SIZE, (*IMAGE_SHAPE, 1), CLASSES)
 
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """What a family's step costs depend on: its architecture, whether it normalizes batches, the batch per replica
-    and the workers sharing the cores."""
+    """What a family's step costs depend on: its architecture, whether it normalizes batches, the batch per replica,
+    the workers sharing the cores, and the images' [height, width, channels] (its input, activations and memory)."""
 
     architecture: str
     batch_norm: bool  # its work grows with activations, not MACs: the line of a plain network misprices it
     batch_size: int
     workers: int
+    image: tuple[int, int, int] = FASHION_MNIST.shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,10 +71,12 @@ class StepCost(Record):
     step_seconds: float
     epoch_end_seconds: float  # an epoch's end: scoring the validation images and saving the backup
     measured_by: str = CALIBRATED  # or the run whose job of about this network measured it last
+    image: list[int] = dataclasses.field(default_factory=lambda: list(FASHION_MNIST.shape))  # [height, width, channels]
 
     @property
     def shape(self) -> Shape:
-        return Shape(self.architecture, self.batch_norm, self.batch_size, self.workers)
+        height, width, channels = self.image
+        return Shape(self.architecture, self.batch_norm, self.batch_size, self.workers, (height, width, channels))
 
     @classmethod
     def of(
@@ -72,14 +100,17 @@ class StepCost(Record):
             step_seconds,
             epoch_end_seconds,
             measured_by,
+            list(shape.image),
         )
 
     @classmethod
-    def of_job(cls, variant: Variant, metrics: WorkerMetrics, threads: int, measured_by: str) -> StepCost:
+    def of_job(
+        cls, variant: Variant, metrics: WorkerMetrics, threads: int, measured_by: str, images: Images = FASHION_MNIST
+    ) -> StepCost:
         """The step one job of ``variant`` trained at (its steady rate, all-reduce included) and its epochs' end."""
         step = metrics.global_batch_size / metrics.examples_per_second
         epoch_end = (metrics.validation_seconds + metrics.backup_seconds) / metrics.epochs_trained
-        return cls.of(shape_of(variant), threads, macs(variant), step, epoch_end, measured_by)
+        return cls.of(shape_of(variant, images), threads, macs(variant, images), step, epoch_end, measured_by)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,12 +140,15 @@ class Calibration(Record):
         """An epoch's end (validation, backup) of a network of ``network_macs`` in ``shape``, priced as its step."""
         return _on_line([(cost.macs, cost.epoch_end_seconds) for cost in self.costs(shape)], network_macs)
 
-    def missing(self, wanted: Iterable[Variant]) -> list[Variant]:
+    def missing(self, wanted: Iterable[Variant], images: Images = FASHION_MNIST) -> list[Variant]:
         """Those of ``wanted`` (``timed``'s) with no measured network of their shape within ``MACS_TOLERANCE``."""
         return [
             variant
             for variant in wanted
-            if not any(within(cost.macs, macs(variant), MACS_TOLERANCE) for cost in self.costs(shape_of(variant)))
+            if not any(
+                within(cost.macs, macs(variant, images), MACS_TOLERANCE)
+                for cost in self.costs(shape_of(variant, images))
+            )
         ]
 
 
@@ -147,41 +181,41 @@ def within(a: int, b: int, factor: float) -> bool:
     return max(a, b) <= min(a, b) * factor
 
 
-def macs(variant: Variant) -> int:
+def macs(variant: Variant, images: Images = FASHION_MNIST) -> int:
     """Multiply-accumulates of one image through the network's forward pass: how a family's variants differ in cost."""
-    config = variant.model_config()
+    config, (height, width, channels), classes = variant.model_config(), images.shape, images.classes
     if isinstance(config, MlpConfig):
-        widths = [IMAGE_SIDE * IMAGE_SIDE, *config.hidden_units, CLASSES]
+        widths = [height * width * channels, *config.hidden_units, classes]
         return sum(a * b for a, b in itertools.pairwise(widths))
     assert isinstance(config, CnnConfig)
-    side, channels, total = IMAGE_SIDE, 1, 0
+    total = 0
     for index, filters in enumerate(config.filters):
-        side -= config.kernel_size - 1  # valid convolutions
-        total += side * side * config.kernel_size**2 * channels * filters
+        height, width = height - (config.kernel_size - 1), width - (config.kernel_size - 1)  # valid convolutions
+        total += height * width * config.kernel_size**2 * channels * filters
         channels = filters
         if index < len(config.filters) - 1:
-            side //= 2  # each pooling but the last
-    flat = side * side * channels
-    return total + flat * config.dense_units + config.dense_units * CLASSES
+            height, width = height // 2, width // 2  # each pooling but the last
+    flat = height * width * channels
+    return total + flat * config.dense_units + config.dense_units * classes
 
 
-def shape_of(variant: Variant) -> Shape:
+def shape_of(variant: Variant, images: Images = FASHION_MNIST) -> Shape:
     config = variant.model_config()
     normalized = isinstance(config, CnnConfig) and config.batch_norm
-    return Shape(variant.architecture, normalized, variant.training.batch_size, variant.workers)
+    return Shape(variant.architecture, normalized, variant.training.batch_size, variant.workers, images.shape)
 
 
-def timed(variants: Iterable[Variant]) -> list[Variant]:
+def timed(variants: Iterable[Variant], images: Images = FASHION_MNIST) -> list[Variant]:
     """The networks a calibration times for ``variants``: of each shape the cheapest, and the costliest when its
     forward pass is ``MACS_TOLERANCE`` times the cheapest's or more (two points of the step's line)."""
     by_shape: dict[Shape, list[Variant]] = {}
     for variant in variants:
-        by_shape.setdefault(shape_of(variant), []).append(variant)
+        by_shape.setdefault(shape_of(variant, images), []).append(variant)
     chosen = []
     for shape in sorted(by_shape, key=dataclasses.astuple):
-        ordered = sorted(by_shape[shape], key=lambda variant: (macs(variant), variant.name))
+        ordered = sorted(by_shape[shape], key=lambda variant: (macs(variant, images), variant.name))
         cheapest, costliest = ordered[0], ordered[-1]
         chosen.append(cheapest)
-        if not within(macs(cheapest), macs(costliest), MACS_TOLERANCE):
+        if not within(macs(cheapest, images), macs(costliest, images), MACS_TOLERANCE):
             chosen.append(costliest)
     return chosen

@@ -167,7 +167,7 @@ def _manifest(
             best.val_accuracy, best.val_loss, test_result["accuracy"], test_result["loss"], winner.metrics
         ),
         selection=SelectionBasis(metric, direction(metric), [c.variant for c in ranking]),
-        dataset=DatasetInfo(metadata.fingerprint, metadata.counts),
+        dataset=DatasetInfo(metadata.fingerprint, metadata.counts, metadata.preprocessing),
         promotion=decision,
         source_uri=winner.uri,
         created=timestamp(),

@@ -23,9 +23,11 @@ finally:
     sys.argv = _argv
 
 from bakeoff.components import defaults  # noqa: E402 (after kserve's import, above)
+from bakeoff.components.data.preprocess import NO_RESIZE, decode, prepare  # noqa: E402
 from bakeoff.components.errors import BakeoffError  # noqa: E402
 from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE  # noqa: E402
 from bakeoff.components.serving.batching import Batcher  # noqa: E402
+from bakeoff.components.storage.records import Preprocessing  # noqa: E402
 
 ARRAYS_INPUT = "images"  # the input of ARRAYS_SIGNATURE
 BYTES_INPUT = "image_bytes"  # the input of BYTES_SIGNATURE
@@ -42,9 +44,15 @@ class Version:
     path: Path
     saved_model: Any
     arrays: Any
-    encoded: Any
-    image_shape: tuple[int, int]
+    image_shape: tuple[int, ...]  # the arrays signature's: [height, width, channels] ([height, width]: older exports)
     class_names: list[str] | None
+    preprocessing: Preprocessing  # what an image file becomes: the dataset's own conversion (data/preprocess.py)
+
+    @property
+    def pixels(self) -> tuple[int, int, int]:
+        """Height, width and channels of one image."""
+        height, width, *channels = self.image_shape
+        return height, width, channels[0] if channels else 1
 
 
 def load_version(path: Path, number: int) -> Version:
@@ -63,22 +71,40 @@ def load_version(path: Path, number: int) -> Version:
             f"the SavedModel in {str(path)!r} lacks the signature {missing[0]!r}: export it with "
             "bakeoff.components.modeling.savedmodel"
         )
-    arrays, encoded = saved_model.signatures[ARRAYS_SIGNATURE], saved_model.signatures[BYTES_SIGNATURE]
-    height, width = arrays.structured_input_signature[1][ARRAYS_INPUT].shape[1:]
+    # The bytes signature is for TF Serving; this server decodes image files itself, as ingest did (``decoded``).
+    arrays = saved_model.signatures[ARRAYS_SIGNATURE]
+    shape = tuple(arrays.structured_input_signature[1][ARRAYS_INPUT].shape[1:])
     classes = arrays.structured_outputs["probabilities"].shape[1]
     # The label table is a string constant the signature captured (savedmodel.export); clients read it from metadata.
     names = [t.numpy() for t in arrays.captured_inputs if t.dtype == tf.string and t.shape == [classes]]
-    arrays(**{ARRAYS_INPUT: tf.zeros([1, height, width])})
-    encoded(**{BYTES_INPUT: tf.constant([tf.io.encode_png(tf.zeros([height, width, 1], tf.uint8)).numpy()])})
-    return Version(
+    version = Version(
         number,
         path,
         saved_model,
         arrays,
-        encoded,
-        (height, width),
+        shape,
         [name.decode() for name in names[0]] if len(names) == 1 else None,
+        _preprocessing(path, shape),
     )
+    arrays(**{ARRAYS_INPUT: tf.zeros([1, *shape])})
+    return version
+
+
+def _preprocessing(path: Path, shape: tuple[int, ...]) -> Preprocessing:
+    """The manifest's preprocessing (a bare SavedModel: its signature's size and channels). An image file of another
+    size is resized: by the dataset's own filter, or the default one where every training image had the size."""
+    from bakeoff.components.serving.versions import read_manifest
+
+    manifest = read_manifest(path)
+    height, width, *channels = shape
+    recorded = (
+        manifest.dataset.preprocessing
+        if manifest
+        else Preprocessing(height, width, channels[0] if channels else 1, NO_RESIZE)
+    )
+    if recorded.resize == NO_RESIZE:
+        recorded = dataclasses.replace(recorded, resize=defaults.RESIZE)
+    return recorded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +112,7 @@ class Batch:
     """A checked request: which signature gets which tensor, on which version; ``request`` is set for V2."""
 
     signature: str
-    tensor: Any  # float32 [n, h, w] (a tf.Tensor, or numpy) for ARRAYS_SIGNATURE, numpy bytes [n] for BYTES_SIGNATURE
+    tensor: Any  # float32 [n, *image_shape]: a tf.Tensor, or numpy
     version: Version
     request: InferRequest | None = None
 
@@ -120,9 +146,8 @@ class ServedModel(kserve.Model):
         return payload  # preprocess has checked it against the model itself
 
     def get_input_types(self) -> list[dict]:
-        height, width = self.current.image_shape
         return [
-            {"name": ARRAYS_INPUT, "datatype": "FP32", "shape": [-1, height, width]},
+            {"name": ARRAYS_INPUT, "datatype": "FP32", "shape": [-1, *self.current.image_shape]},
             {"name": BYTES_INPUT, "datatype": "BYTES", "shape": [-1]},
         ]
 
@@ -155,53 +180,18 @@ class ServedModel(kserve.Model):
 
 
 def run(batch: Batch) -> dict[str, np.ndarray]:
-    """The signature's outputs for one batch, as numpy arrays."""
-    import tensorflow as tf
-
-    if batch.signature == ARRAYS_SIGNATURE:
-        outputs = batch.version.arrays(**{ARRAYS_INPUT: batch.tensor})
-    else:
-        try:
-            outputs = batch.version.encoded(**{BYTES_INPUT: tf.constant(batch.tensor)})
-        except tf.errors.InvalidArgumentError as error:  # a PNG/JPEG header on a body TF cannot decode
-            raise InvalidInput(f"{_undecodable(batch.tensor, error)}: send whole PNG or JPEG files") from None
+    """The arrays signature's outputs for one batch, as numpy arrays (image files were decoded by ``decoded``)."""
+    outputs = batch.version.arrays(**{ARRAYS_INPUT: batch.tensor})
     return {name: tensor.numpy() for name, tensor in outputs.items()}
 
 
-def _undecodable(images: np.ndarray, error: Exception) -> str:
-    """Which image failed and TF's reason; found again one by one, as the batch's error names neither."""
-    import tensorflow as tf
-
-    for index, image in enumerate(images):  # noqa: B007 (read after the loop)
-        try:
-            tf.io.decode_image(image, channels=1, expand_animations=False)
-        except tf.errors.InvalidArgumentError as single:
-            error = single
-            break
-    else:
-        index = None
-    # TF's message wraps its one-line reason in graph context lines.
-    reasons = [
-        line
-        for line in str(error).splitlines()
-        if line.strip()
-        and not line.startswith(("Graph execution error", "Detected at node", "<stack traces", "\t", " "))
-    ]
-    reason = reasons[-1] if reasons else "undecodable"
-    return (
-        f"image {index} could not be decoded ({reason})"
-        if index is not None
-        else f"an image could not be decoded ({reason})"
-    )
-
-
 def v1_batch(body: dict, version: Version) -> Batch:
-    """TF Serving's row format: {"signature_name"?: ..., "instances": [28×28 arrays | {"b64": ...}, ...]}."""
+    """TF Serving's row format: {"signature_name"?: ..., "instances": [H×W(×C) arrays | {"b64": ...}, ...]}."""
     instances = body.get("instances")
     if not isinstance(instances, list) or not instances:
         hint = ' (the columnar "inputs" format is not served)' if "inputs" in body else ""
         raise InvalidInput(
-            'send {"instances": [...]} with at least one image: 28×28 arrays of 0-255 pixels,'
+            f'send {{"instances": [...]}} with at least one image: {_shape_text(version)} arrays of 0-255 pixels,'
             f' or {{"b64": "<base64 PNG/JPEG>"}}{hint}'
         )
     signature = body.get("signature_name")
@@ -214,11 +204,11 @@ def v1_batch(body: dict, version: Version) -> Batch:
         signature = BYTES_SIGNATURE if isinstance(first, dict) and ARRAYS_INPUT not in first else ARRAYS_SIGNATURE
     if signature == BYTES_SIGNATURE:
         return Batch(
-            signature, encoded_images([_b64_field(i, instance) for i, instance in enumerate(instances)]), version
+            ARRAYS_SIGNATURE, decoded([_b64_field(i, one) for i, one in enumerate(instances)], version), version
         )
     if isinstance(first, dict):  # TF Serving's named-input rows: {"images": [[...]]}
         instances = [instance.get(ARRAYS_INPUT) if isinstance(instance, dict) else instance for instance in instances]
-    return Batch(signature, pixel_arrays(instances, version.image_shape, len(instances)), version)
+    return Batch(signature, pixel_arrays(instances, version, len(instances)), version)
 
 
 def _b64_field(index: int, instance: Any) -> str:
@@ -232,12 +222,21 @@ def _b64_field(index: int, instance: Any) -> str:
     return instance["b64"]
 
 
-def pixel_arrays(data: Any, image_shape: tuple[int, int], count: int) -> Any:
-    """``data`` as float32 [count, height, width] (a tensor, or numpy from numpy), or InvalidInput saying what shape
-    was expected."""
+def _shape_text(version: Version, count: int | None = None) -> str:
+    """The arrays a client may send, e.g. 32×32×3, or 2×28×28×1 (or 2×28×28) for ``count`` 2."""
+    lead = "" if count is None else f"{count}×"
+    height, width, channels = version.pixels
+    return f"{lead}{height}×{width}×{channels}" + (f" (or {lead}{height}×{width})" if channels == 1 else "")
+
+
+def pixel_arrays(data: Any, version: Version, count: int) -> Any:
+    """``data`` as float32 [count, *version.image_shape] (a tensor, or numpy from numpy), or InvalidInput saying what
+    shape was expected. One channel may come with or without its axis: [n, H, W] is what clients sent before
+    images had channels."""
     import tensorflow as tf
 
-    expected = [count, *image_shape]
+    height, width, channels = version.pixels
+    accepted = [[count, height, width, channels]] + ([[count, height, width]] if channels == 1 else [])
     if isinstance(data, np.ndarray):  # V2's tensors: a numpy array already; the signature converts it off the loop
         tensor = data.astype(np.float32, copy=False) if data.dtype.kind in "fiu" else None
     else:
@@ -246,16 +245,18 @@ def pixel_arrays(data: Any, image_shape: tuple[int, int], count: int) -> Any:
             tensor = tf.constant(data, tf.float32)
         except (ValueError, TypeError):
             tensor = None
-    if tensor is None or list(tensor.shape) != expected:
+    if tensor is None or list(tensor.shape) not in accepted:
         got = "ragged or non-numeric data" if tensor is None else f"shape {list(tensor.shape)}"
-        raise InvalidInput(
-            f"images must be {count}×{image_shape[0]}×{image_shape[1]} numbers (0-255 pixels), got {got}"
-        )
-    return tensor
+        raise InvalidInput(f"images must be {_shape_text(version, count)} numbers (0-255 pixels), got {got}")
+    wanted = [count, *version.image_shape]
+    if list(tensor.shape) == wanted:
+        return tensor
+    return tf.reshape(tensor, wanted) if tf.is_tensor(tensor) else tensor.reshape(wanted)
 
 
-def encoded_images(texts: list[str | bytes]) -> np.ndarray:
-    """Base64 texts (or raw bytes, as gRPC sends them) checked to be PNG or JPEG files, as a string tensor."""
+def decoded(texts: list[str | bytes], version: Version) -> np.ndarray:
+    """Base64 texts (or raw bytes, as gRPC sends them) of image files as float32 [n, *version.image_shape]: each
+    decoded and converted by ingest's own functions, with the dataset's preprocessing."""
     images = []
     for index, text in enumerate(texts):
         if isinstance(text, bytes) and text.startswith(IMAGE_MAGIC):
@@ -267,15 +268,20 @@ def encoded_images(texts: list[str | bytes]) -> np.ndarray:
                 raise InvalidInput(f"image {index} is not valid base64") from None
         if not data.startswith(IMAGE_MAGIC):
             raise InvalidInput(f"image {index} is not a PNG or JPEG file")
-        images.append(data)
-    return np.array(images, dtype=object)
+        try:
+            image = decode(data, f"image {index}")
+        except BakeoffError:  # Pillow's reason names its own buffer, not the client's file
+            raise InvalidInput(f"image {index} could not be decoded: send whole PNG or JPEG files") from None
+        images.append(prepare(image, version.preprocessing))
+    return np.stack(images).astype(np.float32).reshape([len(images), *version.image_shape])
 
 
 def v2_batch(request: InferRequest, version: Version) -> Batch:
-    """The Open Inference Protocol: one input, FP32 [n, 28, 28] pixels or BYTES [n] (base64 PNG/JPEG in JSON)."""
+    """The Open Inference Protocol: one input, FP32 [n, H, W(, C)] pixels or BYTES [n] (base64 PNG/JPEG in JSON)."""
     if len(request.inputs) != 1:
         raise InvalidInput(
-            f"send exactly one input tensor ({ARRAYS_INPUT!r} FP32 [n, 28, 28] or {BYTES_INPUT!r} BYTES [n]),"
+            f"send exactly one input tensor ({ARRAYS_INPUT!r} FP32 [n, {', '.join(map(str, version.pixels))}] or"
+            f" {BYTES_INPUT!r} BYTES [n]),"
             f" got {len(request.inputs)}"
         )
     unknown = [output.name for output in request.request_outputs or [] if output.name not in OUTPUTS]
@@ -288,10 +294,10 @@ def v2_batch(request: InferRequest, version: Version) -> Batch:
     if tensor.datatype == "BYTES":
         if len(shape) != 1:
             raise InvalidInput(f"BYTES input {tensor.name!r} must have shape [n], got {shape}")
-        return Batch(BYTES_SIGNATURE, encoded_images(_v2_data(tensor).tolist()), version, request)
+        return Batch(ARRAYS_SIGNATURE, decoded(_v2_data(tensor).tolist(), version), version, request)
     if tensor.datatype not in NUMERIC_V2_TYPES:
         raise InvalidInput(f"input {tensor.name!r} has datatype {tensor.datatype}: send FP32 pixels or BYTES images")
-    return Batch(ARRAYS_SIGNATURE, pixel_arrays(_v2_data(tensor), version.image_shape, shape[0]), version, request)
+    return Batch(ARRAYS_SIGNATURE, pixel_arrays(_v2_data(tensor), version, shape[0]), version, request)
 
 
 def _v2_data(tensor: Any) -> np.ndarray:

@@ -39,14 +39,14 @@ def check(
     import dataclasses
 
     from bakeoff.components.data.artifact import check_shards, check_validation_size
-    from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES
+    from bakeoff.components.data.fashion_mnist import TRAIN_IMAGES, source_shape
     from bakeoff.components.data.sources import check_source
     from bakeoff.components.errors import for_parameter, reported
     from bakeoff.components.search.deadline import check_deadline
     from bakeoff.components.search.halving import check_rungs, rung_epochs
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.ranking import check_metric
-    from bakeoff.components.spec import check_image_size, parse_variants, pipeline_halving
+    from bakeoff.components.spec import check_fits, check_image_size, parse_variants, pipeline_halving
     from bakeoff.components.storage import check_shared, open_store, use_s3_endpoint
     from bakeoff.components.storage.registry import check_model_name
     from bakeoff.components.training.launch import (
@@ -85,6 +85,10 @@ def check(
         for name, rule in rules.items():
             with for_parameter(name):
                 rule()
+        shape = list(image_size) or source_shape(source)
+        if shape:  # else the train step checks the fit against the artifact, before its job
+            with for_parameter("variants"):
+                check_fits(parsed, shape)
         if in_kubernetes():  # a folder would be each step's pod's own
             check_shared(store, "store")
         use_s3_endpoint(s3_endpoint)

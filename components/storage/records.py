@@ -542,6 +542,7 @@ class SelectionBasis(Record):
 class DatasetInfo(Record):
     fingerprint: str
     counts: dict[str, int]  # examples per split
+    preprocessing: Preprocessing  # the artifact's: `bakeoff serve` converts an image file it is sent with it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -550,6 +551,7 @@ class Manifest(Record):
     complete)."""
 
     VERSIONED: ClassVar[bool] = True
+    VERSION: ClassVar[int] = 2  # 2: the dataset's preprocessing
 
     model: str
     run_id: str
@@ -562,6 +564,15 @@ class Manifest(Record):
     source_uri: str  # the run's copy of the SavedModel
     created: str  # ISO 8601, UTC
     version: int = 0  # registry.publish numbers it
+
+    @classmethod
+    def upgrade(cls, data: dict[str, Any], version: int) -> dict[str, Any]:
+        """Version 1 published Fashion-MNIST models only, whose image files the export resized bilinearly."""
+        dataset = data.get("dataset")
+        if isinstance(dataset, dict):
+            fashion = {"height": 28, "width": 28, "channels": 1, "resize": "bilinear"}
+            data = dict(data, dataset={**dataset, "preprocessing": dataset.get("preprocessing", fashion)})
+        return data
 
 
 @dataclasses.dataclass(frozen=True)

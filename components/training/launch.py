@@ -7,7 +7,7 @@ from bakeoff.components import defaults, tfenv
 from bakeoff.components.backends.backend import Backend, JobFailed
 from bakeoff.components.data import artifact
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.spec import MAX_TIMEOUT_SECONDS, Variant, from_dict
+from bakeoff.components.spec import MAX_TIMEOUT_SECONDS, Variant, check_fits, from_dict
 from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, open_store, runs
 from bakeoff.components.storage.records import Candidate, WorkerMetrics
 from bakeoff.components.training import backup, rungs
@@ -122,7 +122,9 @@ def train_variant(
     rungs.stop_epoch(variant, stop_epoch)  # checked before anything runs
     if rung < 0:
         raise BakeoffError(f"variant {variant.name!r}: rung={rung} must be 0 or more")
-    check_workers(variant, artifact.read_metadata(open_store(data_uri)).shards)
+    metadata = artifact.read_metadata(open_store(data_uri))
+    check_workers(variant, metadata.shards)
+    check_fits([variant], metadata.image_shape)
     store = open_store(store_uri)
     prefix = runs.variant_prefix(run_id, variant.name)
     job = build_tfjob(

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bakeoff.components import arguments, defaults
+from bakeoff.components.data.fashion_mnist import source_shape
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS, load_config
+from bakeoff.components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS, check_fits, load_config
 from bakeoff.components.storage import runs
 from bakeoff.components.storage.records import PublishedVersion, RungRecord, Summary
 from bakeoff.pipelines.cli.flags import (
@@ -68,7 +69,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     run = local_run(args, variants, store.uri, selection, config.data, source_digest, config.search, plan, started_unix)
     summary, others = run_measured(run)
     shared = others > defaults.BUSY_SHARE  # its steps ran slower than this machine's: they would misprice a plan
-    refreshed = None if shared else refresh(store, summary.run_id, variants, args.parallelism)
+    # Costs are kept per image shape: a run of another dataset than Fashion-MNIST's as it is does not price its steps.
+    fashion = source_shape(config.data.source) is not None and not config.data.image_size
+    refreshed = None if shared or not fashion else refresh(store, summary.run_id, variants, args.parallelism)
     print(leaderboard(summary), file=out)
     if plan is not None:
         print(
@@ -97,6 +100,9 @@ def check_run_flags(args: argparse.Namespace, config: Config) -> None:
             f"{flag} would change what {args.config}'s search.budget planned: set it in the file, "
             "where the budget counts it, or pass --budget none"
         )
+    shape = list(config.data.image_size) or source_shape(config.data.source)
+    if shape:  # else the train step checks it against the artifact, before its job
+        check_fits(config.variants, shape, str(args.config))
     for variant in config.variants:
         workers = args.workers or variant.workers
         # Local ingest writes the default shard count; more workers would fail only after ingest, in training.

@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 from bakeoff.components import arguments, defaults
+from bakeoff.components.errors import BakeoffError
 from bakeoff.components.search.budget import Plan, plan_config
-from bakeoff.components.search.costs import CALIBRATED, Calibration
+from bakeoff.components.search.costs import CALIBRATED, FASHION_MNIST, Calibration, Images
 from bakeoff.components.spaces import describe
 from bakeoff.pipelines.cli.flags import budget_arg, data_args, halving_args, load_budgeted
 
@@ -38,6 +39,7 @@ def plan_document(plan: Plan) -> dict:
         "least_seconds": round(plan.least_seconds, 1),
         "fitted": plan.fitted,
         "calibration": plan.calibration.to_dict(),
+        "dataset": dataclasses.asdict(plan.images),
     }
 
 
@@ -63,8 +65,9 @@ def render(plan: Plan, train_examples: int) -> str:
         else f"{plan.seconds / 60:.1f} min"
     )
     lines.append(
-        f"estimated time: {span}; the jobs one at a time on {train_examples:,} examples, with ingest, the jobs' starts"
-        " and select"
+        f"estimated time: {span}; the jobs one at a time on {train_examples:,} examples of"
+        f" {'x'.join(map(str, plan.images.shape))} pixels ({plan.images.classes} classes), with ingest, the jobs'"
+        " starts and select"
     )
     lines.append(costs(plan.calibration))
     if config.budget_minutes is not None:
@@ -92,8 +95,25 @@ def costs(calibration: Calibration) -> str:
     )
 
 
+def dataset_images(data: str | None) -> Images:
+    """What ``--data`` names: an ingested artifact's size (its metadata.json), or Fashion-MNIST's, the default."""
+    if data is None:
+        return FASHION_MNIST
+    from bakeoff.components.data.artifact import METADATA_FILE, read_metadata
+    from bakeoff.components.storage import open_store
+
+    uri = data if "://" in data else Path(data).resolve().as_uri()
+    store = open_store(uri)
+    if not store.exists(METADATA_FILE):
+        raise BakeoffError(
+            f"--data {data!r} holds no {METADATA_FILE}: pass a Dataset artifact's folder or URI (what ingest wrote)"
+        )
+    return Images.of(read_metadata(store))
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan, train_examples = plan_config(load_budgeted(args), args.max_train_examples or 0)
+    config, images = load_budgeted(args), dataset_images(args.data)  # both checked before any measuring
+    plan, train_examples = plan_config(config, args.max_train_examples or 0, images)
     if args.json:
         print(json.dumps(plan_document(plan), indent=2))
     else:
@@ -113,6 +133,12 @@ def add_plan_commands(commands: argparse._SubParsersAction) -> None:
         "--max-train-examples",
         type=arguments.whole("--max-train-examples"),
         help="estimate for at most N training examples",
+    )
+    plan.add_argument(
+        "--data",
+        metavar="ARTIFACT",
+        help="price this ingested Dataset artifact (a folder or URI holding metadata.json): its examples, image size"
+        " and classes (default: Fashion-MNIST's)",
     )
     plan.add_argument("--json", action="store_true", help="print the plan as one JSON document")
     budget_arg(plan, "the config's search.budget")
