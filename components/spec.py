@@ -327,8 +327,8 @@ def check_image_size(value: Any) -> tuple[int, ...]:
     )
     if sides is None or not whole or len(sides) not in (0, 2) or not all(low <= side <= high for side in sides):
         raise BakeoffError(
-            f"{value!r} is no image size: give [] for the source's own size, or [HEIGHT, WIDTH] with each side"
-            f" {low} to {high} pixels"
+            f"{value!r} is no image size:"
+            f" give [] for the source's own size, or [HEIGHT, WIDTH] with each side {low} to {high} pixels"
         )
     return tuple(int(side) for side in sides)
 

@@ -68,8 +68,8 @@ def prepare(image: np.ndarray, preprocessing: Preprocessing) -> np.ndarray:
     if image.shape[:2] != (p.height, p.width):
         if p.resize == NO_RESIZE:
             raise BakeoffError(
-                f"an image of {image.shape[0]}x{image.shape[1]}, and this dataset's images are all"
-                f" {p.height}x{p.width}: send one of that size"
+                f"an image of {image.shape[0]}x{image.shape[1]},"
+                f" and this dataset's images are all {p.height}x{p.width}: send one of that size"
             )
         filter_ = getattr(Image.Resampling, p.resize.upper())
         plane = Image.fromarray(image[..., 0] if p.channels == 1 else image)

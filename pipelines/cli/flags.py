@@ -141,8 +141,8 @@ def config_changes(args: argparse.Namespace) -> dict:
         if halving is None and not {"min_epochs", "max_epochs"} <= set(given):
             flags = " and ".join(f"--{field.replace('_', '-')}" for field in given)
             raise BakeoffError(
-                f"{flags} change successive halving, which {args.config} does not use: pass --min-epochs and"
-                " --max-epochs to halve, or add search.halving to the file"
+                f"{flags} change successive halving, which {args.config} does not use:"
+                " pass --min-epochs and --max-epochs to halve, or add search.halving to the file"
             )
         low = given.get("min_epochs") or (halving.min_epochs if halving else 0)
         high = given.get("max_epochs") or (halving.max_epochs if halving else 0)

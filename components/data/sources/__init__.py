@@ -68,9 +68,10 @@ def open_source(text: str) -> Source:
         return idx.IdxSource(text)  # the offline default: its own line says how to install it
     if not path.is_dir():
         raise BakeoffError(
-            f"source {text!r} is not a folder, an s3:// prefix or tfds:NAME: give a folder of class folders, "
-            "s3://BUCKET/PREFIX/ or tfds:NAME[:VERSION][@DATA_DIR]; for the default Fashion-MNIST, install Debian's "
-            "dataset-fashion-mnist (apt-get install dataset-fashion-mnist)"
+            f"source {text!r} is not a folder, an s3:// prefix or tfds:NAME:"
+            " give a folder of class folders, s3://BUCKET/PREFIX/ or tfds:NAME[:VERSION][@DATA_DIR];"
+            " for the default Fashion-MNIST, install Debian's dataset-fashion-mnist"
+            " (apt-get install dataset-fashion-mnist)"
         )
     if idx.holds_idx_files(path):
         return idx.IdxSource(text)

@@ -48,8 +48,8 @@ class BucketSource:
             objects = list(store.client.list_objects(store.bucket, prefix=folder, recursive=True))
         except minio.error.S3Error as error:
             raise BakeoffError(
-                f"{self.text!r} cannot be listed with these keys ({error.code}): check the prefix and what "
-                "AWS_ACCESS_KEY_ID may read"
+                f"{self.text!r} cannot be listed with these keys ({error.code}):"
+                " check the prefix and what AWS_ACCESS_KEY_ID may read"
             ) from None
         listed = {obj.object_name[len(folder) :]: obj.etag or "" for obj in objects if obj.object_name}
         if not listed:

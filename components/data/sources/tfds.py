@@ -84,8 +84,9 @@ class TfdsSource:
                 and isinstance(features[label], tfds.features.ClassLabel)
             ):
                 raise BakeoffError(
-                    f"{self.text}: not an image-classification dataset: it has no one Image and one ClassLabel "
-                    f"feature (features: {', '.join(features.keys())}): choose another dataset"
+                    f"{self.text}: not an image-classification dataset:"
+                    f" it has no one Image and one ClassLabel feature (features: {', '.join(features.keys())}):"
+                    " choose another dataset"
                 )
             self._keys = (image, label)
         return self._keys

@@ -32,8 +32,8 @@ def check_class_name(name: str, where: str) -> str:
     """``name`` if it can be a folder's name everywhere; one line naming it if not."""
     if name in ("", ".", "..") or _BAD_NAME.search(name) or name != name.strip() or len(name.encode()) > 255:
         raise BakeoffError(
-            f"{where}: class folder {name!r} cannot be a folder name everywhere (empty, a dot name, a control or"
-            ' \\<>:"|?* character, spaces around it, or over 255 bytes): rename it'
+            f"{where}: class folder {name!r} cannot be a folder name everywhere"
+            ' (empty, a dot name, a control or \\<>:"|?* character, spaces around it, or over 255 bytes): rename it'
         )
     return name
 
