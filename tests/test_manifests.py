@@ -809,4 +809,4 @@ def test_dockerfile_base_user_and_workdir():
 
 def test_makefile_builds_the_image_the_pipeline_defaults_to():
     planned = subprocess.run(["make", "-n", "image"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert f"docker build -f images/Dockerfile -t {defaults.IMAGE} ." in planned
+    assert f"images/build.sh {defaults.IMAGE}" in planned
