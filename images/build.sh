@@ -63,6 +63,11 @@ has_image() {
   esac >/dev/null 2>&1
 }
 
+# ---- one build at a time per cache (a second one waits, then finds the first's result)
+mkdir -p "$CACHE"
+exec 9>"$CACHE/lock"
+flock 9
+
 # ---- the cache key
 KEY=$({
   cat images/Dockerfile images/Dockerfile.dockerignore images/build.sh pyproject.toml README.md
@@ -86,7 +91,6 @@ if [ -z "${BASE_IMAGE:-}" ] && [ "$ENGINE" != docker ] \
   if ! has_image "$BASE_IMAGE"; then
     echo "make image: no registry answers; making the base $BASE_IMAGE with mmdebstrap"
     tarball=$CACHE/base-$base_key.tar
-    mkdir -p "$CACHE"
     mmdebstrap --quiet --format=tar --variant=minbase --include="$BASE_PACKAGES" \
       --customize-hook='rm -f "$1"/usr/lib/python3.*/EXTERNALLY-MANAGED' \
       --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
