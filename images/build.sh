@@ -124,11 +124,16 @@ case $ENGINE in
     docker export "$container" | tar -x -C "$OUT/rootfs"
     docker rm "$container" >/dev/null
     ;;
-  *)
+  buildah)
     engine push --disable-compression "$IMAGE" "oci:$OUT/oci" >/dev/null
     container=$(engine from --pull=never "$IMAGE")
     (cd "$(engine mount "$container")" && tar -c .) | tar -x -C "$OUT/rootfs"
     engine umount "$container" >/dev/null && engine rm "$container" >/dev/null
+    ;;
+  podman)  # not tried here (buildah is what CI has): the same steps in podman's words
+    engine push "$IMAGE" "oci:$OUT/oci" >/dev/null
+    (cd "$(engine image mount "$IMAGE")" && tar -c .) | tar -x -C "$OUT/rootfs"
+    engine image unmount "$IMAGE" >/dev/null
     ;;
 esac
 touch "$OUT/done"
