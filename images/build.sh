@@ -138,8 +138,9 @@ case $ENGINE in
 esac
 touch "$OUT/done"
 ln -sfn "$KEY" "$CACHE/current"
-for done in "$CACHE"/*/done; do  # an older build's folders: ~6 GB each
-  [ "${done%/done}" = "$OUT" ] || rm -rf "${done%/done}"
+for done in "$CACHE"/*/done; do  # an older build's folders (~6 GB each), not the link to this one
+  folder=${done%/done}
+  [ -L "$folder" ] || [ "$folder" = "$OUT" ] || rm -rf "$folder"
 done
 echo "make image: built $IMAGE; its root filesystem is $OUT/rootfs"
 [ "$ENGINE" = docker ] || echo "make image: push it with: $ENGINE $STORE push $IMAGE"

@@ -34,6 +34,7 @@ STEPS = sorted(path.stem for path in (ROOT / "components" / "steps").glob("*.py"
 # Paths that must be in no layer: the developer's venv, git, local stores, credentials and key files.
 FORBIDDEN = re.compile(
     r"(^|/)(\.venv|\.git|\.bakeoff|\.aws|\.ssh|\.docker|\.kube)(/|$)|(^|/)run/secrets/|\.env$|(^|/)id_(rsa|ed25519)$"
+    r"|\.deb$"  # apt's downloaded packages: ~100 MB that a base without docker-clean keeps unless cleaned
 )
 
 
