@@ -5,10 +5,12 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 # dataset-fashion-mnist: Fashion-MNIST offline; libtcmalloc-minimal4: the replicas' malloc (components/backends/allocator.py)
 SYSTEM_PACKAGES := dataset-fashion-mnist libtcmalloc-minimal4
-# chromium: tests/test_report.py renders the run report in a headless browser (only `make test` needs it)
-TEST_PACKAGES := chromium
+# chromium: tests/test_report.py renders the run report in a headless browser (only `make test` needs it);
+# buildah, mmdebstrap: `make image` without a docker engine or a registry (images/build.sh, tests/test_image.py)
+TEST_PACKAGES := chromium buildah mmdebstrap
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
+IMAGE_CACHE := $(or $(BAKEOFF_IMAGE_CACHE),$(HOME)/.cache/bakeoff/image)
 IMAGE ?= $(shell sed -n 's/^IMAGE = "\([^"]*\)".*/\1/p' components/defaults.py)
 
 .PHONY: help run test test-fast test-cluster lint typecheck format bench install system test-system compile image clean cluster cluster-down cluster-binaries
@@ -39,14 +41,19 @@ endef
 system: ## install the Debian packages bakeoff uses when missing: offline Fashion-MNIST, tcmalloc for the replicas
 	$(call apt_install,$(SYSTEM_PACKAGES))
 
-test-system: ## install the Debian packages only the tests use when missing: chromium (headless, for the report)
+test-system: ## install the Debian packages only the tests use when missing: chromium (the report), buildah and mmdebstrap (the image)
 	$(call apt_install,$(TEST_PACKAGES))
 
 run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--max-train-examples 6000" passes flags)
 	@$(BIN)/bakeoff run $(ARGS)
 
-test: $(INSTALLED) system test-system lint cluster-binaries ## lint, then every test lane (PYTEST_ARGS="-k store" narrows it)
+# The cluster lane's 2-worker TFJob once more, every pod run from the image `make image` unpacked, as its user
+# (tests/cluster/kubelet; BAKEOFF_KUBELET_IMAGE does the same for any cluster test).
+IMAGE_TFJOB := tests/cluster/test_training.py::test_a_train_step_pod_trains_a_two_worker_tfjob_through_the_real_operator
+
+test: $(INSTALLED) system test-system lint cluster-binaries image ## lint, the image, then every test lane (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest $(PYTEST_ARGS)
+	$(if $(PYTEST_ARGS),,BAKEOFF_KUBELET_IMAGE=$(IMAGE_CACHE)/current $(BIN)/pytest -m cluster $(IMAGE_TFJOB))
 
 # the unit lane alone: a test also in a heavier lane (pyproject.toml's markers) runs there
 FAST := unit and not (s3 or training or serving or cluster)
@@ -76,8 +83,8 @@ bench: $(INSTALLED) system ## measure speed and quality; writes benchmarks/resul
 compile: $(INSTALLED) ## write pipelines/bakeoff.yaml, the compiled pipeline for the default config
 	$(BIN)/bakeoff compile -o pipelines/bakeoff.yaml --image $(IMAGE)
 
-image: ## build the runtime image with docker (IMAGE=registry/name:tag names it)
-	docker build -f images/Dockerfile -t $(IMAGE) .
+image: ## build the runtime image with docker, else buildah or podman (IMAGE=registry/name:tag names it; images/build.sh)
+	images/build.sh $(IMAGE)
 
 clean: ## remove local run outputs (keeps .venv and the store)
 	rm -rf .bakeoff .pytest_cache .mypy_cache .ruff_cache .lint

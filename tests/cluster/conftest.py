@@ -14,6 +14,9 @@ from tests.cluster.profile import Profile
 from tests.conftest import KfpStore
 
 RUNNING_ENV = "BAKEOFF_CLUSTER"  # the state folder of a control plane already running (make cluster's .bakeoff/cluster)
+# An image `make image` unpacked (~/.cache/bakeoff/image/current): the kubelet runs bakeoff's images from its root
+# filesystem, as its user, instead of this venv (`make test` runs the 2-worker TFJob so; tests/cluster/kubelet).
+IMAGE_ENV = "BAKEOFF_KUBELET_IMAGE"
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +32,8 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlp
         return
     state = tmp_path_factory.mktemp("cluster")
     try:
-        plane = controlplane.start(state, venv=Path(sys.prefix), log=lambda line: print(line, file=sys.stderr))
+        source = Path(os.environ.get(IMAGE_ENV) or sys.prefix)
+        plane = controlplane.start(state, venv=source, log=lambda line: print(line, file=sys.stderr))
     except (controlplane.StartError, controlplane.binaries.BuildError) as error:
         pytest.fail(f"the control plane did not start: {error}", pytrace=False)
     yield plane

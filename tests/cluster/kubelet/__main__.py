@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tests.cluster.kubelet.config import CACHE_DIR, POD_CIDR, KubeletConfig
+from tests.cluster.kubelet.image import is_unpacked
 
 
 def _pairs(values: Sequence[str], flag: str, what: str) -> dict[str, str]:
@@ -44,8 +45,9 @@ def parse(argv: Sequence[str] | None = None) -> KubeletConfig:
         "--image",
         action="append",
         default=[],
-        metavar="IMAGE=VENV_DIR",
-        help="run containers of IMAGE in the virtual environment VENV_DIR (repeatable)",
+        metavar="IMAGE=DIR",
+        help="run containers of IMAGE in the virtual environment DIR, or from the image `make image` unpacked in DIR "
+        "(~/.cache/bakeoff/image/current: its rootfs/, as its USER) (repeatable)",
     )
     parser.add_argument(
         "--host",
@@ -64,10 +66,13 @@ def parse(argv: Sequence[str] | None = None) -> KubeletConfig:
         (args.client_ca, "--client-ca"),
     ):
         _file(parser, path, flag)
-    images = {name: Path(venv) for name, venv in _pairs(args.image, "--image", "IMAGE=VENV_DIR").items()}
-    for name, venv in images.items():
-        if not (venv / "bin").is_dir():
-            parser.error(f"--image {name}={venv}: {venv} has no bin/ folder: give a virtual environment")
+    images = {name: Path(folder) for name, folder in _pairs(args.image, "--image", "IMAGE=DIR").items()}
+    for name, folder in images.items():
+        if not (folder / "bin").is_dir() and not is_unpacked(folder):
+            parser.error(
+                f"--image {name}={folder}: neither a virtual environment (bin/) nor an unpacked image (rootfs/, oci/):"
+                " give .venv, or run `make image` and give ~/.cache/bakeoff/image/current"
+            )
     try:
         pod_cidr = ipaddress.IPv4Network(args.pod_cidr)
     except ValueError as error:

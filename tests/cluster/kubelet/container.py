@@ -33,6 +33,7 @@ class Launch:
     mounts: list[sandbox.Mount]
     root: Path  # an empty folder: the mount point of the container's tmpfs root
     message_file: Path | None = None
+    image: sandbox.ImageRoot | None = None  # an unpacked image's root filesystem, user and preload; None: a venv
 
 
 # reason, message, warning: an Event on the pod about this container
@@ -134,7 +135,8 @@ class ContainerRunner:
         """One start of the process; None when it could not even be configured."""
         try:
             launch = self.prepare()
-            sandbox.resolve_executable(launch.argv, launch.env, launch.workdir, launch.mounts)
+            seen = [sandbox.Mount(launch.image.rootfs, "/"), *launch.mounts] if launch.image else launch.mounts
+            sandbox.resolve_executable(launch.argv, launch.env, launch.workdir, seen)
         except ConfigError as error:
             self.report("Failed", f"Error: {error}", True)
             self._set(Waiting("CreateContainerConfigError", str(error)))
@@ -149,7 +151,9 @@ class ContainerRunner:
                 log_file.close()
                 return Terminated(137, None, now())
             launch.root.mkdir(parents=True, exist_ok=True)
-            argv = sandbox.command(self.tools, launch.root, launch.mounts, self.hostname, launch.workdir, launch.argv)
+            argv = sandbox.command(
+                self.tools, launch.root, launch.mounts, self.hostname, launch.workdir, launch.argv, launch.image
+            )
             self._process = process = subprocess.Popen(
                 argv,
                 env=launch.env,

@@ -7,8 +7,12 @@ machine's top-level folders by bind mounts, and a missing mount point below one 
 tmpfs laid over its nearest existing parent, which shows that parent's entries again by bind mounts.
 
 SPEC (JSON): {"root": folder for the new root, "hostname": ..., "workdir": ..., "argv": [...],
-"mounts": [{"source", "target", "read_only", "host"}]}, mounts outermost first; "host" marks a source that is
-this machine's own (a hostPath volume), where no mount point may be made either.
+"mounts": [{"source", "target", "read_only", "host"}], "image_root", "user", "preload"}, mounts outermost first;
+"host" marks a source that is this machine's own (a hostPath volume), where no mount point may be made either.
+
+With "image_root" (an image `make image` unpacked), the root shows that folder's entries instead, read-only (as
+`readOnlyRootFilesystem`: the cached image is never written), with this machine's /proc, /dev and /sys; the
+command then runs as "user" ([uid, gid]) with "preload" (the bind shim, inside the container) in LD_PRELOAD.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
         raise OSError(error, f"mount {source} on {target}: {os.strerror(error)}")
 
 
-def copy_entries(folder_fd: int, into: str, tree: Tree, kind: str) -> None:
+def copy_entries(folder_fd: int, into: str, tree: Tree, kind: str, read_only: bool = False) -> None:
     """Shows every entry of the folder behind ``folder_fd`` again inside ``into`` (a fresh tmpfs)."""
     for name in os.listdir(f"/proc/self/fd/{folder_fd}"):
         source, target = f"/proc/self/fd/{folder_fd}/{name}", os.path.join(into, name)
@@ -62,6 +66,8 @@ def copy_entries(folder_fd: int, into: str, tree: Tree, kind: str) -> None:
         else:
             open(target, "w").close()
             mount(source, target, None, MS_BIND)
+        if read_only:
+            mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
         tree.kinds[target] = kind
 
 
@@ -93,13 +99,17 @@ def ensure(path: str, is_file: bool, tree: Tree) -> None:
         os.mkdir(target, 0o755)
 
 
-def new_root(root: str, tree: Tree) -> None:
-    """A tmpfs root that shows this machine's top-level entries; the process moves into it."""
-    descriptor = os.open("/", os.O_PATH | os.O_DIRECTORY)
+def new_root(root: str, tree: Tree, image_root: str | None = None) -> None:
+    """A tmpfs root that shows this machine's top-level entries, or an unpacked image's with this machine's
+    kernel file systems; the process moves into it."""
+    descriptor = os.open(image_root or "/", os.O_PATH | os.O_DIRECTORY)
     try:
         mount("tmpfs", root, "tmpfs", 0, "mode=755")
         host = Tree()
-        copy_entries(descriptor, root, host, "host")
+        copy_entries(descriptor, root, host, "host", read_only=image_root is not None)
+        if image_root is not None:
+            for kernel in ("/proc", "/dev", "/sys"):
+                mount(kernel, root + kernel, None, MS_BIND | MS_REC)
     finally:
         os.close(descriptor)
     os.chroot(root)
@@ -112,7 +122,7 @@ def enter(spec: dict[str, Any]) -> None:
     # Opened before anything is mounted: a source below another mount's target stays reachable.
     sources = [os.open(m["source"], os.O_PATH) for m in mounts]
     tree = Tree()
-    new_root(spec["root"], tree)
+    new_root(spec["root"], tree, spec.get("image_root"))
     for descriptor, m in zip(sources, mounts, strict=True):
         source = f"/proc/self/fd/{descriptor}"
         ensure(m["target"], not os.path.isdir(source), tree)
@@ -125,6 +135,13 @@ def enter(spec: dict[str, Any]) -> None:
     socket.sethostname(spec["hostname"])
     ensure(spec["workdir"], False, tree)
     os.chdir(spec["workdir"])
+    if spec.get("user"):  # last: every mount above needs root
+        uid, gid = spec["user"]
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    if spec.get("preload"):
+        os.environ["LD_PRELOAD"] = f"{spec['preload']} {os.environ.get('LD_PRELOAD', '')}".strip()
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""What an image means here: a virtual environment plus the environment, folder and command images/Dockerfile sets."""
+"""What an image means here: a virtual environment plus the environment, folder and command images/Dockerfile sets;
+or the image itself, as `make image` leaves it unpacked (images/build.sh: rootfs/ and the OCI layout's config)."""
 
 from __future__ import annotations
 
@@ -22,19 +23,30 @@ class ImageConfig:
     workdir: str = "/"
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ()
+    user: str = ""  # UID[:GID], numeric; only an unpacked image's is honoured (the Dockerfile's is ${UID}:0)
 
 
 @dataclass(frozen=True)
 class Image:
-    """One image the kubelet runs: its name, the virtual environment it stands for, and its config."""
+    """One image the kubelet runs: its name, the virtual environment it stands for, and its config; or, with
+    ``rootfs``, the image's own unpacked root filesystem, entered as the container's root as its USER."""
 
     name: str
     venv: Path
     config: ImageConfig
+    rootfs: Path | None = None
 
     @property
     def image_id(self) -> str:
-        return f"venv://{self.venv}"
+        return f"rootfs://{self.rootfs}" if self.rootfs else f"venv://{self.venv}"
+
+    @property
+    def user(self) -> tuple[int, int] | None:
+        """(uid, gid) the container runs as: an unpacked image's numeric USER; None: the kubelet's own."""
+        if self.rootfs is None or not self.config.user:
+            return None
+        uid, _, gid = self.config.user.partition(":")
+        return int(uid), int(gid or 0)
 
     @property
     def home(self) -> str | None:
@@ -43,7 +55,10 @@ class Image:
     @property
     def files(self) -> tuple[Path, ...]:
         """Where this "image" lies on this machine: the virtual environment, the Python it was made from, and the
-        project it sits in (`make install` puts .venv beside pyproject.toml; its editable install reads the sources)."""
+        project it sits in (`make install` puts .venv beside pyproject.toml; its editable install reads the sources).
+        None for an unpacked image: its files are its own root, as in a real container."""
+        if self.rootfs is not None:
+            return ()
         paths = [self.venv]
         if (self.venv.parent / "pyproject.toml").is_file():
             paths.append(self.venv.parent)
@@ -57,6 +72,8 @@ class Image:
 
     def environment(self) -> dict[str, str]:
         """The variables every container of this image starts with, before the pod's own."""
+        if self.rootfs is not None:  # its own PATH, and its LD_PRELOAD names its own libraries
+            return {"PATH": SYSTEM_PATH, **self.config.env}
         env = {"PATH": f"{self.venv}/bin:{SYSTEM_PATH}", **self.config.env}
         preload = [library for library in env.pop("LD_PRELOAD", "").split() if _loadable(library)]
         if preload:
@@ -122,7 +139,33 @@ def read_dockerfile(path: Path) -> ImageConfig:
     return ImageConfig(env=env, workdir=workdir, entrypoint=entrypoint, cmd=cmd)
 
 
-def images(venvs: Mapping[str, Path], dockerfile: Path) -> dict[str, Image]:
-    """Every image the kubelet was told of, each with the config of the project's one Dockerfile."""
+def is_unpacked(folder: Path) -> bool:
+    """Whether ``folder`` is an image as images/build.sh leaves it (rather than a virtual environment)."""
+    return (folder / "rootfs").is_dir() and (folder / "oci" / "index.json").is_file()
+
+
+def read_unpacked(folder: Path) -> ImageConfig:
+    """The config of the image images/build.sh unpacked in ``folder``: its OCI layout's image config."""
+    blobs = folder / "oci" / "blobs"
+    blob = lambda digest: json.loads((blobs / digest.replace(":", "/", 1)).read_text())  # noqa: E731
+    index = json.loads((folder / "oci" / "index.json").read_text())
+    config = blob(blob(index["manifests"][0]["digest"])["config"]["digest"])["config"]
+    return ImageConfig(
+        env=dict(item.split("=", 1) for item in config.get("Env") or []),
+        workdir=config.get("WorkingDir") or "/",
+        entrypoint=tuple(config.get("Entrypoint") or ()),
+        cmd=tuple(config.get("Cmd") or ()),
+        user=config.get("User") or "",
+    )
+
+
+def images(sources: Mapping[str, Path], dockerfile: Path) -> dict[str, Image]:
+    """Every image the kubelet was told of: a virtual environment with the config of the project's one Dockerfile,
+    or an unpacked image with its own."""
     config = read_dockerfile(dockerfile)
-    return {name: Image(name=name, venv=venv, config=config) for name, venv in venvs.items()}
+    return {
+        name: Image(name=name, venv=source, config=read_unpacked(source), rootfs=(source / "rootfs").resolve())
+        if is_unpacked(source)
+        else Image(name=name, venv=source, config=config)
+        for name, source in sources.items()
+    }

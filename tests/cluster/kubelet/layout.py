@@ -14,6 +14,7 @@ from tests.cluster.kubelet.image import Image
 from tests.cluster.kubelet.podenv import ConfigError, expand
 
 TERMINATION_LOG = "/dev/termination-log"  # the API server's default terminationMessagePath
+IMAGE_SHIM = "/run/bakeoff-kubelet/bindshim.so"  # where an unpacked image's containers see the bind shim
 
 
 def service_env(host: str, port: int) -> dict[str, str]:
@@ -34,10 +35,12 @@ def service_env(host: str, port: int) -> dict[str, str]:
 def process_env(
     image: Image, hostname: str, pod_env: Mapping[str, str], pod_ip: str, shim: Path | None
 ) -> dict[str, str]:
-    """The image's variables, then the runtime's HOSTNAME, then the pod's; the bind shim preloaded first."""
+    """The image's variables, then the runtime's HOSTNAME, then the pod's; the bind shim preloaded first (for an
+    unpacked image, by enter.py inside the container: this machine's Python that runs it would not find it)."""
     env = {**image.environment(), "HOSTNAME": hostname, **pod_env}
     if shim is not None:
-        env["LD_PRELOAD"] = f"{shim} {env.get('LD_PRELOAD', '')}".strip()
+        if image.rootfs is None:
+            env["LD_PRELOAD"] = f"{shim} {env.get('LD_PRELOAD', '')}".strip()
         env[POD_IP_ENV] = pod_ip
     return env
 
@@ -60,6 +63,9 @@ def container_mounts(
         path.mkdir(parents=True, exist_ok=True)
     private_tmp.chmod(0o1777)
     message.touch()
+    if image.user is not None:  # the image's user writes its HOME and its termination message
+        for path in (home, message):
+            os.chown(path, *image.user)
     mounts = [
         sandbox.Mount(private_tmp, "/tmp"),
         sandbox.Mount(hosts_file, "/etc/hosts"),

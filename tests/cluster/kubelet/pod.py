@@ -246,15 +246,20 @@ class PodWorker:
         mounts, message = layout.container_mounts(
             container, self.volumes.paths, folder, self.folder / "etc-hosts", image, env, self.volumes.host
         )
+        shim = None if self.pod.spec.host_network else node.shim
+        image_root = None
+        if image.rootfs is not None:  # an unpacked image: the shim is mounted in, as the image's files are not ours
+            if shim is not None:
+                mounts = sandbox.ordered([*mounts, sandbox.Mount(shim, layout.IMAGE_SHIM, read_only=True)])
+            image_root = sandbox.ImageRoot(image.rootfs, image.user, layout.IMAGE_SHIM if shim else "")
         return Launch(
             argv=command_line(container, image.config, env),
-            env=layout.process_env(
-                image, _hostname(self.pod), env, self.pod_ip, None if self.pod.spec.host_network else node.shim
-            ),
+            env=layout.process_env(image, _hostname(self.pod), env, self.pod_ip, shim),
             workdir=container.working_dir or image.config.workdir,
             mounts=mounts,
             root=folder / "root",
             message_file=message,
+            image=image_root,
         )
 
     def _run_containers(self) -> None:

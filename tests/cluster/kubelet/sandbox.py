@@ -31,6 +31,16 @@ class Mount:
         return len(PurePosixPath(self.target).parts)
 
 
+@dataclass(frozen=True)
+class ImageRoot:
+    """An unpacked image a container enters: its root filesystem (shown read-only), the user it runs as, and
+    the libraries preloaded into its command (the bind shim, mounted inside)."""
+
+    rootfs: Path
+    user: tuple[int, int] | None = None
+    preload: str = ""
+
+
 def ordered(mounts: Iterable[Mount]) -> list[Mount]:
     """Outer paths before the paths inside them; a later mount of the same target wins, as in the pod spec."""
     by_target: dict[str, Mount] = {}
@@ -86,12 +96,22 @@ def resolve_executable(argv: Sequence[str], env: Mapping[str, str], workdir: str
 
 
 def command(
-    tools: Tools, root: Path, mounts: Sequence[Mount], hostname: str, workdir: str, argv: Sequence[str]
+    tools: Tools,
+    root: Path,
+    mounts: Sequence[Mount],
+    hostname: str,
+    workdir: str,
+    argv: Sequence[str],
+    image: ImageRoot | None = None,
 ) -> list[str]:
     """The argv that enters a new mount and UTS namespace, lays out the container's files there (enter.py,
-    on a tmpfs root in the folder ``root``), names the host, and execs the container's argv."""
+    on a tmpfs root in the folder ``root``, showing this machine's files or ``image``'s), names the host, and
+    execs the container's argv (as ``image``'s user)."""
     spec = {
         "root": str(root),
+        "image_root": str(image.rootfs) if image else None,
+        "user": list(image.user) if image and image.user else None,
+        "preload": image.preload if image else "",
         "hostname": hostname,
         "workdir": workdir,
         "argv": list(argv),
