@@ -59,7 +59,8 @@ class Profile:
             "-",
             input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
         )
-        plane.kubectl("apply", "--server-side", "-k", str(controlplane.REPO / "manifests" / "overlays" / "multi-user"))
+        for overlay in ("multi-user", "multi-user-tfjob"):  # this cluster runs both trainers
+            plane.kubectl("apply", "--server-side", "-k", str(controlplane.REPO / "manifests" / "overlays" / overlay))
         plane.kubectl("create", "serviceaccount", ACCOUNT, "-n", NAMESPACE, check=False)
         # Through stdin, never the command line (which error messages and `ps` show); replaces the example keys
         # that manifests/store-secret may have put there.
