@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -774,3 +775,23 @@ def test_the_console_script(fake: FakeKfpApi, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     pipeline = only(fake.pipelines)
     assert result.stdout.startswith(f"created pipeline 'bakeoff' (id {pipeline['pipeline_id']})")
+
+
+@pytest.mark.parametrize("create", ["submit", "schedule"])
+def test_run_parameters_a_server_would_refuse_stop_before_any_call(create: str) -> None:
+    """validatePipelineJobInputs (backend/src/apiserver/template/v2_template.go) refuses a value of another kind; the
+    client says so first, naming the release, and makes no call (no experiment is created either)."""
+    from bakeoff.pipelines.compiling import COMPILED
+    from bakeoff.pipelines.kfp_client import runs, schedules, triggers
+
+    no_api: Any = object()  # any call on it would fail otherwise than with the refusal
+    with pytest.raises(BakeoffError) as raised:
+        if create == "submit":
+            runs.submit(no_api, COMPILED, "default", {"shards": "4"}, "r")
+        else:
+            trigger = triggers.make_trigger(None, "1h", None, None)
+            schedules.schedule(no_api, COMPILED, "default", trigger, {"shards": "4"}, "s")
+    assert str(raised.value) == (
+        "KFP 2.5.0's API server would refuse this run (input parameter shards requires type double or integer, but"
+        " the parameter value is not of number value type): fix the --param values"
+    )
