@@ -659,8 +659,30 @@ class FakeKfpApi:
             raise ApiError(
                 400, "Invalid input error: a trigger needs exactly one of cron_schedule and periodic_schedule"
             )
-        if not 1 <= int(body.get("max_concurrency", 0)) <= 10:
-            raise ApiError(400, "Invalid input error: max concurrency of recurring run should be between 1 and 10")
+        # toModelJob, backend/src/apiserver/server/api_converter.go (cron at line 1974 in 2.15.0/2.16.0, 2088 in
+        # 2.17.0; the interval 6 lines below): max concurrency, the cron as robfig/cron v1.2.0's Parse reads it
+        # (seconds first: 5 or 6 fields, or a @descriptor), an interval of at least 1 second.
+        concurrency = int(body.get("max_concurrency", 0))
+        if not 1 <= concurrency <= 10:
+            raise ApiError(
+                400,
+                "Invalid input error: Max concurrency of a recurring run must be at least 1 and at most 10. Received"
+                f" {concurrency}",
+            )
+        cron = (trigger.get("cron_schedule") or {}).get("cron")
+        if cron is not None and not (cron.startswith("@") or len(cron.split()) in (5, 6)):
+            raise ApiError(
+                400,
+                "Invalid input error: Schedule cron is not a supported format(https://godoc.org/github.com/robfig/cron)."
+                f" Error: Expected 5 to 6 fields, found {len(cron.split())}: {cron}",
+            )
+        interval = (trigger.get("periodic_schedule") or {}).get("interval_second")
+        if interval is not None and int(interval) < 1:
+            raise ApiError(
+                400,
+                f"Invalid input error: Found invalid period schedule interval {int(interval)}. Set at interval to least"
+                " 1 second",
+            )
         if body.get("mode") not in ("ENABLE", "DISABLE"):
             raise ApiError(400, "Invalid input error: mode must be ENABLE or DISABLE")
         recurring = {

@@ -858,3 +858,46 @@ def test_a_plain_text_refusal_of_the_upload_handler_is_shown(bakeoff) -> None:
         result = bakeoff("upload", "--host", fake.url, "--name", "n" * 129)
     assert result.code == 1 and fake.created() == NOTHING
     assert "(HTTP 400: Invalid input error: Pipeline.Name length cannot exceed 128)" in result.error, result.error
+
+
+def test_the_fake_checks_a_recurring_runs_trigger_as_the_server_does() -> None:
+    """toModelJob (api_converter.go): concurrency 1-10, a cron robfig/cron v1.2.0 parses, an interval >= 1 s."""
+    from bakeoff.pipelines.compiling import COMPILED
+
+    spec = next(yaml.safe_load_all(COMPILED.read_text()))
+
+    def create(fake: FakeKfpApi, trigger: dict, concurrency: int = 1) -> tuple[int, str]:
+        body = {
+            "display_name": "nightly",
+            "mode": "ENABLE",
+            "max_concurrency": concurrency,
+            "trigger": trigger,
+            "pipeline_spec": spec,
+        }
+        request = urllib.request.Request(
+            fake.url + "/apis/v2beta1/recurringruns",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, ""
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())["message"]
+
+    with FakeKfpApi() as fake:
+        assert create(fake, {"cron_schedule": {"cron": "0 0 3 * * *"}}) == (200, "")
+        assert create(fake, {"periodic_schedule": {"interval_second": 3600}}) == (200, "")
+        assert create(fake, {"cron_schedule": {"cron": "0 3 *"}}) == (
+            400,
+            "Invalid input error: Schedule cron is not a supported format(https://godoc.org/github.com/robfig/cron)."
+            " Error: Expected 5 to 6 fields, found 3: 0 3 *",
+        )
+        assert create(fake, {"periodic_schedule": {"interval_second": 0}}) == (
+            400,
+            "Invalid input error: Found invalid period schedule interval 0. Set at interval to least 1 second",
+        )
+        assert create(fake, {"periodic_schedule": {"interval_second": 60}}, concurrency=11)[0] == 400
+        assert len(fake.recurring_runs) == 2
+        fake.violations.clear()
