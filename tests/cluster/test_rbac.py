@@ -18,6 +18,8 @@ from bakeoff.components.spec import from_dict
 from bakeoff.components.training.tfjob import build_tfjob
 from bakeoff.pipelines.pipeline import Cluster
 from tests.cluster import controlplane
+from tests.cluster.profile import NAMESPACE as PROFILE_NAMESPACE
+from tests.cluster.profile import NAMESPACE_LABELS
 from tests.test_manifests import (
     MANIFESTS,
     OFFLINE,
@@ -42,11 +44,11 @@ VARIANT = {"name": "rbac-probe", "model": {"type": "cnn", "filters": [8], "dense
 
 def _namespaces(plane: controlplane.ControlPlane) -> None:
     for namespace in sorted({namespace for namespace, _ in OVERLAYS.values()}):
+        # The profile's as profile.py labels it: a later apply without the label would take it away.
+        labels = NAMESPACE_LABELS if namespace == PROFILE_NAMESPACE else {}
+        metadata = {"name": namespace, "labels": labels}
         plane.kubectl(
-            "apply",
-            "-f",
-            "-",
-            input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+            "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata})
         )
 
 
