@@ -17,13 +17,24 @@ release tags of ``SUPPORTED`` (the table in docs/kubeflow.md):
 - fan-in: ``resolveUpstreamParameters`` gathers a ParallelFor's outputs
   (``dsl.Collected``) from KFP 2.14 on; earlier drivers skip ParallelFor DAGs
   (``getDAGTasks``: "ParallelFor outputs should be handled with dsl.Collected").
+
+And the API server's, before any driver runs (``backend/src/apiserver/template/v2_template.go``):
+
+- the pipeline's name, on upload and on a run with an inline spec (``NewV2SpecTemplate``): not empty, and
+  Go's ``regexp.MatchString`` of a DNS-1123-subdomain pattern, which is not anchored, so any name holding one
+  lowercase letter or digit passes (``NAME_RULE_LINE``).
+- a run's or recurring run's parameters (``validatePipelineJobInputs``, ``INPUTS_RULE_LINE``): every root input
+  without a default that is not optional must be given; a given value must be of its type's kind exactly (a
+  STRING takes only a string here, unlike the driver); a name the root does not declare is refused; from 2.16
+  a value must be one of the input's ``literals`` when it lists them (``util.ValidateLiteralParameter``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 # A parameter type → the kind of protobuf value that satisfies it (structpb kinds).
@@ -77,6 +88,21 @@ BACKENDS = {
     ),
 }
 SUPPORTED = ("2.5.0", "2.14.0", "2.15.0", "2.16.0", "2.17.0")  # 2.4.1 fails the placeholder rule
+# Where v2_template.go holds the name rule's regexp.MatchString and validatePipelineJobInputs, per release tag.
+NAME_RULE_LINE = {"2.5.0": 196, "2.14.0": 214, "2.15.0": 213, "2.16.0": 219, "2.17.0": 236}
+INPUTS_RULE_LINE = {"2.5.0": 358, "2.14.0": 384, "2.15.0": 384, "2.16.0": 424, "2.17.0": 442}
+LITERALS_FROM = "2.16.0"  # the first release whose validatePipelineJobInputs checks literals (line 495; 2.17.0: 513)
+# The pattern as the API server uses it: searched, not matched whole (MatchString is unanchored).
+_NAME_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# validatePipelineJobInputs's wording of each type, and the structpb kind it requires.
+_INPUT_KINDS = {
+    "NUMBER_DOUBLE": ("double or integer", "number"),
+    "NUMBER_INTEGER": ("double or integer", "number"),
+    "STRING": ("string", "string"),
+    "BOOLEAN": ("bool", "bool"),
+    "LIST": ("list", "list"),
+    "STRUCT": ("struct", "struct"),
+}
 
 
 def value_kind(value: Any) -> str:
@@ -112,8 +138,57 @@ class _Scope:
     element_kinds: dict[str, str]  # for LIST inputs whose elements are known: the elements' kind
 
 
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def name_violations(spec: dict) -> list[str]:
+    """What the API server says of the pipeline's name (the same rule in every supported release)."""
+    name = (spec.get("pipelineInfo") or {}).get("name") or ""
+    if not name:
+        return ["invalid v2 pipeline spec: name is empty"]
+    if not _NAME_PATTERN.search(name):
+        return [
+            "invalid v2 pipeline spec: name should consist of lower case alphanumeric characters, '-' or '.', and"
+            " must start and end with an alphanumeric character"
+        ]
+    return []
+
+
+def input_violations(spec: dict, values: Mapping[str, Any], backend: KfpBackend) -> list[str]:
+    """What the backend's API server refuses in a run's parameter values, in its words (validatePipelineJobInputs
+    returns the first; this lists each)."""
+    declared = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+    found = []
+    for name, parameter in sorted(declared.items()):
+        if name not in values:
+            if not parameter.get("isOptional") and "defaultValue" not in parameter:
+                found.append(f"parameter {name} is not optional, yet has neither default value nor user provided value")
+            continue
+        wording, kind = _INPUT_KINDS.get(parameter.get("parameterType", ""), ("unknown", ""))
+        if value_kind(values[name]) != kind:
+            subject = "the parameter value" if kind == "number" else "the input parameter"  # as each case words it
+            found.append(f"input parameter {name} requires type {wording}, but {subject} is not of {kind} value type")
+        elif _release(backend.version) >= _release(LITERALS_FROM) and values[name] not in parameter.get(
+            "literals", [values[name]]
+        ):
+            # util.ValidateLiteralParameter (backend/src/common/util/validate_literal.go): proto.Equal to one of them.
+            found.append(
+                f'input parameter "{name}" value {json.dumps(values[name])} does not match any of the allowed literal'
+                f" values: {json.dumps(parameter['literals'])}"
+            )
+    extra = sorted(set(values) - set(declared))
+    if extra:
+        found.append(f"parameter(s) provided are not required by pipeline: {', '.join(extra)}")
+    return found
+
+
 def violations(spec: dict, backend: KfpBackend) -> list[str]:
-    """Every input the backend's drivers would reject in the pipeline IR ``spec``, one line each."""
+    """Every problem the backend's API server (the name) or drivers (the inputs) would reject in the pipeline IR
+    ``spec``, one line each."""
+    named = name_violations(spec)
+    if named:
+        return named
     components = spec["components"]
     root = spec["root"]
     root_inputs = root.get("inputDefinitions", {}).get("parameters", {})

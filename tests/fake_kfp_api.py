@@ -22,6 +22,22 @@ import jsonschema
 import yaml
 
 SPEC_PATH = Path(__file__).resolve().parent / "contracts" / "kfp_api_v2beta1_2.17.0.swagger.json"
+# Each release's v2beta1 spec (tests/contracts/README.md): 2.15.0 (Kubeflow 1.11) and 2.16.0 (26.03) lack 2.17's
+# tags, plugins_input and plugins_output, so their gateway refuses those fields as unknown.
+SPECS = {
+    version: SPEC_PATH.with_name(f"kfp_api_v2beta1_{version}.swagger.json")
+    for version in ("2.15.0", "2.16.0", "2.17.0")
+}
+# What the upload handler answers when KFP's own authorization (a SubjectAccessReview in multi-user mode) refuses:
+# 400 with the upload server's JSON error, not 403 (writeErrorToResponse after canUploadVersionedPipeline,
+# backend/src/apiserver/server/pipeline_upload_server.go: lines 134/289 at 2.15.0 and 2.16.0, 135/307 at 2.17.0).
+UPLOAD_DENIED = {
+    "UploadPipeline": "Failed to create a pipeline",
+    "UploadPipelineVersion": "Failed to create a pipeline version",
+}
+# validation.ValidateFieldLength's limit on Pipeline.Name (backend/src/apiserver/validation/length.go, the same in
+# 2.15.0-2.17.0), which the upload handler answers with Go's http.Error: plain text, not JSON.
+PIPELINE_NAME_MAX = 128
 STATUS_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 409: 6, 501: 12}  # HTTP → google.rpc.Code, as grpc-gateway maps them
 UPLOAD_OPERATIONS = ("UploadPipeline", "UploadPipelineVersion")  # served by KFP's own HTTP handler, not the gateway
 
@@ -94,10 +110,11 @@ class Operation:
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, plain: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.plain = plain  # answered as Go's http.Error does: text/plain, the message and a newline
 
 
 def _now() -> str:
@@ -135,13 +152,17 @@ class FakeKfpApi:
     ``experiments``, ``runs`` and ``recurring_runs``. Knobs: ``token`` /
     ``cookie`` (required credentials, else 401), ``forbidden`` (403),
     ``healthz_open`` (healthz skips auth, as the API server itself does),
-    ``multi_user``, ``answer`` ('kfp'; 'html' or 'not-found' for a server that
+    ``read_only`` (KFP denies writes only), ``multi_user``, ``answer`` ('kfp'; 'html' or 'not-found' for a server that
     is no KFP API, 'login' for a login redirect, 'unavailable' for 503), and ``run_outcome`` / ``polls_until_done`` for
     runs.
     """
 
-    def __init__(self, spec_path: Path = SPEC_PATH, tls: tuple[Path, Path] | None = None) -> None:
+    def __init__(
+        self, spec_path: Path = SPEC_PATH, tls: tuple[Path, Path] | None = None, version: str | None = None
+    ) -> None:
+        """``version``: the KFP release whose spec is served (a key of SPECS), else ``spec_path``'s."""
         self.tls = tls  # (certificate, key) to serve https
+        spec_path = SPECS[version] if version else spec_path
         self.spec = json.loads(spec_path.read_text(encoding="utf-8"))
         self._request_definitions = {name: _protojson(schema) for name, schema in self.spec["definitions"].items()}
         self._response_definitions = _strict(self.spec["definitions"])
@@ -149,6 +170,7 @@ class FakeKfpApi:
         self.token: str | None = None
         self.cookie: str | None = None
         self.forbidden = False
+        self.read_only = False  # KFP's own authorization lets reads through and denies every write (a profile viewer)
         self.healthz_open = False
         self.multi_user = False
         self.answer = "kfp"
@@ -291,6 +313,9 @@ class FakeKfpApi:
             self.calls.append(operation.operation_id)
             self.authorization_headers.append(request.headers.get("Authorization"))
         refusal = self._refusal(operation, request.headers)
+        if refusal == 403 and (self.healthz_open or self.read_only) and operation.operation_id in UPLOAD_DENIED:
+            # KFP itself refuses (its healthz answered): the upload handler's answer, see UPLOAD_DENIED.
+            return self._error(request, operation, 400, UPLOAD_DENIED[operation.operation_id])
         if refusal:
             return self._error(
                 request,
@@ -315,6 +340,8 @@ class FakeKfpApi:
                         self.violations.append(Violation(operation.operation_id, "semantics", error.message))
                     raise
         except ApiError as error:
+            if error.plain:
+                return self._reply(request, error.status, f"{error.message}\n".encode(), "text/plain; charset=utf-8")
             return self._error(request, operation, error.status, error.message)
         self._check_answer(operation, answer)
         self._reply(request, 200, json.dumps(answer).encode(), "application/json")
@@ -338,7 +365,7 @@ class FakeKfpApi:
             ]
             if not (bearer or cookie):
                 return 401
-        return 403 if self.forbidden else None
+        return 403 if self.forbidden or (self.read_only and operation.method != "GET") else None
 
     def _payload(self, operation: Operation, headers: Any, body: bytes) -> Any:
         parameters = operation.spec.get("parameters", [])
@@ -562,7 +589,12 @@ class FakeKfpApi:
         return {k: v for k, v in pipeline.items() if not k.startswith("_")}
 
     def op_UploadPipeline(self, path: dict, query: dict, upload: dict) -> dict:
+        # buildPipelineName (pipeline_server.go): the name, else the display name, else the file's name as it is.
         name = query.get("name") or query.get("display_name") or upload["filename"]
+        if len(name) > PIPELINE_NAME_MAX:
+            raise ApiError(
+                400, f"Invalid input error: Pipeline.Name length cannot exceed {PIPELINE_NAME_MAX}", plain=True
+            )
         pipeline = self._new_pipeline(
             name, query.get("display_name", ""), query.get("namespace", ""), query.get("description", "")
         )
@@ -627,8 +659,30 @@ class FakeKfpApi:
             raise ApiError(
                 400, "Invalid input error: a trigger needs exactly one of cron_schedule and periodic_schedule"
             )
-        if not 1 <= int(body.get("max_concurrency", 0)) <= 10:
-            raise ApiError(400, "Invalid input error: max concurrency of recurring run should be between 1 and 10")
+        # toModelJob, backend/src/apiserver/server/api_converter.go (cron at line 1974 in 2.15.0/2.16.0, 2088 in
+        # 2.17.0; the interval 6 lines below): max concurrency, the cron as robfig/cron v1.2.0's Parse reads it
+        # (seconds first: 5 or 6 fields, or a @descriptor), an interval of at least 1 second.
+        concurrency = int(body.get("max_concurrency", 0))
+        if not 1 <= concurrency <= 10:
+            raise ApiError(
+                400,
+                "Invalid input error: Max concurrency of a recurring run must be at least 1 and at most 10. Received"
+                f" {concurrency}",
+            )
+        cron = (trigger.get("cron_schedule") or {}).get("cron")
+        if cron is not None and not (cron.startswith("@") or len(cron.split()) in (5, 6)):
+            raise ApiError(
+                400,
+                "Invalid input error: Schedule cron is not a supported format(https://godoc.org/github.com/robfig/cron)."
+                f" Error: Expected 5 to 6 fields, found {len(cron.split())}: {cron}",
+            )
+        interval = (trigger.get("periodic_schedule") or {}).get("interval_second")
+        if interval is not None and int(interval) < 1:
+            raise ApiError(
+                400,
+                f"Invalid input error: Found invalid period schedule interval {int(interval)}. Set at interval to least"
+                " 1 second",
+            )
         if body.get("mode") not in ("ENABLE", "DISABLE"):
             raise ApiError(400, "Invalid input error: mode must be ENABLE or DISABLE")
         recurring = {

@@ -31,11 +31,17 @@ What it models, and where the real system decides it:
   http.NotFound: 404, ``text/plain; charset=utf-8``, body ``404 page not found``, not a metav1.Status (client-go
   turns it into "the server could not find the requested resource").
 
-Kubeflow Trainer v2.1 (``trainer.kubeflow.org``): TrainJobs are checked against their CRD's openAPIV3Schema
-(tests/contracts/) and its two rules on the whole object (metadata.name an RFC 1035 label of at most 63
-characters); a field the schema does not know is refused, stricter than the API server, which prunes it (a
-misspelt field would vanish). The Trainer's validating webhook is played too: it refuses one whose runtime does not
-exist (403:
+Kubeflow Trainer v2.1, v2.2 or v2.3 (``trainer``, ``trainer.kubeflow.org``): TrainJobs are checked against that
+release's CRD openAPIV3Schema (tests/contracts/) and its two rules on the whole object (metadata.name an RFC 1035
+label of at most 63 characters). A field the schema does not know is pruned, recorded in ``violations`` (the API
+server's warning), unless the create asks ``fieldValidation=Strict``: then 400 BadRequest with the decoder's
+message, as for KServe below. v2.2 removed ``spec.podTemplateOverrides`` for ``spec.runtimePatches``; the worker
+pods run as the service account the release's field names (else ``default``). The served schema is readable at
+``/openapi/v3/apis/trainer.kubeflow.org/v1alpha1`` (the API server's OpenAPI v3, named after the reversed group as
+the CRD OpenAPI builder names it: org.kubeflow.trainer.v1alpha1.TrainJob), recorded in ``openapi_reads``. The
+Trainer's validating webhook is played too: from v2.2 it refuses a runtime patch whose manager is not a
+domain-prefixed path or whose replicated job the runtime lacks (JobSet.Validate,
+pkg/runtime/framework/plugins/jobset/jobset.go); it refuses one whose runtime does not exist (403:
 ClusterTrainingRuntime.ValidateObjects, pkg/runtime/core/clustertrainingruntime.go, the API server wrapping the
 denial as "admission webhook … denied the request"). The JobSet named after the job gets one Job ``<job>-node-0``
 whose pods are ``<job>-node-0-<i>-<5 random>`` (the Job controller's generateName for an indexed Job), labelled
@@ -147,19 +153,60 @@ def tfjob_schema() -> dict:
     return crd_schema(CRD.name, VERSION)
 
 
-def trainjob_schema() -> dict:
-    """The v1alpha1 TrainJob openAPIV3Schema from Trainer v2.1.0's own CRD."""
-    return crd_schema(f"{TRAINER_GROUP}_{TRAINJOBS}.yaml", TRAINER_VERSION)
+# Each Trainer release's TrainJob CRD in tests/contracts/ (kubeflow/trainer manifests/base/crds/ at the tag).
+TRAINER_RELEASES = {
+    "v2.1.0": f"{TRAINER_GROUP}_{TRAINJOBS}.yaml",
+    "v2.2.0": f"{TRAINER_GROUP}_{TRAINJOBS}_v2.2.0.yaml",
+    "v2.3.0": f"{TRAINER_GROUP}_{TRAINJOBS}_v2.3.0.yaml",
+}
+TRAINER_OPENAPI = f"/openapi/v3/apis/{TRAINER_GROUP}/{TRAINER_VERSION}"
+RUNTIME_JOBS = frozenset({TRAINER_CONTAINER})  # manifests/trainer-v2/'s replicated jobs
 
 
-def trainjob_errors(body: dict) -> list[str]:
+@functools.cache
+def trainjob_schema(trainer: str = "v2.1.0") -> dict:
+    """The v1alpha1 TrainJob openAPIV3Schema from the ``trainer`` release's own CRD."""
+    return crd_schema(TRAINER_RELEASES[trainer], TRAINER_VERSION)
+
+
+def trainjob_openapi(trainer: str) -> dict:
+    """The OpenAPI v3 document the API server serves for trainer.kubeflow.org/v1alpha1: the CRD's schema under its
+    definition name, tagged with its group/version/kind."""
+    schema = dict(
+        trainjob_schema(trainer),
+        **{
+            "x-kubernetes-group-version-kind": [
+                {"group": TRAINER_GROUP, "version": TRAINER_VERSION, "kind": "TrainJob"}
+            ]
+        },
+    )
+    return {"openapi": "3.0.0", "components": {"schemas": {"org.kubeflow.trainer.v1alpha1.TrainJob": schema}}}
+
+
+def trainjob_account(body: dict, trainer: str) -> str:
+    """The workers' service account: from the field the release honours; any other field was pruned."""
+    spec = body["spec"]
+    if trainer == "v2.1.0":
+        overrides = [o["spec"] for o in spec.get("podTemplateOverrides") or [] if o.get("spec")]
+        return next((o["serviceAccountName"] for o in overrides if o.get("serviceAccountName")), "default")
+    patches = [
+        job.get("template", {}).get("spec", {}).get("template", {}).get("spec", {})
+        for patch in spec.get("runtimePatches") or []
+        for job in patch.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {}).get("replicatedJobs", [])
+        if job.get("name") == TRAINER_CONTAINER
+    ]
+    # Merged in order (mergeRuntimePatches, pkg/runtime/core/trainingruntime.go): the last one that sets it wins.
+    return next((p["serviceAccountName"] for p in reversed(patches) if p.get("serviceAccountName")), "default")
+
+
+def trainjob_errors(body: dict, trainer: str = "v2.1.0") -> list[str]:
     """What the API server refuses in a TrainJob: its schema, unknown fields, metadata, and the CRD's rules on the
     name."""
     errors = [
         f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-        for e in jsonschema.Draft7Validator(trainjob_schema()).iter_errors(body)
+        for e in jsonschema.Draft7Validator(trainjob_schema(trainer)).iter_errors(body)
     ]
-    errors += [f"unknown field {name!r}" for name in unknown_fields(trainjob_schema(), body)]
+    errors += [f"unknown field {name!r}" for name in unknown_fields(trainjob_schema(trainer), body)]
     errors += metadata_errors(body.get("metadata") or {})
     name = (body.get("metadata") or {}).get("name", "")
     if not TRAINJOB_NAME.fullmatch(name):
@@ -553,6 +600,7 @@ class FakeKubernetes:
         {TFJOB_CRD, TRAINJOB_CRD, *KSERVE_CRDS}
     )  # <plural>.<group> of the custom resources installed
     runtimes: frozenset[str] = frozenset({"bakeoff-tensorflow"})  # the ClusterTrainingRuntimes installed
+    trainer: str = "v2.1.0"  # the Kubeflow Trainer release whose TrainJob CRD is served: a key of TRAINER_RELEASES
     namespaces: set[str] | None = None  # the namespaces that exist; None: every one
     failure: str = "backoff"  # why a TFJob that reaches Failed failed: a key of TFJOB_FAILURES
 
@@ -566,6 +614,7 @@ class FakeKubernetes:
         self.propagations: list[str | None] = []  # each TFJob deletion's propagationPolicy
         self.collected: list[str] = []  # TFJobs the garbage collector deleted
         self.violations: list[str] = []
+        self.openapi_reads = 0
         self.log_reads: list[LogRead] = []
         self.on_state: dict[int, Callable[[], None]] = {}  # run once when a job first reports that state
         self.failures: list[_Failure] = []
@@ -846,7 +895,7 @@ class FakeKubernetes:
 
     def _job_errors(self, plural: str, body: dict) -> list[str]:
         if plural == TRAINJOBS:
-            return trainjob_errors(body)
+            return trainjob_errors(body, self.trainer)
         return [
             f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in self.validator.iter_errors(body)
         ] + metadata_errors(body.get("metadata") or {})
@@ -855,6 +904,20 @@ class FakeKubernetes:
         """Why Trainer's TrainJob webhook denies ``body``: its runtime does not exist (only ClusterTrainingRuntimes
         are modelled)."""
         ref = body["spec"]["runtimeRef"]
+        prefix = 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: '
+        for patch in body["spec"].get("runtimePatches") or []:
+            host, _, path = patch.get("manager", "").partition("/")
+            if not (path and len(host) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(host)):
+                return (
+                    f'{prefix}spec.runtimePatches.manager: Invalid value: "{patch.get("manager")}": must be a '
+                    'domain-prefixed path (such as "acme.io/foo")'
+                )
+            jobs = patch.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {}).get("replicatedJobs", [])
+            if any(job.get("name") not in RUNTIME_JOBS for job in jobs):
+                return (
+                    f"{prefix}spec.runtimePatches: must not have replicated job that doesn't exist in the runtime"
+                    " job template"
+                )
         if ref.get("kind", "ClusterTrainingRuntime") == "ClusterTrainingRuntime" and ref["name"] in self.runtimes:
             return None
         return (
@@ -1007,8 +1070,7 @@ class FakeKubernetes:
         uid = body["metadata"]["uid"]
         if body["kind"] == "TrainJob":
             container, image = TRAINER_CONTAINER, body["spec"]["trainer"]["image"]
-            overrides = [o["spec"] for o in body["spec"].get("podTemplateOverrides") or [] if o.get("spec")]
-            account = next((o["serviceAccountName"] for o in overrides if o.get("serviceAccountName")), "default")
+            account = trainjob_account(body, self.trainer)
             restart_policy = "Never"
             metadata = {  # labelAndAnnotateObject (JobSet) and the Job controller's index annotation
                 "labels": {
@@ -1130,6 +1192,11 @@ class FakeKubernetes:
 
             def _serve(self, method: str) -> None:
                 url = urlparse(self.path)
+                if (method, url.path) == ("GET", TRAINER_OPENAPI):
+                    fake.openapi_reads += 1  # a non-resource URL: system:discovery, not the Role, allows it
+                    if TRAINJOB_CRD not in fake.crds:
+                        return self._page_not_found()  # no such group/version: a 404, as for its resources
+                    return self._send(200, trainjob_openapi(fake.trainer))
                 call = request_info(method, url.path, url.query)
                 body = self._body()
                 with fake._lock:
@@ -1184,6 +1251,17 @@ class FakeKubernetes:
                 self._serve("DELETE")
 
             def _create_job(self, call: Call, body: dict, query: dict) -> None:
+                if call.resource == TRAINJOBS:
+                    schema = trainjob_schema(fake.trainer)
+                    unknown = unknown_fields(schema, body)
+                    if unknown and go_strict(query):
+                        fake.violations.extend(f"unknown field {field!r}" for field in unknown)
+                        message = f"TrainJob in version {TRAINER_VERSION!r} cannot be handled as a TrainJob: "
+                        return self._send(
+                            400, status(400, "BadRequest", message.replace("'", '"') + strict_decoding(unknown))
+                        )
+                    fake.violations.extend(f"unknown field {field!r} pruned" for field in unknown)
+                    body = pruned(schema, body)
                 errors = fake._job_errors(call.resource, body)
                 if errors:
                     fake.violations.extend(errors)

@@ -114,3 +114,74 @@ def test_the_store_uri_takes_the_pods_namespace(tmp_path: Path) -> None:
     assert resolve_namespace("s3://mlpipeline/shared/bakeoff", tmp_path / "absent") == "s3://mlpipeline/shared/bakeoff"
     with pytest.raises(BakeoffError, match="only a pod can resolve"):
         resolve_namespace("s3://mlpipeline/private/{namespace}/bakeoff", tmp_path / "absent")
+
+
+# ---------------------------------------------------------------- the API server: the name and the run's parameters
+# backend/src/apiserver/template/v2_template.go at each tag: the name rule at NAME_RULE_LINE (NewV2SpecTemplate),
+# validatePipelineJobInputs at INPUTS_RULE_LINE, literals from 2.16.0 (util.ValidateLiteralParameter).
+
+SERVER_VERSIONS = ("2.15.0", "2.16.0", "2.17.0")  # Kubeflow 1.11, 26.03 and the newest KFP
+
+
+@pytest.mark.parametrize("version", SERVER_VERSIONS)
+def test_the_servers_name_rule_is_unanchored_as_go_applies_it(version: str) -> None:
+    spec = ir(COMPILED)
+    backend = conformance.BACKENDS[version]
+    assert conformance.violations(spec, backend) == []
+    assert conformance.violations({**spec, "pipelineInfo": {"name": "Bake-Off 2"}}, backend) == [], (
+        "regexp.MatchString finds 'ake-' in it: the server takes it"
+    )
+    assert conformance.violations({**spec, "pipelineInfo": {"name": ""}}, backend) == [
+        "invalid v2 pipeline spec: name is empty"
+    ]
+    assert conformance.violations({**spec, "pipelineInfo": {"name": "BAKEOFF_"}}, backend) == [
+        "invalid v2 pipeline spec: name should consist of lower case alphanumeric characters, '-' or '.', and must"
+        " start and end with an alphanumeric character"
+    ]
+
+
+@pytest.mark.parametrize("version", SERVER_VERSIONS)
+def test_run_parameters_as_validate_pipeline_job_inputs_checks_them(version: str) -> None:
+    backend = conformance.BACKENDS[version]
+    spec = {
+        "root": {
+            "inputDefinitions": {
+                "parameters": {
+                    "shards": {"parameterType": "NUMBER_INTEGER"},
+                    "label": {"parameterType": "STRING", "defaultValue": "x"},
+                    "mode": {"parameterType": "STRING", "defaultValue": "a", "literals": ["a", "b"]},
+                    "flag": {"parameterType": "BOOLEAN", "isOptional": True},
+                }
+            }
+        }
+    }
+    assert conformance.input_violations(spec, {"shards": 4}, backend) == []
+    assert conformance.input_violations(spec, {"label": 3, "extra": 1, "flag": "true"}, backend) == [
+        "input parameter flag requires type bool, but the input parameter is not of bool value type",
+        "input parameter label requires type string, but the input parameter is not of string value type",
+        "parameter shards is not optional, yet has neither default value nor user provided value",
+        "parameter(s) provided are not required by pipeline: extra",
+    ]
+    assert conformance.input_violations(spec, {"shards": "4"}, backend) == [
+        "input parameter shards requires type double or integer, but the parameter value is not of number value type"
+    ]
+    literal = conformance.input_violations(spec, {"shards": 4, "mode": "c"}, backend)
+    assert literal == (
+        []
+        if version == "2.15.0"
+        else ['input parameter "mode" value "c" does not match any of the allowed literal values: ["a", "b"]']
+    ), "literals are checked from 2.16.0"
+
+
+def test_the_committed_pipelines_parameters_pass_every_supported_server() -> None:
+    from bakeoff.pipelines.kfp_client.parameters import check_inputs, parse_params, pipeline_parameters
+
+    spec = ir(COMPILED)
+    check_inputs(spec, {})
+    check_inputs(spec, parse_params(["trainer=trainjob", "shards=2", "metric=val_loss"], pipeline_parameters(spec)))
+    with pytest.raises(BakeoffError) as raised:
+        check_inputs(spec, {"trainer": 1})
+    assert str(raised.value) == (
+        "KFP 2.5.0's API server would refuse this run (input parameter trainer requires type string, but the input"
+        " parameter is not of string value type): fix the --param values"
+    )

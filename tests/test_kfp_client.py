@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -775,3 +776,129 @@ def test_the_console_script(fake: FakeKfpApi, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     pipeline = only(fake.pipelines)
     assert result.stdout.startswith(f"created pipeline 'bakeoff' (id {pipeline['pipeline_id']})")
+
+
+@pytest.mark.parametrize("create", ["submit", "schedule"])
+def test_run_parameters_a_server_would_refuse_stop_before_any_call(create: str) -> None:
+    """validatePipelineJobInputs (backend/src/apiserver/template/v2_template.go) refuses a value of another kind; the
+    client says so first, naming the release, and makes no call (no experiment is created either)."""
+    from bakeoff.pipelines.compiling import COMPILED
+    from bakeoff.pipelines.kfp_client import runs, schedules, triggers
+
+    no_api: Any = object()  # any call on it would fail otherwise than with the refusal
+    with pytest.raises(BakeoffError) as raised:
+        if create == "submit":
+            runs.submit(no_api, COMPILED, "default", {"shards": "4"}, "r")
+        else:
+            trigger = triggers.make_trigger(None, "1h", None, None)
+            schedules.schedule(no_api, COMPILED, "default", trigger, {"shards": "4"}, "s")
+    assert str(raised.value) == (
+        "KFP 2.5.0's API server would refuse this run (input parameter shards requires type double or integer, but"
+        " the parameter value is not of number value type): fix the --param values"
+    )
+
+
+# ---------------------------------------------------------------- each KFP release's server, as it answers
+
+
+@pytest.mark.parametrize("version", ["2.15.0", "2.16.0", "2.17.0"])
+def test_every_command_sends_only_what_each_releases_api_knows(version: str, bakeoff) -> None:
+    """Kubeflow 1.11 runs KFP 2.15.0 and 26.03 runs 2.16.0, whose gateways refuse 2.17's new fields (tags,
+    plugins_input) as unknown: each fake serves its own release's spec (tests/contracts/)."""
+    with FakeKfpApi(version=version) as fake:
+        for command, *options in SENDING.values():
+            result = bakeoff(command, *options, "--host", fake.url)
+            assert result.code == 0, result.err
+        assert fake.violations == [], fake.violations
+        assert {"UploadPipeline", "RunService_CreateRun", "RecurringRunService_CreateRecurringRun"} <= set(
+            fake.validated
+        )
+
+
+def test_a_release_before_2_17_refuses_2_17s_fields() -> None:
+    def create(fake: FakeKfpApi) -> int:
+        body = {"name": "p", "display_name": "p", "tags": {"team": "ml"}}
+        request = urllib.request.Request(
+            fake.url + "/apis/v2beta1/pipelines",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    answers = {}
+    for version in ("2.15.0", "2.16.0", "2.17.0"):
+        with FakeKfpApi(version=version) as fake:
+            answers[version] = create(fake)
+    assert answers == {"2.15.0": 400, "2.16.0": 400, "2.17.0": 200}
+
+
+def test_an_upload_kfp_itself_denies_answers_400_and_says_what_to_do(bakeoff) -> None:
+    """The upload handler answers its authorization's refusal with 400 "Failed to create a pipeline"
+    (pipeline_upload_server.go, UPLOAD_DENIED in tests/fake_kfp_api.py), not 403."""
+    with FakeKfpApi() as fake:
+        fake.read_only = True  # a profile's viewer: KFP lets it list pipelines, not create one
+        result = bakeoff("upload", "--host", fake.url, "--namespace", "team-a")
+    assert result.code == 1 and fake.created() == NOTHING
+    assert result.error == (
+        f"bakeoff: error: the KFP API at {fake.url} refused to upload pipeline 'bakeoff' (HTTP 400: Failed to create a"
+        " pipeline): KFP's upload answers this when its authorization denies you, so use credentials that may create"
+        " pipelines in namespace 'team-a' (or pass --namespace with a profile you belong to); else see the API"
+        " server's log (`kubectl -n kubeflow logs deploy/ml-pipeline`)"
+    )
+
+
+def test_a_plain_text_refusal_of_the_upload_handler_is_shown(bakeoff) -> None:
+    """Go's http.Error answers in plain text (a name past validation.ValidateFieldLength's 128): its words reach the
+    error line."""
+    with FakeKfpApi() as fake:
+        result = bakeoff("upload", "--host", fake.url, "--name", "n" * 129)
+    assert result.code == 1 and fake.created() == NOTHING
+    assert "(HTTP 400: Invalid input error: Pipeline.Name length cannot exceed 128)" in result.error, result.error
+
+
+def test_the_fake_checks_a_recurring_runs_trigger_as_the_server_does() -> None:
+    """toModelJob (api_converter.go): concurrency 1-10, a cron robfig/cron v1.2.0 parses, an interval >= 1 s."""
+    from bakeoff.pipelines.compiling import COMPILED
+
+    spec = next(yaml.safe_load_all(COMPILED.read_text()))
+
+    def create(fake: FakeKfpApi, trigger: dict, concurrency: int = 1) -> tuple[int, str]:
+        body = {
+            "display_name": "nightly",
+            "mode": "ENABLE",
+            "max_concurrency": concurrency,
+            "trigger": trigger,
+            "pipeline_spec": spec,
+        }
+        request = urllib.request.Request(
+            fake.url + "/apis/v2beta1/recurringruns",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, ""
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())["message"]
+
+    with FakeKfpApi() as fake:
+        assert create(fake, {"cron_schedule": {"cron": "0 0 3 * * *"}}) == (200, "")
+        assert create(fake, {"periodic_schedule": {"interval_second": 3600}}) == (200, "")
+        assert create(fake, {"cron_schedule": {"cron": "0 3 *"}}) == (
+            400,
+            "Invalid input error: Schedule cron is not a supported format(https://godoc.org/github.com/robfig/cron)."
+            " Error: Expected 5 to 6 fields, found 3: 0 3 *",
+        )
+        assert create(fake, {"periodic_schedule": {"interval_second": 0}}) == (
+            400,
+            "Invalid input error: Found invalid period schedule interval 0. Set at interval to least 1 second",
+        )
+        assert create(fake, {"periodic_schedule": {"interval_second": 60}}, concurrency=11)[0] == 400
+        assert len(fake.recurring_runs) == 2
+        fake.violations.clear()

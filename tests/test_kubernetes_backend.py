@@ -24,7 +24,7 @@ pytestmark = pytest.mark.unit
 
 LOG = "Epoch 1/1\n429/429 - 19s - loss: 0.51 - accuracy: 0.82\nbakeoff: error: the last words of the chief\n"
 STEP_POD = "bakeoff-run-1234-train-batch-norm-2718281828"
-OVERLAYS = ("overlays/standalone", "overlays/multi-user")
+OVERLAYS = ("overlays/standalone", "overlays/multi-user-tfjob")  # the ones holding the TFJob Role
 
 
 def tfjob(variant: dict | None = None, deadline: int = 3600, run_id: str = "run-1234"):

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,34 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
 KUBEFLOW_DOC = ROOT / "docs" / "kubeflow.md"
+CONTRACTS = ROOT / "tests" / "contracts"
 DOCKERFILE = ROOT / "images" / "Dockerfile"
 DOCKERIGNORE = ROOT / "images" / "Dockerfile.dockerignore"
 KUBECTL_VERSION = "1.37.1"
 
 # Kustomizations that render from the committed files alone.
-OFFLINE = ["base", "overlays/standalone", "overlays/multi-user", "kfp-launcher"]
+OFFLINE = [
+    "base",
+    "base/tfjob",
+    "base/trainjob",
+    "overlays/standalone",
+    "overlays/multi-user",
+    "overlays/multi-user-tfjob",
+    "cluster-roles",
+    "kfp-launcher",
+]
+# The overlays that grant the train step its Role(s): which Roles each holds, the service account it binds and where.
+TFJOB_ROLE, TRAINJOB_ROLE = "bakeoff-tfjob-runner", "bakeoff-trainjob-runner"
+OVERLAY_ROLES = {
+    "overlays/standalone": ({TFJOB_ROLE, TRAINJOB_ROLE}, "pipeline-runner", "kubeflow"),
+    "overlays/multi-user": ({TRAINJOB_ROLE}, "default-editor", "kubeflow-user-example-com"),
+    "overlays/multi-user-tfjob": ({TFJOB_ROLE}, "default-editor", "kubeflow-user-example-com"),
+}
+# What the profile owner applies (no cluster-admin), per platform: the owner overlays and the cluster admin's part.
+OWNER_OVERLAYS = ("overlays/multi-user", "overlays/multi-user-tfjob")
+ADMIN_PART = "cluster-roles"
+# Kubeflow 26.03's ClusterRoles as it ships them (tests/contracts/README.md): what its profile owner holds.
+PLATFORM_ROLES_26_03 = ("kubeflow-roles_26.03.yaml", "kubeflow-trainer-roles_26.03.yaml")
 # Kustomizations whose secretGenerator reads a git-ignored env file: (folder, env file).
 WITH_ENV_FILE = {"store-secret": "store.env", "kserve": "s3.env"}
 # manifests/kserve's settings, a git-ignored env file too, whose example offers its choices commented out.
@@ -186,10 +209,16 @@ def granted(role: dict) -> dict[tuple[str, str], set[str]]:
     return verbs
 
 
+def overlays_with(role: str) -> tuple[str, ...]:
+    """The overlays that hold the Role ``role``."""
+    return tuple(overlay for overlay, (roles, _, _) in OVERLAY_ROLES.items() if role in roles)
+
+
 def role_gaps(role: str, calls: set[tuple[str, str, str]]) -> dict[str, tuple[list, list]]:
-    """Per overlay: the (group, resource, verb) calls its Role ``role`` denies, and the grants no call uses."""
+    """Per overlay holding ``role``: the (group, resource, verb) calls the Role denies, and the grants no call
+    uses."""
     gaps = {}
-    for overlay in ("overlays/standalone", "overlays/multi-user"):
+    for overlay in overlays_with(role):
         rules = granted(named(render(MANIFESTS / overlay), "Role", role))
         denied = sorted(call for call in calls if call[2] not in rules.get(call[:2], set()))
         unused = sorted(
@@ -202,50 +231,115 @@ def role_gaps(role: str, calls: set[tuple[str, str, str]]) -> dict[str, tuple[li
     return gaps
 
 
-@pytest.mark.parametrize("overlay", ["overlays/standalone", "overlays/multi-user"])
+@pytest.mark.parametrize("overlay", sorted(OVERLAY_ROLES))
 def test_roles_grant_exactly_what_each_backend_needs(rendered, overlay):
     docs = rendered[overlay]
     assert not [doc for doc in docs if doc["kind"] in ("ClusterRole", "ClusterRoleBinding")], "namespaced grants only"
     roles = {role["metadata"]["name"]: role for role in docs if role["kind"] == "Role"}
     for role in roles.values():
         assert not [rule for rule in role["rules"] if rule.get("resourceNames")], "the job names are generated per run"
+    expected = {TFJOB_ROLE: RUNNER_RULES, TRAINJOB_ROLE: TRAINJOB_RUNNER_RULES}
     assert {name: granted(role) for name, role in roles.items()} == {
-        "bakeoff-tfjob-runner": RUNNER_RULES,
-        "bakeoff-trainjob-runner": TRAINJOB_RUNNER_RULES,
+        name: expected[name] for name in OVERLAY_ROLES[overlay][0]
     }
 
 
-@pytest.mark.parametrize(
-    ("overlay", "service_account", "namespace"),
-    [
-        ("overlays/standalone", "pipeline-runner", "kubeflow"),
-        ("overlays/multi-user", "default-editor", "kubeflow-user-example-com"),
-    ],
-)
-def test_binding_gives_the_role_to_the_pipeline_runner(rendered, overlay, service_account, namespace):
+@pytest.mark.parametrize("overlay", sorted(OVERLAY_ROLES))
+def test_binding_gives_the_role_to_the_pipeline_runner(rendered, overlay):
     docs = rendered[overlay]
-    for name in ("bakeoff-tfjob-runner", "bakeoff-trainjob-runner"):
+    names, service_account, namespace = OVERLAY_ROLES[overlay]
+    for name in names:
         role, binding = named(docs, "Role", name), named(docs, "RoleBinding", name)
         assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]
 
 
-def test_multi_user_namespace_is_set_in_one_place(tmp_path):
+@pytest.mark.parametrize("name", OWNER_OVERLAYS)
+def test_multi_user_namespace_is_set_in_one_place(tmp_path, name):
     """A user who puts their profile's namespace on the overlay's `namespace:` line gets it everywhere."""
     shutil.copytree(MANIFESTS / "base", tmp_path / "base")
-    overlay = tmp_path / "overlays" / "multi-user"
-    shutil.copytree(MANIFESTS / "overlays" / "multi-user", overlay)
+    overlay = tmp_path / name
+    shutil.copytree(MANIFESTS / name, overlay)
     text = (overlay / "kustomization.yaml").read_text()
     assert text.count("kubeflow-user-example-com") == 1
     (overlay / "kustomization.yaml").write_text(text.replace("kubeflow-user-example-com", "team-a"))
     docs = render(overlay)
     assert {doc["metadata"]["namespace"] for doc in docs} == {"team-a"}
     bindings = [doc for doc in docs if doc["kind"] == "RoleBinding"]
-    assert len(bindings) == 2 and all(
+    assert len(bindings) == len(OVERLAY_ROLES[name][0]) and all(
         binding["subjects"] == [{"kind": "ServiceAccount", "name": "default-editor", "namespace": "team-a"}]
         for binding in bindings
     )
+
+
+def aggregated(name: str, roles: dict[str, dict]) -> dict[tuple[str, str], set[str]]:
+    """A ClusterRole's rules as the aggregation controller fills them in: its own, or the union of every ClusterRole
+    its aggregationRule selects by label (pkg/controller/clusterroleaggregation in kubernetes), recursively."""
+    role = roles.get(name)
+    if role is None:
+        return {}
+    selectors = (role.get("aggregationRule") or {}).get("clusterRoleSelectors") or []
+    if not selectors:
+        return granted(role) if role.get("rules") else {}
+    found: dict[tuple[str, str], set[str]] = {}
+    for other, candidate in roles.items():
+        labels = candidate["metadata"].get("labels") or {}
+        if other != name and any(
+            all(labels.get(key) == value for key, value in selector["matchLabels"].items()) for selector in selectors
+        ):
+            for key, verbs in aggregated(other, roles).items():
+                found.setdefault(key, set()).update(verbs)
+    return found
+
+
+def escalations(held: dict[tuple[str, str], set[str]], docs: list[dict]) -> list[tuple[str, str, str]]:
+    """What RBAC's escalation check refuses when someone holding ``held`` creates the Roles in ``docs``
+    (ConfirmNoEscalation, pkg/registry/rbac/validation/rule.go: every rule must be covered), and whether they may
+    create Roles and RoleBindings at all."""
+    wanted = {
+        (group, resource, verb)
+        for doc in docs
+        if doc["kind"] == "Role"
+        for (group, resource), verbs in granted(doc).items()
+        for verb in verbs
+    }
+    wanted |= {("rbac.authorization.k8s.io", doc["kind"].lower() + "s", "create") for doc in docs}
+    return sorted(call for call in wanted if call[2] not in held.get(call[:2], set()))
+
+
+def platform_roles(*files: str, extra: Sequence[dict] = ()) -> dict[str, dict]:
+    docs = [doc for file in files for doc in yaml.safe_load_all((CONTRACTS / file).read_text()) if doc]
+    return {doc["metadata"]["name"]: doc for doc in [*docs, *extra] if doc["kind"] == "ClusterRole"}
+
+
+def test_a_kubeflow_26_03_profile_owner_applies_the_trainjob_overlay_without_the_admin(rendered):
+    """The owner is bound to kubeflow-admin in the profile namespace; 26.03's roles as they ship already hold every
+    verb the TrainJob Role grants, so nothing of bakeoff's needs the cluster admin for it."""
+    held = aggregated("kubeflow-admin", platform_roles(*PLATFORM_ROLES_26_03))
+    assert escalations(held, rendered["overlays/multi-user"]) == []
+
+
+def test_the_tfjob_overlay_needs_the_admins_cluster_role_on_26_03(rendered):
+    """26.03 installs no Training Operator: without manifests/cluster-roles RBAC refuses the TFJob Role's tfjobs verbs
+    (and the whole apply with them); with it, nothing more."""
+    without = aggregated("kubeflow-admin", platform_roles(*PLATFORM_ROLES_26_03))
+    assert escalations(without, rendered["overlays/multi-user-tfjob"]) == [
+        ("kubeflow.org", "tfjobs", verb) for verb in sorted(RUNNER_RULES[("kubeflow.org", "tfjobs")])
+    ]
+    admin = rendered[ADMIN_PART]
+    assert {doc["kind"] for doc in admin} == {"ClusterRole"}
+    assert all(
+        doc["metadata"]["labels"]["rbac.authorization.kubeflow.org/aggregate-to-kubeflow-edit"] == "true"
+        for doc in admin
+    )
+    held = aggregated("kubeflow-admin", platform_roles(*PLATFORM_ROLES_26_03, extra=admin))
+    assert escalations(held, rendered["overlays/multi-user-tfjob"]) == []
+    edit = aggregated("kubeflow-edit", platform_roles(*PLATFORM_ROLES_26_03, extra=admin))
+    plain = aggregated("kubeflow-edit", platform_roles(*PLATFORM_ROLES_26_03))
+    assert {key: verbs - plain.get(key, set()) for key, verbs in edit.items() if verbs - plain.get(key, set())} == {
+        ("kubeflow.org", "tfjobs"): RUNNER_RULES[("kubeflow.org", "tfjobs")]
+    }, "the admin's part adds exactly the TFJob Role's verbs, nothing else"
 
 
 # ---------------------------------------------------------------- KFP settings and the store secret

@@ -97,3 +97,17 @@ def test_another_profiles_prefix_is_refused_in_one_line(
         r" of the store URI \(a Kubeflow profile's keys may use s3://mlpipeline/private/\{namespace\}/bakeoff\)",
     ):
         open_store(uri)
+
+
+def test_a_profile_key_reads_the_dataset_where_a_real_runs_ingest_step_leaves_it(
+    kfp_store: KfpStore, setup: ProfileSetup, monkeypatch: pytest.MonkeyPatch, small_dataset: Path
+) -> None:
+    """Guards the train step's first read (the dataset's metadata, launch.train_variant) under each release's profile
+    policy, at private-artifacts/<namespace>/v2/artifacts/<pipeline>/<run>/<task>/<salt>/<output> (KFP's layout)."""
+    from bakeoff.components.data import artifact
+    from tests.cluster.profile import ingested_data_uri
+
+    use_profile(kfp_store, setup, monkeypatch)
+    data = open_store(ingested_data_uri(setup.bucket, setup.namespace))
+    data.put_dir(small_dataset, "")
+    assert artifact.read_metadata(open_store(data.uri)).shards >= 1

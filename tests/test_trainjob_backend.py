@@ -15,10 +15,15 @@ from bakeoff.components.backends.kubejob import SERVICE_ACCOUNT_ENV
 from bakeoff.components.backends.trainjob import RUNTIME, TrainJobBackend, trainjob_for, trainjob_name
 from bakeoff.components.errors import BakeoffError
 from tests import test_kubernetes_backend as kubernetes_tests
-from tests.fake_kubernetes import FakeKubernetes, trainjob_errors, trainjob_pod_name, trainjob_schema
+from tests.fake_kubernetes import (
+    FakeKubernetes,
+    trainjob_errors,
+    trainjob_openapi,
+    trainjob_pod_name,
+    trainjob_schema,
+)
 from tests.test_kubernetes_backend import (  # noqa: F401 (a fixture)
     LOG,
-    OVERLAYS,
     STEP_POD,
     body,
     check_adoption,
@@ -212,8 +217,8 @@ def test_a_cluster_without_trainer_fails_at_once_naming_the_crd_and_the_other_ch
         " the Training Operator v1, which runs TFJobs): run with `--param trainer=tfjob`, or install Kubeflow Trainer"
         " and `kubectl apply -k manifests/trainer-v2`, then retry the run"
     )
-    assert [(call.verb, call.resource) for call in fake.calls] == [("get", "pods"), ("create", "trainjobs")], (
-        "no retry, no wait"
+    assert [(call.verb, call.resource) for call in fake.calls] == [("get", "pods")] and fake.openapi_reads == 1, (
+        "the served schema's 404 says it before any create: no retry, no wait"
     )
 
 
@@ -326,7 +331,9 @@ def test_the_trainjob_role_allows_every_call_the_backend_makes_and_nothing_more(
             scenario(fake)
             assert fake.violations == [], json.dumps(fake.violations)
         calls |= {(call.group, call.resource, call.verb) for call in fake.calls}
-    assert role_gaps("bakeoff-trainjob-runner", calls) == {overlay: ([], []) for overlay in OVERLAYS}
+    assert role_gaps("bakeoff-trainjob-runner", calls) == {
+        overlay: ([], []) for overlay in ("overlays/standalone", "overlays/multi-user")
+    }
 
 
 # ---------------------------------------------------------------- choosing it: `--param trainer=trainjob`
@@ -378,3 +385,55 @@ def test_trainer_is_a_pipeline_parameter_that_reaches_every_train_step() -> None
     with pytest.raises(BakeoffError) as raised:
         parse_params(["trainer=TrainJob"], parameters)
     assert str(raised.value) == "unknown trainer 'TrainJob': use one of tfjob, trainjob (--param trainer=...)"
+
+
+# ---------------------------------------------------------------- each Trainer release: who the workers run as
+
+
+@pytest.mark.parametrize(
+    ("trainer", "field"),
+    [("v2.1.0", "podTemplateOverrides"), ("v2.2.0", "runtimePatches"), ("v2.3.0", "runtimePatches")],
+)
+def test_the_workers_run_as_the_steps_account_on_each_trainer_release(
+    monkeypatch: pytest.MonkeyPatch, trainer: str, field: str
+) -> None:
+    """v2.2.0 removed podTemplateOverrides for runtimePatches (pkg/apis/trainer/v1alpha1/trainjob_types.go): the
+    backend reads which one the served schema has, and the workers keep the step's account on each."""
+    job = tfjob()
+    name = trainjob_name(job.metadata.name)
+    with FakeKubernetes(["Created", "Running", "Succeeded"], log="saved\n", trainer=trainer) as fake:
+        in_step_pod(fake, monkeypatch)
+        _, error = run(fake, job)
+        worker = fake._worker(trainjob_pod_name(name, 0))
+        assert worker is not None, "no chief pod"
+        chief = fake._worker_pod(*worker)
+    assert error is None and fake.violations == [], fake.violations
+    assert chief["spec"]["serviceAccountName"] == "pipeline-runner"
+    assert {"podTemplateOverrides", "runtimePatches"} & set(fake.jobs[name]["spec"]) == {field}
+    assert fake.openapi_reads == 1
+
+
+def test_a_field_the_served_trainer_does_not_know_is_an_error_not_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The create asks fieldValidation=Strict: a TrainJob built for v2.1 on a v2.3 cluster (a schema read gone stale)
+    fails with the API server's reason, instead of its workers silently running as the namespace's default account."""
+    from bakeoff.components.backends import trainjob
+
+    monkeypatch.setattr(trainjob, "identity_field", lambda openapi: trainjob.OVERRIDES)
+    job = tfjob()
+    with FakeKubernetes(["Created", "Succeeded"], trainer="v2.3.0") as fake:
+        in_step_pod(fake, monkeypatch)
+        _, error = run(fake, job)
+    assert error is not None and 'strict decoding error: unknown field "spec.podTemplateOverrides"' in str(error)
+    assert fake.jobs == {}, "nothing created"
+
+
+def test_a_trainjob_schema_with_neither_field_says_which_releases_work() -> None:
+    from bakeoff.components.backends.trainjob import identity_field
+
+    kind = [{"group": "trainer.kubeflow.org", "version": "v1alpha1", "kind": "TrainJob"}]
+    served = {"x-kubernetes-group-version-kind": kind, "properties": {"spec": {"properties": {"trainer": {}}}}}
+    with pytest.raises(BakeoffError) as raised:
+        identity_field({"components": {"schemas": {"org.kubeflow.trainer.v1alpha1.TrainJob": served}}})
+    assert "install Kubeflow Trainer v2.1 to v2.3, or run with `--param trainer=tfjob`" in str(raised.value)
+    for release, field in (("v2.1.0", "podTemplateOverrides"), ("v2.3.0", "runtimePatches")):
+        assert identity_field(trainjob_openapi(release)) == field

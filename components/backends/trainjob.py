@@ -5,26 +5,28 @@ variant's training is still described once, by ``build_tfjob``: this backend der
 TFJob rather than from a neutral description of both, because the TFJob is the reference the design asks for,
 the local backend executes it as it is, and everything a TrainJob needs maps from its one Worker replica spec
 (image, command, args, environment with the store secret's references and the thread caps, resources, replica
-count, service account). What has no TrainJob field at v2.1 stays with the runtime (the restarts: its
+count, service account). The service account goes where the cluster's Trainer release takes it: v2.1's
+``spec.podTemplateOverrides``, which v2.2 removed for ``spec.runtimePatches`` (``identity_field`` reads which one the
+served schema has). What has no TrainJob field at v2.1 stays with the runtime (the restarts: its
 JobSet's failurePolicy, ``manifests/trainer-v2/``) or with this backend (activeDeadlineSeconds: the runner
 deletes the job past it).
 
 The spec is built with the ``kubeflow-trainer-api`` models (v2.1.0, the Trainer's own OpenAPI models); the
 calls go through the kubernetes client's CustomObjectsApi, since the ``kubeflow`` SDK's TrainerClient submits
 functions and commands of its own making, not a TrainJob given whole. The runner (``kubejob.KubeJobRunner``)
-brings log following, retries, adopt-or-replace, the owner reference and the service account.
+brings log following, retries, adopt-or-replace, the owner reference and the service account. Creates ask
+``fieldValidation=Strict``: a field the served schema does not know is refused, not pruned with a warning (the
+workers would run as the namespace's ``default`` account).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from kubeflow.training import KubeflowOrgV1TFJob
 from kubeflow_trainer_api.models import (
-    TrainerV1alpha1PodTemplateOverride,
-    TrainerV1alpha1PodTemplateOverrideTargetJob,
-    TrainerV1alpha1PodTemplateSpecOverride,
     TrainerV1alpha1RuntimeRef,
     TrainerV1alpha1Trainer,
     TrainerV1alpha1TrainJobSpec,
@@ -34,6 +36,7 @@ from kubernetes.client import ApiClient, V1DeleteOptions, V1ObjectMeta
 from bakeoff.components.backends.backend import WORKER
 from bakeoff.components.backends.cluster_spec import NODES_ENV
 from bakeoff.components.backends.kubejob import JobState, KubeJobRunner
+from bakeoff.components.errors import BakeoffError
 from bakeoff.components.kubeapi import api_reason
 
 GROUP, VERSION, PLURAL, KIND = "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
@@ -50,6 +53,15 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # (ValidateCreate, pkg/webhooks/jobset_webhook.go); the JobSet takes the TrainJob's name.
 POD_NAME_MAX = 63
 WORKERS_MAX = 64  # components/spec.py MAX_WORKERS: the largest index has two digits
+# Where a TrainJob sets its workers' pod spec. Trainer v2.1: spec.podTemplateOverrides (PodTemplateOverride,
+# pkg/apis/trainer/v1alpha1/trainjob_types.go at v2.1.0); v2.2.0 removed it for spec.runtimePatches (RuntimePatch,
+# the same file at v2.2.0/v2.3.0), a list keyed by a manager that Trainer's webhook wants domain-prefixed
+# (validation.IsDomainPrefixedPath in JobSet.Validate, pkg/runtime/framework/plugins/jobset/jobset.go).
+OVERRIDES, PATCHES = "podTemplateOverrides", "runtimePatches"
+MANAGER = "bakeoff/trainjob-backend"
+# The served schemas of the group/version (the API server's OpenAPI v3 discovery, readable by every authenticated
+# user through the system:discovery ClusterRole, unlike the CRD object).
+OPENAPI_PATH = f"/openapi/v3/apis/{GROUP}/{VERSION}"
 
 
 def trainjob_name(tfjob_name: str) -> str:
@@ -66,13 +78,21 @@ class TrainJobRequest:
     metadata: V1ObjectMeta
     spec: TrainerV1alpha1TrainJobSpec
     deadline_seconds: int  # the TFJob's activeDeadlineSeconds, which no TrainJob field holds at v2.1
+    account: str | None = None  # the workers' service account; None: the namespace's default
 
-    def body(self) -> dict:
+    def body(self, identity: str | None = None) -> dict:
+        """The TrainJob, its workers' account set through ``identity`` (OVERRIDES or PATCHES, what the served schema
+        has); needed only when there is an account."""
+        spec = self.spec.to_dict()
+        if self.account:
+            if identity is None:
+                raise ValueError("a TrainJob with a service account needs the field that sets it")
+            spec[identity] = run_as(identity, self.account)
         return {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KIND,
             "metadata": ApiClient().sanitize_for_serialization(self.metadata),
-            "spec": self.spec.to_dict(),
+            "spec": spec,
         }
 
 
@@ -96,22 +116,44 @@ def trainjob_for(job: KubeflowOrgV1TFJob) -> TrainJobRequest:
     spec = TrainerV1alpha1TrainJobSpec(
         runtime_ref=TrainerV1alpha1RuntimeRef(name=RUNTIME, kind=RUNTIME_KIND, api_group=GROUP), trainer=trainer
     )
-    if pod.service_account_name:
-        _run_as(spec, pod.service_account_name)
     source = job.metadata
     metadata = V1ObjectMeta(
         name=trainjob_name(source.name), labels=dict(source.labels or {}), annotations=dict(source.annotations or {})
     )
-    return TrainJobRequest(metadata, spec, job.spec.run_policy.active_deadline_seconds)
+    return TrainJobRequest(
+        metadata, spec, job.spec.run_policy.active_deadline_seconds, pod.service_account_name or None
+    )
 
 
-def _run_as(spec: TrainerV1alpha1TrainJobSpec, account: str) -> None:
-    spec.pod_template_overrides = [
-        TrainerV1alpha1PodTemplateOverride(
-            target_jobs=[TrainerV1alpha1PodTemplateOverrideTargetJob(name=NODE)],
-            spec=TrainerV1alpha1PodTemplateSpecOverride(service_account_name=account),
-        )
-    ]
+def run_as(identity: str, account: str) -> list[dict]:
+    """The ``identity`` field's value that runs the runtime's node pods as ``account``. Plain dicts: the
+    kubeflow-trainer-api models stop at v2.1, which has no RuntimePatch."""
+    if identity == OVERRIDES:
+        return [{"targetJobs": [{"name": NODE}], "spec": {"serviceAccountName": account}}]
+    pod = {"spec": {"template": {"spec": {"serviceAccountName": account}}}}
+    job = {"name": NODE, "template": pod}
+    return [{"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}}}]
+
+
+def identity_field(openapi: dict) -> str:
+    """Which field of the served TrainJob schema (an OpenAPI v3 document of the group/version) sets the workers'
+    pod spec: runtimePatches (Trainer v2.2+) or podTemplateOverrides (v2.1)."""
+    wanted = {"group": GROUP, "version": VERSION, "kind": KIND}
+    for schema in (openapi.get("components") or {}).get("schemas", {}).values():
+        if wanted in (schema.get("x-kubernetes-group-version-kind") or []):
+            served = ((schema.get("properties") or {}).get("spec") or {}).get("properties") or {}
+            found = next((name for name in (PATCHES, OVERRIDES) if name in served), None)
+            if found is None:
+                raise BakeoffError(
+                    f"this cluster's TrainJob ({GROUP}/{VERSION}) has neither spec.{PATCHES} (Kubeflow Trainer v2.2"
+                    f" and later) nor spec.{OVERRIDES} (v2.1), so bakeoff cannot set its workers' service account:"
+                    " install Kubeflow Trainer v2.1 to v2.3, or run with `--param trainer=tfjob`"
+                )
+            return found
+    raise BakeoffError(
+        f"this cluster serves {GROUP}/{VERSION} without a {KIND} schema ({OPENAPI_PATH}): install Kubeflow Trainer"
+        " v2.1 to v2.3 and `kubectl apply -k manifests/trainer-v2`, or run with `--param trainer=tfjob`"
+    )
 
 
 def _creation(pod: Any) -> str:
@@ -131,6 +173,7 @@ class TrainJobBackend(KubeJobRunner[TrainJobRequest]):
         super().__init__(**options)
         self._api = client
         self.namespace = namespace
+        self._identity: str | None = None  # the served schema's identity field, read once
 
     @property
     def api(self) -> ApiClient:
@@ -168,7 +211,25 @@ class TrainJobBackend(KubeJobRunner[TrainJobRequest]):
     # ------------------------------------------------------------ the TrainJob's calls and names
 
     def _create(self, job: TrainJobRequest, namespace: str) -> None:
-        self.custom_api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job.body())
+        body = job.body(self._identity_field() if job.account else None)
+        self.custom_api.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, body, field_validation="Strict"
+        )
+
+    def _identity_field(self) -> str:
+        """The served schema's identity field. Its read fails as the create would (a 404 where Trainer is absent),
+        and is retried with it."""
+        if self._identity is None:
+            response = self.api.call_api(
+                OPENAPI_PATH,
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+                _preload_content=False,
+            )
+            self._identity = identity_field(json.loads(response.data))
+        return self._identity
 
     def _get(self, name: str, namespace: str) -> JobState:
         return JobState.of(
@@ -189,8 +250,7 @@ class TrainJobBackend(KubeJobRunner[TrainJobRequest]):
         return job.spec.trainer.num_nodes if job.spec.trainer and job.spec.trainer.num_nodes else 1
 
     def _lend_account(self, job: TrainJobRequest, account: str) -> None:
-        if not job.spec.pod_template_overrides:
-            _run_as(job.spec, account)
+        job.account = job.account or account
 
     def _no_resource(self, name: str, namespace: str, error: BaseException) -> str:
         return (

@@ -24,12 +24,25 @@ def server_message(body: Any) -> str:
     try:
         document = json.loads(body)
     except (TypeError, ValueError):
-        return ""
+        # The upload handler answers some refusals with Go's http.Error: the message as plain text
+        # (pipeline_upload_server.go, e.g. a pipeline name past validation.ValidateFieldLength's limit).
+        text = body.decode(errors="replace") if isinstance(body, bytes) else body if isinstance(body, str) else ""
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        return "" if first.lstrip().startswith("<") else _one_line(first)  # an HTML page says nothing here
     if not isinstance(document, dict):
         return ""
-    message = str(document.get("message") or document.get("error_message") or document.get("error") or "")
+    return _one_line(str(document.get("message") or document.get("error_message") or document.get("error") or ""))
+
+
+def _one_line(message: str) -> str:
     message = " ".join(message.split())
     return message if len(message) <= 300 else message[:297] + "..."
+
+
+# The upload handler's whole answer when KFP's authorization refuses an upload (400, not 403): writeErrorToResponse
+# after canUploadVersionedPipeline in backend/src/apiserver/server/pipeline_upload_server.go (2.15.0-2.17.0). The
+# same words follow a failed store write (500), which is why only a 400 is read as a refusal.
+UPLOAD_DENIED = ("Failed to create a pipeline", "Failed to create a pipeline version")
 
 
 def _network_reason(error: BaseException) -> str:
@@ -109,6 +122,14 @@ def translated(target: Target, doing: str, not_found: str | None = None) -> Iter
             raise refused(target, status, message) from None
         if status == 404 and not_found:
             raise BakeoffError(not_found) from None
+        if status == 400 and message in UPLOAD_DENIED:
+            where = f"namespace {target.namespace!r}" if target.namespace else "the namespace you upload to"
+            raise BakeoffError(
+                f"the KFP API at {target.host} refused to {doing} (HTTP 400: {message}): KFP's upload answers this"
+                f" when its authorization denies you, so use credentials that may create pipelines in {where} (or"
+                " pass --namespace with a profile you belong to); else see the API server's log"
+                " (`kubectl -n kubeflow logs deploy/ml-pipeline`)"
+            ) from None
         detail = f"HTTP {status}: {message}" if message else f"HTTP {status}"
         raise BakeoffError(
             f"the KFP API at {target.host} refused to {doing} ({detail}): "

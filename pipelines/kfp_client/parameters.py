@@ -93,3 +93,14 @@ def parse_params(pairs: Sequence[str], parameters: Mapping[str, str]) -> dict[st
         if key in VALUE_CHECKS:
             VALUE_CHECKS[key](values[key])
     return values
+
+
+def check_inputs(spec: Mapping, values: Mapping[str, Any]) -> None:
+    """Refuses run parameters that a supported KFP API server would refuse (validatePipelineJobInputs), before the
+    run or its experiment is created; names the first problem and the release."""
+    from bakeoff.pipelines import conformance
+
+    for version in conformance.SUPPORTED:
+        found = conformance.input_violations(dict(spec), values, conformance.BACKENDS[version])
+        if found:
+            raise BakeoffError(f"KFP {version}'s API server would refuse this run ({found[0]}): fix the --param values")

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.pipelines.kfp_client.connection import Api
+from bakeoff.pipelines.kfp_client.packages import read_package
+from bakeoff.pipelines.kfp_client.parameters import check_inputs
 
 if TYPE_CHECKING:
     import kfp_server_api
@@ -41,6 +43,7 @@ class Submitted:
 
 def submit(api: Api, package: Path, experiment: str, params: Mapping[str, Any], run_name: str) -> Submitted:
     """One run of the compiled package (its spec travels inline, no upload needed) in ``experiment``."""
+    check_inputs(read_package(package), params)
     run = api.call(
         "create the run",
         api.client.run_pipeline,

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff.components.errors import BakeoffError
 from bakeoff.pipelines.kfp_client.connection import Api
+from bakeoff.pipelines.kfp_client.packages import read_package
+from bakeoff.pipelines.kfp_client.parameters import check_inputs
 from bakeoff.pipelines.kfp_client.runs import experiment_id
 from bakeoff.pipelines.kfp_client.triggers import Trigger
 
@@ -51,6 +53,7 @@ def schedule(
     no_catchup: bool = False,
 ) -> Scheduled:
     """A recurring run of the compiled package, enabled from the start."""
+    check_inputs(read_package(package), params)
     created = api.call(
         "create the recurring run",
         api.client.create_recurring_run,

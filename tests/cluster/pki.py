@@ -86,6 +86,18 @@ class Authority:
         self.pair.cert.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
         _write_key(self.key, self.pair.key)
 
+    @classmethod
+    def load(cls, folder: Path, common_name: str = "bakeoff-cluster-ca") -> Authority:
+        """The CA a running control plane wrote into ``folder``: to issue a client cert for one more user."""
+        ca = cls.__new__(cls)
+        ca.folder = folder
+        ca.pair = KeyPair(folder / f"{common_name}.crt", folder / f"{common_name}.key")
+        ca.cert = x509.load_pem_x509_certificate(ca.pair.cert.read_bytes())
+        key = serialization.load_pem_private_key(ca.pair.key.read_bytes(), password=None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey), type(key)
+        ca.key = key
+        return ca
+
     def issue(
         self,
         name: str,

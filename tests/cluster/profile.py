@@ -12,12 +12,21 @@ from typing import Any
 
 from bakeoff.components.storage import open_store, runs
 from bakeoff.components.storage.records import WorkerMetrics
-from tests.cluster import controlplane
+from tests.cluster import controlplane, pki
 from tests.conftest import KfpStore
 from tests.store_policies import BUCKET_2_17, ProfileSetup, make_profile_keys
 
 NAMESPACE = "kubeflow-user-example-com"  # the multi-user overlay's profile namespace
 ACCOUNT = "default-editor"  # what multi-user KFP runs a profile's steps as
+OWNER = "user@example.com"  # the profile's owner: a user with a client certificate, no group
+# Kubeflow 26.03's user ClusterRoles as shipped (tests/contracts/README.md): what makes the owner's kubeflow-admin.
+PLATFORM_ROLES = ("kubeflow-roles_26.03.yaml", "kubeflow-trainer-roles_26.03.yaml")
+# The Pod Security label 26.03's profile controller puts on every profile namespace (kubeflow/manifests
+# applications/profiles/pss/namespace-labels.yaml), and the binding it makes there for the profile's owner (the
+# RoleBinding namespaceAdmin to kubeflow-admin, profile_controller.go of the profile controller).
+NAMESPACE_LABELS = {"pod-security.kubernetes.io/enforce": "baseline"}
+OWNER_BINDING = "namespaceAdmin"
+OWNER_APPLY_SECONDS = 30.0  # the aggregation controller fills kubeflow-admin's rules in soon after the roles apply
 PROFILE = ProfileSetup("cluster-profile", NAMESPACE, BUCKET_2_17, made_by="2.17")
 EXAMPLES = 2048  # 32 steps of the global batch of 64 an epoch
 EPOCHS = 4
@@ -44,23 +53,27 @@ with reported():
 
 
 class Profile:
-    """A Kubeflow profile's namespace as the platform leaves it: the overlay's Role, its service account, the store
-    secret with the profile's own S3 key, and a dataset in its private prefix."""
+    """A Kubeflow 26.03 profile's namespace: as the platform leaves it (baseline Pod Security, the owner bound to
+    kubeflow-admin, its service account, the store secret with the profile's own S3 key), bakeoff's overlays applied
+    by the owner with the owner's own certificate, and a dataset where a real run's ingest step leaves it."""
 
     def __init__(self, plane: controlplane.ControlPlane, kfp_store: KfpStore, dataset: Path) -> None:
         self.plane = plane
         self.endpoint = kfp_store.server.endpoint
         self.keys = make_profile_keys(kfp_store.server, PROFILE)
-        prefix = f"s3://{PROFILE.bucket}/private/{NAMESPACE}/bakeoff"
-        self.data_uri, self.store_uri = f"{prefix}/data", f"{prefix}/store"
-        plane.kubectl(
-            "apply",
-            "-f",
-            "-",
-            input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
-        )
-        plane.kubectl("apply", "--server-side", "-k", str(controlplane.REPO / "manifests" / "overlays" / "multi-user"))
+        self.data_uri = ingested_data_uri(PROFILE.bucket, NAMESPACE)
+        self.store_uri = f"s3://{PROFILE.bucket}/private/{NAMESPACE}/bakeoff/store"
+        namespace = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": NAMESPACE, "labels": NAMESPACE_LABELS},
+        }
+        plane.kubectl("apply", "-f", "-", input=json.dumps(namespace))
+        self.platform(plane)
         plane.kubectl("create", "serviceaccount", ACCOUNT, "-n", NAMESPACE, check=False)
+        owner = owner_kubeconfig(plane)
+        for overlay in ("multi-user", "multi-user-tfjob"):  # this cluster runs both trainers
+            apply_as_owner(plane, owner, controlplane.REPO / "manifests" / "overlays" / overlay)
         # Through stdin, never the command line (which error messages and `ps` show); replaces the example keys
         # that manifests/store-secret may have put there.
         secret = {
@@ -76,6 +89,24 @@ class Profile:
         plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(secret))
         with self.as_profile():
             open_store(self.data_uri).put_dir(dataset, "")
+
+    @staticmethod
+    def platform(plane: controlplane.ControlPlane) -> None:
+        """What the cluster admin installed: 26.03's roles as they ship, the owner's binding, and bakeoff's admin part
+        (manifests/cluster-roles: this cluster has the Training Operator)."""
+        for file in PLATFORM_ROLES:
+            # Client-side: a server-side apply of `rules: []` again conflicts with the aggregation controller, which
+            # owns the rules of kubeflow-admin/edit/view once it has filled them in.
+            plane.kubectl("apply", "-f", str(controlplane.CONTRACTS / file))
+        plane.kubectl("apply", "--server-side", "-k", str(controlplane.REPO / "manifests" / "cluster-roles"))
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": OWNER_BINDING, "namespace": NAMESPACE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubeflow-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": OWNER}],
+        }
+        plane.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(binding))
 
     def as_profile(self) -> _Env:
         return _Env({**self.keys, "BAKEOFF_S3_ENDPOINT": self.endpoint, "BAKEOFF_S3_INSECURE": "1"})
@@ -156,6 +187,35 @@ class Profile:
                 return True
             time.sleep(1)
         return False
+
+
+def ingested_data_uri(bucket: str, namespace: str) -> str:
+    """Where a real multi-user run's ingest step leaves the dataset the train steps read: the profile's pipeline root
+    (private-artifacts/<namespace>/v2/artifacts, the kfp-launcher config sync.py writes), then <pipeline>/<run id>
+    (GenerateOutputURI in backend/src/v2/metadata/client.go, line 370 at KFP 2.16.0), then <task>/<salt>/<output>
+    (driver.go line 729). The profile's key may read it under each release's policy (tests/store_policies.py)."""
+    run, salt = uuid.uuid4(), uuid.uuid4().hex[:8]
+    return f"s3://{bucket}/private-artifacts/{namespace}/v2/artifacts/bakeoff/{run}/ingest/{salt}/data"
+
+
+def owner_kubeconfig(plane: controlplane.ControlPlane) -> Path:
+    """A kubeconfig with the profile owner's own client certificate (CN = the user, no group)."""
+    ca = pki.Authority.load(plane.state / "pki")
+    pair = ca.issue("profile-owner", OWNER, client=True)
+    return pki.kubeconfig(plane.state / "owner.kubeconfig", plane.server, plane.ca, user=OWNER, client=pair)
+
+
+def apply_as_owner(plane: controlplane.ControlPlane, kubeconfig: Path, folder: Path) -> None:
+    """``kubectl apply -k folder`` as the owner; retried while the aggregation controller has not yet given
+    kubeflow-admin its rules (the refusal says "attempting to grant RBAC permissions not currently held")."""
+    deadline = time.monotonic() + OWNER_APPLY_SECONDS
+    while True:
+        result = plane.kubectl("apply", "--server-side", "-k", str(folder), kubeconfig=kubeconfig, check=False)
+        if result.returncode == 0:
+            return
+        if "not currently held" not in result.stderr or time.monotonic() > deadline:
+            raise AssertionError(f"the profile owner could not apply {folder.name}: {result.stderr.strip()}")
+        time.sleep(1)
 
 
 class _Env:

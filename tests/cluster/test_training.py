@@ -14,7 +14,7 @@ import pytest
 from bakeoff.components.storage import open_store, runs
 from bakeoff.components.training import backup
 from bakeoff.components.training.tfjob import job_name
-from tests.cluster.profile import EPOCHS, NAMESPACE, POD_TIMEOUT, TINY, UNIQUE, Profile, processes_of
+from tests.cluster.profile import ACCOUNT, EPOCHS, NAMESPACE, POD_TIMEOUT, TINY, UNIQUE, Profile, processes_of
 
 pytestmark = pytest.mark.cluster
 
@@ -32,6 +32,8 @@ def test_a_train_step_pod_trains_a_two_worker_tfjob_through_the_real_operator(pr
     # The operator made the replicas and wrote TF_CONFIG naming both by their Services. The chief's pod stays;
     # worker 1's may be gone: cleanPodPolicy Running deletes a replica still running when the chief succeeds.
     chief = profile.must_get("pod", f"{job['metadata']['name']}-worker-0")
+    # Admitted under the namespace's baseline Pod Security, and run as the step's account: the store read above.
+    assert chief["spec"]["serviceAccountName"] == ACCOUNT
     env = {e["name"]: e.get("value") for e in chief["spec"]["containers"][0].get("env", [])}
     tf_config = json.loads(env["TF_CONFIG"])
     assert tf_config["task"] == {"type": "worker", "index": 0}
@@ -107,3 +109,19 @@ def test_a_job_past_its_deadline_fails_the_step_as_a_timeout_and_keeps_its_backu
     with profile.as_profile():
         store = open_store(profile.store_uri)
         assert store.list(backup.backup_prefix(runs.variant_prefix(run, "tiny"))), "the timeout removed the backup"
+
+
+def test_the_profile_namespace_enforces_baseline_pod_security(profile: Profile) -> None:
+    """As 26.03's profile controller labels it: so every pod the tests above saw run was admitted under baseline, and
+    a privileged one is refused (the PodSecurity admission plugin)."""
+    namespace = profile.must_get("namespace", NAMESPACE)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    container = {"name": "main", "image": "busybox", "securityContext": {"privileged": True}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"privileged-{UNIQUE}", "namespace": NAMESPACE},
+        "spec": {"containers": [container]},
+    }
+    refused = profile.plane.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
+    assert refused.returncode != 0 and 'violates PodSecurity "baseline:latest"' in refused.stderr, refused.stderr

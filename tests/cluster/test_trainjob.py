@@ -18,7 +18,7 @@ from bakeoff.components.backends import cluster_spec
 from bakeoff.components.backends.trainjob import COMPLETION_INDEX, JOBSET_LABEL, trainjob_name
 from bakeoff.components.training.tfjob import job_name
 from tests.cluster import controlplane
-from tests.cluster.profile import EPOCHS, NAMESPACE, POD_TIMEOUT, TINY, UNIQUE, Profile, processes_of
+from tests.cluster.profile import ACCOUNT, EPOCHS, NAMESPACE, POD_TIMEOUT, TINY, UNIQUE, Profile, processes_of
 
 pytestmark = pytest.mark.cluster
 
@@ -68,6 +68,9 @@ def test_a_train_step_pod_trains_a_two_worker_trainjob_through_real_trainer(prof
     assert [(o["kind"], o["name"]) for o in jobset["metadata"]["ownerReferences"]] == [("TrainJob", name)]
     pods = workers(profile, name)
     assert [p["status"]["phase"] for p in pods] == ["Succeeded", "Succeeded"]
+    # The workers run as the step's account, set through the field this Trainer honours (components/backends/
+    # trainjob.py), admitted under the namespace's baseline Pod Security; they wrote the model read below.
+    assert [p["spec"]["serviceAccountName"] for p in pods] == [ACCOUNT, ACCOUNT]
     # The TF_CONFIG each worker derives names every pod by the hostname and subdomain the controllers gave it.
     addresses = [f"{p['spec']['hostname']}.{p['spec']['subdomain']}:2222" for p in pods]
     for index, worker in enumerate(pods):
