@@ -145,14 +145,16 @@ def identity_field(openapi: dict) -> str:
             found = next((name for name in (PATCHES, OVERRIDES) if name in served), None)
             if found is None:
                 raise BakeoffError(
-                    f"this cluster's TrainJob ({GROUP}/{VERSION}) has neither spec.{PATCHES} (Kubeflow Trainer v2.2"
-                    f" and later) nor spec.{OVERRIDES} (v2.1), so bakeoff cannot set its workers' service account:"
+                    f"this cluster's TrainJob ({GROUP}/{VERSION})"
+                    f" has neither spec.{PATCHES} (Kubeflow Trainer v2.2 and later) nor spec.{OVERRIDES} (v2.1),"
+                    " so bakeoff cannot set its workers' service account:"
                     " install Kubeflow Trainer v2.1 to v2.3, or run with `--param trainer=tfjob`"
                 )
             return found
     raise BakeoffError(
-        f"this cluster serves {GROUP}/{VERSION} without a {KIND} schema ({OPENAPI_PATH}): install Kubeflow Trainer"
-        " v2.1 to v2.3 and `kubectl apply -k manifests/trainer-v2`, or run with `--param trainer=tfjob`"
+        f"this cluster serves {GROUP}/{VERSION} without a {KIND} schema ({OPENAPI_PATH}):"
+        " install Kubeflow Trainer v2.1 to v2.3 and `kubectl apply -k manifests/trainer-v2`,"
+        " or run with `--param trainer=tfjob`"
     )
 
 

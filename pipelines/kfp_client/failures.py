@@ -125,9 +125,10 @@ def translated(target: Target, doing: str, not_found: str | None = None) -> Iter
         if status == 400 and message in UPLOAD_DENIED:
             where = f"namespace {target.namespace!r}" if target.namespace else "the namespace you upload to"
             raise BakeoffError(
-                f"the KFP API at {target.host} refused to {doing} (HTTP 400: {message}): KFP's upload answers this"
-                f" when its authorization denies you, so use credentials that may create pipelines in {where} (or"
-                " pass --namespace with a profile you belong to); else see the API server's log"
+                f"the KFP API at {target.host} refused to {doing} (HTTP 400: {message}):"
+                f" KFP's upload answers this when its authorization denies you,"
+                f" so use credentials that may create pipelines in {where}"
+                " (or pass --namespace with a profile you belong to); else see the API server's log"
                 " (`kubectl -n kubeflow logs deploy/ml-pipeline`)"
             ) from None
         detail = f"HTTP {status}: {message}" if message else f"HTTP {status}"
