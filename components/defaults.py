@@ -7,6 +7,7 @@ from pathlib import Path
 # The data: Debian's dataset-fashion-mnist installs the four IDX files here.
 SOURCE = "/usr/share/datasets/fashion-mnist"
 VALIDATION_SIZE = 5000  # carved from train with SEED; the test split is never used for selection
+CARVED_SHARE = 0.2  # of train, each carved split where VALIDATION_SIZE each would take over half: small folders train
 SHARDS = 8  # every split gets this many files, so up to 8 workers read disjoint whole files
 SEED = 0
 IMAGE_SIZE: list[int] = []  # [H, W] resizes every image as ingest reads it; []: the source's own size (all alike)

@@ -216,3 +216,13 @@ def test_ingest_writes_metadata_a_reader_reads_back(rgb: Path, tmp_path: Path) -
     metadata = build(rgb, tmp_path / "out")
     assert artifact.read_metadata(open_store(str(tmp_path / "out"))) == metadata
     assert json.loads((tmp_path / "out" / "metadata.json").read_text())["schema_version"] == 2
+
+
+def test_a_small_folder_gives_each_carved_split_at_most_a_fifth_of_train_and_says_so(tmp_path: Path) -> None:
+    """A folder of 150 images is not refused for the default validation size of 5,000: each split it lacks takes a
+    fifth of train (30 images), stratified, and the metadata says why it is less than asked."""
+    root = write_rgb_folder(tmp_path / "small", per_class=50, size=8)
+    metadata = build(root, tmp_path / "out", validation_size=5000)
+    assert (metadata.counts["validation"], metadata.counts["test"]) == (30, 30)
+    assert metadata.counts["train"] == 90
+    assert "20% of train's 150, less than validation_size" in metadata.split_origins["validation"]

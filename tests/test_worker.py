@@ -205,7 +205,7 @@ def test_a_model_trained_on_flips_serves_the_same_prediction_for_an_image_and_it
     import tensorflow as tf
 
     out = trained.out
-    images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256, ..., 0].astype(np.float32)
+    images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256].astype(np.float32)
     serve = tf.saved_model.load(str(out / "model")).signatures[savedmodel.ARRAYS_SIGNATURE]
     probabilities = serve(images=tf.constant(images))["probabilities"].numpy()
     mirrored = serve(images=tf.constant(images[:, :, ::-1].copy()))["probabilities"].numpy()
@@ -361,7 +361,7 @@ def test_serving_accepts_encoded_images(trained: Trained, small_dataset: Path) -
     loaded = tf.saved_model.load(str(out / "model"))
     encoded = tf.stack([tf.io.encode_png(image) for image in images])  # the shards' [28, 28, 1]
     from_bytes = loaded.signatures[savedmodel.BYTES_SIGNATURE](image_bytes=encoded)
-    from_arrays = loaded.signatures[savedmodel.ARRAYS_SIGNATURE](images=tf.constant(images[..., 0], tf.float32))
+    from_arrays = loaded.signatures[savedmodel.ARRAYS_SIGNATURE](images=tf.constant(images, tf.float32))
     assert np.array_equal(from_bytes["class_id"].numpy(), from_arrays["class_id"].numpy())
     names = from_bytes["class_name"].numpy()
     assert names[0].decode() in json.loads((small_dataset / "metadata.json").read_text())["class_names"]

@@ -12,6 +12,7 @@ import dataclasses
 
 import numpy as np
 
+from bakeoff.components import defaults
 from bakeoff.components.data.sources import SPLITS, Listing
 from bakeoff.components.errors import BakeoffError
 
@@ -33,6 +34,15 @@ def check_validation_size(size: int, train_examples: int) -> int:
     if not 0 < size < train_examples:
         raise BakeoffError(f"validation size {size} must be between 1 and {train_examples - 1}")
     return size
+
+
+def carved_size(validation_size: int, train_examples: int, splits: int) -> int:
+    """The examples each of ``splits`` missing splits takes from train: ``validation_size``, unless together they
+    would take more than half of train; then ``CARVED_SHARE`` of train each, so that a folder of a few thousand
+    images trains on most of them rather than being refused for the default size."""
+    if validation_size * splits <= train_examples // 2:
+        return validation_size
+    return max(1, int(train_examples * defaults.CARVED_SHARE))
 
 
 def stratified(labels: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -60,14 +70,17 @@ def plan(listing: Listing, validation_size: int, seed: int) -> Plan:
     }
     origins = dict.fromkeys(listing.splits, "the source's own")
     if missing:
-        check_validation_size(validation_size * len(missing), len(train))
+        size = carved_size(validation_size, len(train), len(missing))
+        check_validation_size(size * len(missing), len(train))
         free = np.ones(len(train), dtype=bool)
         for split in missing:
             positions = np.flatnonzero(free)
-            held = positions[stratified(train[positions], validation_size, rng)]
+            held = positions[stratified(train[positions], size, rng)]
             routes["train"][held] = SPLITS.index(split)
             free[held] = False
-            origins[split] = f"{validation_size} carved from train, stratified by class, seed {seed}"
+            origins[split] = f"{size} carved from train, stratified by class, seed {seed}"
+            if size < validation_size:
+                origins[split] += f" ({defaults.CARVED_SHARE:.0%} of train's {len(train)}, less than validation_size)"
         origins["train"] = f"the source's own less {' and '.join(missing)}"
     own = [
         split for split in SPLITS if split in listing.splits
