@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import os
@@ -95,6 +96,9 @@ def run_local(run: LocalRun) -> Summary:
             os.environ[PROGRESS_DIR_ENV] = str(run.progress_dir.resolve())  # the tasks and their replicas inherit it
             task_log = stack.enter_context(open(run.progress_dir / PIPELINE_LOG, "a", encoding="utf-8"))
         stack.enter_context(prefork.warm(WORKER_PROGRAM))  # after the variables above, which it keeps
+        # kfp.local indents print() by swapping builtins.print per task; tasks of a ParallelFor run on threads and
+        # restore each other's swaps, leaving the run's own report indented: the original comes back at the end.
+        stack.callback(setattr, builtins, "print", builtins.print)
         try:
             with contextlib.redirect_stdout(PlainWriter(task_log)), warnings.catch_warnings():
                 # The image only matters on a cluster; locally the venv runs the code.

@@ -3,6 +3,7 @@ are run-form parameters; the halve steps work out their keeps and the rungs a ru
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -150,6 +151,7 @@ def committed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
 
     with pytest.MonkeyPatch.context() as patch, prefork.warm(WORKER_PROGRAM):
         patch.setenv(ERROR_FILE_ENV, str(work / "error"))
+        patch.setattr(builtins, "print", builtins.print)  # kfp.local's threads leave it indented (local_run.py)
         yield run
 
 
