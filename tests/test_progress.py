@@ -270,8 +270,7 @@ def test_on_a_terminal_a_live_table_shows_every_variant_and_the_leaderboard_foll
     )
     assert f"logs: {folder}/<variant>.log" in last_frame
     lines = text.strip().splitlines()
-    assert lines[-4].startswith("winner: ") and lines[-1].startswith("serve it: bakeoff serve"), text[-2000:]
-    assert_report_line(lines[-2], work_dir)
+    assert_run_ends(lines, "winner: ", work_dir)
     # The replicas' lines went to each variant's log, not over the table.
     assert "[bakeoff-mlp-" not in text and "[bakeoff-small-cnn-" not in text
     for name in ("mlp", "small-cnn"):
@@ -279,6 +278,15 @@ def test_on_a_terminal_a_live_table_shows_every_variant_and_the_leaderboard_foll
             rf"^\[bakeoff-{name}-\w+-worker-0\] ", (folder / f"{name.replace('-', '_')}.log").read_text(), re.M
         )
     assert "Executing task" in (folder / "pipeline.log").read_text()
+
+
+def assert_run_ends(lines: list[str], winner: str, work_dir: Path) -> None:
+    """After the leaderboard: the winner, the version it published, then the report's path and how to serve it; a
+    costs line between them where the run has one (a run on a busy machine says it kept none)."""
+    tail = [line for line in lines[-5:] if not line.startswith("costs: ")][-4:]
+    assert tail[0].startswith(winner) and tail[1].startswith("published version "), lines[-6:]
+    assert_report_line(tail[2], work_dir)
+    assert tail[3].startswith("serve it: bakeoff serve"), tail[3]
 
 
 def assert_report_line(line: str, work_dir: Path) -> None:
@@ -302,9 +310,7 @@ def test_off_a_terminal_every_line_is_plain_text_and_the_replicas_lines_are_ther
     )
     assert re.search(r"^\s*\[bakeoff-mlp-\w+-worker-0\] ", result.stderr, re.M), result.stderr[-2000:]
     assert "Pipeline 'bakeoff' finished with status SUCCESS" in result.stderr  # kfp.local's colours, gone
-    lines = result.stdout.splitlines()
-    assert lines[-4].startswith("winner: mlp")
-    assert_report_line(lines[-2], work_dir)
+    assert_run_ends(result.stdout.splitlines(), "winner: mlp", work_dir)
 
 
 @pytest.mark.training

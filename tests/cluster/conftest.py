@@ -19,7 +19,8 @@ RUNNING_ENV = "BAKEOFF_CLUSTER"  # the state folder of a control plane already r
 IMAGE_ENV = "BAKEOFF_KUBELET_IMAGE"
 
 
-@pytest.fixture(scope="session")
+# Stopped after tests/cluster (a package for that): idle, it takes ~10% of 2 cores, later runs see it as contention.
+@pytest.fixture(scope="package")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.ControlPlane]:
     """etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Training Operator and the process kubelet.
 
