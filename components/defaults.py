@@ -81,6 +81,10 @@ S3_RETRY_MAX_PAUSE = 8.0  # ... up to this
 API_ATTEMPTS = 8  # tries of one Kubernetes API call before a transient failure becomes the step's error
 API_RETRY_FIRST_PAUSE = 1.0  # seconds before its second try, doubled after each failure ...
 API_RETRY_MAX_PAUSE = 30.0  # ... up to this
+# How long past a job's timeout its runner waits for the controller to stop it (its own activeDeadlineSeconds)
+# before deleting it: a quarter of the timeout, within these bounds (a 20 s job need not wait 2 min).
+JOB_GRACE_SHARE = 0.25
+JOB_GRACE_SECONDS = (15.0, 120.0)
 S3_CONNECT_TIMEOUT = 5.0  # seconds: a store that is down refuses at once, one that is unreachable must not take minutes
 S3_READ_TIMEOUT = 60.0  # seconds without a byte from the store before a request counts as failed (and is retried)
 PUBLISH_ATTEMPTS = 100  # version numbers one publish tries before it gives up (each lost to another publisher)

@@ -232,6 +232,14 @@ def test_a_job_that_never_finishes_is_deleted_at_the_deadline() -> None:
     assert fake.deleted == [job.metadata.name]
 
 
+@pytest.mark.parametrize(("timeout", "grace"), [(20, 15.0), (200, 50.0), (3600, 120.0)])
+def test_a_stuck_job_is_deleted_a_quarter_of_its_timeout_past_it_within_15_s_to_2_min(
+    timeout: int, grace: float
+) -> None:
+    """The runner waits past the timeout for the controller to stop the job itself, but not 2 min for a 20 s job."""
+    assert KubernetesBackend(client=object(), sink=print).grace(timeout) == grace
+
+
 def test_a_job_the_api_rejects_is_a_clear_error() -> None:
     job = tfjob()
     job.spec.tf_replica_specs["Worker"].replicas = "two"  # the CRD says integer

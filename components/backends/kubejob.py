@@ -151,7 +151,7 @@ class KubeJobRunner(Generic[J]):
     def __init__(
         self,
         polling_interval: float = 10,
-        grace_seconds: float = 120,
+        grace_seconds: float | None = None,  # None: defaults.JOB_GRACE_SHARE of each job's timeout
         sink: Sink = print_line,
         retry_delay: float = defaults.API_RETRY_FIRST_PAUSE,
         api_attempts: int = defaults.API_ATTEMPTS,
@@ -208,13 +208,20 @@ class KubeJobRunner(Generic[J]):
 
     # ------------------------------------------------------------ the run
 
+    def grace(self, seconds: float) -> float:
+        """Seconds past a job's timeout of ``seconds`` before its runner stops waiting for the controller."""
+        if self.grace_seconds is not None:
+            return self.grace_seconds
+        low, high = defaults.JOB_GRACE_SECONDS
+        return min(max(seconds * defaults.JOB_GRACE_SHARE, low), high)
+
     def execute(self, job: J, namespace: str, seconds: float) -> None:
         """Runs ``job`` in ``namespace`` to success within ``seconds`` (plus the grace period), or raises
         BakeoffError."""
         metadata = self._metadata(job)
         name = metadata.name
         metadata.namespace = namespace
-        deadline = time.monotonic() + seconds + self.grace_seconds
+        deadline = time.monotonic() + seconds + self.grace(seconds)
         self._place(job, namespace)
         self._submit(job, namespace, deadline)
         cursor = _LogCursor()
