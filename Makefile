@@ -47,13 +47,10 @@ test-system: ## install the Debian packages only the tests use when missing: chr
 run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--max-train-examples 6000" passes flags)
 	@$(BIN)/bakeoff run $(ARGS)
 
-# The cluster lane's 2-worker TFJob once more, every pod run from the image `make image` unpacked, as its user
-# (tests/cluster/kubelet; BAKEOFF_KUBELET_IMAGE does the same for any cluster test).
-IMAGE_TFJOB := tests/cluster/test_training.py::test_a_train_step_pod_trains_a_two_worker_tfjob_through_the_real_operator
-
+# The cluster lane runs every pod from the image `make image` unpacked, as its user (tests/cluster/kubelet):
+# the code under test is what a cluster would pull. `make test-cluster` alone runs them from the venv.
 test: $(INSTALLED) system test-system lint cluster-binaries image ## lint, the image, then every test lane (PYTEST_ARGS="-k store" narrows it)
-	$(BIN)/pytest $(PYTEST_ARGS)
-	$(if $(PYTEST_ARGS),,BAKEOFF_KUBELET_IMAGE=$(IMAGE_CACHE)/current $(BIN)/pytest -m cluster $(IMAGE_TFJOB))
+	BAKEOFF_KUBELET_IMAGE=$(IMAGE_CACHE)/current $(BIN)/pytest $(PYTEST_ARGS)
 
 # the unit lane alone: a test also in a heavier lane (pyproject.toml's markers) runs there
 FAST := unit and not (s3 or training or serving or cluster)
