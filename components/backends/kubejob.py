@@ -231,8 +231,8 @@ class KubeJobRunner(Generic[J]):
             tail = self._log_tail(job, namespace, cursor)  # read before the pods go with the job
             self._delete(name, namespace)
             raise BakeoffError(
-                f"{self.KIND} {namespace}/{name} did not finish in time and was deleted:{tail}"
-                f" raise --timeout or check {self.CONTROLLER}"
+                f"{self.KIND} {namespace}/{name} did not finish in time and was deleted:"
+                f"{tail} raise --timeout or check {self.CONTROLLER}"
             ) from None
         if final.outcome == self.FAILED and self.PAST_DEADLINE and self.PAST_DEADLINE in final.conditions:
             # Not JobFailed: its restarts were not spent, so its backup stays for a run with a longer timeout.
@@ -272,8 +272,8 @@ class KubeJobRunner(Generic[J]):
             if api_status(error) == 404:
                 return None
             raise BakeoffError(
-                f"could not read {self.KIND} {namespace}/{name} ({api_reason(error)}): check that this service "
-                f"account may get {self.PLURAL} (manifests/)"
+                f"could not read {self.KIND} {namespace}/{name} ({api_reason(error)}):"
+                f" check that this service account may get {self.PLURAL} (manifests/)"
             ) from None
 
     def _read_pod(self, name: str, namespace: str) -> Any | None:
@@ -350,9 +350,9 @@ class KubeJobRunner(Generic[J]):
                     raise BakeoffError(self._no_resource(name, namespace, error)) from None
                 if api_status(error) != 409:
                     raise BakeoffError(
-                        f"could not create {self.KIND} {namespace}/{name} ({api_reason(error)}): check that "
-                        f"{self.INSTALLED}"
-                        f" and that this service account may create {self.PLURAL} (manifests/)"
+                        f"could not create {self.KIND} {namespace}/{name} ({api_reason(error)}):"
+                        f" check that {self.INSTALLED} and that this service account may create {self.PLURAL}"
+                        " (manifests/)"
                     ) from None
             # A KFP retry reuses the run id, so an earlier attempt's job may hold the name (it outlives its step).
             existing = self._read_job(name, namespace)
@@ -367,8 +367,8 @@ class KubeJobRunner(Generic[J]):
             self._delete(name, namespace)
             self._wait_gone(name, namespace, deadline)
         raise BakeoffError(
-            f"{self.KIND} {namespace}/{name} kept changing while this step tried to create it: check who else writes "
-            "it, then retry the run"
+            f"{self.KIND} {namespace}/{name} kept changing while this step tried to create it:"
+            " check who else writes it, then retry the run"
         )
 
     def _not_adoptable(self, existing: JobState, job: J) -> str | None:
@@ -401,8 +401,8 @@ class KubeJobRunner(Generic[J]):
                 if api_status(error) in (404, 409):
                     return False
                 raise BakeoffError(
-                    f"could not adopt {self.KIND} {namespace}/{name} ({api_reason(error)}): check that this service "
-                    f"account may patch {self.PLURAL} (manifests/)"
+                    f"could not adopt {self.KIND} {namespace}/{name} ({api_reason(error)}):"
+                    f" check that this service account may patch {self.PLURAL} (manifests/)"
                 ) from None
         self.sink(
             f"adopted {self.KIND} {namespace}/{name}: an earlier attempt of this run and variant started it and it "
@@ -429,8 +429,8 @@ class KubeJobRunner(Generic[J]):
             current = self._read_job(name, namespace)
             if current is None:
                 raise BakeoffError(
-                    f"{self.KIND} {namespace}/{name} was deleted while this step waited for it (the run was "
-                    "cancelled, or someone deleted it): retry the run"
+                    f"{self.KIND} {namespace}/{name} was deleted while this step waited for it"
+                    " (the run was cancelled, or someone deleted it): retry the run"
                 )
             chief = self._chief_pod(name, namespace)
             if current.outcome:

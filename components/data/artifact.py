@@ -44,8 +44,8 @@ def check_image_size(image_size: list) -> list[int]:
     sides = [int(side) if isinstance(side, float) and side.is_integer() else side for side in image_size]
     if sides and (len(sides) != 2 or not all(type(side) is int and low <= side <= high for side in sides)):
         raise BakeoffError(
-            f"image_size {list(image_size)} is out of range: give [height, width], each {low} to {high} pixels, or []"
-            " for the source's own size"
+            f"image_size {list(image_size)} is out of range:"
+            f" give [height, width], each {low} to {high} pixels, or [] for the source's own size"
         )
     return sides
 
@@ -171,8 +171,8 @@ class _Ingest:
         assert p is not None
         if not self.image_size and image.shape[:2] != (p.height, p.width):
             raise BakeoffError(
-                f"{self.source} holds images of different sizes: {p.height}x{p.width} ({self.first}) and "
-                f"{image.shape[0]}x{image.shape[1]} ({name}): declare image_size [H, W] to resize them all"
+                f"{self.source} holds images of different sizes: {p.height}x{p.width} ({self.first})"
+                f" and {image.shape[0]}x{image.shape[1]} ({name}): declare image_size [H, W] to resize them all"
             )
         if image.shape[2] == 3 and p.channels == 1:
             raise BakeoffError(
@@ -297,8 +297,8 @@ def read_shards(store: Store, split: str, index: int = 0, count: int = 1) -> Spl
     shards = read_metadata(store).shards
     if count > shards:
         raise BakeoffError(
-            f"{count} workers need at least {count} shards, the dataset has {shards}: lower workers or re-ingest with "
-            "more shards"
+            f"{count} workers need at least {count} shards, the dataset has {shards}:"
+            " lower workers or re-ingest with more shards"
         )
     parts = []
     for shard in range(index, shards, count):

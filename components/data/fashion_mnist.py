@@ -60,8 +60,8 @@ def check_source(source: str) -> str:
     if missing:
         raise BakeoffError(
             f"Fashion-MNIST not found in {source!r} (missing {', '.join(missing)}):"
-            " install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or pass --source tfds on "
-            "a machine with internet"
+            " install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist)"
+            " or pass --source tfds on a machine with internet"
         )
     return source
 
@@ -83,8 +83,8 @@ def read_idx_dir(source: Path) -> dict[str, Split]:
         # Any count (a subset in Fashion-MNIST's own format reads too), but 28x28 images, one label each.
         if images.shape[1:] != IMAGE_SHAPE or labels.shape != images.shape[:1]:
             raise BakeoffError(
-                f"{str(source)!r} does not hold Fashion-MNIST's {split} split: got images {images.shape}, labels "
-                f"{labels.shape}"
+                f"{str(source)!r} does not hold Fashion-MNIST's {split} split:"
+                f" got images {images.shape}, labels {labels.shape}"
             )
         if labels.max() >= 10:
             raise BakeoffError(f"{str(source / labels_file)!r} has labels outside 0..9")

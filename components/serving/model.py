@@ -68,8 +68,8 @@ def load_version(path: Path, number: int) -> Version:
     missing = [name for name in (ARRAYS_SIGNATURE, BYTES_SIGNATURE) if name not in saved_model.signatures]
     if missing:
         raise BakeoffError(
-            f"the SavedModel in {str(path)!r} lacks the signature {missing[0]!r}: export it with "
-            "bakeoff.components.modeling.savedmodel"
+            f"the SavedModel in {str(path)!r} lacks the signature {missing[0]!r}:"
+            " export it with bakeoff.components.modeling.savedmodel"
         )
     # The bytes signature is for TF Serving; this server decodes image files itself, as ingest did (``decoded``).
     arrays = saved_model.signatures[ARRAYS_SIGNATURE]
@@ -280,8 +280,8 @@ def v2_batch(request: InferRequest, version: Version) -> Batch:
     """The Open Inference Protocol: one input, FP32 [n, H, W(, C)] pixels or BYTES [n] (base64 PNG/JPEG in JSON)."""
     if len(request.inputs) != 1:
         raise InvalidInput(
-            f"send exactly one input tensor ({ARRAYS_INPUT!r} FP32 [n, {', '.join(map(str, version.pixels))}] or"
-            f" {BYTES_INPUT!r} BYTES [n]),"
+            "send exactly one input tensor"
+            f" ({ARRAYS_INPUT!r} FP32 [n, {', '.join(map(str, version.pixels))}] or {BYTES_INPUT!r} BYTES [n]),"
             f" got {len(request.inputs)}"
         )
     unknown = [output.name for output in request.request_outputs or [] if output.name not in OUTPUTS]
