@@ -50,6 +50,12 @@ variants:
     model: {type: cnn, filters: [8, 16], dense_units: 32}
     training: {learning_rate: {log_uniform: [0.0003, 0.01]}}
 """
+# One small network, long enough for its job to time a steady rate a run keeps: 8 epochs of 32 steps (512 examples),
+# 224 of them after the first execution (the whole first epoch), over MIN_STEADY_STEPS.
+ONE_MLP = (
+    "variants:\n  - {name: mlp, model: {type: mlp, hidden_units: [16]}, workers: 1,"
+    " training: {epochs: 8, batch_size: 16}}\n"
+)
 BETTER = {"val_accuracy": max, "val_loss": min}  # written out here rather than read from the code under test
 
 
@@ -485,18 +491,16 @@ def test_a_run_past_its_deadline_keeps_only_the_best_of_a_rung(tmp_path: Path, c
 
 @pytest.mark.training
 def test_a_local_run_leaves_the_steps_its_jobs_trained_at_for_the_next_plan(tmp_path: Path, cost_cache: Path) -> None:
-    """The host's pace drifts: `run` folds each network's step as its job trained it into the cached calibration
-    (here one costed at 9 s a step), which the next plan reads."""
+    """The host's pace drifts: `run` folds each network's step as its job trained it, over enough steady steps, into
+    the cached calibration (here one costed at 9 s a step), which the next plan reads."""
     config = tmp_path / "one.yaml"
-    config.write_text(
-        "variants:\n  - {name: mlp, model: {type: mlp, hidden_units: [16]}, workers: 1,"
-        " training: {epochs: 2, batch_size: 16}}\n"  # 32 steps an epoch: a second epoch times a steady rate
-    )
+    config.write_text(ONE_MLP)
     samples.cache_calibration(cost_cache, load_config(config), step_seconds=9.0)
     run, summary = run_config(tmp_path, config, f"file://{tmp_path / 'store'}")
     (cost,) = plan_config(load_config(config))[0].calibration.steps
     assert cost.measured_by == f"run {summary.run_id}" and 0 < cost.step_seconds < 1.0
-    assert f"costs: the next plan here prices its steps as this run trained them ({cost_cache}/" in run.stderr
+    assert "costs: kept mlp at " in run.stderr and " ms a step (was 9e+03; over 224 steady steps); " in run.stderr
+    assert f"the next plan here prices those steps as this run trained them ({cost_cache}/" in run.stderr
 
 
 @pytest.mark.training
@@ -506,10 +510,7 @@ def test_a_run_beside_another_program_leaves_the_cached_costs_as_they_were(
     """A run that shared the cores trained slower than this machine does: its steps would misprice the next plan,
     so the cached calibration stays as it was and the run says why."""
     config = tmp_path / "one.yaml"
-    config.write_text(
-        "variants:\n  - {name: mlp, model: {type: mlp, hidden_units: [16]}, workers: 1,"
-        " training: {epochs: 2, batch_size: 16}}\n"
-    )
+    config.write_text(ONE_MLP)
     cached = samples.cache_calibration(cost_cache, load_config(config), step_seconds=9.0)
     run, _ = run_config(tmp_path, config, f"file://{tmp_path / 'store'}")
     assert plan_config(load_config(config))[0].calibration == cached
