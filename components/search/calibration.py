@@ -4,8 +4,8 @@
 AVX512, cores, TensorFlow, this cost model) and holds every network asked for; else it measures what is missing
 with ``measure``, which runs a short real job of each network ``timed`` picks, on the local backend, and keeps it
 unless other processes shared the cores meanwhile. After a local run, ``refresh`` folds the steps its jobs measured
-into the record (each network at the median of its jobs that timed ``MIN_STEADY_STEPS`` steady steps or more): the
-host's pace drifts by more than the calibration's own spread
+into the record (each network at the median of its jobs that timed ``MIN_STEADY_STEPS`` steady steps or more, where
+it is ``COST_BAND`` or more off the cached step): the host's pace drifts by more than the calibration's own spread
 within hours, and the newest run that really timed a network prices it. Steps are keyed by their shape, its
 ``steps_per_execution`` included, so a run never prices another setting than its own.
 """
@@ -42,6 +42,7 @@ from bakeoff.components.search.costs import (
     Shape,
     StepCost,
     folded,
+    moves,
     shape_of,
     timed,
     timed_steps,
@@ -128,9 +129,10 @@ def run_steps(store: Store, run_id: str, variants: Iterable[Variant], concurrent
 
 
 def refresh(store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int) -> Refreshed:
-    """After local run ``run_id``: the cached calibration with the steps its jobs measured folded in, and written back,
-    and why each other network's was not. Nothing is written where there is no record for this machine, or the jobs
-    did not run one at a time on the cores as the plan counts them (``concurrent_jobs`` is not the default's)."""
+    """After local run ``run_id``: the cached calibration with the steps its jobs measured that ``moves`` it folded in,
+    and written back, and why each other network's was not. Nothing is written where there is no record for this
+    machine, or the jobs did not run one at a time on the cores as the plan counts them (``concurrent_jobs`` is not
+    the default's)."""
     path = cache_dir() / FILE
     cached = read(path)
     if cached is None or cached.machine != machine_key():
@@ -146,6 +148,11 @@ def refresh(store: Store, run_id: str, variants: Iterable[Variant], concurrent_j
             left.append(f"{network.name} ({network.steady_steps} steady steps, under {defaults.MIN_STEADY_STEPS})")
             continue
         ms = cost.step_seconds * 1000
+        if not moves(refreshed, cost):
+            cached_ms = refreshed.step_seconds(cost.shape, cost.macs) * 1000
+            band = f"within {defaults.COST_BAND:.0%} of the cached {cached_ms:.3g}"
+            left.append(f"{network.name} ({ms:.3g} ms a step, {band})")
+            continue
         was = (
             f"was {refreshed.step_seconds(cost.shape, cost.macs) * 1000:.3g}" if refreshed.costs(cost.shape) else "new"
         )

@@ -184,13 +184,23 @@ def _on_line(measured: list[tuple[int, float]], network_macs: int) -> float:
 
 
 def folded(calibration: Calibration, measured: Iterable[StepCost]) -> Calibration:
-    """``calibration`` with each of ``measured``, in order, in place of the steps of its shape within
+    """``calibration`` with each of ``measured`` that ``moves`` it, in order, in place of the steps of its shape within
     ``MACS_TOLERANCE`` of its network (the newest measure of a network prices it), or beside them."""
     steps = list(calibration.steps)
     for cost in measured:
-        kept = [s for s in steps if s.shape != cost.shape or not within(s.macs, cost.macs, MACS_TOLERANCE)]
-        steps = [*kept, cost]
+        if moves(dataclasses.replace(calibration, steps=steps), cost):
+            kept = [s for s in steps if s.shape != cost.shape or not within(s.macs, cost.macs, MACS_TOLERANCE)]
+            steps = [*kept, cost]
     return dataclasses.replace(calibration, steps=steps)
+
+
+def moves(calibration: Calibration, cost: StepCost) -> bool:
+    """Whether ``cost`` prices its network anew: no step of ``calibration`` within ``MACS_TOLERANCE`` of it measured
+    it, or it steps more than ``COST_BAND`` off what ``calibration`` prices it at (within it, the host's own spread:
+    the cached step stays, and so does every plan made from it)."""
+    if not any(within(s.macs, cost.macs, MACS_TOLERANCE) for s in calibration.costs(cost.shape)):
+        return True
+    return abs(cost.step_seconds / calibration.step_seconds(cost.shape, cost.macs) - 1) > defaults.COST_BAND
 
 
 def timed_steps(metrics: WorkerMetrics, steps_per_execution: int) -> int:
