@@ -54,8 +54,16 @@ DEADLINE_KEEP_FACTOR = 2
 # per image) through the steps of the two nearest networks of its shape, timed in short real jobs on this machine
 # and refreshed by each local run's jobs; each job costs a measured start more, each pipeline step a process start.
 # Measured once per machine and TensorFlow, kept in CACHE_DIR (BAKEOFF_CACHE overrides it).
-CALIBRATION_STEPS = 192  # timed steps per network, after one execution of CALIBRATION_STEPS_PER_EXECUTION to trace
-CALIBRATION_STEPS_PER_EXECUTION = 32  # executions of the worker's kind; a steady rate within seconds
+CALIBRATION_STEPS = 192  # timed steps per network, after one execution (of the variant's steps_per_execution) to trace
+# A run's job prices its network only over at least this many steady steps (after its first execution): as many as a
+# calibration's job times, so a run's word never stands on less than the one it replaces. A 1-epoch job of 23 steps
+# timed 7, and priced the seed cnn at 29.8 ms a step against the calibration's 19.3 (issue 49).
+MIN_STEADY_STEPS = CALIBRATION_STEPS
+# A newer measure of a network (a run's job) replaces the cached step only when it is more than this share off it.
+# Within it lies most of the host's own spread (two calibrations of one network 40 min apart: 26 and 22.9 ms, 13 %;
+# journal.md: three within 30 min, 16.1 / 20.2 / 20.1 ms), which would otherwise move the default's plan by a draw or
+# epochs on every run; a cached step up to 10 % off the host's moves the plan's estimate by at most as much.
+COST_BAND = 0.1
 CACHE_DIR = Path("~/.cache/bakeoff")
 CACHE_ENV = "BAKEOFF_CACHE"
 BUSY_SHARE = 0.1  # of the cores' time other processes used while a run or a calibration timed: more, and it is not kept

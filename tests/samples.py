@@ -9,6 +9,7 @@ from typing import Any
 
 from bakeoff.components.search import calibration_cache, costs
 from bakeoff.components.spec import Config
+from bakeoff.components.storage import Store, runs
 from bakeoff.components.storage.records import Candidate, Manifest, WorkerMetrics
 
 RECORDS = Path(__file__).resolve().parent / "data" / "records"
@@ -18,6 +19,13 @@ def metrics(**changes: Any) -> WorkerMetrics:
     """A real job's metrics.json (mlp, 2 epochs of a halving run), with ``changes``."""
     sample = WorkerMetrics.from_json((RECORDS / "metrics.json").read_text(), "metrics.json")
     return dataclasses.replace(sample, **changes)
+
+
+def store_job(store: Store, run_id: str, variant: str, rung: int, **changes: Any) -> None:
+    """Writes ``metrics(variant=variant, rung=rung, **changes)`` as run ``run_id``'s job of ``variant`` at ``rung``
+    (its ``rung-<k>.json``), as launch keeps it."""
+    job = metrics(variant=variant, rung=rung, **changes)
+    store.put_bytes(f"{runs.variant_prefix(run_id, variant)}/{runs.rung_name(rung)}", job.to_json().encode())
 
 
 def candidate(variant: str, prefix: str, uri: str = "", **metric_changes: Any) -> Candidate:

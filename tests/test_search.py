@@ -24,7 +24,7 @@ from bakeoff.components.search.budget import epoch_seconds, estimate, fit
 from bakeoff.components.search.halving import Halving, schedule, survivors
 from bakeoff.components.spec import Config, from_dict, load_config, load_variants
 from bakeoff.components.steps.select import select
-from bakeoff.components.storage import open_store, runs
+from bakeoff.components.storage import open_store
 from bakeoff.components.storage.records import Score
 from bakeoff.pipelines.cli.main import main
 from tests import samples
@@ -403,8 +403,8 @@ def test_with_two_networks_measured_a_step_is_on_their_line(tmp_path: Path) -> N
     measured = dataclasses.replace(
         samples.calibration(config),
         steps=[
-            costs.StepCost("cnn", False, 50, 2, 1, costs.macs(small), 0.1, 0.5),
-            costs.StepCost("cnn", False, 50, 2, 1, costs.macs(wide), 0.3, 1.5),
+            costs.StepCost("cnn", False, 50, 2, 64, 1, costs.macs(small), 0.1, 0.5),
+            costs.StepCost("cnn", False, 50, 2, 64, 1, costs.macs(wide), 0.3, 1.5),
         ],
     )
     assert measured.step_seconds(shape, costs.macs(small)) == pytest.approx(0.1)
@@ -456,32 +456,72 @@ def test_a_run_s_jobs_price_their_networks_in_the_next_plan(tmp_path: Path, cost
     store = open_store(f"file://{tmp_path / 'store'}")
 
     def job(variant: str, rung: int, examples_per_second: float, steady: bool = True) -> None:
-        metrics = samples.metrics(
-            variant=variant,
-            rung=rung,
+        samples.store_job(
+            store,
+            "r1",
+            variant,
+            rung,
             global_batch_size=128,
+            steps_per_epoch=232,  # 2 epochs: 464 steps, 400 of them after the first execution of 64
             examples_per_second=examples_per_second,
             examples_per_second_steady=steady,
             epochs_trained=2,
             validation_seconds=0.6,
             backup_seconds=0.2,
         )
-        store.put_bytes(f"{runs.variant_prefix('r1', variant)}/{runs.rung_name(rung)}", metrics.to_json().encode())
 
     job("plain", 0, 5120.0)
     job("plain", 1, 6400.0)
     job("plain", 2, 12800.0)  # the newest, in a fast spell of the host: the median of the three prices the network
     job("normed", 0, 1.0, steady=False)  # one execution: its rate includes the trace
-    assert calibration.refresh(store, "r1", config.variants, concurrent_jobs=2) is None  # jobs sharing the cores
+    assert calibration.refresh(store, "r1", config.variants, concurrent_jobs=2).calibration is None  # sharing cores
     assert cache.read(cost_cache / cache.FILE) == cached
-    refreshed = calibration.refresh(store, "r1", config.variants, concurrent_jobs=1)
+    refreshed = calibration.refresh(store, "r1", config.variants, concurrent_jobs=1).calibration
     assert refreshed is not None and cache.read(cost_cache / cache.FILE) == refreshed
     (ran,) = refreshed.costs(costs.shape_of(plain))
-    assert ran.step_seconds == pytest.approx(0.02) and (ran.epoch_end_seconds, ran.measured_by) == (0.4, "run r1")
+    # 128 / 6400 s a step in the steady window, less the two backups it held over its 400 steps
+    assert ran.step_seconds == pytest.approx(0.02 - 0.2 / 400)
+    assert (ran.epoch_end_seconds, ran.measured_by) == (0.4, "run r1")
     assert refreshed.costs(costs.shape_of(normed)) == cached.costs(costs.shape_of(normed))  # untouched
     (cost_cache / cache.FILE).unlink()
-    assert calibration.refresh(store, "r1", config.variants, concurrent_jobs=1) is None  # nothing to fold into
+    assert calibration.refresh(store, "r1", config.variants, concurrent_jobs=1).calibration is None  # none to fold into
     assert not (cost_cache / cache.FILE).exists()
+
+
+def test_a_run_at_another_steps_per_execution_prices_its_own_setting_only(tmp_path: Path, cost_cache: Path) -> None:
+    """Issue 49's quick try trained the seed CNNs at 16 steps an execution: each call into the graph then carries a
+    quarter of the steps it carries at the default's 64, and costs more a step. Its step lands beside the calibration's
+    of 64, which goes on pricing the default's networks as measured, and says how many steps it timed."""
+    config = load_config(
+        write(tmp_path, "defaults: {workers: 2}\nvariants:\n  - {name: cnn, model: {type: cnn}}\n", "cnn.yaml")
+    )
+    (variant,) = config.variants
+    sixteen = dataclasses.replace(variant, training=dataclasses.replace(variant.training, steps_per_execution=16))
+    assert costs.shape_of(sixteen) != costs.shape_of(variant)
+    cached = samples.cache_calibration(cost_cache, config, step_seconds=0.0193)
+    store = open_store(f"file://{tmp_path / 'store'}")
+    timed = 400 - 16  # one epoch of 400 steps, less its first execution
+    samples.store_job(
+        store,
+        "r1",
+        "cnn",
+        0,
+        workers=2,
+        global_batch_size=128,
+        steps_per_epoch=400,
+        epochs=1,
+        epochs_trained=1,
+        examples_per_second=128 / 0.0298,
+        examples_per_second_steady=True,
+        backup_seconds=0.0,
+    )
+    refreshed = calibration.refresh(store, "r1", [sixteen], concurrent_jobs=1)
+    assert refreshed.kept == [f"cnn at 29.8 ms a step (new; over {timed} steady steps)"] and not refreshed.left
+    assert refreshed.calibration is not None
+    assert refreshed.calibration.costs(costs.shape_of(variant)) == cached.costs(costs.shape_of(variant))
+    (beside,) = refreshed.calibration.costs(costs.shape_of(sixteen))
+    assert beside.step_seconds == pytest.approx(0.0298) and beside.steps_per_execution == 16
+    assert epoch_seconds(variant, 55000, refreshed.calibration) == epoch_seconds(variant, 55000, cached)
 
 
 def test_batch_norm_is_a_family_of_its_own(tmp_path: Path) -> None:
@@ -780,7 +820,7 @@ def test_another_machine_s_calibration_is_measured_again(
     elsewhere = dataclasses.replace(
         samples.calibration(start_seconds=99.0),
         machine="another CPU",
-        steps=[costs.StepCost("mlp", False, 16, 1, 1, costs.macs(mlp), 9.0, 9.0)],
+        steps=[costs.StepCost("mlp", False, 16, 1, 64, 1, costs.macs(mlp), 9.0, 9.0)],
     )
     (cost_cache / cache.FILE).write_text(elsewhere.to_json())
     measured = calibration.calibrated([mlp], str(fashion_dir), steps=2)

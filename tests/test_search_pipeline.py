@@ -4,9 +4,12 @@ kfp.local."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -16,8 +19,12 @@ import pytest
 import yaml
 
 from bakeoff.components import progress
+from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
 from bakeoff.components.defaults import MAX_RUNGS
+from bakeoff.components.search import calibration_cache
 from bakeoff.components.search.budget import fit, plan_config
+from bakeoff.components.search.calibration import refresh
+from bakeoff.components.search.costs import FASHION_MNIST
 from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.search.halving import finalists
 from bakeoff.components.spec import load_config
@@ -25,13 +32,14 @@ from bakeoff.components.steps.halve import halve
 from bakeoff.components.storage import open_store, registry, runs
 from bakeoff.components.storage.records import RungRecord, Score, Summary, WorkerMetrics
 from bakeoff.pipelines import conformance
-from bakeoff.pipelines.cli.local import bought
-from bakeoff.pipelines.cli.main import main
+from bakeoff.pipelines.cli.local import bought, print_costs, with_flags
+from bakeoff.pipelines.cli.main import main, parser
 from tests import samples
 
 pytestmark = pytest.mark.unit
 
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
+ROOT = Path(__file__).resolve().parent.parent
 # Four variants, each trained to epoch 1; the best two go on to epoch 2 (eta 2), where the best one wins.
 SEARCH = """
 search: {halving: {min_epochs: 1, max_epochs: 2, eta: 2}}
@@ -50,6 +58,12 @@ variants:
     model: {type: cnn, filters: [8, 16], dense_units: 32}
     training: {learning_rate: {log_uniform: [0.0003, 0.01]}}
 """
+# One small network, long enough for its job to time a steady rate a run keeps: 8 epochs of 32 steps (512 examples),
+# 224 of them after the first execution (the whole first epoch), over MIN_STEADY_STEPS.
+ONE_MLP = (
+    "variants:\n  - {name: mlp, model: {type: mlp, hidden_units: [16]}, workers: 1,"
+    " training: {epochs: 8, batch_size: 16}}\n"
+)
 BETTER = {"val_accuracy": max, "val_loss": min}  # written out here rather than read from the code under test
 
 
@@ -485,18 +499,16 @@ def test_a_run_past_its_deadline_keeps_only_the_best_of_a_rung(tmp_path: Path, c
 
 @pytest.mark.training
 def test_a_local_run_leaves_the_steps_its_jobs_trained_at_for_the_next_plan(tmp_path: Path, cost_cache: Path) -> None:
-    """The host's pace drifts: `run` folds each network's step as its job trained it into the cached calibration
-    (here one costed at 9 s a step), which the next plan reads."""
+    """The host's pace drifts: `run` folds each network's step as its job trained it, over enough steady steps, into
+    the cached calibration (here one costed at 9 s a step), which the next plan reads."""
     config = tmp_path / "one.yaml"
-    config.write_text(
-        "variants:\n  - {name: mlp, model: {type: mlp, hidden_units: [16]}, workers: 1,"
-        " training: {epochs: 2, batch_size: 16}}\n"  # 32 steps an epoch: a second epoch times a steady rate
-    )
+    config.write_text(ONE_MLP)
     samples.cache_calibration(cost_cache, load_config(config), step_seconds=9.0)
     run, summary = run_config(tmp_path, config, f"file://{tmp_path / 'store'}")
     (cost,) = plan_config(load_config(config))[0].calibration.steps
     assert cost.measured_by == f"run {summary.run_id}" and 0 < cost.step_seconds < 1.0
-    assert f"costs: the next plan here prices its steps as this run trained them ({cost_cache}/" in run.stderr
+    assert "costs: kept mlp at " in run.stderr and " ms a step (was 9e+03; over 224 steady steps); " in run.stderr
+    assert f"the next plan here prices those steps as this run trained them ({cost_cache}/" in run.stderr
 
 
 @pytest.mark.training
@@ -506,10 +518,7 @@ def test_a_run_beside_another_program_leaves_the_cached_costs_as_they_were(
     """A run that shared the cores trained slower than this machine does: its steps would misprice the next plan,
     so the cached calibration stays as it was and the run says why."""
     config = tmp_path / "one.yaml"
-    config.write_text(
-        "variants:\n  - {name: mlp, model: {type: mlp, hidden_units: [16]}, workers: 1,"
-        " training: {epochs: 2, batch_size: 16}}\n"
-    )
+    config.write_text(ONE_MLP)
     cached = samples.cache_calibration(cost_cache, load_config(config), step_seconds=9.0)
     run, _ = run_config(tmp_path, config, f"file://{tmp_path / 'store'}")
     assert plan_config(load_config(config))[0].calibration == cached
@@ -548,3 +557,59 @@ def test_the_run_says_what_its_budget_bought(tmp_path: Path) -> None:
     )
     whole = fit(loaded.with_budget(60.0), samples.calibration(loaded, step_seconds=0.001, start_seconds=20.0))
     assert bought(whole, 8, 60.0).startswith("budget 60 min: 8 of 8 variants (search.halving.max_epochs 8 -> 16),")
+
+
+def test_the_readme_s_first_run_leaves_the_default_s_plan_as_it_was(
+    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 49's newcomer: `bakeoff plan` measured the default's costs, then the README's first run (three CNNs to
+    epoch 1 on 20,000 examples, the best resumed to epoch 3) folded its jobs into them, and the next plan of the
+    default shrank. Its jobs as that command writes them: the 1-epoch ones time 92 steady steps, the survivor's 248.
+    The short ones step as slow as the issue's did (29.8 and 36.9 ms against 19.3 calibrated: their backup in few
+    steps); the survivor within the host's spread. The run keeps none of them, says why, and the plan is the same."""
+    (first,) = re.findall(r'make run ARGS="([^"]+)"', (ROOT / "README.md").read_text().split("## A first run")[1])[:1]
+    args = parser().parse_args(["run", *shlex.split(first)])
+    quick = load_config(ROOT / args.config)
+    variants = with_flags(quick.variants, args)
+    cached = samples.cache_calibration(cost_cache, load_config(DEFAULT_CONFIG), step_seconds=0.0193)
+    main(["plan"])
+    before = capsys.readouterr().out
+    store = open_store(f"file://{tmp_path / 'store'}")
+    steps = min(args.max_train_examples, FASHION_MNIST.examples) // (64 * 2)  # as the worker divides
+
+    def job(variant: str, rung: int, epochs: int, step_seconds: float) -> None:
+        """A job whose steady window (all its steps but the first execution of 64, and a 0.2 s backup an epoch)
+        steps in ``step_seconds`` beside its backups."""
+        timed = steps * epochs - 64
+        window = timed * step_seconds + 0.2 * epochs
+        samples.store_job(
+            store,
+            "quick",
+            variant,
+            rung,
+            workers=2,
+            global_batch_size=128,
+            steps_per_epoch=steps,
+            epochs=rung + epochs,
+            epochs_trained=epochs,
+            resumed_from_epoch=rung,
+            examples_per_second=timed * 128 / window,
+            examples_per_second_steady=True,
+            backup_seconds=0.2 * epochs,
+        )
+
+    assert steps == 156
+    job("cnn", 0, 1, 0.0298 - 0.2 / 92)  # 29.8 ms a step as the worker rates it, backup included
+    job("dropout", 0, 1, 0.0298 - 0.2 / 92)
+    job("batch_norm", 0, 1, 0.0369 - 0.2 / 92)
+    job("cnn", 1, 2, 0.0193 * 1.05)  # the survivor, to epoch 3: 5 % slower than calibrated
+    refreshed = refresh(store, "quick", variants, args.parallelism)
+    said = io.StringIO()
+    print_costs(refreshed, False, 0.0, said)
+    assert said.getvalue() == (
+        "costs: not kept: batch_norm (92 steady steps, under 192), cnn/dropout (20.3 ms a step, within 10% of the"
+        " cached 19.3); the next plan here prices its steps as before\n"
+    )
+    assert calibration_cache.read(cost_cache / calibration_cache.FILE) == cached
+    main(["plan"])
+    assert capsys.readouterr().out == before

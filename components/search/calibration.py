@@ -4,8 +4,10 @@
 AVX512, cores, TensorFlow, this cost model) and holds every network asked for; else it measures what is missing
 with ``measure``, which runs a short real job of each network ``timed`` picks, on the local backend, and keeps it
 unless other processes shared the cores meanwhile. After a local run, ``refresh`` folds the steps its jobs measured
-into the record (each network at the median of its jobs): the host's pace drifts by more than the calibration's own
-spread within hours, and the newest run prices the networks it trained.
+into the record (each network at the median of its jobs that timed ``MIN_STEADY_STEPS`` steady steps or more, where
+it is ``COST_BAND`` or more off the cached step): the host's pace drifts by more than the calibration's own spread
+within hours, and the newest run that really timed a network prices it. Steps are keyed by their shape, its
+``steps_per_execution`` included, so a run never prices another setting than its own.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ from bakeoff.components.search.costs import (
     Shape,
     StepCost,
     folded,
+    moves,
     shape_of,
     timed,
+    timed_steps,
 )
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage import Store, runs
@@ -59,47 +63,110 @@ SELECT_IMPORTS = (
 )
 
 
-def run_steps(store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int) -> list[StepCost]:
-    """The step each network of run ``run_id`` trained at, its jobs ``concurrent_jobs`` at a time: the median over
-    its jobs' steady rates and epochs' ends (each from its ``rung-<k>.json``), so that one job in a fast or a slow
-    spell of the host does not price it; the network whose newest job ran last comes last. A job too short to time
-    a steady rate, or one that did not run, says nothing."""
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What a run's jobs measured of one network: the step they price it at (the median over its jobs that timed a
+    steady rate over ``MIN_STEADY_STEPS``; None where none did), the fewest steady steps of those jobs (or, where none
+    qualified, the most of any), and its variants' names."""
+
+    cost: StepCost | None
+    steady_steps: int
+    jobs: int  # those the cost is the median of
+    names: list[str]
+
+    @property
+    def name(self) -> str:
+        return "/".join(self.names)
+
+
+@dataclasses.dataclass(frozen=True)
+class Refreshed:
+    """What ``refresh`` did with a run's steps: the record written back (None: nothing changed) and one clause per
+    network, or one reason for them all (neither: there was no record to fold them into)."""
+
+    calibration: Calibration | None
+    kept: list[str]
+    left: list[str]
+
+
+def run_steps(store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int) -> list[Measured]:
+    """What each network of run ``run_id`` trained at, its jobs ``concurrent_jobs`` at a time: the median over those of
+    its jobs that timed a steady rate over ``MIN_STEADY_STEPS`` steps or more (each from its ``rung-<k>.json``), so
+    that one job in a fast or a slow spell of the host does not price it; a shorter job, or one that did not run, says
+    nothing. The network whose newest job ran last comes last."""
     jobs = []
     for variant in variants:
         rung = 0
         while store.exists(f"{runs.variant_prefix(run_id, variant.name)}/{runs.rung_name(rung)}"):
             jobs.append((rung, variant, runs.rung_metrics(store, run_id, variant.name, rung)))
             rung += 1
-    by_network: dict[tuple[Shape, int], list[StepCost]] = {}
+    by_network: dict[tuple[Shape, int], tuple[list[str], list[tuple[StepCost, int]], int]] = {}
     for _, variant, metrics in sorted(jobs, key=lambda job: job[0]):
-        if metrics.examples_per_second_steady and metrics.epochs_trained:
-            cost = StepCost.of_job(variant, metrics, thread_cap(variant.workers, concurrent_jobs), f"run {run_id}")
-            group = by_network.pop((cost.shape, cost.macs), [])  # popped and put back: the newest job's network last
-            by_network[(cost.shape, cost.macs)] = [*group, cost]
+        if not metrics.epochs_trained:
+            continue
+        steady = timed_steps(metrics, variant.training.steps_per_execution)
+        steady = steady if metrics.examples_per_second_steady else 0
+        cost = StepCost.of_job(variant, metrics, thread_cap(variant.workers, concurrent_jobs), f"run {run_id}")
+        names, timed, most = by_network.pop((cost.shape, cost.macs), ([], [], 0))  # put back: the newest job's last
+        names = names if variant.name in names else [*names, variant.name]
+        timed = [*timed, (cost, steady)] if steady >= defaults.MIN_STEADY_STEPS else timed
+        by_network[(cost.shape, cost.macs)] = (names, timed, max(most, steady))
     return [
-        dataclasses.replace(
-            group[-1],
-            step_seconds=statistics.median(cost.step_seconds for cost in group),
-            epoch_end_seconds=statistics.median(cost.epoch_end_seconds for cost in group),
+        Measured(
+            dataclasses.replace(
+                timed[-1][0],
+                step_seconds=statistics.median(cost.step_seconds for cost, _ in timed),
+                epoch_end_seconds=statistics.median(cost.epoch_end_seconds for cost, _ in timed),
+            )
+            if timed
+            else None,
+            min(steady for _, steady in timed) if timed else most,
+            len(timed),
+            names,
         )
-        for group in by_network.values()
+        for names, timed, most in by_network.values()
     ]
 
 
-def refresh(store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int) -> Calibration | None:
-    """After local run ``run_id``: the cached calibration with the steps its jobs measured folded in, and written
-    back; None (nothing written) where there is no record for this machine, or the jobs did not run one at a time
-    on the cores as the plan counts them (``concurrent_jobs`` is not the default's)."""
+def refresh(store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int) -> Refreshed:
+    """After local run ``run_id``: the cached calibration with the steps its jobs measured that ``moves`` it folded in,
+    and written back, and why each other network's was not. Nothing is written where there is no record for this
+    machine, or the jobs did not run one at a time on the cores as the plan counts them (``concurrent_jobs`` is not
+    the default's)."""
     path = cache_dir() / FILE
     cached = read(path)
-    if cached is None or cached.machine != machine_key() or concurrent_jobs != defaults.LOCAL_PARALLELISM:
-        return None
-    measured = run_steps(store, run_id, variants, concurrent_jobs)
-    if not measured:
-        return None
-    refreshed = folded(cached, measured)
+    if cached is None or cached.machine != machine_key():
+        return Refreshed(None, [], [])  # nothing to keep them beside: the first plan here measures its own
+    if concurrent_jobs != defaults.LOCAL_PARALLELISM:
+        return Refreshed(None, [], [f"its jobs ran {concurrent_jobs} at a time, the plan counts one"])
+    kept: list[str] = []
+    left: list[str] = []
+    refreshed = cached
+    for network in run_steps(store, run_id, variants, concurrent_jobs):
+        cost = network.cost
+        if cost is None:
+            left.append(f"{network.name} ({network.steady_steps} steady steps, under {defaults.MIN_STEADY_STEPS})")
+            continue
+        ms = cost.step_seconds * 1000
+        if not moves(refreshed, cost):
+            cached_ms = refreshed.step_seconds(cost.shape, cost.macs) * 1000
+            band = f"within {defaults.COST_BAND:.0%} of the cached {cached_ms:.3g}"
+            left.append(f"{network.name} ({ms:.3g} ms a step, {band})")
+            continue
+        was = (
+            f"was {refreshed.step_seconds(cost.shape, cost.macs) * 1000:.3g}" if refreshed.costs(cost.shape) else "new"
+        )
+        over = (
+            f"the median of {network.jobs} jobs of {network.steady_steps}+ steady steps"
+            if network.jobs > 1
+            else f"over {network.steady_steps} steady steps"
+        )
+        kept.append(f"{network.name} at {ms:.3g} ms a step ({was}; {over})")
+        refreshed = folded(refreshed, [cost])
+    if not kept:
+        return Refreshed(None, kept, left)
     write(path, refreshed)
-    return refreshed
+    return Refreshed(refreshed, kept, left)
 
 
 def calibrated(
@@ -151,10 +218,8 @@ def measure(
         artifact.build(source, data, defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED)
         ingest = time.perf_counter() - began
         if images.shape != FASHION_MNIST.shape or images.classes != FASHION_MNIST.classes:
-            most = max(variant.training.batch_size * variant.workers for variant in wanted)
-            data = _random_artifact(
-                Path(scratch) / "random", images, most * (defaults.CALIBRATION_STEPS_PER_EXECUTION + steps)
-            )
+            most = max(_examples(variant, steps) for variant in wanted)
+            data = _random_artifact(Path(scratch) / "random", images, most)
         costs, starts = [], []
         for index, variant in enumerate(wanted):
             cost, start = _job(
@@ -205,14 +270,15 @@ def _job(
     """One short real job of ``variant``'s network: its step (the worker's steady rate) and its start (the rest)."""
     from bakeoff.components.training.launch import JobSettings, train_variant
 
-    training = dataclasses.replace(
-        variant.training, epochs=1, steps_per_execution=defaults.CALIBRATION_STEPS_PER_EXECUTION
-    )
-    timed_variant = dataclasses.replace(variant, training=training)
+    timed_variant = dataclasses.replace(variant, training=dataclasses.replace(variant.training, epochs=1))
     shape = shape_of(variant, images)
-    examples = shape.batch_size * shape.workers * (defaults.CALIBRATION_STEPS_PER_EXECUTION + steps)
     settings = JobSettings(
-        defaults.IMAGE, examples, defaults.LOCAL_PARALLELISM, defaults.TIMEOUT_SECONDS, "local", defaults.TRAINER
+        defaults.IMAGE,
+        _examples(variant, steps),
+        defaults.LOCAL_PARALLELISM,
+        defaults.TIMEOUT_SECONDS,
+        "local",
+        defaults.TRAINER,
     )
     began = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):  # the replicas' log lines; a failure's tail is in its error
@@ -224,6 +290,12 @@ def _job(
     cost = StepCost.of_job(variant, metrics, thread_cap(shape.workers, defaults.LOCAL_PARALLELISM), CALIBRATED, images)
     trained = metrics.epochs_trained * (metrics.steps_per_epoch * cost.step_seconds + cost.epoch_end_seconds)
     return cost, wall - trained
+
+
+def _examples(variant: Variant, steps: int) -> int:
+    """A calibration job's training examples: one execution of its own ``steps_per_execution`` (the trace; a step's
+    cost depends on it), then ``steps`` timed steps."""
+    return variant.training.batch_size * variant.workers * (variant.training.steps_per_execution + steps)
 
 
 def _step_start(imports: str) -> float:

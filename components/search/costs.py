@@ -16,7 +16,7 @@ from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage.records import DatasetMetadata, Record, WorkerMetrics
 
-VERSION = 10  # of the cost model, of this record and of what a job costs: a new one measures again
+VERSION = 11  # of the cost model, of this record and of what a job costs: a new one measures again
 MACS_TOLERANCE = 1.15  # networks within this factor of a measured one cost as it does, in proportion
 CALIBRATED = "calibration"  # a step's measured_by when a calibration job timed it; else "run <id>"
 
@@ -49,12 +49,14 @@ FASHION_MNIST = Images(TRAIN_IMAGES - defaults.VALIDATION_SIZE, (*IMAGE_SHAPE, 1
 @dataclasses.dataclass(frozen=True)
 class Shape:
     """What a family's step costs depend on: its architecture, whether it normalizes batches, the batch per replica,
-    the workers sharing the cores, and the images' [height, width, channels] (its input, activations and memory)."""
+    the workers sharing the cores, the steps per call into the graph, and the images' [height, width, channels] (its
+    input, activations and memory)."""
 
     architecture: str
     batch_norm: bool  # its work grows with activations, not MACs: the line of a plain network misprices it
     batch_size: int
     workers: int
+    steps_per_execution: int  # each call's overhead is shared by this many steps: 16 and 64 step apart
     image: tuple[int, int, int] = FASHION_MNIST.shape
 
 
@@ -66,6 +68,7 @@ class StepCost(Record):
     batch_norm: bool
     batch_size: int  # per replica
     workers: int  # the job's replicas, each on ``threads`` threads (the local backend's cap)
+    steps_per_execution: int
     threads: int
     macs: int  # of the network timed, one image's forward pass
     step_seconds: float
@@ -76,7 +79,14 @@ class StepCost(Record):
     @property
     def shape(self) -> Shape:
         height, width, channels = self.image
-        return Shape(self.architecture, self.batch_norm, self.batch_size, self.workers, (height, width, channels))
+        return Shape(
+            self.architecture,
+            self.batch_norm,
+            self.batch_size,
+            self.workers,
+            self.steps_per_execution,
+            (height, width, channels),
+        )
 
     @classmethod
     def of(
@@ -95,6 +105,7 @@ class StepCost(Record):
             shape.batch_norm,
             shape.batch_size,
             shape.workers,
+            shape.steps_per_execution,
             threads,
             macs,
             step_seconds,
@@ -107,8 +118,13 @@ class StepCost(Record):
     def of_job(
         cls, variant: Variant, metrics: WorkerMetrics, threads: int, measured_by: str, images: Images = FASHION_MNIST
     ) -> StepCost:
-        """The step one job of ``variant`` trained at (its steady rate, all-reduce included) and its epochs' end."""
-        step = metrics.global_batch_size / metrics.examples_per_second
+        """The step one job of ``variant`` trained at (its steady rate, all-reduce included) and its epochs' end.
+
+        The worker's steady window holds the epochs' backups (only validation is paused), which an epoch's end costs
+        already: they come out of the step, else a short job's few steps would carry them (7 steps and a 0.2 s backup:
+        +29 ms a step)."""
+        timed = timed_steps(metrics, variant.training.steps_per_execution)
+        step = (timed * metrics.global_batch_size / metrics.examples_per_second - metrics.backup_seconds) / timed
         epoch_end = (metrics.validation_seconds + metrics.backup_seconds) / metrics.epochs_trained
         return cls.of(shape_of(variant, images), threads, macs(variant, images), step, epoch_end, measured_by)
 
@@ -168,13 +184,31 @@ def _on_line(measured: list[tuple[int, float]], network_macs: int) -> float:
 
 
 def folded(calibration: Calibration, measured: Iterable[StepCost]) -> Calibration:
-    """``calibration`` with each of ``measured``, in order, in place of the steps of its shape within
+    """``calibration`` with each of ``measured`` that ``moves`` it, in order, in place of the steps of its shape within
     ``MACS_TOLERANCE`` of its network (the newest measure of a network prices it), or beside them."""
     steps = list(calibration.steps)
     for cost in measured:
-        kept = [s for s in steps if s.shape != cost.shape or not within(s.macs, cost.macs, MACS_TOLERANCE)]
-        steps = [*kept, cost]
+        if moves(dataclasses.replace(calibration, steps=steps), cost):
+            kept = [s for s in steps if s.shape != cost.shape or not within(s.macs, cost.macs, MACS_TOLERANCE)]
+            steps = [*kept, cost]
     return dataclasses.replace(calibration, steps=steps)
+
+
+def moves(calibration: Calibration, cost: StepCost) -> bool:
+    """Whether ``cost`` prices its network anew: no step of ``calibration`` within ``MACS_TOLERANCE`` of it measured
+    it, or it steps more than ``COST_BAND`` off what ``calibration`` prices it at (within it, the host's own spread:
+    the cached step stays, and so does every plan made from it)."""
+    if not any(within(s.macs, cost.macs, MACS_TOLERANCE) for s in calibration.costs(cost.shape)):
+        return True
+    return abs(cost.step_seconds / calibration.step_seconds(cost.shape, cost.macs) - 1) > defaults.COST_BAND
+
+
+def timed_steps(metrics: WorkerMetrics, steps_per_execution: int) -> int:
+    """The steps a job's rate is over: all it trained but the first execution (which traces), or, where that was all
+    (no steady state), every one."""
+    steps = metrics.steps_per_epoch * metrics.epochs_trained
+    first = min(steps_per_execution, metrics.steps_per_epoch)  # tf-keras cuts an execution at its epoch's end
+    return steps - first if metrics.examples_per_second_steady else steps
 
 
 def within(a: int, b: int, factor: float) -> bool:
@@ -202,7 +236,15 @@ def macs(variant: Variant, images: Images = FASHION_MNIST) -> int:
 def shape_of(variant: Variant, images: Images = FASHION_MNIST) -> Shape:
     config = variant.model_config()
     normalized = isinstance(config, CnnConfig) and config.batch_norm
-    return Shape(variant.architecture, normalized, variant.training.batch_size, variant.workers, images.shape)
+    training = variant.training
+    return Shape(
+        variant.architecture,
+        normalized,
+        training.batch_size,
+        variant.workers,
+        training.steps_per_execution,
+        images.shape,
+    )
 
 
 def timed(variants: Iterable[Variant], images: Images = FASHION_MNIST) -> list[Variant]:

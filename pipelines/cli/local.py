@@ -33,7 +33,7 @@ from bakeoff.pipelines.cli.flags import (
 
 if TYPE_CHECKING:
     from bakeoff.components.search.budget import Plan
-    from bakeoff.components.search.costs import Calibration
+    from bakeoff.components.search.calibration import Refreshed
     from bakeoff.components.selection.settings import SelectionSettings
     from bakeoff.components.serving.startup import Settings
     from bakeoff.components.spec import Config, Data, Search, Variant
@@ -176,18 +176,25 @@ def run_measured(run: LocalRun) -> tuple[Summary, float]:
     return summary, contention.others_share(before, contention.sample())
 
 
-def print_costs(refreshed: Calibration | None, shared: bool, others: float, out: TextIO) -> None:
-    """Whether the run's steps now price the next plan here, or why not."""
+def print_costs(refreshed: Refreshed | None, shared: bool, others: float, out: TextIO) -> None:
+    """In one line: which of the run's steps now price the next plan here, which do not, and why."""
     from bakeoff.components.search.calibration_cache import FILE, cache_dir
 
-    if refreshed is not None:
-        print(f"costs: the next plan here prices its steps as this run trained them ({cache_dir() / FILE})", file=out)
-    elif shared:
+    if shared:
         print(
             f"costs: not kept: other processes used {others:.0%} of the cores while this run trained; the next plan"
             " here prices its steps as before",
             file=out,
         )
+    elif refreshed is not None and (refreshed.kept or refreshed.left):
+        kept = f"kept {', '.join(refreshed.kept)}" if refreshed.kept else ""
+        left = f"not kept: {', '.join(refreshed.left)}" if refreshed.left else ""
+        then = (
+            f"the next plan here prices those steps as this run trained them ({cache_dir() / FILE})"
+            if refreshed.calibration is not None
+            else "the next plan here prices its steps as before"
+        )
+        print(f"costs: {'; '.join(part for part in (kept, left, then) if part)}", file=out)
 
 
 def print_next_steps(args: argparse.Namespace, store: Store, summary: Summary, out: TextIO) -> None:
