@@ -489,12 +489,9 @@ def test_a_namespace_that_does_not_exist_is_one_line_not_install_kserve(fake: Fa
     assert err[0].endswith("pass --namespace with your profile's namespace, or leave it out for the kube-config's")
 
 
-def test_a_field_the_clusters_kserve_lacks_is_one_line_naming_it(
-    fake: FakeKubernetes, capsys, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An older KServe's CRD lacks a field deploy writes: the apply fails (a 500, the API server's own) and the line
-    names the field and what to do."""
-    assert bakeoff(capsys, "--image", IMAGE, "--version", "1")[0] == 0
+def write_an_unknown_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy's InferenceService from now on carries storageURI beside storageUri: a field no KServe CRD declares,
+    as a field a newer deploy writes would be to an older KServe."""
     written = deploy.as_dict
 
     def with_unknown_field(model: object) -> dict:
@@ -504,6 +501,15 @@ def test_a_field_the_clusters_kserve_lacks_is_one_line_naming_it(
         return body
 
     monkeypatch.setattr(deploy, "as_dict", with_unknown_field)
+
+
+def test_a_field_the_clusters_kserve_lacks_is_one_line_naming_it(
+    fake: FakeKubernetes, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older KServe's CRD lacks a field deploy writes: the apply fails (a 500, the API server's own) and the line
+    names the field and what to do."""
+    assert bakeoff(capsys, "--image", IMAGE, "--version", "1")[0] == 0
+    write_an_unknown_field(monkeypatch)
     code, _, err = bakeoff(capsys, "--version", "2")
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith(

@@ -413,15 +413,7 @@ def test_an_unknown_field_is_refused_in_one_short_line_not_pruned(
     """A field the cluster's CRD lacks (an older KServe) fails any server-side apply: the API server cannot type the
     applied object (a 500, kubernetes/kubernetes#139253); the line names the field and what to do."""
     assert bakeoff(capsys, "--version", "1")[0] == 0
-    written = deploy.as_dict
-
-    def with_unknown_field(model: Any) -> dict:
-        body = written(model)
-        if body.get("kind") == "InferenceService":
-            body["spec"]["predictor"]["model"]["storageURI"] = body["spec"]["predictor"]["model"]["storageUri"]
-        return body
-
-    monkeypatch.setattr(deploy, "as_dict", with_unknown_field)
+    test_deploy.write_an_unknown_field(monkeypatch)
     code, _, err = bakeoff(capsys, "--version", "2")
     assert code == 1
     line = one_error(err)
