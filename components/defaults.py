@@ -96,7 +96,8 @@ JOB_GRACE_SECONDS = (15.0, 120.0)
 S3_CONNECT_TIMEOUT = 5.0  # seconds: a store that is down refuses at once, one that is unreachable must not take minutes
 S3_READ_TIMEOUT = 60.0  # seconds without a byte from the store before a request counts as failed (and is retried)
 PUBLISH_ATTEMPTS = 100  # version numbers one publish tries before it gives up (each lost to another publisher)
-DEPLOY_WRITE_ATTEMPTS = 3  # deploy's get → create/patch rounds against someone else writing the same object
+# The field manager deploy's server-side applies own their fields under (metadata.managedFields).
+FIELD_MANAGER = "bakeoff"
 
 # Where things go.
 LOCAL_STORE = "./bakeoff-store"

@@ -10,6 +10,10 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 STRICT_DECODING = "strict decoding error:"  # what the API server's message says from, after quoting the whole object
+# A server-side apply with a field the CRD's schema lacks fails converting the patch to a typed object, before any
+# field validation: 500 with this message (structuredMergeManager.Apply,
+# k8s.io/apimachinery/pkg/util/managedfields/internal/structuredmerge.go; kubernetes/kubernetes#139253 asks for 400).
+UNDECLARED_FIELD = "field not declared in schema"
 
 
 def chain(error: BaseException) -> Iterator[BaseException]:

@@ -66,6 +66,31 @@ each ending in the decoder's ``strict decoding error: unknown field "<path>"``
 the resourceVersion (no write reaches storage). A create in a namespace not in ``namespaces`` answers 404
 ``namespaces "<name>" not found`` (the NamespaceLifecycle admission plugin); a group/version no CRD serves
 answers the mux's plain-text ``404 page not found``. Every refusal is recorded in ``violations``.
+
+They are also server-side applied (``application/apply-patch+yaml``; PatchResource and applyPatcher in
+k8s.io/apiserver/pkg/endpoints/handlers/patch.go, the merge structured-merge-diff's):
+
+* The ``fieldManager`` parameter is required: without it 422 Invalid, ``PatchOptions.meta.k8s.io "" is invalid:
+  fieldManager: Required value: is required for apply patch``, before the object is looked up; ``force`` on any
+  other patch is refused the same way (ValidatePatchOptions, k8s.io/apimachinery/pkg/apis/meta/v1/validation/
+  validation.go).
+* Every object keeps ``metadata.managedFields``: who owns which field, as an Apply or an Update (a create or a merge
+  patch, under its fieldManager or else the User-Agent's first word: managerOrUserAgent). Fields are what
+  structured-merge-diff tracks: map keys and struct fields one by one, an element of a list of type ``map`` by its
+  keys, and any other list (``spec.containers`` of a ServingRuntime) whole.
+* An apply sets the fields it names and leaves the others; a field its manager applied before and leaves out now is
+  removed unless another manager owns it too. A field another manager owns with a different value is a conflict:
+  409 ``Apply failed with 1 conflict: conflict with "<manager>" …`` (NewConflictError,
+  k8s.io/apimachinery/pkg/util/managedfields/internal/conflict.go), unless ``force=true``, which takes the field.
+  An Update takes the fields it changes from every other manager.
+* A field the CRD's schema lacks fails the apply before any validation: 500, ``failed to create typed patch object
+  (…): .<path>: field not declared in schema`` (structuredMergeManager.Apply,
+  k8s.io/apimachinery/pkg/util/managedfields/internal/structuredmerge.go; kubernetes/kubernetes#139253).
+* An applied ``metadata.resourceVersion`` is a precondition: 409 Conflict when it is stale.
+* An apply that creates answers 201 and needs RBAC's ``create`` besides ``patch`` (withAuthorization in
+  PatchResource), refused as the filter refuses a create. One that changes nothing, managedFields included, writes
+  nothing: the resourceVersion stays.
+
 tests/cluster/test_deploy_cluster.py holds these rules against the real API server. The InferenceService
 controller's status is played by ``isvc_status``:
 
@@ -399,6 +424,42 @@ def kserve_invalid(plural: str, name: str, errors: list[str]) -> dict:
     )
 
 
+def kserve_not_found(plural: str, name: str) -> dict:
+    return status(
+        404, "NotFound", f'{plural}.{KSERVE_GROUP} "{name}" not found', name=name, group=KSERVE_GROUP, kind=plural
+    )
+
+
+def kserve_conflict(plural: str, name: str) -> dict:
+    """NewConflict for a stale resourceVersion (the registry store's OptimisticLockErrorMsg)."""
+    return status(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {plural}.{KSERVE_GROUP} "{name}": the object has been modified; please'
+        " apply your changes to the latest version and try again",
+        name=name,
+        group=KSERVE_GROUP,
+        kind=plural,
+    )
+
+
+def _now() -> str:
+    """A managedFields entry's time: RFC 3339, in seconds."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def forbidden(call: Call, namespace: str, user: str) -> dict:
+    """403 Forbidden for ``call``, as the authorization filter answers it."""
+    return status(
+        403,
+        "Forbidden",
+        forbidden_message(call, namespace, user),
+        group=call.group,
+        kind=call.resource,
+        **({"name": call.name} if call.name else {}),
+    )
+
+
 def forbidden_message(call: Call, namespace: str, user: str) -> str:
     """forbiddenMessage of the API server's authorization filter."""
     kind = call.resource.partition("/")[0] + (f".{call.group}" if call.group else "")
@@ -538,6 +599,189 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return merged
 
 
+# ---------------------------------------------------------------- server-side apply's field ownership
+
+# A field as structured-merge-diff names it: map keys and struct fields by name, an element of a list of type map
+# by its keys (("k", ((key, value), ...))). Lists of any other type, and maps marked atomic, are one field.
+FieldPath = tuple[Any, ...]
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+# Not owned by anyone: what managedfields' stripMeta drops (k8s.io/apimachinery/pkg/util/managedfields/internal/
+# stripmeta.go), and status, which the status subresource resets on the main resource.
+UNOWNED_METADATA = frozenset(
+    {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "managedFields",
+        "selfLink",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    }
+)
+_MISSING = object()
+
+
+def owned_fields(body: dict, schema: dict) -> dict[FieldPath, Any]:
+    """Every field of ``body`` that a manager can own, with its value (structured-merge-diff's leaves)."""
+    found: dict[FieldPath, Any] = {}
+    for key, value in body.items():
+        if key in ("apiVersion", "kind", "status"):
+            continue
+        if key == "metadata":
+            value = {name: item for name, item in (value or {}).items() if name not in UNOWNED_METADATA}
+            if not value:
+                continue
+        _walk_fields(value, (schema.get("properties") or {}).get(key) or {}, (key,), found)
+    return found
+
+
+def _walk_fields(value: Any, schema: dict, path: FieldPath, found: dict[FieldPath, Any]) -> None:
+    if isinstance(value, dict) and value and schema.get("x-kubernetes-map-type") != "atomic":
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = (schema.get("properties") or {}).get(key) or (extra if isinstance(extra, dict) else {})
+            _walk_fields(item, sub, (*path, key), found)
+    elif isinstance(value, list) and value and schema.get("x-kubernetes-list-type") == "map":
+        keys = schema["x-kubernetes-list-map-keys"]
+        for item in value:
+            element = ("k", tuple((key, item.get(key)) for key in keys))
+            _walk_fields(item, schema.get("items") or {}, (*path, element), found)
+    else:
+        found[path] = value
+
+
+def _is_element(part: Any) -> bool:
+    return isinstance(part, tuple) and part[:1] == ("k",)
+
+
+def set_field(body: dict, path: FieldPath, value: Any) -> None:
+    node: Any = body
+    for index, part in enumerate(path):
+        last = index == len(path) - 1
+        if _is_element(part):
+            keys = dict(part[1])
+            element = next((e for e in node if all(e.get(k) == v for k, v in keys.items())), None)
+            if element is None:
+                element = dict(keys)
+                node.append(element)
+            node = element
+        elif last:
+            node[part] = copy.deepcopy(value)
+        else:
+            following = path[index + 1]
+            if not isinstance(node.get(part), list if _is_element(following) else dict):
+                node[part] = [] if _is_element(following) else {}
+            node = node[part]
+
+
+def remove_field(body: dict, path: FieldPath) -> None:
+    """Removes the field; a map-list element left with only its keys goes too (its keys are removed with it, never
+    alone), and so does a map left empty, below the top level."""
+    trail: list[tuple[Any, Any, dict | None]] = []  # (container, key or element, the element's keys) from the top
+    node: Any = body
+    for part in path:
+        if _is_element(part):
+            keys = dict(part[1])
+            found = next((e for e in node if all(e.get(k) == v for k, v in keys.items())), None)
+            if found is None:
+                return
+            trail.append((node, found, keys))
+            node = found
+        else:
+            if not isinstance(node, dict) or part not in node:
+                return
+            trail.append((node, part, None))
+            node = node[part]
+    container, member, _ = trail.pop()
+    if not (trail and trail[-1][2] is not None and member in trail[-1][2]):
+        del container[member]
+    while trail:
+        parent, member, element_keys = trail.pop()
+        child = member if element_keys is not None else parent[member]
+        bare = set(child) <= set(element_keys) if element_keys is not None else not child
+        if not bare or not trail:
+            return
+        if element_keys is not None:
+            parent.remove(member)
+        else:
+            del parent[member]
+
+
+def path_text(path: FieldPath) -> str:
+    """fieldpath.Path's String: ``.name`` for a field, ``[key=value,...]`` for a map-list element."""
+    return "".join(
+        "[" + ",".join(f"{key}={json.dumps(value)}" for key, value in part[1]) + "]"
+        if _is_element(part)
+        else f".{part}"
+        for part in path
+    )
+
+
+def fields_v1(paths: set[FieldPath]) -> dict:
+    """A manager's fields as metadata.managedFields[].fieldsV1 writes them (``f:`` fields, ``k:`` elements)."""
+    tree: dict = {}
+    for path in sorted(paths, key=repr):
+        node = tree
+        for part in path:
+            if _is_element(part):
+                node = node.setdefault("k:" + json.dumps(dict(part[1]), sort_keys=True, separators=(",", ":")), {})
+                node.setdefault(".", {})
+            else:
+                node = node.setdefault(f"f:{part}", {})
+    return tree
+
+
+def manager_name(query: dict, user_agent: str) -> str:
+    """managerOrUserAgent (k8s.io/apiserver/pkg/endpoints/handlers/rest.go): the fieldManager parameter, else the
+    User-Agent up to its first "/" (the Python client's is "OpenAPI-Generator/<version>/python")."""
+    return query.get("fieldManager", [""])[0] or user_agent.split("/", 1)[0][:128]
+
+
+def conflict_message(conflicts: list[tuple[Owner, FieldPath]]) -> str:
+    """NewConflictError's message (getConflictMessage and printManager, k8s.io/apimachinery/pkg/util/managedfields/
+    internal/conflict.go): an Update manager is printed with its apiVersion and time."""
+
+    def who(owner: Owner) -> str:
+        return f'"{owner.manager}"' + (
+            f" using {owner.api_version} at {owner.time}" if owner.operation == "Update" else ""
+        )
+
+    if len(conflicts) == 1:
+        owner, path = conflicts[0]
+        return f"Apply failed with 1 conflict: conflict with {who(owner)}: {path_text(path)}"
+    lines = []
+    for manager in sorted({owner.manager for owner, _ in conflicts}):
+        mine = [(owner, path) for owner, path in conflicts if owner.manager == manager]
+        lines.append(f"conflicts with {who(mine[0][0])}:")
+        lines += [f"- {path_text(path)}" for _, path in mine]
+    return f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+
+
+@dataclass
+class Owner:
+    """One entry of metadata.managedFields: a manager, its operation, and the fields it owns."""
+
+    manager: str
+    operation: str  # "Apply" or "Update"
+    api_version: str
+    time: str
+    fields: set[FieldPath]
+
+    def entry(self) -> dict:
+        return {
+            "manager": self.manager,
+            "operation": self.operation,
+            "apiVersion": self.api_version,
+            "time": self.time,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields_v1(self.fields),
+        }
+
+
 @dataclass
 class _Timeline:
     """One TFJob's states: its condition types and its worker pods' phases, by state."""
@@ -571,6 +815,7 @@ class _Served:
     body: dict
     reads: int = 0  # GETs since the spec last changed
     reported: dict | None = None  # the status last reported
+    owners: list[Owner] = field(default_factory=list)  # metadata.managedFields, kept in body's metadata too
 
 
 @dataclass
@@ -678,11 +923,12 @@ class FakeKubernetes:
         served = self.kserve.get((plural, namespace or self.namespace, name))
         return copy.deepcopy(served.body) if served else None
 
-    def add_kserve(self, body: dict, namespace: str | None = None) -> dict:
-        """A KServe object that was there before the test (e.g. applied from manifests/kserve)."""
+    def add_kserve(self, body: dict, namespace: str | None = None, manager: str = "kubectl-client-side-apply") -> dict:
+        """A KServe object that was there before the test: by default applied from manifests/kserve by kubectl's
+        client-side apply, which creates it as an Update under that manager."""
         plural = next(p for p, (_, kind) in KSERVE_KINDS.items() if kind == body["kind"])
         with self._lock:
-            return self._kserve_store(plural, namespace or self.namespace, copy.deepcopy(body))
+            return self._kserve_store(plural, namespace or self.namespace, copy.deepcopy(body), manager)
 
     def effective_container(self, name: str, namespace: str | None = None) -> dict:
         """The predictor's container: its runtime's kserve-container merged with the model's fields (see
@@ -698,7 +944,9 @@ class FakeKubernetes:
 
     # ------------------------------------------------------------ KServe's objects and the InferenceService controller
 
-    def _kserve_store(self, plural: str, namespace: str, body: dict) -> dict:
+    def _kserve_store(self, plural: str, namespace: str, body: dict, manager: str, operation: str = "Update") -> dict:
+        """Stores a new object; ``manager`` owns every field it set (as an Update for a create, an Apply for an
+        apply)."""
         body.pop("status", None)
         body["metadata"].update(
             namespace=namespace,
@@ -707,7 +955,10 @@ class FakeKubernetes:
             creationTimestamp=rfc3339nano(LOG_EPOCH),
             generation=1,
         )
-        self.kserve[(plural, namespace, body["metadata"]["name"])] = _Served(body)
+        fields = set(owned_fields(body, kserve_schema(plural)))
+        served = _Served(body, owners=[Owner(manager, operation, body["apiVersion"], _now(), fields)] if fields else [])
+        body["metadata"]["managedFields"] = [owner.entry() for owner in served.owners]
+        self.kserve[(plural, namespace, body["metadata"]["name"])] = served
         return body
 
     def _runtime_problem(self, namespace: str, model: dict) -> tuple[str, str] | None:
@@ -817,30 +1068,17 @@ class FakeKubernetes:
         return answer
 
     def _kserve_patch(
-        self, plural: str, namespace: str, name: str, patch: dict, strict: bool = False
+        self, plural: str, namespace: str, name: str, patch: dict, manager: str, strict: bool = False
     ) -> tuple[int, dict]:
+        """A merge patch: an Update, whose manager takes the fields it changes from every other (the
+        managedFieldsUpdater's Update, k8s.io/apimachinery/pkg/util/managedfields/internal/managedfieldsupdater.go)."""
         served = self.kserve.get((plural, namespace, name))
         if served is None:
-            return 404, status(
-                404,
-                "NotFound",
-                f'{plural}.{KSERVE_GROUP} "{name}" not found',
-                name=name,
-                group=KSERVE_GROUP,
-                kind=plural,
-            )
+            return 404, kserve_not_found(plural, name)
         current = served.body
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
         if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
-            return 409, status(
-                409,
-                "Conflict",
-                f'Operation cannot be fulfilled on {plural}.{KSERVE_GROUP} "{name}": the object has been'
-                " modified; please apply your changes to the latest version and try again",
-                name=name,
-                group=KSERVE_GROUP,
-                kind=plural,
-            )
+            return 409, kserve_conflict(plural, name)
         patched = merge_patch(current, {key: value for key, value in patch.items() if key != "status"})
         for immutable in ("name", "namespace", "uid", "creationTimestamp", "generation"):
             patched["metadata"][immutable] = current["metadata"][immutable]
@@ -859,13 +1097,179 @@ class FakeKubernetes:
             self.violations.extend(errors)
             return 422, kserve_invalid(plural, name, errors)
         if patched == current:
-            return 200, copy.deepcopy(current)  # nothing to write: the resourceVersion stays
-        if patched.get("spec") != current.get("spec"):
-            patched["metadata"]["generation"] = current["metadata"]["generation"] + 1
+            return 200, self._kserve_answer(plural, served)  # nothing to write: the resourceVersion stays
+        schema = kserve_schema(plural)
+        before, after = owned_fields(current, schema), owned_fields(patched, schema)
+        changed = {path for path, value in after.items() if before.get(path, _MISSING) != value}
+        gone = set(before) - set(after)
+        for owner in served.owners:
+            owner.fields -= changed | gone
+        mine = next((o for o in served.owners if (o.manager, o.operation) == (manager, "Update")), None)
+        if changed and mine is None:
+            served.owners.append(Owner(manager, "Update", current["apiVersion"], _now(), changed))
+        elif changed and mine is not None:
+            mine.fields |= changed
+            mine.time = _now()
+        self._kserve_write(plural, served, patched)
+        return 200, self._kserve_answer(plural, served)
+
+    def _kserve_write(self, plural: str, served: _Served, new: dict) -> None:
+        """Stores ``new``: a new resourceVersion; a new generation only when the spec changed (the status
+        subresource's rule), which restarts the controller's reads."""
+        served.owners = [owner for owner in served.owners if owner.fields]
+        new["metadata"]["managedFields"] = [owner.entry() for owner in served.owners]
+        if new.get("spec") != served.body.get("spec"):
+            new["metadata"]["generation"] = served.body["metadata"]["generation"] + 1
             served.reads = 0
-        patched["metadata"]["resourceVersion"] = self._next_version()
-        served.body = patched
-        return 200, copy.deepcopy(patched)
+        new["metadata"]["resourceVersion"] = self._next_version()
+        served.body = new
+
+    def _kserve_answer(self, plural: str, served: _Served) -> dict:
+        """A write's answer: the object as stored, with the status the controller last reported (not a read)."""
+        answer = copy.deepcopy(served.body)
+        if plural == "inferenceservices" and served.reported is not None:
+            answer["status"] = copy.deepcopy(served.reported)
+        return answer
+
+    def _kserve_apply(
+        self, call: Call, namespace: str, body: Any, query: dict, may_create: Callable[[], dict | None]
+    ) -> tuple[int, dict]:
+        """A server-side apply (PatchResource and applyPatcher, k8s.io/apiserver/pkg/endpoints/handlers/patch.go;
+        the merge is structured-merge-diff's), in the order the API server checks it.
+
+        ``may_create`` is the create authorization an apply that creates needs besides patch: None, or the 403.
+        """
+        plural, name = call.resource, call.name
+        version, kind = KSERVE_KINDS[plural]
+        manager = query.get("fieldManager", [""])[0]
+        if not manager:  # ValidatePatchOptions, k8s.io/apimachinery/pkg/apis/meta/v1/validation/validation.go
+            return 422, dict(
+                status(
+                    422,
+                    "Invalid",
+                    'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+                    group="meta.k8s.io",
+                    kind="PatchOptions",
+                ),
+                details={
+                    "group": "meta.k8s.io",
+                    "kind": "PatchOptions",
+                    "causes": [
+                        {
+                            "reason": "FieldValueRequired",
+                            "message": "Required value: is required for apply patch",
+                            "field": "fieldManager",
+                        }
+                    ],
+                },
+            )
+        if not isinstance(body, dict):
+            return 400, status(400, "BadRequest", "error decoding YAML: the body is not an object")
+        if body.get("apiVersion") != f"{KSERVE_GROUP}/{version}":  # structuredMergeManager.Apply
+            return 400, status(
+                400,
+                "BadRequest",
+                f"Incorrect version specified in apply patch. Specified patch version: {body.get('apiVersion')},"
+                f" expected: {KSERVE_GROUP}/{version}",
+            )
+        schema = kserve_schema(plural)
+        unknown = unknown_fields(schema, body)
+        if unknown:
+            # ObjectToTyped fails before any field validation: a plain error, so 500 (kubernetes/kubernetes#139253).
+            self.violations.extend(f"unknown field {field!r}" for field in unknown)
+            meta = body.get("metadata") or {}
+            where = f"{meta.get('namespace', '')}/{meta.get('name', '')}; {KSERVE_GROUP}/{version}, Kind={kind}"
+            undeclared = f".{unknown[0]}: field not declared in schema"
+            return 500, {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"failed to create typed patch object ({where}): {undeclared}",
+                "code": 500,
+            }
+        served = self.kserve.get((plural, namespace, name))
+        live = (
+            copy.deepcopy(served.body)
+            if served is not None
+            else {"apiVersion": body["apiVersion"], "kind": kind, "metadata": {}}
+        )
+        owners = copy.deepcopy(served.owners) if served is not None else []
+        config, current = owned_fields(body, schema), owned_fields(live, schema)
+        conflicts = [
+            (owner, path)
+            for owner in owners
+            if (owner.manager, owner.operation) != (manager, "Apply")
+            for path in sorted(owner.fields & set(config), key=repr)
+            if current.get(path, _MISSING) != config[path]
+        ]
+        if conflicts and not go_bool(query, "force"):
+            return 409, dict(
+                status(409, "Conflict", conflict_message(conflicts)),
+                details={
+                    "causes": [
+                        {
+                            "reason": "FieldManagerConflict",
+                            "message": f'conflict with "{owner.manager}"'
+                            + (f" using {owner.api_version}" if owner.operation == "Update" else ""),
+                            "field": path_text(path),
+                        }
+                        for owner, path in conflicts
+                    ]
+                },
+            )
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and (served is None or wanted != served.body["metadata"]["resourceVersion"]):
+            # The applied resourceVersion is a precondition, as in any update (the registry store's Update,
+            # k8s.io/apiserver/pkg/registry/generic/registry/store.go); an object gone meanwhile is not found.
+            return (404, kserve_not_found(plural, name)) if served is None else (409, kserve_conflict(plural, name))
+        for owner, path in conflicts:  # forced: the fields change hands
+            owner.fields.discard(path)
+        mine = next((o for o in owners if (o.manager, o.operation) == (manager, "Apply")), None)
+        new = live
+        for path, value in config.items():
+            set_field(new, path, value)
+        others = set().union(*(o.fields for o in owners if o is not mine))
+        for path in (mine.fields if mine else set()) - set(config) - others:
+            remove_field(new, path)  # applied before, left out now, owned by nobody else: removed
+        if mine is None:
+            mine = Owner(manager, "Apply", body["apiVersion"], _now(), set())
+            owners.append(mine)
+        mine.fields = set(config)
+        new["metadata"].update(name=(body.get("metadata") or {}).get("name", name))
+        if new["metadata"]["name"] != name:  # checkName, k8s.io/apiserver/pkg/endpoints/handlers/rest.go
+            return 400, status(
+                400,
+                "BadRequest",
+                f"the name of the object ({new['metadata']['name']}) does not match the name on the URL ({name})",
+            )
+        if served is None:
+            if self.namespaces is not None and namespace not in self.namespaces:
+                return 404, status(
+                    404, "NotFound", f'namespaces "{namespace}" not found', name=namespace, kind="namespaces"
+                )
+            errors = kserve_errors(plural, new)
+            if errors:
+                self.violations.extend(errors)
+                return 422, kserve_invalid(plural, name, errors)
+            refused = may_create()
+            if refused is not None:
+                return 403, refused
+            stored = self._kserve_store(plural, namespace, new, manager, "Apply")
+            return 201, copy.deepcopy(stored)
+        errors = kserve_errors(plural, new)
+        if errors:
+            self.violations.extend(errors)
+            return 422, kserve_invalid(plural, name, errors)
+        changed = new != served.body or [o.entry() | {"time": ""} for o in owners if o.fields] != [
+            o.entry() | {"time": ""} for o in served.owners
+        ]
+        if changed:
+            if new != served.body:
+                mine.time = _now()  # managedFieldsUpdater.Apply: the time moves only when the object does
+            served.owners = owners
+            self._kserve_write(plural, served, new)
+        return 200, self._kserve_answer(plural, served)
 
     # ------------------------------------------------------------ the API's state
 
@@ -1188,7 +1592,11 @@ class FakeKubernetes:
 
             def _body(self) -> Any:
                 length = int(self.headers.get("Content-Length") or 0)
-                return json.loads(self.rfile.read(length)) if length else None
+                if not length:
+                    return None
+                data = self.rfile.read(length)
+                # An apply's body is YAML (of which JSON is a part); everything else here is JSON.
+                return yaml.safe_load(data) if self.headers.get("Content-Type") == APPLY_PATCH else json.loads(data)
 
             def _serve(self, method: str) -> None:
                 url = urlparse(self.path)
@@ -1205,17 +1613,7 @@ class FakeKubernetes:
                     fake.calls.append(call)
                     if fake.granted is not None and (call.group, call.resource, call.verb) not in fake.granted:
                         namespace = url.path.split("/namespaces/")[1].split("/")[0]
-                        return self._send(
-                            403,
-                            status(
-                                403,
-                                "Forbidden",
-                                forbidden_message(call, namespace, fake.user),
-                                group=call.group,
-                                kind=call.resource,
-                                **({"name": call.name} if call.name else {}),
-                            ),
-                        )
+                        return self._send(403, forbidden(call, namespace, fake.user))
                     if call.group and f"{call.resource.partition('/')[0]}.{call.group}" not in fake.crds:
                         return self._page_not_found()
                     failure = next(
@@ -1438,7 +1836,8 @@ class FakeKubernetes:
                             kind=call.resource,
                         ),
                     )
-                self._send(201, copy.deepcopy(fake._kserve_store(call.resource, namespace, body)))
+                manager = manager_name(query, self.headers.get("User-Agent", ""))
+                self._send(201, copy.deepcopy(fake._kserve_store(call.resource, namespace, body, manager)))
 
             def _get_kserve(self, call: Call, body: None, query: dict) -> None:
                 if self._kserve_unserved(call):
@@ -1458,21 +1857,42 @@ class FakeKubernetes:
                     )
                 self._send(200, found)
 
-            def _patch_kserve(self, call: Call, body: dict, query: dict) -> None:
+            def _patch_kserve(self, call: Call, body: Any, query: dict) -> None:
                 if self._kserve_unserved(call):
                     return None
-                if self.headers.get("Content-Type") != "application/merge-patch+json":
+                kind = self.headers.get("Content-Type")
+                namespace = self._kserve_namespace()
+                if kind == APPLY_PATCH:
                     return self._send(
-                        415,
+                        *fake._kserve_apply(call, namespace, body, query, lambda: self._may_create(call, namespace))
+                    )
+                if kind != MERGE_PATCH:
+                    return self._send(
+                        415, status(415, "UnsupportedMediaType", f"the fake takes merge and apply patches, not {kind}")
+                    )
+                if "force" in query:  # ValidatePatchOptions
+                    return self._send(
+                        422,
                         status(
-                            415,
-                            "UnsupportedMediaType",
-                            f"the fake takes merge patches, not {self.headers.get('Content-Type')}",
+                            422,
+                            "Invalid",
+                            'PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be specified for'
+                            " non-apply patch",
+                            group="meta.k8s.io",
+                            kind="PatchOptions",
                         ),
                     )
-                self._send(
-                    *fake._kserve_patch(call.resource, self._kserve_namespace(), call.name, body, go_strict(query))
-                )
+                manager = manager_name(query, self.headers.get("User-Agent", ""))
+                self._send(*fake._kserve_patch(call.resource, namespace, call.name, body, manager, go_strict(query)))
+
+            def _may_create(self, call: Call, namespace: str) -> dict | None:
+                """An apply that creates is authorized for create too (withAuthorization in PatchResource), and
+                refused in the words of the authorization filter."""
+                create = Call("create", call.group, call.resource, call.name)
+                fake.calls.append(create)
+                if fake.granted is None or (call.group, call.resource, "create") in fake.granted:
+                    return None
+                return forbidden(create, namespace, fake.user)
 
             _create_inferenceservices = _create_servingruntimes = _create_kserve
             _get_inferenceservices = _get_servingruntimes = _get_kserve

@@ -82,6 +82,22 @@ def verbs(fake: FakeKubernetes) -> list[tuple[str, str]]:
     return [(call.verb, call.resource) for call in fake.calls]
 
 
+def managers(body: dict) -> set[tuple[str, str]]:
+    """Who owns fields of the object, and how: (manager, "Apply" or "Update")."""
+    return {(entry["manager"], entry["operation"]) for entry in body["metadata"].get("managedFields") or []}
+
+
+def owns(body: dict, manager: str, *path: str) -> bool:
+    """Whether ``manager`` owns the field at ``path`` (fieldsV1's ``f:`` names) by an apply."""
+    for entry in body["metadata"].get("managedFields") or []:
+        node = entry["fieldsV1"] if (entry["manager"], entry["operation"]) == (manager, "Apply") else None
+        for part in path:
+            node = (node or {}).get(f"f:{part}")
+        if node is not None:
+            return True
+    return False
+
+
 # ---------------------------------------------------------------- creating and rolling
 
 
@@ -92,6 +108,9 @@ def test_first_deploy_creates_the_runtime_and_the_service_valid_against_the_crds
     assert fake.violations == []
     assert kserve_errors(RUNTIME, runtime) == [] and kserve_errors(ISVC, isvc) == []
     assert ("create", RUNTIME) in verbs(fake) and ("create", ISVC) in verbs(fake)
+    # Both are server-side applied, their fields owned by bakeoff's field manager.
+    assert managers(runtime) == managers(isvc) == {(defaults.FIELD_MANAGER, "Apply")}
+    assert owns(isvc, "bakeoff", "spec", "predictor", "annotations", deploy.VERSION_ANNOTATION)
 
     assert isvc["metadata"]["namespace"] == runtime["metadata"]["namespace"] == NAMESPACE
     model = isvc["spec"]["predictor"]["model"]
@@ -120,7 +139,7 @@ def test_first_deploy_creates_the_runtime_and_the_service_valid_against_the_crds
     assert out[1] == f"created inferenceservice fashion-mnist in {NAMESPACE}: version 1 from {STORE_URI}"
 
 
-def test_a_new_version_patches_the_same_service_so_kserve_rolls_it(fake: FakeKubernetes, capsys) -> None:
+def test_a_new_version_is_applied_to_the_same_service_so_kserve_rolls_it(fake: FakeKubernetes, capsys) -> None:
     assert bakeoff(capsys, "--image", IMAGE, "--version", "1")[0] == 0
     first = service(fake)
     # The user resizes the predictor meanwhile; deploy must not undo it.
@@ -149,12 +168,50 @@ def test_a_new_version_patches_the_same_service_so_kserve_rolls_it(fake: FakeKub
         f"follow it with `kubectl get inferenceservice fashion-mnist -n {NAMESPACE} -w`, or run deploy with --wait",
     ]
 
-    # The same version again changes nothing, so nothing restarts.
-    generation = second["metadata"]["generation"]
+    # The same version again changes nothing, so nothing restarts: not even a write.
     code, out, _ = bakeoff(capsys, "--version", "2")
     assert code == 0 and out[0] == f"inferenceservice fashion-mnist in {NAMESPACE} already serves version 2"
-    assert service(fake)["metadata"]["generation"] == generation
+    assert service(fake)["metadata"]["resourceVersion"] == second["metadata"]["resourceVersion"]
     assert fake.violations == []
+
+
+def test_deploys_own_size_stays_on_every_roll(fake: FakeKubernetes, capsys) -> None:
+    """An apply removes what its manager applied before and leaves out: deploy sets the size when it creates the
+    service, and later rolls must not drop it."""
+    for version in ("1", "2", "3"):
+        assert bakeoff(capsys, "--image", IMAGE, "--version", version)[0] == 0
+    model = service(fake)["spec"]["predictor"]["model"]
+    assert model["resources"] == {"requests": deploy.REQUESTS, "limits": deploy.LIMITS}
+
+
+def test_a_service_kubectl_applied_is_taken_over_with_its_extra_fields_kept(fake: FakeKubernetes, capsys) -> None:
+    """manifests/kserve applied by `kubectl apply -k` (client-side: an Update under kubectl's manager), or written by
+    an older deploy: those managers own the version annotation, so rolling it needs force."""
+    fake.add_kserve(deploy.as_dict(deploy.serving_runtime(IMAGE)))
+    applied = deploy.as_dict(deploy.inference_service("fashion-mnist", STORE_URI, 1, IMAGE))
+    applied["metadata"]["labels"]["team"] = "vision"
+    fake.add_kserve(applied)
+
+    code, out, err = bakeoff(capsys, "--version", "2")
+    assert code == 0, err
+    assert out[0].startswith("updated inferenceservice fashion-mnist in team-a: version 1 -> version 2")
+    isvc = service(fake)
+    assert version_of(isvc) == "2" and isvc["metadata"]["labels"]["team"] == "vision"
+    assert owns(isvc, "bakeoff", "spec", "predictor", "annotations", deploy.VERSION_ANNOTATION)
+    assert managers(isvc) == {("bakeoff", "Apply"), ("kubectl-client-side-apply", "Update")}
+
+
+def test_a_runtime_the_user_resized_keeps_its_size_when_the_image_changes(fake: FakeKubernetes, capsys) -> None:
+    assert bakeoff(capsys, "--image", IMAGE, "--version", "1")[0] == 0
+    containers = stored(fake, RUNTIME, "bakeoff")["spec"]["containers"]
+    containers[0]["resources"]["limits"]["memory"] = "4Gi"
+    api(fake).patch_namespaced_custom_object(
+        deploy.GROUP, "v1alpha1", NAMESPACE, RUNTIME, "bakeoff", {"spec": {"containers": containers}}
+    )
+    code, out, err = bakeoff(capsys, "--version", "1", "--image", "registry.example/bakeoff:2")
+    assert code == 0 and out[0].startswith("updated servingruntime bakeoff"), err
+    (server,) = stored(fake, RUNTIME, "bakeoff")["spec"]["containers"]
+    assert server["image"] == "registry.example/bakeoff:2" and server["resources"]["limits"]["memory"] == "4Gi"
 
 
 def test_a_new_image_replaces_the_runtimes_and_rolls_the_predictor(fake: FakeKubernetes, capsys) -> None:
@@ -361,7 +418,7 @@ def role_rules(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str, 
 
 
 def every_deploy(capsys) -> list[tuple[int, list[str]]]:
-    """Create with a new runtime, roll a new version and image (both patched), then the same again (nothing to
+    """Create with a new runtime, roll a new version and image (both applied again), then the same again (nothing to
     write)."""
     runs = []
     for flags in (
@@ -399,9 +456,10 @@ def test_forbidden_is_one_line(fake: FakeKubernetes, capsys, role_rules) -> None
     fake.granted = role_rules - {(deploy.GROUP, ISVC, "create")}
     code, _, err = bakeoff(capsys, "--image", IMAGE, "--version", "1")
     assert code == 1 and len(err) == 1, err
+    # A server-side apply that would create is authorized for create too.
     assert err[0].startswith(
-        "bakeoff: error: not allowed to write inferenceservices.serving.kserve.io 'fashion-mnist' in namespace 'team-a'"
-        " (HTTP 403: inferenceservices.serving.kserve.io is forbidden: User "
+        "bakeoff: error: not allowed to create inferenceservices.serving.kserve.io 'fashion-mnist' in namespace"
+        " 'team-a' (HTTP 403: inferenceservices.serving.kserve.io \"fashion-mnist\" is forbidden: User "
         '"system:serviceaccount:team-a:default-editor"'
         ' cannot create resource "inferenceservices" in API group "serving.kserve.io" in the namespace "team-a")'
     )
@@ -429,6 +487,39 @@ def test_a_namespace_that_does_not_exist_is_one_line_not_install_kserve(fake: Fa
         f"exist on {fake.url}"
     )
     assert err[0].endswith("pass --namespace with your profile's namespace, or leave it out for the kube-config's")
+
+
+def write_an_unknown_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy's InferenceService from now on carries storageURI beside storageUri: a field no KServe CRD declares,
+    as a field a newer deploy writes would be to an older KServe."""
+    written = deploy.as_dict
+
+    def with_unknown_field(model: object) -> dict:
+        body = written(model)
+        if body.get("kind") == "InferenceService":
+            body["spec"]["predictor"]["model"]["storageURI"] = body["spec"]["predictor"]["model"]["storageUri"]
+        return body
+
+    monkeypatch.setattr(deploy, "as_dict", with_unknown_field)
+
+
+def test_a_field_the_clusters_kserve_lacks_is_one_line_naming_it(
+    fake: FakeKubernetes, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older KServe's CRD lacks a field deploy writes: the apply fails (a 500, the API server's own) and the line
+    names the field and what to do."""
+    assert bakeoff(capsys, "--image", IMAGE, "--version", "1")[0] == 0
+    write_an_unknown_field(monkeypatch)
+    code, _, err = bakeoff(capsys, "--version", "2")
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith(
+        f"bakeoff: error: the API at {fake.url} refused to patch inferenceservices.serving.kserve.io 'fashion-mnist'"
+    )
+    assert err[0].endswith(
+        ".spec.predictor.model.storageURI: field not declared in schema): the cluster's serving.kserve.io CRDs refuse"
+        " the field named; an older KServe may lack it: upgrade KServe there"
+    )
+    assert version_of(service(fake)) == "1"
 
 
 def test_an_unreachable_api_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
@@ -503,6 +594,44 @@ def test_the_fake_refuses_what_the_api_server_and_kserve_refuse(fake: FakeKubern
     )
     stored = objects.create_namespaced_custom_object(deploy.GROUP, "v1beta1", NAMESPACE, ISVC, typo)
     assert "storageURI" not in stored["spec"]["predictor"]["model"] and fake.violations[-1].endswith("pruned")
+
+
+def test_the_fake_applies_as_the_api_server_does(fake: FakeKubernetes) -> None:
+    """A field manager is required; another manager's field is a conflict unless forced; an applied field left out
+    later is removed; an unknown field fails the apply."""
+    objects = api(fake)
+    body = deploy.as_dict(deploy.inference_service("fashion-mnist", STORE_URI, 1, defaults.IMAGE))
+    with pytest.raises(client.ApiException) as refused:
+        deploy.server_side_apply(objects, NAMESPACE, ISVC, body, field_manager=None)
+    assert refused.value.status == 422 and json.loads(refused.value.body)["message"] == (
+        'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch'
+    )
+    assert fake.kserve_object(ISVC, "fashion-mnist") is None
+
+    created, code, _ = deploy.server_side_apply(objects, NAMESPACE, ISVC, body, field_manager="someone", force=None)
+    assert code == 201 and managers(created) == {("someone", "Apply")}
+    rolled = deploy.as_dict(deploy.inference_service("fashion-mnist", STORE_URI, 2, defaults.IMAGE))
+    with pytest.raises(client.ApiException) as conflict:
+        deploy.server_side_apply(objects, NAMESPACE, ISVC, rolled, field_manager="bakeoff", force=None)
+    assert conflict.value.status == 409 and json.loads(conflict.value.body)["message"] == (
+        'Apply failed with 1 conflict: conflict with "someone": .spec.predictor.annotations.bakeoff/version'
+    )
+    forced, code, _ = deploy.server_side_apply(objects, NAMESPACE, ISVC, rolled, field_manager="bakeoff", force=True)
+    assert code == 200 and version_of(forced) == "2" and forced["metadata"]["generation"] == 2
+    assert not owns(forced, "someone", "spec", "predictor", "annotations", deploy.VERSION_ANNOTATION)
+
+    labelled = json.loads(json.dumps(rolled))
+    labelled["metadata"]["labels"]["extra"] = "yes"
+    deploy.server_side_apply(objects, NAMESPACE, ISVC, labelled)
+    again, code, _ = deploy.server_side_apply(objects, NAMESPACE, ISVC, rolled)
+    assert "extra" not in again["metadata"]["labels"] and again["metadata"]["generation"] == 2
+
+    typo = json.loads(json.dumps(rolled).replace('"storageUri"', '"storageURI"'))
+    with pytest.raises(client.ApiException) as undeclared:
+        deploy.server_side_apply(objects, NAMESPACE, ISVC, typo)
+    assert undeclared.value.status == 500 and json.loads(undeclared.value.body)["message"].endswith(
+        ".spec.predictor.model.storageURI: field not declared in schema"
+    )
 
 
 def test_the_fakes_controller_reports_ready_after_the_configured_reads(fake: FakeKubernetes) -> None:

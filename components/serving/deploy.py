@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import functools
 import os
 import re
 import time
@@ -28,7 +27,7 @@ from kubernetes.client.rest import ApiException
 
 from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.kubeapi import api_body, api_reason, api_status, unanswered
+from bakeoff.components.kubeapi import UNDECLARED_FIELD, api_body, api_reason, api_status, unanswered
 from bakeoff.components.storage import NAMESPACE_TOKEN, POD_NAMESPACE_FILE, open_store, registry
 
 GROUP = "serving.kserve.io"
@@ -60,11 +59,22 @@ REQUESTS = {"cpu": "500m", "memory": "1Gi"}
 LIMITS = {"cpu": "1", "memory": "2Gi"}
 POLL_SECONDS = 5.0
 REQUEST_SECONDS = 30  # one API call
-WRITE_ATTEMPTS = defaults.DEPLOY_WRITE_ATTEMPTS  # by this name in tests/cluster/test_deploy_cluster.py
-# Unknown fields refused, not pruned with a warning (the API server's default): a field the cluster's KServe does not
-# know would otherwise vanish from what deploy reports as deployed. kubectl validates the same way by default.
+# Server-side apply: the API server merges what deploy declares into the object and records deploy's fields under
+# this manager; fields others set (gRPC ports, other labels) stay theirs.
+FIELD_MANAGER = defaults.FIELD_MANAGER
+APPLY_PATCH = "application/apply-patch+yaml"  # JSON is YAML: the client sends the body as JSON
+# force: deploy is the one authority on the fields it applies (version and image annotations, storageUri, runtime,
+# model format, service account, its label), as a controller is on the objects it manages, and such a controller
+# should always force ("Using Server-Side Apply in a controller", kubernetes.io/docs/reference/using-api/
+# server-side-apply/); `kubectl apply --server-side` leaves it off because a person there can resolve the conflict.
+# Without it, rolling an object that `kubectl apply -k manifests/kserve`, an older deploy (create, merge patch) or
+# `kubectl edit` wrote answers 409: their managers own those fields with other values. Fields deploy does not send
+# are never touched, and the predictor's size is sent as it stands (_service_config), so forcing takes nothing from
+# a user.
+FORCE = True
+# Strict, as kubectl sends it: the apply's YAML may not repeat a field (applyPatcher, k8s.io/apiserver/pkg/endpoints/
+# handlers/patch.go). A field the cluster's KServe does not know fails any apply (kubeapi.UNDECLARED_FIELD).
 FIELD_VALIDATION = "Strict"
-_WRITE = {"field_validation": FIELD_VALIDATION, "_request_timeout": REQUEST_SECONDS}  # every create and patch
 # Knative names each predictor revision, so its DNS label "<name>-predictor-00001" must stay within 63 characters.
 MAX_NAME = 63 - len("-predictor-00001")
 _ISVC_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # KServe's IsvcNameFmt
@@ -211,6 +221,11 @@ def _failure(error: BaseException, doing: str, cluster: Cluster, namespace: str)
             f"you need get, create and patch on inferenceservices and servingruntimes ({GROUP}) there, "
             "or another --namespace"
         )
+    if status == 409:
+        return BakeoffError(
+            f"cannot {doing} in namespace {namespace!r}: someone changed it after deploy read it ({reason}):"
+            " run deploy again"
+        )
     if status == 404 and (api_body(error).get("details") or {}).get("kind") == "namespaces":
         return BakeoffError(
             f"cannot {doing}: namespace {namespace!r} does not exist on {cluster.host} ({reason}):"
@@ -221,7 +236,7 @@ def _failure(error: BaseException, doing: str, cluster: Cluster, namespace: str)
             f"cannot {doing}: the API at {cluster.host} has no {GROUP} resources ({reason}):"
             " install KServe on the cluster first"
         )
-    if status in (400, 422):
+    if status in (400, 422) or (status == 500 and UNDECLARED_FIELD in reason):
         return BakeoffError(
             f"the API at {cluster.host} refused to {doing} in namespace {namespace!r} ({reason}):"
             f" the cluster's {GROUP} CRDs refuse the field named; an older KServe may lack it: upgrade KServe there"
@@ -234,13 +249,11 @@ def _failure(error: BaseException, doing: str, cluster: Cluster, namespace: str)
     )
 
 
-def _request(cluster: Cluster, namespace: str, doing: str, call: Callable[[], Any], conflict: bool = False) -> Any:
-    """One API call; with ``conflict``, a 409 (taken name, stale resourceVersion) answers None instead of failing."""
+def _request(cluster: Cluster, namespace: str, doing: str, call: Callable[[], Any]) -> Any:
+    """One API call; a refusal or no answer becomes one line (``_failure``)."""
     try:
         return call()
     except ApiException as error:
-        if conflict and error.status == 409:
-            return None
         raise _failure(error, doing, cluster, namespace) from None
     except Exception as error:  # the client lets urllib3's and the socket's errors through
         if unanswered(error):
@@ -263,6 +276,49 @@ def _get(cluster: Cluster, namespace: str, plural: str, name: str) -> dict | Non
             raise
 
     return _request(cluster, namespace, f"read {plural}.{GROUP} {name!r}", read)
+
+
+def server_side_apply(
+    api: client.CustomObjectsApi,
+    namespace: str,
+    plural: str,
+    body: dict,
+    field_manager: str | None = FIELD_MANAGER,
+    force: bool | None = FORCE,
+) -> tuple[dict, int, Any]:
+    """PATCH ``body`` as a server-side apply: (the object as stored, the HTTP status, the headers).
+
+    The generated client's patch method sends merge patches only, so this is its request with apply's content type.
+    201 means the apply created the object.
+    """
+    version = ISVC_VERSION if plural == ISVC_PLURAL else RUNTIME_VERSION
+    name = body["metadata"]["name"]
+    options = [("fieldManager", field_manager), ("force", force), ("fieldValidation", FIELD_VALIDATION)]
+    return api.api_client.call_api(
+        "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}",
+        "PATCH",
+        {"group": GROUP, "version": version, "namespace": namespace, "plural": plural, "name": name},
+        [(key, value) for key, value in options if value is not None],
+        {"Accept": "application/json", "Content-Type": APPLY_PATCH},
+        body=body,
+        response_type="object",
+        auth_settings=["BearerToken"],
+        _return_http_data_only=False,
+        _request_timeout=REQUEST_SECONDS,
+    )
+
+
+def _apply(cluster: Cluster, namespace: str, plural: str, body: dict, existed: bool) -> tuple[dict, bool]:
+    """Applies ``body`` as bakeoff's field manager: (the object as stored, whether the apply created it).
+
+    Creating through apply needs RBAC's create as well as patch (PatchResource's createAuthorizerAttributes,
+    k8s.io/apiserver/pkg/endpoints/handlers/patch.go): what deploy was doing, as its read knows, names the call.
+    """
+    doing = f"{'patch' if existed else 'create'} {plural}.{GROUP} {body['metadata']['name']!r}"
+    stored, status, _ = _request(
+        cluster, namespace, doing, lambda: server_side_apply(cluster.api, namespace, plural, body)
+    )
+    return stored, status == 201
 
 
 def pod_namespace() -> str | None:
@@ -327,152 +383,115 @@ def _rollout_mark(body: dict | None) -> tuple[Any, Any] | None:
     return status.get("observedGeneration"), predictor.get("latestCreatedRevision")
 
 
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 merge patch, to tell whether a patch would change anything."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    merged = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = _merge(merged.get(key), value)
-    return merged
+def _generation(body: dict | None) -> Any:
+    return ((body or {}).get("metadata") or {}).get("generation")
+
+
+def _outcome(before: dict | None, after: dict, created: bool) -> str:
+    """What an apply did: "created", "updated" (a new spec: a new generation) or "unchanged".
+
+    The API server counts a new generation only when more than metadata (and a status subresource) changes, so an
+    apply of the version already served starts no new revision, and deploy says so.
+    """
+    if created:
+        return "created"
+    return "updated" if _generation(after) != _generation(before) else "unchanged"
+
+
+def _server(runtime: dict, namespace: str) -> dict:
+    """The runtime's kserve-container, which makes it bakeoff's."""
+    server = next((c for c in runtime["spec"].get("containers") or [] if c.get("name") == CONTAINER), None)
+    if server is None:
+        raise BakeoffError(
+            f"servingruntime {RUNTIME_NAME!r} in {namespace!r} has no {CONTAINER!r} container, so it is not bakeoff's:"
+            " delete it, or apply manifests/kserve"
+        )
+    return server
+
+
+def _runtime_config(current: dict | None, namespace: str, image: str) -> dict:
+    """What deploy applies to its ServingRuntime: the whole runtime when it makes it; else the runtime's spec as it
+    stands with the new image, on the condition that it still stands.
+
+    ``spec.containers`` is an atomic list (the CRD declares no list type), so the image cannot be applied alone, and
+    an apply drops what its manager applied before and leaves out: the spec is sent whole, so that the user's changes
+    to the runtime (its size, say) stay. Its resourceVersion is the apply's precondition (as in any update: see
+    kubernetes/website#40179): 409 if the runtime changed since the read, rather than the stale copy forced over
+    that change. No controller writes a ServingRuntime, so only another writer trips it.
+    """
+    body = as_dict(serving_runtime(image))
+    if current is not None:
+        spec = copy.deepcopy(current["spec"])
+        _server({"spec": spec}, namespace)["image"] = image
+        body["spec"] = spec
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    return body
 
 
 def _ensure_runtime(cluster: Cluster, namespace: str, image: str | None) -> tuple[str, str]:
-    """Creates bakeoff's ServingRuntime when missing; a given image replaces the runtime's. Returns (what was done,
+    """Applies bakeoff's ServingRuntime with ``image``; without one, keeps the runtime there. Returns (what was done,
     image)."""
-    api = cluster.api
-    for _ in range(WRITE_ATTEMPTS):
-        current = _get(cluster, namespace, RUNTIME_PLURAL, RUNTIME_NAME)
+    current = _get(cluster, namespace, RUNTIME_PLURAL, RUNTIME_NAME)
+    if image is None:
         if current is None:
-            if image is None:
-                raise BakeoffError(
-                    f"there is no servingruntime {RUNTIME_NAME!r} in {namespace!r} yet, "
-                    f"and deploy would create it with {defaults.IMAGE}, which nobody publishes: "
-                    "pass --image REGISTRY/bakeoff:TAG, your build of images/Dockerfile, "
-                    "or apply manifests/kserve first"
-                )
-            wanted = image
-            body = as_dict(serving_runtime(wanted))
-            created = _request(
-                cluster,
-                namespace,
-                f"create servingruntimes.{GROUP} {RUNTIME_NAME!r}",
-                functools.partial(
-                    api.create_namespaced_custom_object,
-                    GROUP,
-                    RUNTIME_VERSION,
-                    namespace,
-                    RUNTIME_PLURAL,
-                    body,
-                    **_WRITE,
-                ),
-                conflict=True,
-            )
-            if created is None:
-                continue  # created meanwhile: read it again
-            return "created", wanted
-        containers = copy.deepcopy(current["spec"].get("containers") or [])
-        server = next((c for c in containers if c.get("name") == CONTAINER), None)
-        if server is None:
             raise BakeoffError(
-                f"servingruntime {RUNTIME_NAME!r} in {namespace!r} has no {CONTAINER!r} container, "
-                "so it is not bakeoff's:"
-                " delete it, or apply manifests/kserve"
+                f"there is no servingruntime {RUNTIME_NAME!r} in {namespace!r} yet, "
+                f"and deploy would create it with {defaults.IMAGE}, which nobody publishes: "
+                "pass --image REGISTRY/bakeoff:TAG, your build of images/Dockerfile, "
+                "or apply manifests/kserve first"
             )
-        if image is None or server.get("image") == image:
-            return "kept", server.get("image") or ""
-        server["image"] = image
-        patch = {
-            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-            "spec": {"containers": containers},
-        }
-        patched = _request(
-            cluster,
-            namespace,
-            f"patch servingruntimes.{GROUP} {RUNTIME_NAME!r}",
-            functools.partial(
-                api.patch_namespaced_custom_object,
-                GROUP,
-                RUNTIME_VERSION,
-                namespace,
-                RUNTIME_PLURAL,
-                RUNTIME_NAME,
-                patch,
-                **_WRITE,
-            ),
-            conflict=True,
-        )
-        if patched is None:
-            continue  # changed meanwhile: read it again
-        return "updated", image
-    raise BakeoffError(
-        f"servingruntime {RUNTIME_NAME!r} in {namespace!r} kept changing while deploy wrote it: run deploy again"
-    )
+        return "kept", _server(current, namespace).get("image") or ""
+    body = _runtime_config(current, namespace, image)
+    stored, created = _apply(cluster, namespace, RUNTIME_PLURAL, body, existed=current is not None)
+    done = _outcome(current, stored, created)
+    return ("kept" if done == "unchanged" else done), image
+
+
+def _service_config(name: str, uri: str, version: int, image: str, current: dict | None) -> dict:
+    """What deploy applies to the InferenceService: the fields it owns (runtime, model format, storageUri, service
+    account, the two annotations, its label) and the predictor's size.
+
+    The size is deploy's default only when it creates the service; after that it is sent as it stands, so a resize by
+    the user stays: an apply removes a field its manager applied before and now leaves out. No resourceVersion here:
+    KServe writes the status all along, which would make such a condition fail; a resize in the instant between
+    deploy's read and its apply would be undone.
+    """
+    body = as_dict(inference_service(name, uri, version, image))
+    if current is not None:
+        model = body["spec"]["predictor"]["model"]
+        resources = (((current.get("spec") or {}).get("predictor") or {}).get("model") or {}).get("resources")
+        if resources:
+            model["resources"] = resources
+        else:
+            model.pop("resources", None)
+    return body
 
 
 def deploy(
     cluster: Cluster, namespace: str, model_name: str, uri: str, version: int, image: str | None = None
 ) -> Deployed:
-    """Creates the InferenceService, or patches the one there so KServe rolls out ``version`` beside the old revision.
+    """Applies the InferenceService (server-side apply), so KServe rolls out ``version`` beside the old revision.
 
-    Never deletes: the old revision serves until the new one is Ready. Only what deploy owns is patched
-    (runtime, model format, storageUri, service account, the two annotations, labels); resources are set at
-    creation and then left to the user.
+    Never deletes: the old revision serves until the new one is Ready. Only what deploy owns is applied (runtime,
+    model format, storageUri, service account, the two annotations, its label); resources are set at creation and
+    then left to the user. The read before the apply gives the version it replaces.
     """
     name = service_name(model_name)
     runtime, running_image = _ensure_runtime(cluster, namespace, image)
-    wanted = as_dict(inference_service(name, uri, version, running_image))
-    doing = f"write inferenceservices.{GROUP} {name!r}"
-    api = cluster.api
-    for _ in range(WRITE_ATTEMPTS):
-        current = _get(cluster, namespace, ISVC_PLURAL, name)
-        if current is None:
-            created = _request(
-                cluster,
-                namespace,
-                doing,
-                lambda: api.create_namespaced_custom_object(
-                    GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, wanted, **_WRITE
-                ),
-                conflict=True,
-            )
-            if created is None:
-                continue  # created meanwhile: patch it instead
-            return Deployed(name, namespace, version, None, "created", runtime, running_image, None)
-        annotations = ((current.get("spec") or {}).get("predictor") or {}).get("annotations") or {}
-        previous = (
-            int(annotations[VERSION_ANNOTATION]) if str(annotations.get(VERSION_ANNOTATION, "")).isdigit() else None
-        )
-        predictor = dict(wanted["spec"]["predictor"])
-        predictor["model"] = {key: value for key, value in predictor["model"].items() if key != "resources"}
-        patch = {
-            "metadata": {
-                "labels": wanted["metadata"]["labels"],
-                "resourceVersion": current["metadata"]["resourceVersion"],
-            },
-            "spec": {"predictor": predictor},
-        }
-        if _merge(current, patch) == current:
-            return Deployed(name, namespace, version, previous, "unchanged", runtime, running_image, None)
-        baseline = _rollout_mark(current)
-        patched = _request(
-            cluster,
-            namespace,
-            doing,
-            functools.partial(
-                api.patch_namespaced_custom_object, GROUP, ISVC_VERSION, namespace, ISVC_PLURAL, name, patch, **_WRITE
-            ),
-            conflict=True,
-        )
-        if patched is None:
-            continue  # changed meanwhile: read it again
-        return Deployed(name, namespace, version, previous, "updated", runtime, running_image, baseline)
-    raise BakeoffError(
-        f"inferenceservice {name!r} in {namespace!r} kept changing while deploy wrote it: run deploy again"
+    current = _get(cluster, namespace, ISVC_PLURAL, name)
+    annotations = (((current or {}).get("spec") or {}).get("predictor") or {}).get("annotations") or {}
+    previous = int(annotations[VERSION_ANNOTATION]) if str(annotations.get(VERSION_ANNOTATION, "")).isdigit() else None
+    stored, created = _apply(
+        cluster,
+        namespace,
+        ISVC_PLURAL,
+        _service_config(name, uri, version, running_image, current),
+        existed=current is not None,
     )
+    action = _outcome(current, stored, created)
+    # The apply's answer carries the status as it was before the controller saw the new spec.
+    baseline = _rollout_mark(stored) if action == "updated" else None
+    return Deployed(name, namespace, version, previous, action, runtime, running_image, baseline)
 
 
 def _conditions(body: dict | None) -> str:

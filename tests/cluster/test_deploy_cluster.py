@@ -8,6 +8,7 @@ tests/test_deploy.py holds that Role to the calls deploy makes.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -200,11 +201,11 @@ def one_error(err: list[str]) -> str:
 # ---------------------------------------------------------------- creating and rolling
 
 
-def test_deploy_creates_the_service_then_patches_it_to_each_new_version(
+def test_deploy_creates_the_service_then_applies_each_new_version(
     team: Team, s3_env: str, tmp_path: Path, capsys
 ) -> None:
-    """The newest version in the store (SeaweedFS), served from the model's folder there; a new one patches the same
-    object."""
+    """The newest version in the store (SeaweedFS), served from the model's folder there; a new one is applied to the
+    same object."""
     assert publish(team.namespace, tmp_path) == 1
     code, out, err = bakeoff(capsys, "--store", STORE)
     assert code == 0, err
@@ -214,6 +215,11 @@ def test_deploy_creates_the_service_then_patches_it_to_each_new_version(
     assert first["spec"]["predictor"]["model"]["storageUri"] == uri and version_of(first) == "1"
     assert first["spec"]["predictor"]["model"]["runtime"] == runtime["metadata"]["name"]
     assert runtime["spec"]["containers"][0]["image"] == IMAGE
+    # Server-side applied: the real API server records bakeoff's field manager as the fields' owner.
+    for body in (first, runtime):
+        assert {(e["manager"], e["operation"]) for e in body["metadata"]["managedFields"]} == {
+            (deploy.FIELD_MANAGER, "Apply")
+        }
     # The user resizes the predictor meanwhile; deploy must not undo it.
     resized = team.admin.patch_namespaced_custom_object(
         deploy.GROUP,
@@ -232,7 +238,7 @@ def test_deploy_creates_the_service_then_patches_it_to_each_new_version(
         " the old revision serves until the new one is Ready"
     )
     second = read(team, ISVC, MODEL)
-    assert second["metadata"]["uid"] == first["metadata"]["uid"], "the same object, patched"
+    assert second["metadata"]["uid"] == first["metadata"]["uid"], "the same object, applied to"
     assert second["metadata"]["resourceVersion"] != resized["metadata"]["resourceVersion"]
     assert second["metadata"]["generation"] == resized["metadata"]["generation"] + 1
     assert version_of(second) == "2" and second["spec"]["predictor"]["model"]["storageUri"] == uri
@@ -258,10 +264,12 @@ def test_deploy_creates_the_service_then_patches_it_to_each_new_version(
 def test_a_role_missing_one_of_deploys_verbs_fails_that_call_in_one_line(
     team: Team, control_plane: controlplane.ControlPlane, capsys, removed: tuple[str, str, str]
 ) -> None:
-    """The real authorizer: every rule of the Role is needed, and a refusal names the verb and the resource."""
+    """The real authorizer: every rule of the Role is needed, and a refusal names the verb and the resource.
+
+    An apply is a patch, and one that creates is authorized for create too (withAuthorization in PatchResource,
+    k8s.io/apiserver/pkg/endpoints/handlers/patch.go).
+    """
     _, resource, verb = removed
-    if verb == "patch":  # patched only once it exists
-        assert bakeoff(capsys, "--version", "1")[0] == 0
     control_plane.kubectl("replace", "-f", "-", input=json.dumps(_role(team.namespace, DEPLOY_RULES - {removed})))
     _until_authorizer(control_plane, team.namespace, team.user, verb, resource, allowed=False)
 
@@ -272,8 +280,7 @@ def test_a_role_missing_one_of_deploys_verbs_fails_that_call_in_one_line(
         line.startswith("bakeoff: error: not allowed to ") and f"in namespace '{team.namespace}' (HTTP 403: " in line
     ), line
     assert f'User "{team.user}" cannot {verb} resource "{resource}" in API group "{deploy.GROUP}"' in line, line
-    if verb != "patch":
-        assert find(team, ISVC, MODEL) is None
+    assert find(team, ISVC, MODEL) is None
 
 
 # ---------------------------------------------------------------- someone else writing meanwhile
@@ -316,9 +323,15 @@ def uri(team: Team) -> str:
     return deploy.storage_uri(STORE, team.namespace, MODEL)
 
 
-def test_a_runtime_changed_between_read_and_patch_keeps_the_other_change(team: Team, capsys) -> None:
-    """deploy replaces the runtime's container list: its stale copy must not undo another writer's change (409, read
-    again)."""
+def deployer(team: Team) -> deploy.Cluster:
+    return deploy.Cluster(team.api, team.namespace, team.api.api_client.configuration.host)
+
+
+def test_a_runtime_changed_between_read_and_apply_fails_in_one_line_and_keeps_the_other_change(
+    team: Team, capsys
+) -> None:
+    """deploy applies the runtime's whole container list (an atomic list) on the resourceVersion it read: another
+    writer's change meanwhile answers 409 rather than being undone; the next deploy applies over it."""
     assert bakeoff(capsys, "--version", "1")[0] == 0
     containers = read(team, RUNTIME, deploy.RUNTIME_NAME)["spec"]["containers"]
     containers[0]["resources"]["limits"]["memory"] = "4Gi"
@@ -326,47 +339,52 @@ def test_a_runtime_changed_between_read_and_patch_keeps_the_other_change(team: T
         team, RUNTIME, admin_patch(team, RUNTIME, deploy.RUNTIME_NAME, {"spec": {"containers": containers}})
     )
 
-    done = deploy.deploy(cluster, team.namespace, MODEL, uri(team), 2, NEW_IMAGE)
+    with pytest.raises(BakeoffError) as failed:
+        deploy.deploy(cluster, team.namespace, MODEL, uri(team), 2, NEW_IMAGE)
+    assert str(failed.value).startswith(
+        f"cannot patch servingruntimes.serving.kserve.io 'bakeoff' in namespace '{team.namespace}': someone changed"
+        " it after deploy read it (HTTP 409: Operation cannot be fulfilled"
+    ) and str(failed.value).endswith("run deploy again"), str(failed.value)
+    (server,) = read(team, RUNTIME, deploy.RUNTIME_NAME)["spec"]["containers"]
+    assert server["image"] == IMAGE and server["resources"]["limits"]["memory"] == "4Gi"
+
+    done = deploy.deploy(deployer(team), team.namespace, MODEL, uri(team), 2, NEW_IMAGE)
     assert (done.runtime, done.image) == ("updated", NEW_IMAGE)
     (server,) = read(team, RUNTIME, deploy.RUNTIME_NAME)["spec"]["containers"]
     assert server["image"] == NEW_IMAGE and server["resources"]["limits"]["memory"] == "4Gi"
 
 
-def test_a_service_changed_between_read_and_patch_is_read_again(team: Team, capsys) -> None:
-    """Someone else rolled it to version 5 meanwhile: deploy's stale patch answers 409, and it reports 5 as the
-    previous version."""
+def test_a_service_changed_between_read_and_apply_gets_deploys_fields_and_keeps_the_others(team: Team, capsys) -> None:
+    """Someone else rolled it to version 5 and labelled it meanwhile: deploy's forced apply sets its version, the
+    label stays, and deploy reports the version it read."""
     assert bakeoff(capsys, "--version", "1")[0] == 0
-    other = admin_patch(team, ISVC, MODEL, {"spec": {"predictor": {"annotations": {deploy.VERSION_ANNOTATION: "5"}}}})
+    other = admin_patch(
+        team,
+        ISVC,
+        MODEL,
+        {
+            "metadata": {"labels": {"owner": "someone"}},
+            "spec": {"predictor": {"annotations": {deploy.VERSION_ANNOTATION: "5"}}},
+        },
+    )
 
     done = deploy.deploy(interleaved(team, ISVC, other), team.namespace, MODEL, uri(team), 7)
-    assert (done.action, done.previous) == ("updated", 5)
-    assert version_of(read(team, ISVC, MODEL)) == "7"
+    assert (done.action, done.previous) == ("updated", 1)
+    body = read(team, ISVC, MODEL)
+    assert version_of(body) == "7" and body["metadata"]["labels"]["owner"] == "someone"
 
 
-def test_a_service_created_between_read_and_create_is_patched(team: Team) -> None:
-    """The name is taken meanwhile (409 AlreadyExists): deploy patches that object instead of failing."""
+def test_a_service_created_between_read_and_apply_is_taken_over(team: Team) -> None:
+    """The name is taken meanwhile, by someone else's create: deploy's apply updates that object instead of
+    failing."""
     body = deploy.as_dict(deploy.inference_service(MODEL, uri(team), 3, IMAGE))
 
     def other() -> object:
         return team.admin.create_namespaced_custom_object(deploy.GROUP, deploy.ISVC_VERSION, team.namespace, ISVC, body)
 
     done = deploy.deploy(interleaved(team, ISVC, other), team.namespace, MODEL, uri(team), 4, IMAGE)
-    assert (done.action, done.previous) == ("updated", 3)
+    assert (done.action, done.previous) == ("updated", None)
     assert version_of(read(team, ISVC, MODEL)) == "4"
-
-
-def test_a_service_that_keeps_changing_fails_in_one_line_and_keeps_the_others_version(team: Team, capsys) -> None:
-    assert bakeoff(capsys, "--version", "1")[0] == 0
-    turns = iter(range(100, 200))
-    other = lambda: admin_patch(team, ISVC, MODEL, {"metadata": {"labels": {"turn": str(next(turns))}}})()  # noqa: E731
-
-    with pytest.raises(BakeoffError) as failed:
-        deploy.deploy(interleaved(team, ISVC, other, times=deploy.WRITE_ATTEMPTS), team.namespace, MODEL, uri(team), 2)
-    assert (
-        str(failed.value)
-        == f"inferenceservice '{MODEL}' in '{team.namespace}' kept changing while deploy wrote it: run deploy again"
-    )
-    assert version_of(read(team, ISVC, MODEL)) == "1"
 
 
 # ---------------------------------------------------------------- what the API server refuses
@@ -392,25 +410,15 @@ def test_a_field_the_crd_schema_refuses_fails_in_one_line_naming_it_before_anyth
 def test_an_unknown_field_is_refused_in_one_short_line_not_pruned(
     team: Team, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A field the cluster's CRD lacks (an older KServe) would be pruned silently; deploy asks for strict validation.
-
-    The API server's message for a refused merge patch quotes the whole object first; the line keeps the reason.
-    """
+    """A field the cluster's CRD lacks (an older KServe) fails any server-side apply: the API server cannot type the
+    applied object (a 500, kubernetes/kubernetes#139253); the line names the field and what to do."""
     assert bakeoff(capsys, "--version", "1")[0] == 0
-    written = deploy.as_dict
-
-    def with_unknown_field(model: Any) -> dict:
-        body = written(model)
-        if body.get("kind") == "InferenceService":
-            body["spec"]["predictor"]["model"]["storageURI"] = body["spec"]["predictor"]["model"]["storageUri"]
-        return body
-
-    monkeypatch.setattr(deploy, "as_dict", with_unknown_field)
+    test_deploy.write_an_unknown_field(monkeypatch)
     code, _, err = bakeoff(capsys, "--version", "2")
     assert code == 1
     line = one_error(err)
     assert line.endswith(
-        f'(HTTP 422: strict decoding error: unknown field "spec.predictor.model.storageURI"): the cluster\'s'
+        ".spec.predictor.model.storageURI: field not declared in schema): the cluster's"
         f" {deploy.GROUP} CRDs refuse the field named; an older KServe may lack it: upgrade KServe there"
     ), line
     assert version_of(read(team, ISVC, MODEL)) == "1", "nothing written"
@@ -447,21 +455,24 @@ def _answer(call: Callable[[], tuple[Any, int, Any]]) -> tuple[int, Any]:
             return error.status, error.body
 
 
+_MANAGED_AT = re.compile(r" at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")  # when an Update manager last wrote: the fake's clock
+
+
 def _seen(status: int, body: Any, previous: dict | None) -> dict:
-    """What deploy reads of an answer: status; of an object its fields and whether it was written; of an error its
-    Status."""
+    """What deploy reads of an answer: status; of an object its fields, its field managers and whether it was written;
+    of an error its Status."""
     if not isinstance(body, dict):
         return {"status": status, "text": body}
     if body.get("kind") == "Status":
         details = {key: value for key, value in (body.get("details") or {}).items() if key in ("name", "kind")}
         seen = {"status": status, "reason": body.get("reason"), "details": details}
-        message = body.get("message", "")
+        message = _MANAGED_AT.sub("", body.get("message", ""))
         # Invalid and BadRequest are worded by each validator; deploy shows them, and keeps a strict decoding error's
         # reason.
         seen["message"] = (
             message[message.find(STRICT_DECODING) :]
             if STRICT_DECODING in message
-            else ("" if status in (400, 422) else message)
+            else ("" if status in (400, 422) and "PatchOptions" not in message else message)
         )
         return seen
     metadata, spec = body["metadata"], body.get("spec") or {}
@@ -474,81 +485,70 @@ def _seen(status: int, body: Any, previous: dict | None) -> dict:
         "status": status,
         "generation": metadata.get("generation"),
         "labels": metadata.get("labels"),
+        "managers": sorted((e["manager"], e["operation"]) for e in metadata.get("managedFields") or []),
         **fields,
         "written": previous is None or metadata["resourceVersion"] != previous["metadata"]["resourceVersion"],
     }
 
 
 def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str) -> list[tuple[str, dict]]:
-    """deploy's calls in the order it makes them, and the answers it handles: taken names, stale and unchanged patches,
-    refused bodies, unknown fields with and without strict validation, a verb the Role lacks, a version no CRD
-    serves."""
+    """deploy's calls in the order it makes them, and the answers it handles: applies that create, change, change
+    nothing, conflict, drop a field, come without a field manager or on a stale resourceVersion; a user's merge patch
+    between them; refused values and unknown fields; a verb the Role lacks; a version no CRD serves."""
     runtime = deploy.as_dict(deploy.serving_runtime(IMAGE))
     service = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 1, IMAGE))
-    typo = json.loads(json.dumps(service).replace('"storageUri"', '"storageURI"'))
-    typo["metadata"]["name"] = "typo"
     seen: list[tuple[str, dict]] = []
     last: dict[str, dict] = {}
 
-    def step(name: str, verb: str, plural: str, *args: Any, version: str | None = None, **kwargs: Any) -> Any:
-        """One call of ``verb`` on ``plural``; creates and patches validate strictly, as deploy's do, unless told
-        otherwise."""
-        version = version or (deploy.ISVC_VERSION if plural == ISVC else deploy.RUNTIME_VERSION)
-        if verb in ("create", "patch"):
-            kwargs.setdefault("field_validation", deploy.FIELD_VALIDATION)
-        call = getattr(api, f"{verb}_namespaced_custom_object_with_http_info")
-        status, body = _answer(lambda: call(deploy.GROUP, version, namespace, plural, *args, **kwargs))
+    def record(name: str, plural: str, status: int, body: Any) -> Any:
         seen.append((name, _seen(status, body, last.get(plural))))
         if isinstance(body, dict) and body.get("kind") != "Status":
             last[plural] = body
         return body
 
+    def step(name: str, verb: str, plural: str, *args: Any, version: str | None = None, **kwargs: Any) -> Any:
+        """One call of ``verb`` on ``plural``."""
+        version = version or (deploy.ISVC_VERSION if plural == ISVC else deploy.RUNTIME_VERSION)
+        call = getattr(api, f"{verb}_namespaced_custom_object_with_http_info")
+        return record(name, plural, *_answer(lambda: call(deploy.GROUP, version, namespace, plural, *args, **kwargs)))
+
+    def apply(name: str, plural: str, body: dict, **kwargs: Any) -> Any:
+        """deploy's own request: bakeoff's field manager, forced, unless told otherwise."""
+        return record(name, plural, *_answer(lambda: deploy.server_side_apply(api, namespace, plural, body, **kwargs)))
+
     step("get a missing runtime", "get", RUNTIME, deploy.RUNTIME_NAME)
-    step("create the runtime", "create", RUNTIME, runtime)
-    step("create it again", "create", RUNTIME, runtime)
-    current = step("get the runtime", "get", RUNTIME, deploy.RUNTIME_NAME)
-    containers = json.loads(json.dumps(current["spec"]["containers"]).replace(IMAGE, NEW_IMAGE))
-    image_patch = {
-        "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-        "spec": {"containers": containers},
-    }
-    step("patch its image", "patch", RUNTIME, deploy.RUNTIME_NAME, image_patch)
-    step("patch it with a stale resourceVersion", "patch", RUNTIME, deploy.RUNTIME_NAME, image_patch)
+    apply("apply the runtime without a field manager", RUNTIME, runtime, field_manager=None)
+    apply("apply the runtime, which creates it", RUNTIME, runtime)
+    current = apply("apply it again", RUNTIME, runtime)
+    newer = json.loads(json.dumps(runtime).replace(IMAGE, NEW_IMAGE))
+    newer["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    apply("apply a new image on the resourceVersion read", RUNTIME, newer)
+    apply("apply on a stale resourceVersion", RUNTIME, newer)
 
     step("get a missing service", "get", ISVC, MODEL)
-    created = step("create the service", "create", ISVC, service)
-    step("create it again", "create", ISVC, service)
-    predictor = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 2, NEW_IMAGE))["spec"]["predictor"]
-    roll = {
-        "metadata": {"labels": dict(deploy.PART_OF), "resourceVersion": created["metadata"]["resourceVersion"]},
-        "spec": {
-            "predictor": {**predictor, "model": {k: v for k, v in predictor["model"].items() if k != "resources"}}
-        },
-    }
-    rolled = step("patch it to version 2", "patch", ISVC, MODEL, roll)
-    step("patch it with a stale resourceVersion", "patch", ISVC, MODEL, roll)
-    same = dict(roll, metadata={**roll["metadata"], "resourceVersion": rolled["metadata"]["resourceVersion"]})
-    step("patch it to what it is", "patch", ISVC, MODEL, same)
-    step("patch its labels only", "patch", ISVC, MODEL, {"metadata": {"labels": {"owner": "someone"}}})
+    apply("apply the service, which creates it", ISVC, service)
+    step(
+        "resize it with a merge patch (someone else's Update)",
+        "patch",
+        ISVC,
+        MODEL,
+        {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "4Gi"}}}}}},
+    )
+    rolled = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 2, NEW_IMAGE))
+    apply("apply version 2 with deploy's size, not forced", ISVC, rolled, force=None)
+    rolled["spec"]["predictor"]["model"]["resources"]["limits"]["memory"] = "4Gi"
+    apply("apply version 2 with the size as it stands", ISVC, rolled)
+    apply("apply it again", ISVC, rolled)
+    labelled = json.loads(json.dumps(rolled))
+    labelled["metadata"]["labels"]["extra"] = "yes"
+    apply("apply one more label", ISVC, labelled)
+    apply("apply without that label", ISVC, rolled)
     step("get it", "get", ISVC, MODEL)
 
-    step("create one without a predictor", "create", ISVC, dict(service, metadata={"name": "empty"}, spec={}))
-    step(
-        "patch in a value the schema refuses",
-        "patch",
-        ISVC,
-        MODEL,
-        {"spec": {"predictor": {"model": {"resources": {"limits": {"memory": "2 GB"}}}}}},
-    )
-    step("create one with an unknown field, strict", "create", ISVC, typo)
-    step(
-        "patch in an unknown field, strict",
-        "patch",
-        ISVC,
-        MODEL,
-        {"spec": {"predictor": {"model": {"storageURI": model_uri}}}},
-    )
-    step("create one with an unknown field, not strict", "create", ISVC, typo, field_validation=None)
+    wrong = json.loads(json.dumps(rolled).replace('"4Gi"', '"2 GB"'))
+    apply("apply a value the schema refuses", ISVC, wrong)
+    typo = json.loads(json.dumps(rolled).replace('"storageUri"', '"storageURI"'))
+    apply("apply an unknown field", ISVC, typo)
     step("delete it, which the Role does not grant", "delete", ISVC, MODEL)
     step("list them, which the Role does not grant", "list", ISVC)
     step("get at a version no CRD serves", "get", ISVC, MODEL, version="v1alpha9")
@@ -557,33 +557,41 @@ def _deploys_calls(api: client.CustomObjectsApi, namespace: str, model_uri: str)
 
 def _missing_namespace_calls(api: client.CustomObjectsApi, missing: str, model_uri: str) -> list[tuple[str, dict]]:
     """What an admin, whom no Role stops first, gets in a namespace that does not exist."""
-    services = (deploy.GROUP, deploy.ISVC_VERSION, missing, ISVC)
     body = deploy.as_dict(deploy.inference_service(MODEL, model_uri, 1, IMAGE))
     return [
         (name, _seen(*_answer(call), None))
         for name, call in (
-            ("get", lambda: api.get_namespaced_custom_object_with_http_info(*services, MODEL)),
             (
-                "create",
-                lambda: api.create_namespaced_custom_object_with_http_info(
-                    *services, body, field_validation=deploy.FIELD_VALIDATION
+                "get",
+                lambda: api.get_namespaced_custom_object_with_http_info(
+                    deploy.GROUP, deploy.ISVC_VERSION, missing, ISVC, MODEL
                 ),
             ),
+            ("apply", lambda: deploy.server_side_apply(api, missing, ISVC, body)),
         )
     ]
+
+
+def _create_refused(api: client.CustomObjectsApi, namespace: str, model_uri: str) -> dict:
+    """An apply that would create, by a Role that lacks create: withAuthorization's 403."""
+    body = deploy.as_dict(deploy.inference_service("other", model_uri, 1, IMAGE))
+    return _seen(*_answer(lambda: deploy.server_side_apply(api, namespace, ISVC, body)), None)
 
 
 def test_the_fake_answers_deploys_calls_as_the_real_api_server_does(
     team: Team, control_plane: controlplane.ControlPlane
 ) -> None:
     """The same calls against tests/fake_kubernetes.py and the real server: the same statuses, Status reasons, details
-    and
-    messages deploy reads, and the same objects (generation, written or not). The fake's InferenceService status is its
-    own."""
+    and messages deploy reads, and the same objects (generation, field managers, written or not). The fake's
+    InferenceService status is its own."""
     model_uri = uri(team)
     real = _deploys_calls(team.api, team.namespace, model_uri)
     missing = f"absent-{uuid.uuid4().hex[:8]}"
     real_admin = _missing_namespace_calls(team.admin, missing, model_uri)
+    no_create = DEPLOY_RULES - {(deploy.GROUP, ISVC, "create")}
+    control_plane.kubectl("replace", "-f", "-", input=json.dumps(_role(team.namespace, no_create)))
+    _until_authorizer(control_plane, team.namespace, team.user, "create", ISVC, allowed=False)
+    real_refused = _create_refused(team.api, team.namespace, model_uri)
     with FakeKubernetes(
         phases=["Created"],
         namespace=team.namespace,
@@ -597,7 +605,10 @@ def test_the_fake_answers_deploys_calls_as_the_real_api_server_does(
         faked = _deploys_calls(fake_api, team.namespace, model_uri)
         fake.granted = None
         faked_admin = _missing_namespace_calls(fake_api, missing, model_uri)
+        fake.granted = set(no_create)
+        faked_refused = _create_refused(fake_api, team.namespace, model_uri)
     assert [name for name, _ in faked] == [name for name, _ in real]
     for (name, fake_seen), (_, real_seen) in zip(faked, real, strict=True):
         assert fake_seen == real_seen, name
     assert faked_admin == real_admin
+    assert faked_refused == real_refused
