@@ -215,7 +215,8 @@ def measure(
     with tempfile.TemporaryDirectory(prefix="bakeoff-calibration-") as scratch, prefork.warm(WORKER_PROGRAM):
         began = time.perf_counter()
         data = Path(scratch) / "data"
-        artifact.build(source, data, defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED)
+        # Silent: its progress is ingest's, not this command's, and stdout may be a --json document.
+        artifact.build(source, data, defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED, log=lambda _line: None)
         ingest = time.perf_counter() - began
         if images.shape != FASHION_MNIST.shape or images.classes != FASHION_MNIST.classes:
             most = max(_examples(variant, steps) for variant in wanted)
