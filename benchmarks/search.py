@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -67,9 +68,11 @@ def _configs(size: Size, seed: int, scratch: Path) -> tuple[Path, Path]:
     return searched, every
 
 
-def run_bakeoff(config: Path, max_train_examples: int, where: Path) -> tuple[float, Summary]:
+def run_bakeoff(
+    config: Path, max_train_examples: int, where: Path, env: Mapping[str, str] | None = None
+) -> tuple[float, Summary]:
     """One `bakeoff run` in a fresh work dir and store (so each pays its own ingest), its log beside them: (wall
-    seconds, its --json)."""
+    seconds, its --json). ``env``: its environment (default: this process's)."""
     where.mkdir()
     extra = ["--max-train-examples", str(max_train_examples)] if max_train_examples else []
     started = time.perf_counter()
@@ -87,6 +90,7 @@ def run_bakeoff(config: Path, max_train_examples: int, where: Path) -> tuple[flo
             *extra,
         ],
         cwd=where,
+        env=env,
         capture_output=True,
         text=True,
     )
