@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -67,9 +68,11 @@ def _configs(size: Size, seed: int, scratch: Path) -> tuple[Path, Path]:
     return searched, every
 
 
-def run_bakeoff(config: Path, max_train_examples: int, where: Path) -> tuple[float, Summary]:
+def run_bakeoff(
+    config: Path, max_train_examples: int, where: Path, env: Mapping[str, str] | None = None
+) -> tuple[float, Summary]:
     """One `bakeoff run` in a fresh work dir and store (so each pays its own ingest), its log beside them: (wall
-    seconds, its --json)."""
+    seconds, its --json). ``env``: its environment (default: this process's)."""
     where.mkdir()
     extra = ["--max-train-examples", str(max_train_examples)] if max_train_examples else []
     started = time.perf_counter()
@@ -87,14 +90,19 @@ def run_bakeoff(config: Path, max_train_examples: int, where: Path) -> tuple[flo
             *extra,
         ],
         cwd=where,
+        env=env,
         capture_output=True,
         text=True,
     )
     seconds = time.perf_counter() - started
     (where / "run.log").write_text(run.stderr)  # its task spans, for a look at where the time went
+    (where / "run.json").write_text(run.stdout)  # --json's document, as the run wrote it
     if run.returncode != 0:
         raise RuntimeError(f"bakeoff run --config {config.name} failed: {run.stderr[-2000:]}")
-    return seconds, Summary.from_json(run.stdout, f"bakeoff run --config {config.name} --json")
+    # The ingest task's progress lines reach stdout before the document (a bug of `bakeoff run
+    # --json`, seen 2026-12-06): the document is what starts at its first line "{".
+    document = run.stdout[0 if run.stdout.startswith("{") else run.stdout.find("\n{") + 1 :]
+    return seconds, Summary.from_json(document, f"bakeoff run --config {config.name} --json")
 
 
 def _epochs(where: Path, summary: Summary) -> dict:
