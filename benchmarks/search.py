@@ -99,10 +99,7 @@ def run_bakeoff(
     (where / "run.json").write_text(run.stdout)  # --json's document, as the run wrote it
     if run.returncode != 0:
         raise RuntimeError(f"bakeoff run --config {config.name} failed: {run.stderr[-2000:]}")
-    # The ingest task's progress lines reach stdout before the document (a bug of `bakeoff run
-    # --json`, seen 2026-12-06): the document is what starts at its first line "{".
-    document = run.stdout[0 if run.stdout.startswith("{") else run.stdout.find("\n{") + 1 :]
-    return seconds, Summary.from_json(document, f"bakeoff run --config {config.name} --json")
+    return seconds, Summary.from_json(run.stdout, f"bakeoff run --config {config.name} --json")
 
 
 def _epochs(where: Path, summary: Summary) -> dict:
