@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bakeoff.components.storage import runs
 from bakeoff.components.storage.records import Summary, WorkerMetrics
+from benchmarks.datasets import datasets
 from benchmarks.faults import faults
 from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median, timed
 from benchmarks.peers import peers
@@ -425,4 +426,5 @@ ENTRIES = {
     "search": search,
     "peers": peers,
     "validation": validation,
+    "datasets": datasets,
 }

@@ -11,7 +11,8 @@ from bakeoff.components.data.sources import digest
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.storage import open_store
 from tests.conftest import KfpStore
-from tests.images import write_rgb_folder
+from tests.images import RGB_CLASSES, write_rgb_folder
+from tests.published import predict, run_to_published
 from tests.store_policies import PROFILE_SETUPS
 from tests.test_store_profiles import use_profile
 
@@ -51,6 +52,22 @@ def test_a_tree_below_a_prefix_ingests_as_the_same_folder_does(
     assert digest(f"{uri}/") == first
     open_store(uri).put_bytes("circle/00000.png", (local / "square" / "00000.png").read_bytes())
     assert digest(uri) != first, "a replaced object is new data"
+
+
+@pytest.mark.training
+def test_bakeoff_run_on_a_prefix_publishes_a_model_that_names_its_classes(
+    kfp_store: KfpStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`bakeoff run --source s3://...` with the profile's keys to a published model, whose served answers carry the
+    class folders' names."""
+    use_profile(kfp_store, PROFILE, monkeypatch)
+    local = write_rgb_folder(tmp_path / "images", per_class=8, size=16)
+    uri = prefix(f"{tmp_path.name}/images")
+    upload(local, uri)
+    version = run_to_published(f"{uri}/", tmp_path / "run", "shapes")
+    assert version.class_names == list(RGB_CLASSES)
+    answer = predict(version, local / "stripes" / "00000.png")
+    assert answer["class_name"] == RGB_CLASSES[answer["class_id"]] and len(answer["probabilities"]) == 3
 
 
 def test_an_empty_prefix_is_refused_and_nothing_is_written(

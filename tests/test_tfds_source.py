@@ -7,12 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from bakeoff.components.data import artifact
 from bakeoff.components.data.sources import digest
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.storage import open_store
 from tests.images import RGB_CLASSES, rgb_image
+from tests.published import predict, run_to_published
 
 pytestmark = pytest.mark.unit
 
@@ -105,6 +107,20 @@ def test_a_version_is_named_and_the_digest_follows_the_prepared_files(data_dir: 
     record = next((data_dir / "bakeoff_shapes" / "1.0.0").glob("*train.tfrecord*"))
     record.write_bytes(record.read_bytes() + b"\0")
     assert digest(f"tfds:bakeoff_shapes@{data_dir}") != first
+
+
+@pytest.mark.training
+def test_bakeoff_run_on_a_prepared_builder_publishes_a_model_that_names_its_classes(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """`bakeoff run --source tfds:NAME@DIR` to a published model, whose served answers carry the builder's
+    ClassLabel names."""
+    version = run_to_published(f"tfds:bakeoff_shapes@{data_dir}", tmp_path, "shapes")
+    assert version.class_names == list(RGB_CLASSES) and version.image_shape == (16, 16, 3)
+    image = tmp_path / "square.png"
+    Image.fromarray(rgb_image(1, 16, np.random.default_rng(5))).save(image)
+    answer = predict(version, image)
+    assert answer["class_name"] == RGB_CLASSES[answer["class_id"]] and len(answer["probabilities"]) == 3
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,247 @@
+"""Benchmark entry: bake-offs of other datasets than the default, each beside its reference, and ingest's memory.
+
+- Fashion-MNIST as its IDX files and as a folder of PNG files (the same images): the two winners' test accuracy
+  should agree within noise; the folder's wall time is set beside the IDX files'.
+- scikit-learn's bundled digits (1,797 8x8 images), resized to 32x32 and coloured, against scikit-learn's own SVC on
+  the original pixels of the same train and test split, in the same run.
+- ingest's peak RSS and images/s on RGB class folders of 64x64 PNG files, at a size and at twice it
+  (benchmarks/ingest_memory.py): the peak should stay under the train shard's size plus 300 MB at both.
+
+Every bake-off is `bakeoff run` of pipelines/quick.yaml (the first run's three CNNs, halved), in a fresh work dir.
+``python -m benchmarks.datasets [--fashion-train N ...]`` runs it alone at any size (a smoke run at a tiny one);
+``python -m benchmarks.run --only datasets`` runs it at ``FULL``, as it runs alone without flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from bakeoff.components.storage.records import Summary
+from benchmarks.harness import Context, Figure
+from benchmarks.search import run_bakeoff
+
+QUICK = Path(__file__).resolve().parent.parent / "pipelines" / "quick.yaml"
+DIGITS_SIDE = 32  # the digits' 8x8 resized to the issue's smallest RGB size
+DIGITS_TEST_SHARE = 0.2  # of the digits, held out as the test split, stratified by class
+SVC_GAMMA = 0.001  # scikit-learn's own digits example ("Recognizing hand-written digits")
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """How big the entry runs."""
+
+    fashion_train: int = 60000  # Fashion-MNIST's first N training images, written both ways (all 60,000)
+    fashion_test: int = 10000  # and its first N test images (all 10,000)
+    max_train_examples: int = 20000  # per epoch of a Fashion-MNIST bake-off: README's first run (0: all)
+    digits_max_epochs: int = 27  # the digits' halving: 1,150 training images make 9 steps of an epoch
+    ingest_images: int = 20000  # the RGB folder ingest reads, then one twice its size
+    ingest_side: int = 64
+    seed: int = 0
+
+
+FULL = Size()
+
+
+def _bakeoff(where: Path, source: Path, max_train_examples: int, max_epochs: int = 0) -> tuple[float, Summary]:
+    """One `bakeoff run` of quick.yaml on ``source`` (its halving's max_epochs replaced where given) in a fresh work
+    dir and store: (wall seconds, its summary)."""
+    config = yaml.safe_load(QUICK.read_text()) | {"source": str(source)}
+    if max_epochs:
+        config["search"]["halving"]["max_epochs"] = max_epochs
+    path = where / f"{source.name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return run_bakeoff(path, max_train_examples, where / f"run-{source.name}")
+
+
+def _winner(summary: Summary, seconds: float) -> str:
+    return f"winner `{summary.winner.variant}` in {seconds / 60:.1f} min"
+
+
+def fashion(where: Path, size: Size, samples: dict) -> list[Figure]:
+    """Fashion-MNIST's IDX files and the same images as PNG files, each through the same bake-off."""
+    from bakeoff.components import defaults
+    from tests.images import write_fashion_subset
+
+    idx, png = where / "fashion-idx", where / "fashion-png"
+    write_fashion_subset(Path(defaults.SOURCE), idx, png, size.fashion_train, size.fashion_test)
+    idx_seconds, idx_run = _bakeoff(where, idx, size.max_train_examples)
+    png_seconds, png_run = _bakeoff(where, png, size.max_train_examples)
+    idx_accuracy, png_accuracy = idx_run.winner.test_accuracy, png_run.winner.test_accuracy
+    samples["fashion"] = {
+        "idx": {"seconds": idx_seconds, "test_accuracy": idx_accuracy, "winner": idx_run.winner.variant},
+        "png": {"seconds": png_seconds, "test_accuracy": png_accuracy, "winner": png_run.winner.variant},
+    }
+    images = f"{size.fashion_train:,} + {size.fashion_test:,} images"
+    setting = f"quick.yaml, {size.max_train_examples or 'all'} training examples an epoch"
+    return [
+        Figure(
+            "datasets_fashion_idx_test_accuracy",
+            idx_accuracy,
+            "",
+            detail=f"Fashion-MNIST's IDX files ({images}), {setting}: {_winner(idx_run, idx_seconds)}",
+        ),
+        Figure(
+            "datasets_fashion_png_test_accuracy",
+            png_accuracy,
+            "",
+            detail=f"the same images as a folder of PNG files, the same bake-off: {_winner(png_run, png_seconds)}",
+        ),
+        Figure(
+            "datasets_fashion_png_accuracy_gap",
+            png_accuracy - idx_accuracy,
+            "",
+            detail="the PNG folder's winner's test accuracy − the IDX files': the same pixels, so only training's"
+            f" noise ({size.fashion_test:,} test images)",
+        ),
+        Figure(
+            "datasets_fashion_png_time_ratio",
+            png_seconds / idx_seconds,
+            "×",
+            detail=f"the PNG folder's `bakeoff run` {png_seconds / 60:.1f} min ÷ the IDX files' {idx_seconds / 60:.1f}"
+            f" min: decoding {size.fashion_train + size.fashion_test:,} files instead of four arrays",
+        ),
+    ]
+
+
+def write_digits(root: Path, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``root/{train,test}/<digit>/<index>.png``: each image scaled to 0-255, resized to
+    DIGITS_SIDE bilinearly and drawn in a colour chosen per image, not per class, so that colour tells nothing;
+    returns the indices of the train and the test split (stratified, seeded)."""
+    from PIL import Image
+    from sklearn.datasets import load_digits  # type: ignore[import-untyped]
+    from sklearn.model_selection import train_test_split  # type: ignore[import-untyped]
+
+    digits = load_digits()
+    indices = np.arange(len(digits.target))
+    train, test = train_test_split(
+        indices, test_size=DIGITS_TEST_SHARE, stratify=digits.target, random_state=seed, shuffle=True
+    )
+    rng = np.random.default_rng(seed)
+    for split, chosen in (("train", train), ("test", test)):
+        for index in chosen:
+            gray = Image.fromarray(np.round(digits.images[index] * (255 / 16)).astype(np.uint8))
+            shade = np.asarray(gray.resize((DIGITS_SIDE, DIGITS_SIDE), Image.Resampling.BILINEAR), np.float32) / 255
+            colour = rng.integers(64, 256, 3)
+            folder = root / split / str(digits.target[index])
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.round(shade[..., None] * colour).astype(np.uint8)).save(folder / f"{index:04d}.png")
+    return train, test
+
+
+def digits(where: Path, size: Size, samples: dict) -> list[Figure]:
+    """The digits' bake-off beside scikit-learn's SVC, trained on the original 8x8 pixels of the same train split
+    (bakeoff carves its validation from it; the SVC selects nothing) and scored on the same test split."""
+    from sklearn import __version__ as sklearn_version  # type: ignore[import-untyped]
+    from sklearn import svm
+    from sklearn.datasets import load_digits
+
+    folder = where / "digits"
+    train, test = write_digits(folder, size.seed)
+    data = load_digits()
+    started = time.perf_counter()
+    svc = svm.SVC(gamma=SVC_GAMMA).fit(data.data[train], data.target[train])
+    svc_accuracy = float(np.mean(svc.predict(data.data[test]) == data.target[test]))
+    svc_seconds = time.perf_counter() - started
+    seconds, summary = _bakeoff(where, folder, 0, size.digits_max_epochs)
+    accuracy = summary.winner.test_accuracy
+    samples["digits"] = {
+        "bakeoff": {"seconds": seconds, "test_accuracy": accuracy, "winner": summary.winner.variant},
+        "svc": {"seconds": svc_seconds, "test_accuracy": svc_accuracy},
+        "split": {"train": len(train), "test": len(test)},
+    }
+    return [
+        Figure(
+            "datasets_digits_test_accuracy",
+            accuracy,
+            "",
+            detail=f"scikit-learn's digits at {DIGITS_SIDE}x{DIGITS_SIDE} RGB, {len(train)} train / {len(test)} test,"
+            f" quick.yaml halved to {size.digits_max_epochs} epochs: {_winner(summary, seconds)}",
+        ),
+        Figure(
+            "datasets_digits_svc_test_accuracy",
+            svc_accuracy,
+            "",
+            detail=f"scikit-learn {sklearn_version}'s SVC(gamma={SVC_GAMMA}) on the original 8x8 pixels of the same"
+            f" split: fitted and scored in {svc_seconds:.2f} s",
+        ),
+        Figure(
+            "datasets_digits_margin",
+            accuracy - svc_accuracy,
+            "",
+            detail="bakeoff's winner's test accuracy − the SVC's, the same test images",
+        ),
+    ]
+
+
+def ingest_memory(where: Path, size: Size, samples: dict) -> list[Figure]:
+    """Ingest's peak RSS and images/s in a fresh process, on an RGB folder and on one twice its size."""
+    from bakeoff.components import defaults
+    from benchmarks import ingest_memory as memory
+
+    measured = []
+    for images in (size.ingest_images, 2 * size.ingest_images):
+        root = memory.write_tree(where / f"rgb-{images}", images, size.ingest_side)
+        measured.append(memory.measure(root, where / f"rgb-{images}-out", defaults.VALIDATION_SIZE, defaults.SHARDS))
+    samples["ingest_memory"] = measured
+    once, twice = measured
+    shape = "x".join(map(str, once["image_shape"]))
+    return [
+        Figure(
+            "datasets_ingest_images_per_second",
+            once["images_per_second"],
+            "images/s",
+            detail=f"{once['images']:,} RGB PNG files of {shape} to {once['shards']} shards a split, in a fresh"
+            f" process ({once['seconds']:.0f} s, imports included); {twice['images_per_second']:,} at"
+            f" {twice['images']:,}",
+        ),
+        *(
+            Figure(
+                f"datasets_ingest_rss_over_shard_mb{suffix}",
+                run["peak_rss_mb"] - run["train_shard_mb"],
+                "MB",
+                detail=f"ingest's peak RSS {run['peak_rss_mb']:.0f} MB on {run['images']:,} images − its train shard's"
+                f" {run['train_shard_mb']:.0f} MB",
+            )
+            for suffix, run in (("", once), ("_2x", twice))
+        ),
+    ]
+
+
+def datasets(context: Context, size: Size = FULL) -> list[Figure]:
+    """Each dataset's winner test accuracy and wall time beside its reference; ingest's memory and speed."""
+    work = context.scratch / "datasets"
+    work.mkdir(parents=True)
+    samples: dict = {"size": dataclasses.asdict(size)}
+    context.samples["datasets"] = samples
+    return [*fashion(work, size, samples), *digits(work, size, samples), *ingest_memory(work, size, samples)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for field in dataclasses.fields(Size):
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=getattr(FULL, field.name))
+    parser.add_argument("--scratch", type=Path, help="a new folder to keep every dataset, store and run log in")
+    args = vars(parser.parse_args(argv))
+    scratch = args.pop("scratch")
+    with contextlib.ExitStack() as temporary:
+        if scratch is None:
+            scratch = Path(temporary.enter_context(tempfile.TemporaryDirectory(prefix="bakeoff-bench-datasets-")))
+        context = Context(scratch, repetitions=1)
+        for figure in datasets(context, Size(**args)):
+            print(f"{figure.key} = {figure.value:.4g} {figure.unit}  ({figure.detail})")
+        print(json.dumps(context.samples["datasets"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
