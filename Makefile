@@ -76,7 +76,7 @@ format: $(INSTALLED) ## apply ruff's safe fixes and its formatter to the whole t
 	$(BIN)/ruff check --fix-only
 	$(BIN)/ruff format
 
-bench: $(INSTALLED) system ## measure speed and quality; writes benchmarks/results.md and results.json (~75 min on 2 cores: peers alone is three 15-min budgets)
+bench: $(INSTALLED) system ## measure speed and quality; writes benchmarks/results.md and results.json (all but peers; BENCH_ARGS="--only peers" runs its 3 contests, ~2 h 20 min)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 compile: $(INSTALLED) ## write pipelines/bakeoff.yaml, the compiled pipeline for the default config

@@ -428,3 +428,5 @@ ENTRIES = {
     "validation": validation,
     "datasets": datasets,
 }
+# Run only when named (--only peers): 3 contests of three 15-min budgets, ~2 h 20 min, past make bench's 90 min.
+ON_REQUEST = ("peers",)

@@ -76,16 +76,21 @@ def write_results(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.entries import ENTRIES
+    from benchmarks.entries import ENTRIES, ON_REQUEST
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", choices=list(ENTRIES), help="run only these entries")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        choices=list(ENTRIES),
+        help=f"run only these entries (default: all but {', '.join(ON_REQUEST)})",
+    )
     parser.add_argument("--repetitions", type=int, default=3)
     args = parser.parse_args(argv)
     quiet_tensorflow()
     started = time.perf_counter()
     figures: list[Figure] = []
-    ran = [name for name in ENTRIES if not args.only or name in args.only]
+    ran = [name for name in ENTRIES if name in args.only] if args.only else [n for n in ENTRIES if n not in ON_REQUEST]
     with tempfile.TemporaryDirectory(prefix="bakeoff-bench-") as scratch:
         context = Context(Path(scratch), args.repetitions)
         for name in ran:
