@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from kubernetes.client import V1EnvVar
 from bakeoff.components import progress
 from bakeoff.components.backends import prefork
 from bakeoff.components.backends.backend import JobFailed
-from bakeoff.components.backends.local import LocalBackend
+from bakeoff.components.backends.local import LocalBackend, signal_group
 from bakeoff.components.backends.threads import thread_cap
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import from_dict
@@ -210,6 +212,14 @@ with open(pid_file + ".partial", "w") as file:
 os.rename(pid_file + ".partial", pid_file)
 time.sleep(60)
 """
+
+
+def test_stopping_a_replica_that_ended_since_it_was_polled_is_no_error() -> None:
+    """A replica can end between the poll that found it running and the signals that stop it (a forked one's end
+    reaches its launcher a moment later): the job is then stopped, not failed with ProcessLookupError."""
+    ended = subprocess.Popen(["true"], start_new_session=True)
+    ended.wait()
+    signal_group(ended.pid, signal.SIGTERM)
 
 
 def test_active_deadline_stops_the_job(tmp_path: Path, starts: str) -> None:

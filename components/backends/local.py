@@ -84,6 +84,12 @@ def thread_env(threads: int) -> dict[str, str]:
     return {name: str(threads) for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")}
 
 
+def signal_group(pid: int, number: signal.Signals) -> None:
+    """Sends ``number`` to the process group ``pid`` leads; none left (it ended since it was polled) is no error."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, number)
+
+
 class _Replica:
     """One running replica: its process and the last lines of its log."""
 
@@ -148,12 +154,12 @@ class _Replica:
 
     def stop(self, grace: float = 5.0) -> None:
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            os.killpg(self.process.pid, signal.SIGCONT)  # a stopped replica acts on the SIGTERM only once continued
+            signal_group(self.process.pid, signal.SIGTERM)
+            signal_group(self.process.pid, signal.SIGCONT)  # a stopped replica acts on the SIGTERM only once continued
             try:
                 self.process.wait(grace)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
+                signal_group(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         self.reader.join(timeout=grace)
 
