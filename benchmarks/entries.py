@@ -273,10 +273,11 @@ def pipeline(context: Context) -> list[Figure]:
     from bakeoff.components.modeling import evaluation
     from bakeoff.components.spec import load_config
     from bakeoff.components.storage import open_store
-    from bakeoff.pipelines.compiling import planned
+    from bakeoff.pipelines.compiling import budget_plan, planned
 
     work = context.scratch / "pipeline"
     work.mkdir()
+    plan = budget_plan(load_config(DEFAULT_CONFIG))  # as the run plans it, before its jobs fold their steps in
     started = time.perf_counter()
     run = subprocess.run(
         [str(Path(sys.executable).parent / "bakeoff"), "run", "--json"],
@@ -316,7 +317,21 @@ def pipeline(context: Context) -> list[Figure]:
     model_dir = open_store(seed.store).get_dir(f"{seed.prefix}/{runs.MODEL}", context.scratch / "seed-model")
     seed_accuracy = evaluation.evaluate(model_dir, test.images, test.labels)["accuracy"]
     table = ", ".join(f"{name} {accuracy:.3f}" for name, accuracy in _published_table()[:4])
+    plan_figures = (
+        [
+            Figure(
+                "plan_error",
+                pipeline_seconds / plan.seconds,
+                "×",
+                detail=f"`bakeoff run` {pipeline_seconds / 60:.1f} min ÷ its plan's upper bound "
+                f"{plan.seconds / 60:.1f} min (lower bound {plan.least_seconds / 60:.1f} min)",
+            )
+        ]
+        if plan
+        else []
+    )
     return [
+        *plan_figures,
         Figure(
             "pipeline_overhead",
             ratio,
