@@ -112,10 +112,16 @@ class Profile:
         return _Env({**self.keys, "BAKEOFF_S3_ENDPOINT": self.endpoint, "BAKEOFF_S3_INSECURE": "1"})
 
     def step_pod(
-        self, name: str, run: str, variant: dict = TINY, trainer: str = "tfjob", timeout_seconds: int = 600
+        self,
+        name: str,
+        run: str,
+        variant: dict = TINY,
+        trainer: str = "tfjob",
+        timeout_seconds: int = 600,
+        data_uri: str = "",
     ) -> dict:
         """Starts the train step's pod; ``trainer``: the run's `trainer` parameter (tfjob or trainjob);
-        ``timeout_seconds``: the job's activeDeadlineSeconds."""
+        ``timeout_seconds``: the job's activeDeadlineSeconds; ``data_uri``: its dataset (default: the profile's)."""
         secret = [
             {"name": variable, "valueFrom": {"secretKeyRef": {"name": "mlpipeline-minio-artifact", "key": key}}}
             for variable, key in (("AWS_ACCESS_KEY_ID", "accesskey"), ("AWS_SECRET_ACCESS_KEY", "secretkey"))
@@ -126,7 +132,7 @@ class Profile:
             "command": ["python", "-c", STEP],
             "args": [
                 json.dumps(variant),
-                self.data_uri,
+                data_uri or self.data_uri,
                 self.store_uri,
                 run,
                 controlplane.TEST_IMAGE,

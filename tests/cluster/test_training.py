@@ -8,13 +8,27 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
+from bakeoff.components.data import artifact
 from bakeoff.components.storage import open_store, runs
 from bakeoff.components.training import backup
 from bakeoff.components.training.tfjob import job_name
-from tests.cluster.profile import ACCOUNT, EPOCHS, NAMESPACE, POD_TIMEOUT, TINY, UNIQUE, Profile, processes_of
+from tests.cluster.profile import (
+    ACCOUNT,
+    EPOCHS,
+    NAMESPACE,
+    POD_TIMEOUT,
+    PROFILE,
+    TINY,
+    UNIQUE,
+    Profile,
+    ingested_data_uri,
+    processes_of,
+)
+from tests.images import write_rgb_folder
 
 pytestmark = pytest.mark.cluster
 
@@ -48,6 +62,23 @@ def test_a_train_step_pod_trains_a_two_worker_tfjob_through_the_real_operator(pr
     # The step's pod owns the TFJob: deleting the pod lets the real garbage collector delete the job.
     profile.plane.kubectl("delete", "pod", f"step-train-{UNIQUE}", "-n", NAMESPACE, "--wait=false")
     assert profile.wait_gone("tfjob", job["metadata"]["name"]), "the TFJob outlived its step's pod"
+
+
+def test_a_train_step_pod_trains_a_two_worker_tfjob_on_an_rgb_artifact(profile: Profile, tmp_path: Path) -> None:
+    """Another dataset than Fashion-MNIST, as ingest leaves it under the profile's pipeline root: 3 classes of RGB
+    32x32 images; both replicas read its shards and train a model for that shape."""
+    folder = write_rgb_folder(tmp_path / "rgb", per_class=40, splits=("train", "test"))
+    metadata = artifact.build(str(folder), tmp_path / "data", validation_size=24, shards=2, seed=0, log=print)
+    assert metadata.image_shape == [32, 32, 3]
+    data_uri = ingested_data_uri(PROFILE.bucket, NAMESPACE)
+    with profile.as_profile():
+        open_store(data_uri).put_dir(tmp_path / "data", "")
+    run, step = f"r-rgb-{UNIQUE}", f"step-rgb-{UNIQUE}"
+    profile.step_pod(step, run, data_uri=data_uri)
+    pod = profile.wait_pod(step)
+    assert pod["status"]["phase"] == "Succeeded", profile.log(step)[-3000:]
+    metrics = profile.metrics(run)  # the model is in the profile's store too
+    assert (metrics.epochs, metrics.num_replicas_in_sync) == (EPOCHS, 2)
 
 
 def test_a_killed_replica_is_restarted_by_the_kubelet_and_resumes_from_its_backup(profile: Profile) -> None:
