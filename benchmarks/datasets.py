@@ -27,7 +27,7 @@ import numpy as np
 import yaml
 
 from bakeoff.components.storage.records import Summary
-from benchmarks.harness import Context, Figure
+from benchmarks.harness import Context, Figure, add_size_flags
 from benchmarks.search import run_bakeoff
 
 QUICK = Path(__file__).resolve().parent.parent / "pipelines" / "quick.yaml"
@@ -228,8 +228,7 @@ def datasets(context: Context, size: Size = FULL) -> list[Figure]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for field in dataclasses.fields(Size):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=getattr(FULL, field.name))
+    add_size_flags(parser, FULL)
     parser.add_argument("--scratch", type=Path, help="a new folder to keep every dataset, store and run log in")
     args = vars(parser.parse_args(argv))
     scratch = args.pop("scratch")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import socket
 import statistics
@@ -10,8 +11,15 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 GLOBAL_BATCH = 128  # the training entries' global batch, on any number of workers
+
+
+def add_size_flags(parser: argparse.ArgumentParser, full: Any) -> None:
+    """One integer flag per field of an entry's size record (``--max-train-examples``), defaulting to ``full``'s."""
+    for field in dataclasses.fields(full):
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=getattr(full, field.name))
 
 
 @dataclasses.dataclass

@@ -50,7 +50,7 @@ import yaml
 from bakeoff.components.spaces import Space
 from bakeoff.components.spec import Base, Variant
 from bakeoff.components.tfenv import quiet_tensorflow
-from benchmarks.harness import Context, Figure
+from benchmarks.harness import Context, Figure, add_size_flags
 from benchmarks.search import run_bakeoff
 
 if TYPE_CHECKING:
@@ -518,8 +518,7 @@ def peers(context: Context, size: Size = FULL) -> list[Figure]:
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # a peer's budget runs from its process's start, as bakeoff's covers its whole run
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for field in dataclasses.fields(Size):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=field.default)
+    add_size_flags(parser, FULL)
     # One peer, in the process _peer starts, to the ceiling bakeoff's plan picked:
     parser.add_argument("--peer", choices=list(SEARCHES), help=argparse.SUPPRESS)
     parser.add_argument("--max-epochs", type=int, help=argparse.SUPPRESS)

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from bakeoff.components.storage.records import Summary
-from benchmarks.harness import Context, Figure
+from benchmarks.harness import Context, Figure, add_size_flags
 
 BAKEOFF = str(Path(sys.executable).parent / "bakeoff")
 
@@ -211,8 +211,7 @@ def search(context: Context, size: Size = FULL) -> list[Figure]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for field in dataclasses.fields(Size):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=getattr(FULL, field.name))
+    add_size_flags(parser, FULL)
     parser.add_argument("--scratch", type=Path, help="a new folder to keep every run's store and log in")
     args = vars(parser.parse_args(argv))
     scratch, size = args.pop("scratch"), Size(**args)
