@@ -142,5 +142,9 @@ for done in "$CACHE"/*/done; do  # an older build's folders (~6 GB each), not th
   folder=${done%/done}
   [ -L "$folder" ] || [ "$folder" = "$OUT" ] || rm -rf "$folder"
 done
+case $ENGINE in  # the older builds' images the tag moved off (~3 GB each); the layers this build reuses stay
+  buildah) engine rmi --prune >/dev/null ;;
+  podman) engine image prune --force >/dev/null ;;
+esac  # docker: the user's own store, left as it is
 echo "make image: built $IMAGE; its root filesystem is $OUT/rootfs"
 [ "$ENGINE" = docker ] || echo "make image: push it with: $ENGINE $STORE push $IMAGE"
