@@ -28,8 +28,9 @@ variants:
 NO_HALVING = {"min_epochs": 0, "max_epochs": 0}  # each variant trains its own epochs
 # What `bakeoff run` sets for SEARCH's rungs under a budget (components/search/deadline.py).
 DEADLINE = (
-    '{"began": 0, "ends": 900, "epoch_seconds": {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}, "job_seconds": 9.0,'
-    ' "step_seconds": 1.0, "before_seconds": 5.0, "select_seconds": 9.0, "stops": [1, 2], "keeps": [2, 1]}'
+    '{"pipeline_started": 0, "ends": 900, "epoch_seconds": {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0},'
+    ' "job_seconds": 9.0, "step_seconds": 1.0, "before_seconds": 5.0, "select_seconds": 9.0,'
+    ' "stops": [1, 2], "keeps": [2, 1]}'
 )
 
 

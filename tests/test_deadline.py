@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 
 # Rungs stop at epochs 1, 3 and 9 and keep 2, 1, 1; `c` costs three times an epoch of the others.
 SMALL = Deadline(
-    began=0.0,
+    pipeline_started=0.0,
     ends=0.0,
     epoch_seconds={"a": 10.0, "b": 10.0, "c": 30.0, "d": 10.0},
     job_seconds=5.0,
@@ -53,10 +53,10 @@ def test_a_halve_keeps_the_next_best_while_the_rest_still_ends_by_the_deadline()
     assert now == 3 + 2 + (60 + 4 * 5) + (2 * (10 + 30) + 2 * 5)  # check, ingest, two halves, two rungs' jobs
     both = now + 6 + 6 * (10 + 30) + 2 * 5  # `a` and `c` from epoch 3 to 9, then select
     on_time = dataclasses.replace(SMALL, ends=both)
-    assert on_time.going_on(at_rung_1, ["a", "c"], 1, now) == ["a", "c"]
-    assert dataclasses.replace(SMALL, ends=both - 1).going_on(at_rung_1, ["a", "c"], 1, now) == ["a"]
+    assert on_time.survivors(at_rung_1, ["a", "c"], 1, now) == ["a", "c"]
+    assert dataclasses.replace(SMALL, ends=both - 1).survivors(at_rung_1, ["a", "c"], 1, now) == ["a"]
     # Past the deadline only the best goes on, whatever the rung's keep.
-    assert dataclasses.replace(SMALL, ends=now - 60).going_on(at_rung_1, ["a", "c"], 2, now) == ["a"]
+    assert dataclasses.replace(SMALL, ends=now - 60).survivors(at_rung_1, ["a", "c"], 2, now) == ["a"]
 
 
 def test_one_that_does_not_fit_is_passed_over_for_the_next_that_does() -> None:
@@ -66,9 +66,9 @@ def test_one_that_does_not_fit_is_passed_over_for_the_next_that_does() -> None:
     now = SMALL.so_far(at_rung_0)
     assert [SMALL.rest(0, kept) for kept in (["a", "c"], ["a", "b"], ["a", "b", "d"])] == [282, 122, 147]
     held = dataclasses.replace(SMALL, ends=now + 150)
-    assert held.going_on(at_rung_0, ["a", "c", "b", "d"], 2, now) == ["a", "b", "d"]
+    assert held.survivors(at_rung_0, ["a", "c", "b", "d"], 2, now) == ["a", "b", "d"]
     # At most twice the rung's keep (DEADLINE_KEEP_FACTOR), however far off the deadline.
-    assert held.going_on(at_rung_0, ["a", "c", "b", "d"], 1, now) == ["a", "b"]
+    assert held.survivors(at_rung_0, ["a", "c", "b", "d"], 1, now) == ["a", "b"]
 
 
 def test_a_run_behind_its_plan_keeps_fewer() -> None:
@@ -77,5 +77,5 @@ def test_a_run_behind_its_plan_keeps_fewer() -> None:
     at_rung_0 = [EVERYONE]
     on_plan = SMALL.so_far(at_rung_0)
     for now, kept in ((on_plan, ["a", "b"]), (2 * on_plan, ["a"])):
-        assert dataclasses.replace(SMALL, ends=now + 150).going_on(at_rung_0, ["a", "b"], 1, now) == kept
+        assert dataclasses.replace(SMALL, ends=now + 150).survivors(at_rung_0, ["a", "b"], 1, now) == kept
     assert SMALL.scale(at_rung_0, 10 * on_plan) == 2.0  # a stalled start counts at most twice

@@ -254,7 +254,7 @@ def _an_hour_off(epoch_seconds: dict[str, float], keeps: list[int]) -> Deadline:
     """A deadline an hour from now for rungs that stop at epochs 2 and 4: each variant's epoch as ``epoch_seconds``
     says, each job and pipeline step a second."""
     return Deadline(
-        began=time.time(),
+        pipeline_started=time.time(),
         ends=time.time() + 3600,
         epoch_seconds=epoch_seconds,
         job_seconds=1.0,
@@ -280,7 +280,7 @@ def test_with_time_to_spare_halve_keeps_more_but_never_a_diverged_one(tmp_path: 
     assert [s.variant for s in record.kept] == ["b", "a", "c"] and [s.variant for s in record.stopped] == ["nan"]
     assert record.stopped[0].reason.endswith("placed 4 of 4 after epoch 2; rung 0 keeps 3")  # not for the deadline
     assert [name for name in "abc" if store.list(f"runs/run1/{name}/backup")] == ["a", "b", "c"]
-    past = dataclasses.replace(held, ends=held.began - 1)
+    past = dataclasses.replace(held, ends=held.pipeline_started - 1)
     kept = halved(variants[:3], store.uri, "run1", 0, "val_accuracy", past.to_json(indent=None))
     assert [v["name"] for v in kept] == ["b"]
 

@@ -61,13 +61,13 @@ def estimate(
     costs = sorted(epochs.values(), reverse=costliest)
     if halving is None:
         seconds = sum(epochs[v.name] * v.training.epochs for v in config.variants)
-        return None, seconds + len(config.variants) * start + around(calibration, 0, images)
+        return None, seconds + len(config.variants) * start + overhead_seconds(calibration, 0, images)
     rungs = schedule(len(config.variants), halving)
     seconds = path_seconds(costs, [0, *(rung.epochs for rung in rungs)], [rung.entering for rung in rungs], start)
-    return rungs, seconds + around(calibration, len(rungs) - 1, images)
+    return rungs, seconds + overhead_seconds(calibration, len(rungs) - 1, images)
 
 
-def around(calibration: Calibration, halvings: int, images: Images = FASHION_MNIST) -> float:
+def overhead_seconds(calibration: Calibration, halvings: int, images: Images = FASHION_MNIST) -> float:
     """The steps around the jobs: check, ingest and each halve, each a process start; ingest builds the data; and
     select (``select_seconds``)."""
     return (2 + halvings) * calibration.task_seconds + ingest_seconds(calibration, images) + select_seconds(calibration)
@@ -90,14 +90,14 @@ def deadline(plan: Plan, command_started_unix: float, pipeline_started_unix: flo
     assert plan.rungs is not None and plan.config.budget_minutes is not None
     calibration = plan.calibration
     return Deadline(
-        began=pipeline_started_unix,
+        pipeline_started=pipeline_started_unix,
         ends=command_started_unix + plan.config.budget_minutes * 60,
         epoch_seconds={
             v.name: epoch_seconds(v, plan.train_examples, calibration, plan.images) for v in plan.config.variants
         },
         job_seconds=calibration.start_seconds + calibration.task_seconds,
         step_seconds=calibration.task_seconds,
-        # around()'s parts: check and ingest before the jobs, select after them
+        # overhead_seconds()'s parts: check and ingest before the jobs, select after them
         before_seconds=2 * calibration.task_seconds + ingest_seconds(calibration, plan.images),
         select_seconds=select_seconds(calibration),
         stops=[rung.epochs for rung in plan.rungs],
@@ -139,7 +139,7 @@ def _minutes(seconds: float) -> str:
     return f"{minutes:.3g} min" if minutes < 100 else f"{minutes:.0f} min"
 
 
-def _most(
+def _largest_within(
     config: Config,
     shrink: Callable[[Config, int], Config],
     top: int,
@@ -179,15 +179,19 @@ def fit(
     limit, fitted, samples = budget * 60, [], config.search.samples
     halving = config.search.halving  # kept by the shrinking below
     if seconds > limit and any(expansion.sample is not None for expansion in config.expansions.values()):
-        kept, why = _most(config, _with_samples, samples, calibration, train_examples, limit, images), ""
+        kept, why = _largest_within(config, _with_samples, samples, calibration, train_examples, limit, images), ""
         if not kept:  # one draw then, unless it would leave the search under its share of the epochs none leaves
             kept, undrawn = 1, _with_samples(config, 0)
             if undrawn.variants:
                 longest = max(variant.training.epochs for variant in config.variants)
-                one = _most(_with_samples(config, 1), _with_epochs, longest, calibration, train_examples, limit, images)
+                one = _largest_within(
+                    _with_samples(config, 1), _with_epochs, longest, calibration, train_examples, limit, images
+                )
                 # without draws, room to spare grows the search (_grown): compare with what it would train
                 grows = defaults.GROWN_EPOCHS_FACTOR if halving else 1
-                none = _most(undrawn, _with_epochs, longest * grows, calibration, train_examples, limit, images)
+                none = _largest_within(
+                    undrawn, _with_epochs, longest * grows, calibration, train_examples, limit, images
+                )
                 if one < defaults.DRAWN_EPOCHS_SHARE * none:
                     kept, why = 0, f"; one would leave the search {one} epochs, none leaves it {none}"
         if kept < samples:
@@ -200,7 +204,7 @@ def fit(
     if seconds <= limit:  # as written, or without the draws that went: room left may buy epochs
         return _grown(config, fitted, calibration, train_examples, images)
     longest = max(variant.training.epochs for variant in config.variants)
-    fitting_epochs = _most(config, _with_epochs, longest - 1, calibration, train_examples, limit, images)
+    fitting_epochs = _largest_within(config, _with_epochs, longest - 1, calibration, train_examples, limit, images)
     if not fitting_epochs:
         least = estimate(_with_epochs(config, 1), train_examples, calibration, images=images)[1]
         raise BakeoffError(
@@ -222,7 +226,7 @@ def _grown(config: Config, fitted: list[str], calibration: Calibration, train_ex
     assert config.search is not None and config.budget_minutes is not None
     halving, budget = config.search.halving, config.budget_minutes
     written = halving.max_epochs if halving else 0
-    most = _most(
+    most = _largest_within(
         config, _with_epochs, written * defaults.GROWN_EPOCHS_FACTOR, calibration, train_examples, budget * 60, images
     )
     if most <= written:

@@ -162,7 +162,7 @@ class Calibration(Record):
             variant
             for variant in wanted
             if not any(
-                within(cost.macs, macs(variant, images), MACS_TOLERANCE)
+                within_factor(cost.macs, macs(variant, images), MACS_TOLERANCE)
                 for cost in self.costs(shape_of(variant, images))
             )
         ]
@@ -189,7 +189,7 @@ def folded(calibration: Calibration, measured: Iterable[StepCost]) -> Calibratio
     steps = list(calibration.steps)
     for cost in measured:
         if moves(dataclasses.replace(calibration, steps=steps), cost):
-            kept = [s for s in steps if s.shape != cost.shape or not within(s.macs, cost.macs, MACS_TOLERANCE)]
+            kept = [s for s in steps if s.shape != cost.shape or not within_factor(s.macs, cost.macs, MACS_TOLERANCE)]
             steps = [*kept, cost]
     return dataclasses.replace(calibration, steps=steps)
 
@@ -198,7 +198,7 @@ def moves(calibration: Calibration, cost: StepCost) -> bool:
     """Whether ``cost`` prices its network anew: no step of ``calibration`` within ``MACS_TOLERANCE`` of it measured
     it, or it steps more than ``COST_BAND`` off what ``calibration`` prices it at (within it, the host's own spread:
     the cached step stays, and so does every plan made from it)."""
-    if not any(within(s.macs, cost.macs, MACS_TOLERANCE) for s in calibration.costs(cost.shape)):
+    if not any(within_factor(s.macs, cost.macs, MACS_TOLERANCE) for s in calibration.costs(cost.shape)):
         return True
     return abs(cost.step_seconds / calibration.step_seconds(cost.shape, cost.macs) - 1) > defaults.COST_BAND
 
@@ -211,7 +211,8 @@ def timed_steps(metrics: WorkerMetrics, steps_per_execution: int) -> int:
     return steps - first if metrics.examples_per_second_steady else steps
 
 
-def within(a: int, b: int, factor: float) -> bool:
+def within_factor(a: int, b: int, factor: float) -> bool:
+    """Whether the larger of ``a`` and ``b`` is at most ``factor`` times the smaller."""
     return max(a, b) <= min(a, b) * factor
 
 
@@ -258,6 +259,6 @@ def timed(variants: Iterable[Variant], images: Images = FASHION_MNIST) -> list[V
         ordered = sorted(by_shape[shape], key=lambda variant: (macs(variant, images), variant.name))
         cheapest, costliest = ordered[0], ordered[-1]
         chosen.append(cheapest)
-        if not within(macs(cheapest, images), macs(costliest, images), MACS_TOLERANCE):
+        if not within_factor(macs(cheapest, images), macs(costliest, images), MACS_TOLERANCE):
             chosen.append(costliest)
     return chosen

@@ -20,7 +20,7 @@ from bakeoff.components.storage.records import Record
 class Deadline(Record):
     """When a run should end and its plan's costs, for its halve steps: the pipeline's ``deadline`` (JSON)."""
 
-    began: float  # Unix seconds the pipeline started: the run's time so far counts from here
+    pipeline_started: float  # Unix seconds the pipeline started: the run's time so far counts from here
     ends: float  # Unix seconds the run should end by: its command's start and the budget
     epoch_seconds: dict[str, float]  # each variant's epoch, by name
     job_seconds: float  # a job's start and its task's
@@ -52,9 +52,9 @@ class Deadline(Record):
     def scale(self, entered: Sequence[Sequence[str]], now: float) -> float:
         """How much longer (above 1) or shorter the run took so far than its plan, within ``DEADLINE_SCALE``."""
         low, high = DEADLINE_SCALE
-        return min(high, max(low, (now - self.began) / self.so_far(entered)))
+        return min(high, max(low, (now - self.pipeline_started) / self.so_far(entered)))
 
-    def going_on(self, entered: Sequence[Sequence[str]], ranked: Sequence[str], keep: int, now: float) -> list[str]:
+    def survivors(self, entered: Sequence[Sequence[str]], ranked: Sequence[str], keep: int, now: float) -> list[str]:
         """Of rung ``len(entered) - 1``'s ``ranked`` (best first), those that go on: the best, then each next one, in
         rank order, with which the rest of the search is still estimated to end by the deadline (``now`` is Unix
         seconds), up to ``DEADLINE_KEEP_FACTOR`` times the rung's ``keep``: more than it where cheap variants lead,

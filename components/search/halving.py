@@ -141,7 +141,7 @@ def halve(
 ) -> list[str]:
     """Keeps the ``keep`` of ``names`` best by ``metric`` after rung ``rung`` and records who stopped there, and why.
 
-    With a ``deadline`` as many go on as the rest of the search can train by it (``Deadline.going_on``).
+    With a ``deadline`` as many go on as the rest of the search can train by it (``Deadline.survivors``).
     The record goes to ``runs/<run>/search/rung-<k>.json``, and the stopped variants' backups are deleted: no later
     job resumes them. Returns the kept names, best first.
     """
@@ -154,7 +154,7 @@ def halve(
         earlier = [record for record in runs.search_records(store, run_id) if record.rung < rung]  # rung 0 first
         finite = {entry.variant for entry in scores if math.isfinite(entry.value)}  # a diverged one never goes on
         ranked = [name for name in ranking if name in finite] or kept
-        kept = deadline.going_on([*(record.entered for record in earlier), names], ranked, keep, time.time())
+        kept = deadline.survivors([*(record.entered for record in earlier), names], ranked, keep, time.time())
         stopped = [name for name in ranking if name not in kept]
         lowest = max(places[name] for name in kept)
         passed = [name for name in stopped if places[name] < lowest]

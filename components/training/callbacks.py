@@ -164,7 +164,7 @@ class Validation(keras.callbacks.Callback):
         self.seconds += time.perf_counter() - started
 
 
-class Progress(keras.callbacks.Callback):
+class EpochProgress(keras.callbacks.Callback):
     """The chief's progress events for a live display (``bakeoff.components.progress``), one per epoch end."""
 
     def __init__(self, variant: str, epochs: int, examples_per_epoch: int) -> None:

@@ -63,7 +63,7 @@ def label_value(text: str) -> str:
     return f"{stem}-{digest}" if stem else digest
 
 
-def thread_env(variant: Variant) -> dict[str, str]:
+def quota_thread_env(variant: Variant) -> dict[str, str]:
     """TensorFlow's and OpenMP's pool sizes from the replica's CPU: more threads than its quota only get throttled."""
     threads = str(max(1, math.floor(_cpus(variant))))
     return dict.fromkeys(THREAD_VARIABLES, threads)
@@ -133,7 +133,7 @@ def build_tfjob(
         command=["python", "-m", WORKER_PROGRAM],
         args=args,
         # The caller's variables win: the local backend sizes its pools by the machine's cores instead.
-        env=[V1EnvVar(name=key, value=value) for key, value in sorted({**thread_env(variant), **env}.items())]
+        env=[V1EnvVar(name=key, value=value) for key, value in sorted({**quota_thread_env(variant), **env}.items())]
         + _secret_env(),
         ports=[V1ContainerPort(name="tfjob-port", container_port=PORT)],
         resources=V1ResourceRequirements(requests=dict(limits), limits=limits),

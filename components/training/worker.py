@@ -45,7 +45,7 @@ from bakeoff.components.storage import Store, open_store, runs
 from bakeoff.components.storage.records import DatasetMetadata, WorkerMetrics
 from bakeoff.components.storage.store import files_below
 from bakeoff.components.training import backup, rungs
-from bakeoff.components.training.callbacks import Progress, StoreBackup, Throughput, Validation
+from bakeoff.components.training.callbacks import EpochProgress, StoreBackup, Throughput, Validation
 from bakeoff.components.training.inputs import EpochShape, distributed_inputs, epoch_shape
 from bakeoff.components.training.model import compiled_model
 
@@ -201,7 +201,9 @@ def _fit(
             callback
             for callback in (
                 validation,
-                Progress(variant.name, stop_epoch, shape.steps_per_epoch * shape.global_batch) if place.chief else None,
+                EpochProgress(variant.name, stop_epoch, shape.steps_per_epoch * shape.global_batch)
+                if place.chief
+                else None,
             )
             if callback is not None
         ] + [backing_up, throughput]
