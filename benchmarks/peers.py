@@ -411,7 +411,7 @@ def _peer(tool: str, size: Size, seed: int, max_epochs: int, scratch: Path) -> O
 def contest(size: Size, seed: int, scratch: Path, cache: Path) -> list[Outcome]:
     """bakeoff's default search under the budget, its costs cached in ``cache``; then each peer under the same
     budget, to the epoch ceiling bakeoff's plan picked."""
-    from bakeoff.components.defaults import CACHE_ENV
+    from bakeoff.components.environment import CACHE_ENV
     from bakeoff.components.modeling.savedmodel import mirror_averaged
     from bakeoff.components.search.calibration_cache import FILE
     from bakeoff.components.spec import from_dict

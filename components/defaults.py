@@ -65,7 +65,6 @@ MIN_STEADY_STEPS = CALIBRATION_STEPS
 # epochs on every run; a cached step up to 10 % off the host's moves the plan's estimate by at most as much.
 COST_BAND = 0.1
 CACHE_DIR = Path("~/.cache/bakeoff")
-CACHE_ENV = "BAKEOFF_CACHE"
 BUSY_SHARE = 0.1  # of the cores' time other processes used while a run or a calibration timed: more, and it is not kept
 MISCLASSIFIED = (
     24  # the winner's most confident test mistakes kept in the selection record: one screenful in the report

@@ -7,7 +7,8 @@ import os
 import sys
 from collections.abc import Iterator
 
-ERROR_FILE_ENV = "BAKEOFF_ERROR_FILE"
+from bakeoff.components.environment import ERROR_FILE_ENV
+
 ERROR_PREFIX = "bakeoff: error:"  # what every user-facing error line starts with
 
 

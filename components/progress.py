@@ -8,8 +8,8 @@ import os
 import time
 from pathlib import Path
 
-# Set by `bakeoff run` for a live display; inherited by the kfp.local tasks and from them by the replicas.
-PROGRESS_DIR_ENV = "BAKEOFF_PROGRESS_DIR"
+from bakeoff.components.environment import PROGRESS_DIR_ENV
+
 EVENTS_SUFFIX = ".jsonl"
 LOG_SUFFIX = ".log"
 # The states a variant goes through, in order; "failed" may end any of them.

@@ -10,12 +10,11 @@ import tempfile
 from collections.abc import Mapping, MutableMapping
 
 from bakeoff.components import defaults
+from bakeoff.components.environment import DEVICES_ENV, LOG_LEVEL_ENV
 
-LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 # TensorFlow probes CUDA whenever it lists its devices. Without NVIDIA's driver library the probe can only
 # fail, and it says so at ERROR level ("failed call to cuInit: ... (303)"), which the log level above keeps.
 # Registering the CPU device factory alone skips the probe.
-DEVICES_ENV = "TF_ENABLED_DEVICE_TYPES"
 # absl writes what TensorFlow logs before absl's initialisation (oneDNN's notice, "Could not find cuda drivers")
 # straight to stderr, under this notice and below TensorFlow's own level filter: a replica's reader filters them.
 ABSL_PREINIT_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"

@@ -15,8 +15,8 @@ from typing import TextIO
 
 from bakeoff.components import defaults
 from bakeoff.components.backends import prefork
-from bakeoff.components.errors import ERROR_FILE_ENV, BakeoffError
-from bakeoff.components.progress import PROGRESS_DIR_ENV
+from bakeoff.components.environment import ERROR_FILE_ENV, PROGRESS_DIR_ENV
+from bakeoff.components.errors import BakeoffError
 from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.selection.settings import SelectionSettings
 from bakeoff.components.spec import Data, Search, Variant

@@ -8,6 +8,7 @@ from kfp import dsl
 from kfp.dsl.python_component import PythonComponent
 
 from bakeoff.components import defaults
+from bakeoff.components.environment import S3_INSECURE_ENV
 from bakeoff.components.spec import MAX_VARIANTS, Data, Halving, Search
 from bakeoff.components.steps.check import check
 from bakeoff.components.steps.factory import as_component
@@ -15,7 +16,6 @@ from bakeoff.components.steps.halve import halve
 from bakeoff.components.steps.ingest import ingest
 from bakeoff.components.steps.select import select
 from bakeoff.components.steps.train import train
-from bakeoff.components.storage import S3_INSECURE_ENV
 from bakeoff.components.training.tfjob import STORE_SECRET, STORE_SECRET_KEYS
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff.components.data import artifact as dataset
-from bakeoff.components.defaults import CACHE_ENV
+from bakeoff.components.environment import CACHE_ENV
 from bakeoff.components.storage import Store, open_store
 
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")

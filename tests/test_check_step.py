@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bakeoff.components.errors import ERROR_FILE_ENV
+from bakeoff.components.environment import ERROR_FILE_ENV
 from bakeoff.components.steps.check import check
 from bakeoff.pipelines.cli.main import main
 from tests.conftest import BUCKET, FASHION_MNIST, free_port

@@ -11,15 +11,14 @@ from pathlib import Path
 import pytest
 
 from bakeoff.components.backends import cluster_spec
-from bakeoff.components.backends.cluster_spec import (
+from bakeoff.components.backends.cluster_spec import ensure_tf_config, from_jobset
+from bakeoff.components.environment import (
     COMPLETION_INDEX_ENV,
     JOB_INDEX_ENV,
     JOBSET_ENV,
     NODES_ENV,
     REPLICATED_JOB_ENV,
-    TF_CONFIG,
-    ensure_tf_config,
-    from_jobset,
+    TF_CONFIG_ENV,
 )
 from bakeoff.components.errors import BakeoffError
 
@@ -96,15 +95,15 @@ def test_tensorflow_reads_it_as_one_worker_of_the_cluster() -> None:
 
 
 def test_a_tf_config_already_set_wins_and_a_pod_of_no_jobset_gets_none() -> None:
-    given = {TF_CONFIG: '{"cluster": {}}', **runtime_env(jobset_pod(TRAINJOB, "node", 0, 0), 2)}
+    given = {TF_CONFIG_ENV: '{"cluster": {}}', **runtime_env(jobset_pod(TRAINJOB, "node", 0, 0), 2)}
     ensure_tf_config(given)
-    assert given[TF_CONFIG] == '{"cluster": {}}'
+    assert given[TF_CONFIG_ENV] == '{"cluster": {}}'
     alone: dict[str, str] = {COMPLETION_INDEX_ENV: "0"}  # an indexed Job's pod outside bakeoff's runtime
     ensure_tf_config(alone)
-    assert TF_CONFIG not in alone
+    assert TF_CONFIG_ENV not in alone
     derived = runtime_env(jobset_pod(TRAINJOB, "node", 0, 1), 2)
     ensure_tf_config(derived)
-    assert json.loads(derived[TF_CONFIG]) == from_jobset(derived)
+    assert json.loads(derived[TF_CONFIG_ENV]) == from_jobset(derived)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +140,7 @@ def test_an_identity_that_does_not_add_up_is_one_line_and_nothing_is_set(change:
             env[key] = value
     with pytest.raises(BakeoffError) as raised:
         ensure_tf_config(env)
-    assert str(raised.value) == message and TF_CONFIG not in env
+    assert str(raised.value) == message and TF_CONFIG_ENV not in env
 
 
 def test_the_worker_program_derives_it_before_training() -> None:

@@ -15,7 +15,7 @@ import pytest
 from bakeoff.components import defaults
 from bakeoff.components.backends import prefork
 from bakeoff.components.data.artifact import METADATA_FILE
-from bakeoff.components.errors import ERROR_FILE_ENV
+from bakeoff.components.environment import ERROR_FILE_ENV
 from bakeoff.components.search.halving import schedule
 from bakeoff.components.spec import Halving
 from bakeoff.components.storage import open_store, registry, runs

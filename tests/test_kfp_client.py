@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
+from bakeoff.components.environment import IMAGE_ENV
 from bakeoff.components.errors import BakeoffError
-from bakeoff.pipelines.cli.flags import IMAGE_ENV
 from bakeoff.pipelines.cli.main import main
 from bakeoff.pipelines.kfp_client.parameters import parse_params, pipeline_parameters
 from bakeoff.pipelines.kfp_client.triggers import validate_cron

@@ -12,9 +12,9 @@ from kubeflow.training import TrainingClient
 from kubernetes.client import ApiClient, Configuration
 
 from bakeoff.components.backends.backend import JobFailed, job_restarts, operator_backoff_limit
-from bakeoff.components.backends.kubejob import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV
 from bakeoff.components.backends.kubernetes import KubernetesBackend
 from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
+from bakeoff.components.environment import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import from_dict, load_variants
 from bakeoff.components.training.tfjob import SPEC_LABEL, VARIANT_LABEL, build_tfjob, job_name, worker_args

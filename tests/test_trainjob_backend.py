@@ -10,9 +10,8 @@ from collections.abc import Callable
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
-from bakeoff.components.backends.cluster_spec import NODES_ENV
-from bakeoff.components.backends.kubejob import SERVICE_ACCOUNT_ENV
 from bakeoff.components.backends.trainjob import RUNTIME, TrainJobBackend, trainjob_for, trainjob_name
+from bakeoff.components.environment import NODES_ENV, SERVICE_ACCOUNT_ENV
 from bakeoff.components.errors import BakeoffError
 from tests import test_kubernetes_backend as kubernetes_tests
 from tests.fake_kubernetes import (

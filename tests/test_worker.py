@@ -19,9 +19,10 @@ from bakeoff.components import tfenv
 from bakeoff.components.backends.local import LocalBackend
 from bakeoff.components.data import artifact as dataset
 from bakeoff.components.data import fashion_mnist
+from bakeoff.components.environment import S3_ENDPOINT_ENV, S3_INSECURE_ENV
 from bakeoff.components.modeling import evaluation, savedmodel
 from bakeoff.components.spec import from_dict
-from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, open_store
+from bakeoff.components.storage import open_store
 from bakeoff.components.storage.records import Preprocessing, WorkerMetrics
 from bakeoff.components.training.tfjob import build_tfjob, worker_args
 

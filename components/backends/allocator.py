@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes.util
 from collections.abc import Mapping
 
+from bakeoff.components.environment import PRELOAD_ENV
+
 TCMALLOC = "tcmalloc_minimal"
 INSTALL_HINT = "apt-get install libtcmalloc-minimal4"
 
@@ -23,10 +25,10 @@ def tcmalloc() -> str | None:
 
 def with_tcmalloc(env: Mapping[str, str], library: str | None) -> dict[str, str]:
     """``env`` with ``library`` preloaded in front of what LD_PRELOAD already holds."""
-    preload = env.get("LD_PRELOAD", "")
+    preload = env.get(PRELOAD_ENV, "")
     if not library or library in preload.split():
         return dict(env)
-    return {**env, "LD_PRELOAD": f"{library} {preload}".strip()}
+    return {**env, PRELOAD_ENV: f"{library} {preload}".strip()}
 
 
 def in_use() -> str:

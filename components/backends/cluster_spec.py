@@ -24,20 +24,21 @@ import os
 from collections.abc import Mapping, MutableMapping
 
 from bakeoff.components.backends.backend import PORT
+from bakeoff.components.environment import (
+    COMPLETION_INDEX_ENV,
+    JOB_INDEX_ENV,
+    JOBSET_ENV,
+    NODES_ENV,
+    REPLICATED_JOB_ENV,
+    TF_CONFIG_ENV,
+)
 from bakeoff.components.errors import BakeoffError
 
-TF_CONFIG = "TF_CONFIG"
-# Downward-API variables of bakeoff's runtime, each from the JobSet label named beside it.
-JOBSET_ENV = "BAKEOFF_JOBSET_NAME"  # jobset.sigs.k8s.io/jobset-name: also the headless Service's name
-REPLICATED_JOB_ENV = "BAKEOFF_REPLICATED_JOB"  # jobset.sigs.k8s.io/replicatedjob-name
-JOB_INDEX_ENV = "BAKEOFF_JOB_INDEX"  # jobset.sigs.k8s.io/job-index
 LABELS = {
     JOBSET_ENV: "jobset.sigs.k8s.io/jobset-name",
     REPLICATED_JOB_ENV: "jobset.sigs.k8s.io/replicatedjob-name",
     JOB_INDEX_ENV: "jobset.sigs.k8s.io/job-index",
 }
-COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # the Job controller's: this pod's index among the Job's pods
-NODES_ENV = "BAKEOFF_NUM_NODES"  # the TrainJob's trainer.numNodes, set by components/backends/trainjob.py
 
 
 def host(jobset: str, replicated_job: str, job_index: int, pod_index: int) -> str:
@@ -80,8 +81,8 @@ def from_jobset(env: Mapping[str, str]) -> dict | None:
 def ensure_tf_config(environ: MutableMapping[str, str] = os.environ) -> None:
     """Sets TF_CONFIG from the pod's JobSet identity, unless it is set already or the pod is not one of the
     runtime's."""
-    if environ.get(TF_CONFIG):
+    if environ.get(TF_CONFIG_ENV):
         return
     config = from_jobset(environ)
     if config is not None:
-        environ[TF_CONFIG] = json.dumps(config)
+        environ[TF_CONFIG_ENV] = json.dumps(config)

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bakeoff.components import defaults
+from bakeoff.components.environment import HEARTBEAT_ENV
 
-HEARTBEAT_ENV = "BAKEOFF_HEARTBEAT_FILE"
 JOINING = b"joining"  # waiting for the peers: TensorFlow holds the GIL for as long as a peer is late
 EXITING = b"exiting"  # done: the interpreter's shutdown ends the heartbeat thread
 

@@ -21,14 +21,11 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from bakeoff.components import defaults, tfenv
 from bakeoff.components.backends.backend import JobFailed, Sink, print_line
+from bakeoff.components.environment import POD_NAME_ENVS, SERVICE_ACCOUNT_ENV
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.kubeapi import api_exception, api_reason, api_status, names_an_object, unanswered
 from bakeoff.components.retry import Backoff, retrying
 
-SERVICE_ACCOUNT_ENV = "BAKEOFF_TFJOB_SERVICE_ACCOUNT"  # names the replicas' service account instead of the step's
-# This step's pod name: KFP's downward-API variable first (commonEnvs in kubeflow/pipelines
-# backend/src/v2/compiler/argocompiler/common.go), since HOSTNAME is cut to 63 characters.
-POD_NAME_ENVS = ("KFP_POD_NAME", "POD_NAME", "HOSTNAME")
 # Answers that say the server could not serve the request now, not that the request is wrong.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 LOG_IDLE_SECONDS = 300  # a followed log silent this long is followed afresh: a half-open connection never ends

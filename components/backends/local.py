@@ -23,9 +23,9 @@ from kubeflow.training import KubeflowOrgV1TFJob
 from bakeoff.components import defaults, progress, tfenv
 from bakeoff.components.backends import allocator, prefork
 from bakeoff.components.backends.backend import VARIANT_ANNOTATION, JobFailed, Sink, job_restarts, print_line
-from bakeoff.components.backends.heartbeat import HEARTBEAT_ENV
 from bakeoff.components.backends.threads import thread_cap
 from bakeoff.components.defaults import LOG_TAIL
+from bakeoff.components.environment import HEARTBEAT_ENV, THREAD_VARIABLES
 from bakeoff.components.errors import ERROR_PREFIX, BakeoffError
 
 # Replica types in the order the Training Operator lists them in TF_CONFIG.
@@ -81,7 +81,7 @@ def exit_text(code: int) -> str:
 
 def thread_env(threads: int) -> dict[str, str]:
     """The variables that cap a replica's TensorFlow (and OpenMP) at ``threads`` threads per pool."""
-    return {name: str(threads) for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")}
+    return dict.fromkeys(THREAD_VARIABLES, str(threads))
 
 
 def signal_group(pid: int, number: signal.Signals) -> None:

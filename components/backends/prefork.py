@@ -33,12 +33,12 @@ from typing import TextIO
 
 from bakeoff.components import defaults, tfenv
 from bakeoff.components.backends import allocator
+from bakeoff.components.environment import INTER_OP_THREADS_ENV, INTRA_OP_THREADS_ENV, PREFORK_ENV, TF_CONFIG_ENV
 
-PREFORK_ENV = "BAKEOFF_PREFORK"  # the warm process's socket; replicas start fresh without it
 # Read at a process's start or at TensorFlow's import, so they must be the warm process's own...
 STARTUP_PREFIXES = ("LD_", "PYTHON", "TF_", "ONEDNN_", "DNNL_", "MALLOC_", "TCMALLOC_", "CUDA_")
 # ...except these, read when the replica builds its strategy (TF_CONFIG) and first runs an op (the pools' sizes).
-PER_REPLICA = ("TF_CONFIG", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+PER_REPLICA = (TF_CONFIG_ENV, INTRA_OP_THREADS_ENV, INTER_OP_THREADS_ENV)
 MESSAGE_BYTES = 1 << 20  # a request: arguments and environment, far below this
 
 

@@ -34,8 +34,8 @@ from kubeflow_trainer_api.models import (
 from kubernetes.client import ApiClient, V1DeleteOptions, V1ObjectMeta
 
 from bakeoff.components.backends.backend import WORKER
-from bakeoff.components.backends.cluster_spec import NODES_ENV
 from bakeoff.components.backends.kubejob import JobState, KubeJobRunner
+from bakeoff.components.environment import NODES_ENV
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.kubeapi import api_reason
 

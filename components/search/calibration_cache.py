@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from bakeoff.components import defaults
+from bakeoff.components.environment import CACHE_ENV
 from bakeoff.components.search.costs import VERSION, Calibration
 from bakeoff.components.storage.records import RecordError
 
@@ -34,7 +35,7 @@ def machine_key(cpuinfo: Path = CPUINFO) -> str:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get(defaults.CACHE_ENV) or defaults.CACHE_DIR).expanduser()
+    return Path(os.environ.get(CACHE_ENV) or defaults.CACHE_DIR).expanduser()
 
 
 def read(path: Path) -> Calibration | None:

@@ -26,6 +26,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from bakeoff.components import defaults
+from bakeoff.components.environment import KUBECONFIG_ENV, KUBERNETES_HOST_ENV
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.kubeapi import UNDECLARED_FIELD, api_body, api_reason, api_status, unanswered
 from bakeoff.components.storage import NAMESPACE_TOKEN, POD_NAMESPACE_FILE, open_store, registry
@@ -331,12 +332,12 @@ def pod_namespace() -> str | None:
 def connect() -> Cluster:
     """In a pod: its service account and namespace; elsewhere: the kube-config's current context (kubectl's rules)."""
     configuration = client.Configuration()
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and pod_namespace():
+    if os.environ.get(KUBERNETES_HOST_ENV) and pod_namespace():
         config.load_incluster_config(client_configuration=configuration)
         namespace = pod_namespace() or "default"
     else:
         # Read $KUBECONFIG now: the kubernetes package reads it once, when it is imported.
-        files = os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
+        files = os.environ.get(KUBECONFIG_ENV) or str(Path("~/.kube/config").expanduser())
         try:
             config.load_kube_config(config_file=files, client_configuration=configuration)
             _, active = config.list_kube_config_contexts(config_file=files)

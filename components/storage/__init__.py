@@ -7,15 +7,13 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from bakeoff.components import defaults
+from bakeoff.components.environment import S3_ENDPOINT_ENV, S3_INSECURE_ENV
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.storage.folder import FolderStore
-from bakeoff.components.storage.s3 import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, S3Store
+from bakeoff.components.storage.s3 import S3Store
 from bakeoff.components.storage.store import Store
 
 __all__ = [
-    "S3_ENDPOINT_ENV",
-    "S3_INSECURE_ENV",
-    "S3_REGION_ENV",
     "FolderStore",
     "S3Store",
     "Store",

@@ -13,14 +13,15 @@ from typing import TypeVar
 
 from bakeoff.components import defaults
 from bakeoff.components.defaults import S3_REGION
+from bakeoff.components.environment import (
+    ACCESS_KEY_ENV,
+    S3_ENDPOINT_ENV,
+    S3_REGION_ENV,
+    SECRET_KEY_ENV,
+)
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.retry import Backoff, retrying
 from bakeoff.components.storage.store import Store, files_below
-
-S3_ENDPOINT_ENV = "BAKEOFF_S3_ENDPOINT"
-S3_INSECURE_ENV = "BAKEOFF_S3_INSECURE"
-S3_REGION_ENV = "BAKEOFF_S3_REGION"
-
 
 # Who holds each published prefix, under the store's root: hidden from list() (as the folder store hides
 # dot names) and outside every prefix a reader downloads (KServe copies all of models/<name>/).
@@ -69,8 +70,8 @@ class S3Store(Store):
         import minio
         import urllib3
 
-        access_key = os.environ.get("AWS_ACCESS_KEY_ID")
-        secret_key = os.environ.get("AWS_SECRET_ACCESS_KEY")
+        access_key = os.environ.get(ACCESS_KEY_ENV)
+        secret_key = os.environ.get(SECRET_KEY_ENV)
         if not access_key or not secret_key:
             raise BakeoffError(
                 "S3 credentials missing: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment"

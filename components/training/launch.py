@@ -6,9 +6,10 @@ import os
 from bakeoff.components import defaults, tfenv
 from bakeoff.components.backends.backend import Backend, JobFailed
 from bakeoff.components.data import artifact
+from bakeoff.components.environment import KUBERNETES_HOST_ENV, S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import MAX_TIMEOUT_SECONDS, Variant, check_fits, from_dict
-from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, S3_REGION_ENV, open_store, runs
+from bakeoff.components.storage import open_store, runs
 from bakeoff.components.storage.records import Candidate, WorkerMetrics
 from bakeoff.components.training import backup, rungs
 from bakeoff.components.training.tfjob import build_tfjob, job_name, worker_args
@@ -22,7 +23,7 @@ TRAINERS = ("tfjob", "trainjob")  # what runs the TFJob on a cluster: the Traini
 
 def in_kubernetes() -> bool:
     """Whether this process runs in a pod (the variable every pod gets)."""
-    return "KUBERNETES_SERVICE_HOST" in os.environ
+    return KUBERNETES_HOST_ENV in os.environ
 
 
 def check_trainer(trainer: str) -> str:

@@ -30,6 +30,7 @@ from kubernetes.utils import parse_quantity
 
 from bakeoff.components.backends.backend import CONTAINER, PORT, VARIANT_ANNOTATION, WORKER, operator_backoff_limit
 from bakeoff.components.defaults import BACKOFF_LIMIT, TIMEOUT_SECONDS
+from bakeoff.components.environment import THREAD_VARIABLES
 from bakeoff.components.spec import Variant
 
 WORKER_PROGRAM = "bakeoff.components.training.worker"  # run as `python -m`
@@ -41,7 +42,6 @@ PART_OF_LABEL = "app.kubernetes.io/part-of"
 VARIANT_LABEL = "bakeoff/variant"
 SPEC_LABEL = "bakeoff/spec"  # digest of the spec, whose args name the run's store prefix and the variant
 LABEL_VALUE_MAX = 63  # Kubernetes' limit on a label value
-THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
 
 
 def job_name(run_id: str, variant: str, rung: int = 0) -> str:

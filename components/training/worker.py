@@ -20,13 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bakeoff.components.environment import INTER_OP_THREADS_ENV, INTRA_OP_THREADS_ENV, LEGACY_KERAS_ENV, ONEDNN_ENV
+
 # Keras 3's model.fit fails under MultiWorkerMirroredStrategy (TF 2.21:
 # "Attempt to convert a value (PerReplica...)"); tf-keras trains correctly.
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault(LEGACY_KERAS_ENV, "1")
 # TensorFlow turns its oneDNN kernels on by itself only on CPUs with AVX512-VNNI,
 # AVX512-BF16 or AMX; on AVX2-only CPUs Eigen's kernels train markedly slower
 # (benchmarks/results.md). A value the user set wins.
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+os.environ.setdefault(ONEDNN_ENV, "1")
 
 from bakeoff.components.backends.heartbeat import EXITING, joining, mark, start_heartbeat
 from bakeoff.components.tfenv import quiet_tensorflow
@@ -54,8 +56,8 @@ def _configure_threads() -> None:
     """Applies the thread caps the backend chose, before TensorFlow starts its pools."""
     import tensorflow as tf
 
-    intra = os.environ.get("TF_NUM_INTRAOP_THREADS")
-    inter = os.environ.get("TF_NUM_INTEROP_THREADS")
+    intra = os.environ.get(INTRA_OP_THREADS_ENV)
+    inter = os.environ.get(INTER_OP_THREADS_ENV)
     if intra:
         tf.config.threading.set_intra_op_parallelism_threads(int(intra))
     if inter:

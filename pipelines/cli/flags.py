@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from bakeoff.components import arguments, defaults
+from bakeoff.components.environment import IMAGE_ENV, S3_ENDPOINT_ENV, S3_INSECURE_ENV
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import (
     IMAGE_SIDES,
@@ -18,10 +19,9 @@ from bakeoff.components.spec import (
     check_image_size,
     load_config,
 )
-from bakeoff.components.storage import S3_ENDPOINT_ENV, S3_INSECURE_ENV, Store, check_shared, open_store
+from bakeoff.components.storage import Store, check_shared, open_store
 
 MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
-IMAGE_ENV = "BAKEOFF_IMAGE"  # --image's variable, as KF_PIPELINES_ENDPOINT is --host's
 
 
 def store_args(parser: argparse.ArgumentParser) -> None:

@@ -8,12 +8,9 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
+from bakeoff.components.environment import COOKIES_ENV, HOST_ENV, TOKEN_ENV, TOKEN_FILE_ENV
 from bakeoff.components.errors import BakeoffError
 
-HOST_ENV = "KF_PIPELINES_ENDPOINT"  # kfp.Client's own name for the API address
-TOKEN_FILE_ENV = "KF_PIPELINES_SA_TOKEN_PATH"  # kfp's name; Kubeflow's PodDefault sets it in notebooks
-TOKEN_ENV = "KF_PIPELINES_TOKEN"
-COOKIES_ENV = "BAKEOFF_KFP_COOKIES"
 SECRET_FILE_MAX_BYTES = (
     64 * 1024
 )  # a service-account token is ~1 KiB, a Cookie header a few; this stops --token-file /dev/zero
