@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import math
 import re
@@ -10,11 +9,11 @@ import typing
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
-from bakeoff.components import defaults, spaces
+from bakeoff.components import defaults, spaces, strict
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.modeling.architectures import ARCHITECTURES
 from bakeoff.components.modeling.optimizers import OPTIMIZERS, SCHEDULES
@@ -39,6 +38,8 @@ MAX_ETA = 100
 MAX_BUDGET_MINUTES = 7 * 24 * 60.0
 MAX_TIMEOUT_SECONDS = 7 * 86400  # a TFJob's activeDeadlineSeconds
 IMAGE_SIDES = (8, 1024)  # pixels of a declared image_size's side: below, no pattern is left; above, gigabyte shards
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Variant:
     def model_config(self) -> Any:
         """The architecture's config dataclass, filled from ``model``."""
         params = {key: value for key, value in self.model.items() if key != "type"}
-        return _fill(ARCHITECTURES[self.architecture].config, params, _Where("variant", self.name), "model.")
+        return _read(ARCHITECTURES[self.architecture].config, params, _Where("variant", self.name), "model")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self) | {"model": dict(self.model)}
@@ -105,48 +106,30 @@ class _Where:
         return BakeoffError(f"{source}{variant}{field}: {problem}")
 
 
-def _check_type(value: Any, kind: Any, where: _Where, field: str) -> Any:
-    origin = typing.get_origin(kind)
-    if origin in (collections.abc.Sequence, list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise where.error(field, f"expected a list, got {value!r}")
-        (item,) = typing.get_args(kind)[:1] or (Any,)
-        return tuple(_check_type(v, item, where, f"{field}[{i}]") for i, v in enumerate(value))
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if kind is int and isinstance(value, float) and value.is_integer():
-        return int(value)  # KFP passes every number of a list parameter as a float
-    if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    if kind in (int, float, str, bool) and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
-        raise where.error(field, f"expected {kind.__name__}, got {value!r}")
-    return value
+# KFP hands every number of a list parameter back as a float, and YAML reads `cpu: 2` as a number.
+COERCION = strict.Coercion(whole_floats_as_int=True, numbers_as_str=True, ints_as_float=True)
+_READER = strict.Reader(COERCION)
 
 
-def _fill(cls: type, data: Any, where: _Where, prefix: str = "") -> Any:
-    """Builds dataclass ``cls`` from ``data``, rejecting unknown keys and wrong types."""
-    if not isinstance(data, Mapping):
-        raise where.error(prefix.rstrip(".") or "spec", f"expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise where.error(f"{prefix}{unknown[0]}", f"unknown field (known: {', '.join(fields)})")
-    values = {}
-    for name, value in data.items():
-        kind = hints[name]
-        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-            values[name] = _fill(kind, value, where, f"{prefix}{name}.")
-        else:
-            values[name] = _check_type(value, kind, where, f"{prefix}{name}")
-    missing = [
-        n
-        for n, f in fields.items()
-        if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise where.error(f"{prefix}{missing[0]}", "required field is missing")
-    return cls(**values)
+def _read(cls: type[T], data: Any, where: _Where, path: str = "") -> T:
+    """``data`` as a ``cls``, read strictly; its first problem as ``where``'s one line."""
+    try:
+        return _READER.read(cls, data, path)
+    except strict.Refused as refused:
+        raise where.error(*_described(refused.problem)) from None
+
+
+def _described(problem: strict.Problem) -> tuple[str, str]:
+    """The field a problem is at, and what is wrong there."""
+    if isinstance(problem, strict.WrongKeys):
+        if problem.unknown:
+            known = ", ".join(field.name for field in dataclasses.fields(problem.expected))
+            return strict.path_to(problem.path, sorted(problem.unknown)[0]), f"unknown field (known: {known})"
+        return strict.path_to(problem.path, problem.missing[0]), "required field is missing"
+    expected = problem.expected
+    if expected is dict or dataclasses.is_dataclass(expected):
+        return problem.path or "spec", f"expected a mapping, got {problem.got!r}"
+    return problem.path, f"expected {'a list' if expected is list else expected.__name__}, got {problem.got!r}"
 
 
 def _parse_model(data: Any, where: _Where) -> dict:
@@ -156,7 +139,7 @@ def _parse_model(data: Any, where: _Where) -> dict:
     if not isinstance(kind, str) or kind not in ARCHITECTURES:
         raise where.error("model.type", f"unknown architecture {kind!r} (known: {', '.join(ARCHITECTURES)})")
     params = {key: value for key, value in data.items() if key != "type"}
-    config = _fill(ARCHITECTURES[kind].config, params, where, "model.")
+    config: Any = _read(ARCHITECTURES[kind].config, params, where, "model")
     return {"type": kind} | {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()}
 
 
@@ -168,7 +151,7 @@ def parse_variant(data: Any, where: _Where) -> Variant:
     if not isinstance(name, str) or not name:
         raise where.error("name", f"every variant needs a non-empty name, got {name!r}")
     where = _Where(where.source, name)
-    variant = _fill(Variant, {**data, "model": {}}, where)
+    variant = _read(Variant, {**data, "model": {}}, where)
     variant = dataclasses.replace(variant, model=_parse_model(data.get("model"), where))
     _validate(variant, where)
     return variant
@@ -412,8 +395,8 @@ def _merge(base: Mapping, override: Mapping) -> dict:
 class _SearchFields:
     samples: int = defaults.SEARCH_SAMPLES
     seed: int = defaults.SEED
-    halving: Any = None
-    budget: Any = None
+    halving: _HalvingFields | None = None
+    budget: _BudgetFields | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,16 +412,16 @@ class _HalvingFields:
 
 
 def _parse_search(data: Any, where: _Where) -> Search:
-    fields = _fill(_SearchFields, data, where, "search.")
+    fields = _read(_SearchFields, data, where, "search")
     _bounded(where, "search.samples", fields.samples, 1, MAX_SAMPLES)
     _bounded(where, "search.seed", fields.seed, 0, 2**32 - 1)
     halving = None
     if fields.halving is not None:
-        given = _fill(_HalvingFields, fields.halving, where, "search.halving.")
+        given = fields.halving
         halving = check_halving(given.min_epochs, given.max_epochs, given.eta, where, "search.halving.")
     budget = None
     if fields.budget is not None:
-        budget = _fill(_BudgetFields, fields.budget, where, "search.budget.").minutes
+        budget = fields.budget.minutes
         if not math.isfinite(budget) or not 0 < budget <= MAX_BUDGET_MINUTES:
             raise where.error(
                 "search.budget.minutes", f"must be above 0 and at most {MAX_BUDGET_MINUTES:g} (a week), got {budget}"

@@ -1,8 +1,9 @@
 """The records bakeoff's steps hand each other and keep in the store: typed, versioned, read back strictly.
 
 Each record is a frozen dataclass whose fields are the keys of its JSON, in order: ``to_json`` writes
-what the store holds, ``from_json`` reads it back and refuses, in one line, a missing field, an unknown
-one or a value of the wrong type. The comments on the fields are the schema.
+what the store holds, ``from_json`` reads it back through the one strict reader (components/strict.py,
+JSON's types as written) and refuses, in one line, a missing field, an unknown one or a value of the
+wrong type. The comments on the fields are the schema.
 
 Versions: a record that stands alone (a file in the store, a step's output) ends with ``schema_version``.
 One without it was written before records carried a version (version 0) and had exactly version 1's
@@ -17,10 +18,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import types
 import typing
-from typing import Any, ClassVar, Union
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 
+from bakeoff.components import strict
 from bakeoff.components.errors import BakeoffError
 
 SCHEMA_VERSION = 1
@@ -33,6 +35,9 @@ REWRITE = "written by another version of bakeoff or by hand: rerun what wrote it
 def timestamp() -> str:
     """When a record is made, as the records' ``created`` fields hold it: ISO 8601, UTC, to the second."""
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+R = TypeVar("R", bound="Record")
 
 
 class RecordError(BakeoffError):
@@ -65,7 +70,7 @@ class Record:
     @classmethod
     def from_dict(cls, data: Any, source: str) -> typing.Self:
         """The record ``data`` holds; ``source`` (a store key, a step's name) starts any error line."""
-        return _record(cls, data, source, "", top=True)
+        return _read(cls, data, source)
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str) -> typing.Self:
@@ -120,16 +125,14 @@ def _json_type(value: Any) -> str:
     )
 
 
-def _named(names: list[str]) -> str:
+def _named(names: Sequence[str]) -> str:
     return ", ".join(repr(name) for name in names)
 
 
-def _record(cls: type[Record], data: Any, source: str, path: str, top: bool) -> Any:
-    kind = f"a {cls.__name__} record"
-    if not isinstance(data, dict):
-        _fail(source, path, f"is {_json_type(data)}, not {kind}")
-    data = dict(data)
-    if top and cls.VERSIONED:
+def _read(cls: type[R], data: Any, source: str) -> R:
+    """The record ``data`` holds, its version read first; any problem as one line starting with ``source``."""
+    if cls.VERSIONED and isinstance(data, dict):
+        data, kind = dict(data), f"a {cls.__name__} record"
         version = data.pop(VERSION_FIELD, UNVERSIONED)
         if type(version) is not int or not UNVERSIONED <= version <= cls.VERSION:
             raise RecordError(
@@ -138,73 +141,50 @@ def _record(cls: type[Record], data: Any, source: str, path: str, top: bool) -> 
             )
         if version < cls.VERSION:
             data = cls.upgrade(data, max(version, SCHEMA_VERSION))
-    names = [field.name for field in dataclasses.fields(cls)]
-    fixed = [name for name in names if name not in cls.KEYED]
+    try:
+        return _READER.read(cls, data)
+    except strict.Refused as refused:
+        problem = refused.problem
+        if isinstance(problem, strict.WrongKeys):
+            problems = ([f"lacks {_named(problem.missing)}"] if problem.missing else []) + (
+                [f"has unknown {_named(problem.unknown)}"] if problem.unknown else []
+            )
+            _fail(source, problem.path, f"is a {problem.expected.__name__} record that {' and '.join(problems)}")
+        wanted = problem.expected
+        expected = f"a {wanted.__name__} record" if dataclasses.is_dataclass(wanted) else _JSON_TYPES[wanted]
+        _fail(source, problem.path, f"is {_json_type(problem.got)}, not {expected}")
+
+
+_JSON_TYPES = {
+    list: "a list",
+    dict: "an object",
+    float: "a number",
+    int: "an integer",
+    bool: "a boolean",
+    str: "a string",
+}
+
+
+def _fields(cls: type, data: Mapping[str, Any]) -> strict.Fields:
+    """A record's keys as its fields: each names its own, but a KEYED record's value is under the key its name field
+    holds, and an ADDED field may be left out."""
+    record = typing.cast(type[Record], cls)  # every dataclass a record holds is a record
+    fixed = [field.name for field in dataclasses.fields(record) if field.name not in record.KEYED]
+    values = {name: (name, data[name]) for name in fixed if name in data}
     extra = [key for key in data if key not in fixed]
-    missing = [name for name in fixed if name not in data and name not in cls.ADDED]
-    if cls.KEYED:
+    missing = [name for name in fixed if name not in data and name not in record.ADDED]
+    if record.KEYED:
+        name_field, value_field = record.KEYED
+        if len(extra) == 1:  # the key that names the metric, whatever it is
+            (key,) = extra
+            return strict.Fields(values | {name_field: (key, key), value_field: (key, data[key])}, [], missing)
         if not extra:
-            missing.append(f"<{cls.KEYED[0]}>")  # the key that names the metric, whatever it is
-        unknown = extra if len(extra) > 1 else []
-    else:
-        unknown = extra
-    if missing or unknown:
-        problems = ([f"lacks {_named(missing)}"] if missing else []) + (
-            [f"has unknown {_named(unknown)}"] if unknown else []
-        )
-        _fail(source, path, f"is {kind} that {' and '.join(problems)}")
-    hints = _hints(cls)
-    values = {
-        name: _value(data[name], hints[name], source, f"{path}.{name}" if path else name)
-        for name in fixed
-        if name in data
-    }
-    if cls.KEYED:
-        name_field, value_field = cls.KEYED
-        (key,) = extra
-        values[name_field] = key
-        values[value_field] = _value(data[key], hints[value_field], source, f"{path}.{key}" if path else key)
-    return cls(**values)
+            missing.append(f"<{name_field}>")
+    return strict.Fields(values, extra, missing)
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
-_SCALARS = {float: "a number", int: "an integer", bool: "a boolean", str: "a string"}
-
-
-def _value(value: Any, hint: Any, source: str, path: str) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return value
-    if origin in (Union, types.UnionType):  # Optional[X]: the only union records use
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [arg for arg in args if arg is not type(None)]
-        return _value(value, inner, source, path)
-    if isinstance(hint, type) and issubclass(hint, Record):
-        return _record(hint, value, source, path, top=False)
-    if origin is list:
-        if not isinstance(value, list):
-            _fail(source, path, f"is {_json_type(value)}, not a list")
-        return [_value(item, args[0], source, f"{path}[{index}]") for index, item in enumerate(value)]
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            _fail(source, path, f"is {_json_type(value)}, not an object")
-        inner = args[1] if args else Any
-        return {key: _value(item, inner, source, f"{path}.{key}") for key, item in value.items()}
-    accepted = (
-        (int, float) if hint is float else hint
-    )  # JSON has one kind of number; an integral float may read back as int
-    if not isinstance(value, accepted) or (hint is not bool and isinstance(value, bool)):
-        _fail(source, path, f"is {_json_type(value)}, not {_SCALARS[hint]}")
-    return value
+# JSON as written: an int where a float is wanted is taken as it is, so the record writes back the same number
+_READER = strict.Reader(strict.Coercion(), match=_fields)
 
 
 class _Scored:
