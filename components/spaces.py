@@ -65,6 +65,22 @@ def _allowed(kind: Any) -> tuple[str, ...]:
     return ("choice",)
 
 
+def schema(kind: Any, value: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON Schema of each space a field of type ``kind`` may hold in its value's place (``value``: the value's
+    schema): its one key, with ``choice``'s values or a range's two bounds."""
+    forms = []
+    for space in _allowed(kind):
+        if space == "choice":
+            arguments = {"type": "array", "minItems": 1, "uniqueItems": True, "items": value}
+        else:
+            bound = {"type": "integer" if space == "int_uniform" else "number"}
+            arguments = {"type": "array", "minItems": 2, "maxItems": 2, "items": bound}
+        forms.append(
+            {"type": "object", "properties": {space: arguments}, "required": [space], "additionalProperties": False}
+        )
+    return forms
+
+
 def _kind_name(kind: Any) -> str:
     if typing.get_origin(kind) in (collections.abc.Sequence, list, tuple):
         return "list"

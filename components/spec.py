@@ -38,6 +38,8 @@ MAX_ETA = 100
 MAX_BUDGET_MINUTES = 7 * 24 * 60.0
 MAX_TIMEOUT_SECONDS = 7 * 86400  # a TFJob's activeDeadlineSeconds
 IMAGE_SIDES = (8, 1024)  # pixels of a declared image_size's side: below, no pattern is left; above, gigabyte shards
+NAME_PATTERN = r"[a-z0-9]([-a-z0-9_]*[a-z0-9])?"  # a variant's name: it names TFJobs and store paths
+_SOURCE = defaults.SOURCE  # ConfigFile's default, where its own `defaults` field hides the module
 
 T = TypeVar("T")
 
@@ -221,7 +223,7 @@ def check_fits(variants: Sequence[Variant], image_shape: Sequence[int], source: 
 
 
 def _validate(variant: Variant, where: _Where) -> None:
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9_]*[a-z0-9])?", variant.name):
+    if not re.fullmatch(NAME_PATTERN, variant.name):
         raise where.error("name", "use lower-case letters, digits, '-' and '_' (it names TFJobs and store paths)")
     if len(variant.name) > MAX_NAME:
         raise where.error(
@@ -393,6 +395,8 @@ def _merge(base: Mapping, override: Mapping) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class _SearchFields:
+    """How the file's search spaces are drawn (samples per sampled variant, their seed), halving and a budget."""
+
     samples: int = defaults.SEARCH_SAMPLES
     seed: int = defaults.SEED
     halving: _HalvingFields | None = None
@@ -401,11 +405,16 @@ class _SearchFields:
 
 @dataclasses.dataclass(frozen=True)
 class _BudgetFields:
+    """A time budget: `run` shrinks the search to end in it, on this machine's measured costs."""
+
     minutes: float
 
 
 @dataclasses.dataclass(frozen=True)
 class _HalvingFields:
+    """Successive halving: every variant trains min_epochs, the best 1/eta go on to eta times the epochs, and so on
+    to max_epochs."""
+
     min_epochs: int
     max_epochs: int
     eta: int = defaults.HALVING_ETA
@@ -515,12 +524,26 @@ def _expand(item: Any, where: _Where, search: Search) -> list[tuple[Variant, Exp
     return expanded
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConfigFile:
+    """A bakeoff config file: the variants to train (``defaults`` merged into each), how to search them, the data.
+
+    Its fields are the file's top-level keys: ``parse_config`` reads them into a ``Config``, config_schema.py describes
+    them for editors."""
+
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # merged into every entry of variants
+    variants: list[Mapping[str, Any]]  # each a Variant's fields, search spaces where their values may be
+    search: _SearchFields | None = None
+    source: str = _SOURCE  # what ingest reads (a folder, tfds:NAME, s3://...)
+    image_size: tuple[int, ...] = ()  # [] the source's own size, else [HEIGHT, WIDTH]
+
+
 def parse_config(document: Any, source: str) -> Config:
     """A config document: ``defaults`` merged into each of ``variants``, search spaces expanded, ``search`` read."""
     where = _Where(source)
     if not isinstance(document, Mapping):
         raise where.error("spec", "expected a mapping with a 'variants' list")
-    known = ("defaults", "variants", "search", "source", "image_size")
+    known = [field.name for field in dataclasses.fields(ConfigFile)]
     unknown = sorted(set(document) - set(known))
     if unknown:
         raise where.error(unknown[0], f"unknown top-level field (known: {', '.join(known)})")

@@ -1,4 +1,4 @@
-"""Dataclasses read strictly from parsed YAML or JSON.
+"""Dataclasses read strictly from parsed YAML or JSON, and the JSON Schema of what they read.
 
 One walker over a dataclass's type hints reads every document bakeoff takes in: the config file and the variants KFP
 hands back (spec.py), and the records the steps keep (storage/records.py). It stops at the first unknown key, missing
@@ -165,3 +165,67 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def _required(field: dataclasses.Field[Any]) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+# A field's schema as the caller would have it: (dataclass, field name, its hint, the schema its hint gives) → schema.
+Refine = Callable[[type, str, Any, dict[str, Any]], dict[str, Any]]
+
+
+def schema(cls: type, coercion: Coercion, refine: Refine | None = None) -> dict[str, Any]:
+    """The JSON Schema of what ``Reader(coercion).read(cls, ...)`` takes: its types, its required fields, no unknown
+    key; each field's default and its class's summary line for editors. ``refine`` may change a field's schema (the
+    config file's search spaces)."""
+    return _Schema(coercion, refine or (lambda cls, name, hint, schema: schema)).of(cls)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Schema:
+    coercion: Coercion
+    refine: Refine
+
+    def of(self, hint: Any) -> dict[str, Any]:
+        if hint is Any:
+            return {}
+        origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
+        if origin in _UNIONS:
+            (inner,) = [arg for arg in args if arg is not type(None)]
+            return {"anyOf": [self.of(inner), {"type": "null"}]}
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            return self._object(hint)
+        if origin in _SEQUENCES:
+            return {"type": "array", "items": self.of(args[0] if args else Any)}
+        if origin in _MAPPINGS:
+            inner = args[1] if args else Any
+            return {"type": "object"} | ({"additionalProperties": self.of(inner)} if inner is not Any else {})
+        if hint is str and self.coercion.numbers_as_str:
+            return {"type": ["string", "number"]}
+        return {"type": {int: "integer", float: "number", str: "string", bool: "boolean"}[hint]}
+
+    def _object(self, cls: type) -> dict[str, Any]:
+        hints, fields = _hints(cls), dataclasses.fields(cls)
+        properties = {}
+        for field in fields:
+            properties[field.name] = self.refine(cls, field.name, hints[field.name], self.of(hints[field.name]))
+            if field.default is not dataclasses.MISSING and _plain(field.default):
+                properties[field.name] = properties[field.name] | {"default": _json(field.default)}
+        summary = " ".join((cls.__doc__ or "").split("\n\n")[0].split())  # the docstring's first paragraph
+        written = summary and not summary.startswith(f"{cls.__name__}(")  # else the signature dataclasses made up
+        required = [field.name for field in fields if _required(field)]
+        return (
+            {"type": "object"}
+            | ({"description": summary} if written else {})
+            | {"properties": properties}
+            | ({"required": required} if required else {})
+            | {"additionalProperties": False}
+        )
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is a JSON value as it stands (a default worth showing an editor)."""
+    if isinstance(value, (list, tuple)):
+        return all(map(_plain, value))
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _json(value: Any) -> Any:
+    return [_json(item) for item in value] if isinstance(value, (list, tuple)) else value

@@ -48,7 +48,7 @@ def test_every_package_folder_and_the_pipeline_files_are_installed_under_bakeoff
     expected = {
         PurePosixPath("bakeoff", path.relative_to(ROOT).as_posix())
         for folder in FOLDERS
-        for pattern in ("**/*.py", "*.yaml")
+        for pattern in ("**/*.py", "*.yaml", "*.schema.json")
         for path in (ROOT / folder).glob(pattern)
         if "__pycache__" not in path.parts
     }

@@ -13,6 +13,7 @@ from bakeoff.pipelines.cli.deploy import add_deploy_commands
 from bakeoff.pipelines.cli.local import add_local_commands
 from bakeoff.pipelines.cli.plan import add_plan_commands
 from bakeoff.pipelines.cli.report import add_report_commands
+from bakeoff.pipelines.cli.schema import add_schema_commands
 from bakeoff.pipelines.cli.serving import add_serving_commands
 
 
@@ -28,6 +29,7 @@ def parser() -> argparse.ArgumentParser:
     add_serving_commands(commands)
     add_deploy_commands(commands)
     add_report_commands(commands)
+    add_schema_commands(commands)
     return top
 
 
