@@ -91,7 +91,7 @@ clean: ## remove local run outputs (keeps .venv and the store)
 cluster-binaries: $(INSTALLED) ## build the control plane from its Go modules into ~/.cache/bakeoff/cluster (once per pin)
 	$(BIN)/python -m tests.cluster.binaries
 
-cluster: $(INSTALLED) system ## start the real control plane on loopback (built from Go modules once, ~15 min); prints its kubeconfig
+cluster: $(INSTALLED) system ## start the real control plane on loopback (built from Go modules once, 8-10 min); prints its kubeconfig
 	$(BIN)/python -m tests.cluster.controlplane up
 
 cluster-down: ## stop everything `make cluster` started

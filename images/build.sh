@@ -24,6 +24,7 @@ REGISTRY_PROBE=https://registry-1.docker.io/v2/
 # pip installs as root into /usr/local, as it does there, so Debian's "externally managed" marker goes.
 BASE_PACKAGES=python3,python3-pip,python-is-python3,ca-certificates
 BASE_RELEASE=bookworm
+BASE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 fail() { echo "make image: $*" >&2; exit 1; }
 hash_of() { sha256sum | cut -c1-16; }
@@ -82,7 +83,7 @@ if [ -f "$OUT/done" ] && has_image "$IMAGE"; then
 fi
 
 # ---- the base: a registry's python:3.11-slim-bookworm, else Debian's packages
-if [ -z "${BASE_IMAGE:-}" ] && [ "$ENGINE" != docker ] \
+if [ -z "${BASE_IMAGE:-}" ] \
     && ! curl -s -m 10 -o /dev/null "$REGISTRY_PROBE" 2>/dev/null; then
   command -v mmdebstrap >/dev/null || fail "no registry answers and mmdebstrap is missing: install it or set BASE_IMAGE"
   [ "$(id -u)" = 0 ] || fail "no registry answers: building the Debian base needs root, or set BASE_IMAGE"
@@ -96,10 +97,15 @@ if [ -z "${BASE_IMAGE:-}" ] && [ "$ENGINE" != docker ] \
       --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
       "$BASE_RELEASE" "$tarball.part"
     mv "$tarball.part" "$tarball"
-    container=$(engine from scratch)
-    engine add "$container" "$tarball" / >/dev/null
-    engine config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd python3 "$container"
-    engine commit --rm "$container" "$BASE_IMAGE" >/dev/null
+    case $ENGINE in
+      buildah)
+        container=$(engine from scratch)
+        engine add "$container" "$tarball" / >/dev/null
+        engine config --env "PATH=$BASE_PATH" --cmd python3 "$container"
+        engine commit --rm "$container" "$BASE_IMAGE" >/dev/null
+        ;;
+      *) engine import --change "ENV PATH=$BASE_PATH" --change 'CMD ["python3"]' "$tarball" "$BASE_IMAGE" >/dev/null ;;
+    esac
     rm -f "$tarball"
   fi
 fi
@@ -120,6 +126,12 @@ rm -rf "$OUT" && mkdir -p "$OUT/rootfs"
 case $ENGINE in
   docker)
     docker save "$IMAGE" | tar -x -C "$OUT" --one-top-level=oci  # an OCI layout since Docker 25
+    if [ ! -f "$OUT/oci/index.json" ]; then  # an older daemon saves only its own format: skopeo reads the daemon
+      command -v skopeo >/dev/null \
+        || fail "this docker daemon saves no OCI layout (Docker < 25): install skopeo, or use Docker >= 25"
+      rm -rf "$OUT/oci"
+      skopeo copy --quiet "docker-daemon:$IMAGE" "oci:$OUT/oci"
+    fi
     container=$(docker create "$IMAGE")
     docker export "$container" | tar -x -C "$OUT/rootfs"
     docker rm "$container" >/dev/null
@@ -130,7 +142,7 @@ case $ENGINE in
     (cd "$(engine mount "$container")" && tar -c .) | tar -x -C "$OUT/rootfs"
     engine umount "$container" >/dev/null && engine rm "$container" >/dev/null
     ;;
-  podman)  # not tried here (buildah is what CI has): the same steps in podman's words
+  podman)
     engine push "$IMAGE" "oci:$OUT/oci" >/dev/null
     (cd "$(engine image mount "$IMAGE")" && tar -c .) | tar -x -C "$OUT/rootfs"
     engine image unmount "$IMAGE" >/dev/null

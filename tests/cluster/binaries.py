@@ -116,7 +116,7 @@ def ensure(log=print) -> Binaries:
         f"{_require(MODULES[1], 'github.com/kubeflow/training-operator')}, Kubeflow Trainer "
         f"{_require(MODULES[2], 'github.com/kubeflow/trainer/v2')}, "
         f"JobSet {_require(MODULES[2], 'sigs.k8s.io/jobset')})"
-        f" into {folder}: ~15 min on 2 cores, once"
+        f" into {folder}: 8-10 min on 2 cores, once"
     )
     _build(toolchain, MODULES[0], staging, k8s_flags)
     for module in MODULES[1:]:
