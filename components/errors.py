@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
-import sys
 from collections.abc import Iterator
 
+from bakeoff.components import logs
 from bakeoff.components.environment import ERROR_FILE_ENV
+
+logger = logging.getLogger(__name__)
 
 ERROR_PREFIX = "bakeoff: error:"  # what every user-facing error line starts with
 
@@ -21,15 +24,17 @@ def reported() -> Iterator[None]:
     """Turns a BakeoffError inside a component into exit code 1 plus one line.
 
     Components run in subprocesses (kfp.local) or pods, so the message would
-    otherwise reach the CLI only as a task failure. The line is printed to the
+    otherwise reach the CLI only as a task failure. The line goes to the
     task log and, when the CLI asked for it through ``BAKEOFF_ERROR_FILE``,
-    written to that file so the CLI can repeat it as its own error line.
+    is written to that file so the CLI can repeat it as its own error line.
+    Every component process enters here first: its log lines are configured here.
     """
+    logs.configure()
     try:
         yield
     except BakeoffError as error:
         message = str(error)
-        print(f"{ERROR_PREFIX} {message}", file=sys.stderr, flush=True)
+        logger.error("%s %s", ERROR_PREFIX, message)
         error_file = os.environ.get(ERROR_FILE_ENV)
         if error_file:
             with open(error_file, "w", encoding="utf-8") as handle:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.components import logs
 from bakeoff.components.data import artifact as dataset
 from bakeoff.components.environment import CACHE_ENV
 from bakeoff.components.storage import Store, open_store
@@ -35,6 +36,9 @@ WEED_STOP_GRACE = (
 )
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The tests are an entry point, as the CLI is: a component they call in this process logs its lines to stderr
+# (capsys, capfd), as it does in the processes it runs in.
+logs.configure()
 
 
 LANES = ("unit", "s3", "training", "serving", "cluster")  # pyproject.toml's markers say what each holds

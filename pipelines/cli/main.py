@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from bakeoff.components import logs
 from bakeoff.components.errors import ERROR_PREFIX, BakeoffError
 from bakeoff.components.tfenv import quiet_tensorflow
 from bakeoff.pipelines.cli.cluster import add_cluster_commands
@@ -35,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    logs.configure()  # the components' lines in this process; the steps, replicas and server it starts configure theirs
     quiet_tensorflow(log_level=not args.debug)  # inherited by the steps and their replicas
     try:
         return args.handler(args)
