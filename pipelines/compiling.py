@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import ast
+import logging
 import math
 import os
 import re
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,8 @@ from bakeoff.pipelines.pipeline import Cluster, build_pipeline
 
 if TYPE_CHECKING:
     from bakeoff.components.search.budget import Plan
+
+logger = logging.getLogger(__name__)
 
 COMPILED = Path(__file__).resolve().parent / "bakeoff.yaml"
 HEADER_DEFAULT = re.compile(r"(#    \w+: \w+ \[Default: )(.*)\]")  # an input's line in kfp's header comment
@@ -103,7 +105,7 @@ def budget_plan(config: Config, max_train_examples: int = 0) -> Plan | None:
         return None
     plan, _ = plan_config(config, max_train_examples)
     for line in plan.fitted:
-        print(f"bakeoff: within search.budget: {line}", file=sys.stderr)
+        logger.info("bakeoff: within search.budget: %s", line)
     return plan
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,8 @@ from bakeoff.components.data.sources import SPLITS, Listing, open_source
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.storage.records import DatasetMetadata, Preprocessing, SkippedFiles
 from bakeoff.components.storage.store import Store
+
+logger = logging.getLogger(__name__)
 
 METADATA_FILE = "metadata.json"
 PROGRESS_STEPS = 10  # progress lines per ingest: one each tenth of the images
@@ -192,13 +195,13 @@ def build(
     shards: int,
     seed: int,
     image_size: list | tuple = (),
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logger.info,
 ) -> DatasetMetadata:
     """Builds the artifact of ``source`` in ``out`` and returns its metadata; one line and nothing left in ``out``
     for any bad input.
 
     ``image_size`` [H, W] resizes every image as it is read; empty keeps the source's own size, which all its
-    images must share.
+    images must share. ``log`` takes each progress line (by default this module's logger, at INFO).
     """
     check_shards(shards)
     sides = check_image_size(list(image_size))

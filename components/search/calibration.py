@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import logging
 import statistics
 import subprocess
 import sys
@@ -51,6 +52,8 @@ from bakeoff.components.spec import Variant
 from bakeoff.components.storage import Store, runs
 from bakeoff.components.storage.records import timestamp
 from bakeoff.components.training.tfjob import WORKER_PROGRAM
+
+logger = logging.getLogger(__name__)
 
 # What a step imports before its work: most only kfp's executor and the launcher of jobs; select (steps/select.py)
 # TensorFlow, the selection and the report's figures as well (tests/test_search.py holds this to select's imports).
@@ -185,16 +188,16 @@ def calibrated(
     if not missing:
         assert cached is not None
         return cached
-    print(f"bakeoff: measuring this machine's training costs once ({path})", file=sys.stderr)
+    logger.info("bakeoff: measuring this machine's training costs once (%s)", path)
     before = contention.sample()
     measured = measure(missing, source, steps, images)
     calibration = dataclasses.replace(measured, steps=[*(cached.steps if cached else []), *measured.steps])
     others = contention.others_share(before, contention.sample())
     if others > defaults.BUSY_SHARE:  # slower than this machine alone: every later plan would be priced from it
-        print(
-            f"bakeoff: other processes used {others:.0%} of the cores while this machine's costs were measured: this"
-            " plan uses them, the next one measures again",
-            file=sys.stderr,
+        logger.warning(
+            "bakeoff: other processes used %s of the cores while this machine's costs were measured:"
+            " this plan uses them, the next one measures again",
+            f"{others:.0%}",
         )
     else:
         write(path, calibration)
@@ -227,10 +230,13 @@ def measure(
                 variant, data.as_uri(), (Path(scratch) / "store").as_uri(), f"calibration-{index}", steps, images
             )
             # a minute or more on 2 cores in all: a line per job shows it goes on
-            print(
-                f"bakeoff: timed {variant.name} ({index + 1} of {len(wanted)}): {cost.step_seconds * 1000:.3g} ms a"
-                f" step, {start:.1f} s to start",
-                file=sys.stderr,
+            logger.info(
+                "bakeoff: timed %s (%d of %d): %.3g ms a step, %.1f s to start",
+                variant.name,
+                index + 1,
+                len(wanted),
+                cost.step_seconds * 1000,
+                start,
             )
             costs.append(cost)
             starts.append(start)

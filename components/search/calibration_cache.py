@@ -6,14 +6,16 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
+import logging
 import os
-import sys
 from pathlib import Path
 
 from bakeoff.components import defaults
 from bakeoff.components.environment import CACHE_ENV
 from bakeoff.components.search.costs import VERSION, Calibration
 from bakeoff.components.storage.records import RecordError
+
+logger = logging.getLogger(__name__)
 
 FILE = "calibration.json"
 CPUINFO = Path("/proc/cpuinfo")
@@ -49,7 +51,7 @@ def read(path: Path) -> Calibration | None:
     except FileNotFoundError:
         return None
     except RecordError as error:
-        print(f"bakeoff: measuring this machine's costs again: {error}", file=sys.stderr)
+        logger.warning("bakeoff: measuring this machine's costs again: %s", error)
         return None
     return calibration if calibration.version == VERSION else None
 

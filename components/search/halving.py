@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 
@@ -15,6 +16,8 @@ from bakeoff.components.spec import Halving
 from bakeoff.components.storage import Store, runs
 from bakeoff.components.storage.records import VAL_EPOCHS, RungRecord, RungStop, Score, timestamp
 from bakeoff.components.training import backup
+
+logger = logging.getLogger(__name__)
 
 # A stopped variant's reason where the deadline went on with cheaper ones ranked below it.
 PASSED_OVER = (
@@ -162,7 +165,7 @@ def halve(
             why = f" (not {keep}: the budget's deadline)"  # said where it stopped one the rung would have kept
         if why or passed:
             over = f"; passed over for cheaper ones: {', '.join(passed)}" if passed else ""
-            print(f"bakeoff: rung {rung} keeps {len(kept)}{why}: {', '.join(kept)}{over}", flush=True)
+            logger.info("bakeoff: rung %d keeps %d%s: %s%s", rung, len(kept), why, ", ".join(kept), over)
     value = {entry.variant: entry.value for entry in scores}
     last = max(epochs)
     # Which epochs a score averages, when more than one.

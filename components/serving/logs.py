@@ -1,13 +1,8 @@
-"""What the model server writes to its log: its own one-line notices, and KServe's client errors in one line."""
+"""KServe's log lines of the model server: a client's error in one line."""
 
 from __future__ import annotations
 
 import logging
-import sys
-
-
-def say(line: str) -> None:
-    print(f"bakeoff serve: {line}", file=sys.stderr, flush=True)
 
 
 class ClientErrorsInOneLine(logging.Filter):

@@ -11,13 +11,14 @@ from typing import Any
 
 from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.serving.logs import ClientErrorsInOneLine, say
+from bakeoff.components.serving.logs import ClientErrorsInOneLine
 from bakeoff.components.serving.tuning import fast_event_loop, intra_op_threads, settle_heap
 from bakeoff.components.serving.versions import Source, choose
 from bakeoff.components.serving.watcher import Watcher
 from bakeoff.components.storage import registry
 from bakeoff.components.tfenv import import_tensorflow, quiet_tensorflow
 
+logger = logging.getLogger(__name__)
 HTTP_PORT = defaults.SERVING_PORT
 POLL_SECONDS = defaults.SERVING_POLL_SECONDS  # each poll is one listing of the model's folder or prefix
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # a larger body answers 413: about 3,000 images as JSON arrays
@@ -119,10 +120,15 @@ def serve(source: Source, settings: Settings) -> int:
     if watcher:
         watcher.start()
     grpc = f", gRPC on port {settings.grpc_port}" if settings.grpc_port else ""
-    say(
-        f"serving {settings.model_name!r} version {first} from {source.description}"
-        f" at http://127.0.0.1:{settings.http_port}/v1/models/{settings.model_name}:predict{grpc}"
-        + (f"; looking for newer versions every {settings.poll_seconds:g} s" if watcher else "")
+    logger.info(
+        "bakeoff serve: serving %r version %s from %s at http://127.0.0.1:%s/v1/models/%s:predict%s%s",
+        settings.model_name,
+        first,
+        source.description,
+        settings.http_port,
+        settings.model_name,
+        grpc,
+        f"; looking for newer versions every {settings.poll_seconds:g} s" if watcher else "",
     )
     settle_heap()
     fast_event_loop()

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bakeoff.components.serving.logs import say
 from bakeoff.components.serving.tuning import settle_heap
 from bakeoff.components.serving.versions import Source
 
 if TYPE_CHECKING:
     from bakeoff.components.serving.model import ServedModel, Version
+
+logger = logging.getLogger(__name__)
 
 
 class Watcher(threading.Thread):
@@ -39,7 +41,12 @@ class Watcher(threading.Thread):
         try:
             newest = max(self.source.versions(), default=0)
         except Exception as error:  # a store that is down for a while must not end the serving of what is loaded
-            say(f"cannot list {self.source.description} ({error}); still serving version {self.model.current.number}")
+            logger.warning(
+                "bakeoff serve: cannot list %s (%s); still serving version %s",
+                self.source.description,
+                error,
+                self.model.current.number,
+            )
             return
         serving = self.model.current.number
         if newest <= serving or newest in self.failed:
@@ -48,9 +55,11 @@ class Watcher(threading.Thread):
             version = self.load(self.source.fetch(newest), newest)
         except Exception as error:
             self.failed.add(newest)
-            say(f"version {newest} does not load ({error}); still serving version {serving}")
+            logger.warning(
+                "bakeoff serve: version %s does not load (%s); still serving version %s", newest, error, serving
+            )
             return
         self.model.swap(version)
         self.source.release(serving)
         self.settle = True
-        say(f"now serving version {newest} (was {serving})")
+        logger.info("bakeoff serve: now serving version %s (was %s)", newest, serving)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +22,8 @@ from bakeoff.components.environment import (
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.retry import Backoff, retrying
 from bakeoff.components.storage.store import Store, files_below
+
+logger = logging.getLogger(__name__)
 
 # Who holds each published prefix, under the store's root: hidden from list() (as the folder store hides
 # dot names) and outside every prefix a reader downloads (KServe copies all of models/<name>/).
@@ -51,8 +53,8 @@ class UploadMismatch(Exception):
     """What the server stored is not what was sent (a transient fault: the upload is repeated)."""
 
 
-def _to_stderr(line: str) -> None:
-    print(f"bakeoff: {line}", file=sys.stderr, flush=True)
+def _log_retry(line: str) -> None:
+    logger.warning("bakeoff: %s", line)
 
 
 class S3Store(Store):
@@ -81,7 +83,7 @@ class S3Store(Store):
         self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.endpoint = endpoint
         self.retry_seconds = retry_seconds
-        self.report: Callable[[str], None] = _to_stderr  # where each retry is announced, one line each
+        self.report: Callable[[str], None] = _log_retry  # where each retry is announced, one line each
         self._create_only: bool | None = None  # whether the server honours CREATE_ONLY; probed at the first publish
         # urllib3 retries nothing: one loop (_call) retries everything, under one bound.
         http = urllib3.PoolManager(

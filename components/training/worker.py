@@ -51,6 +51,8 @@ from bakeoff.components.training.callbacks import EpochProgress, StoreBackup, Th
 from bakeoff.components.training.inputs import EpochShape, distributed_inputs, epoch_shape
 from bakeoff.components.training.model import compiled_model
 
+logger = logging.getLogger(__name__)
+
 
 def _configure_threads() -> None:
     """Applies the thread caps the backend chose, before TensorFlow starts its pools."""
@@ -191,11 +193,7 @@ def _fit(
         resume = backup.restore(place.store, place.prefix, place.digest, backup_dir)
         attempt = backup.begin_attempt(place.store, place.prefix, place.digest, stop_epoch) if place.chief else 0
         if resume.epochs_done:
-            print(
-                f"resuming after epoch {resume.epochs_done} of {variant.training.epochs} from the backup",
-                file=sys.stderr,
-                flush=True,
-            )
+            logger.warning("resuming after epoch %d of %d from the backup", resume.epochs_done, variant.training.epochs)
         backing_up = StoreBackup(backup_dir, place.store, place.prefix, place.digest, place.chief, resume)
         throughput = Throughput(shape.global_batch, paused=lambda: validation.seconds if validation else 0.0)
         # Validation first: the callbacks after it find its numbers in the epoch's logs.
@@ -321,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             args.stop_epoch,
             args.rung,
         )
-        print(f"trained {metrics.variant}: {metrics.examples_per_second:.0f} examples/s", file=sys.stderr)
+        logger.info("trained %s: %.0f examples/s", metrics.variant, metrics.examples_per_second)
     mark(EXITING)
     return 0
 
