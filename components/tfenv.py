@@ -81,4 +81,4 @@ def import_tensorflow(environ: Mapping[str, str] = os.environ) -> None:
             held.seek(0)
             for line in held.read().decode("utf-8", "replace").splitlines():
                 if shown(line, level):
-                    print(line, file=sys.stderr)
+                    print(line, file=sys.stderr)  # noqa: T201 (absl's own lines, passed on as they were)

@@ -231,7 +231,7 @@ def _child(connection: socket.socket, stdout: int, request: dict) -> None:
         if exit.code is None or isinstance(exit.code, int):
             code = exit.code or 0
         else:  # sys.exit("message"), as the interpreter does: the message, then 1
-            print(exit.code, file=sys.stderr)
+            print(exit.code, file=sys.stderr)  # noqa: T201 (the interpreter's own words for it)
     except BaseException:
         traceback.print_exc()
     finally:
