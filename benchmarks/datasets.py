@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from bakeoff.components import logs
 from bakeoff.components.storage.records import Summary
 from benchmarks.harness import Context, Figure, add_size_flags
 from benchmarks.search import run_bakeoff
@@ -231,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     add_size_flags(parser, FULL)
     parser.add_argument("--scratch", type=Path, help="a new folder to keep every dataset, store and run log in")
     args = vars(parser.parse_args(argv))
+    logs.configure()  # the components' lines, as `bakeoff` shows them
     scratch = args.pop("scratch")
     with contextlib.ExitStack() as temporary:
         if scratch is None:

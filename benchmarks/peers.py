@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
+from bakeoff.components import logs
 from bakeoff.components.spaces import Space
 from bakeoff.components.spec import Base, Variant
 from bakeoff.components.tfenv import quiet_tensorflow
@@ -533,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     size = Size(**args)
     if size.contests < 1 or size.budget_seconds < 1:
         parser.error("--contests and --budget-seconds must be at least 1")
+    logs.configure()  # the components' lines, as `bakeoff` shows them
     quiet_tensorflow()
     if tool:
         print(run_peer(tool, size, size.seed, max_epochs, scratch, started).to_json())

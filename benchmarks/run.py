@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bakeoff.components import logs
 from bakeoff.components.tfenv import quiet_tensorflow
 from benchmarks import headline
 from benchmarks.harness import Context, Figure
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repetitions", type=int, default=3)
     args = parser.parse_args(argv)
+    logs.configure()  # the components' lines, as `bakeoff` shows them
     quiet_tensorflow()
     started = time.perf_counter()
     figures: list[Figure] = []

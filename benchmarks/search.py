@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from bakeoff.components import logs
 from bakeoff.components.storage.records import Summary
 from benchmarks.harness import Context, Figure, add_size_flags
 
@@ -214,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     add_size_flags(parser, FULL)
     parser.add_argument("--scratch", type=Path, help="a new folder to keep every run's store and log in")
     args = vars(parser.parse_args(argv))
+    logs.configure()  # the components' lines, as `bakeoff` shows them
     scratch, size = args.pop("scratch"), Size(**args)
     if scratch is not None:  # to take the runs apart afterwards
         scratch.mkdir(parents=True)

@@ -353,12 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
 
+    from bakeoff.components import logs
     from bakeoff.components.tfenv import quiet_tensorflow
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=Size.clients)
     parser.add_argument("--seconds", type=float, default=Size.seconds)
     args = parser.parse_args(argv)
+    logs.configure()  # the components' lines, as `bakeoff` shows them
     quiet_tensorflow()
     size = Size(args.clients, args.seconds)
     with tempfile.TemporaryDirectory(prefix="bakeoff-soak-") as scratch:

@@ -1,9 +1,9 @@
 """bakeoff's log lines: the one configuration that writes every module's records as plain lines on stderr.
 
 Each module logs through ``logging.getLogger(__name__)``, a name under ``bakeoff``; ``configure`` gives that one
-logger its handler, once per process, from each entry point: the ``bakeoff`` command's main, and ``reported()``
+logger its handler, once per process, from each entry point: the ``bakeoff`` command's main, ``reported()``
 (components/errors.py), which every component process enters first (the KFP steps, the replica program, the model
-server).
+server), and the benchmarks' programs.
 """
 
 from __future__ import annotations
