@@ -12,9 +12,6 @@ import logging
 import sys
 
 ROOT = "bakeoff"  # the logger above every module's
-# The halve step's decision has gone to stdout since it was written, where kfp's executor writes a step's own log
-# lines (kfp/dsl/executor_main.py) and where tests/test_search_pipeline.py reads it; every other line goes to stderr.
-ON_STDOUT = frozenset({"bakeoff.components.search.halving"})
 
 
 class Lines(logging.Handler):
@@ -30,9 +27,8 @@ class Lines(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            stream = sys.stdout if record.name in ON_STDOUT else sys.stderr
-            stream.write(self.format(record) + "\n")
-            stream.flush()
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
         except RecursionError:  # as logging.StreamHandler does: a recursion is not a logging error
             raise
         except Exception:

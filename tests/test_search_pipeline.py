@@ -303,7 +303,7 @@ def test_a_variant_the_deadline_passes_over_for_cheaper_ones_says_so(
         "val_accuracy 0.8000 placed 2 of 3 after epoch 2; rung 0 keeps 2; passed over for cheaper ones ranked below"
         " it: with it the search would not end by the budget's deadline"
     )
-    assert "bakeoff: rung 0 keeps 2: best, cheap; passed over for cheaper ones: costly" in capsys.readouterr().out
+    assert "bakeoff: rung 0 keeps 2: best, cheap; passed over for cheaper ones: costly" in capsys.readouterr().err
 
 
 def test_halve_ranks_by_the_last_third_of_the_epochs_so_one_dip_does_not_decide(tmp_path: Path) -> None:
