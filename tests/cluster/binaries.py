@@ -1,10 +1,12 @@
 """The control plane's programs, built from their Go modules into a cache outside the repository.
 
-Three tool modules pin them: `tests/cluster/go.mod` (etcd, kube-apiserver, kube-controller-manager,
+Four tool modules pin them: `tests/cluster/go.mod` (etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kubectl at one Kubernetes release), `tests/cluster/operator/go.mod` (the Training Operator,
-which builds on an older Kubernetes library) and `tests/cluster/trainer/go.mod` (Kubeflow Trainer v2's
-controller manager and the JobSet controller it pins). The cache key is the hash of every module's go.mod
-and go.sum and of the Go toolchain's version, so a pin change rebuilds and nothing else does.
+which builds on an older Kubernetes library), and one per Kubeflow Trainer release the lane runs,
+`tests/cluster/trainer/go.mod` (v2.1.0) and `tests/cluster/trainer-v2.3/go.mod` (v2.3.0): Trainer v2's
+controller manager and the JobSet controller that release pins, under names of their own. The cache key is the
+hash of every module's go.mod and go.sum and of the Go toolchain's version, so a pin change rebuilds and
+nothing else does.
 """
 
 from __future__ import annotations
@@ -20,8 +22,36 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MODULES = (HERE, HERE / "operator", HERE / "trainer")
+TRAINER_MODULE, JOBSET_MODULE = "github.com/kubeflow/trainer/v2", "sigs.k8s.io/jobset"
 CACHE_ENV = "BAKEOFF_CLUSTER_CACHE"  # overrides where the binaries are kept
+
+
+@dataclass(frozen=True)
+class TrainerPin:
+    """A tool module pinning one Kubeflow Trainer release and the JobSet release its go.mod requires."""
+
+    module: Path
+    suffix: str  # what its programs' names end with, so that every pin's programs share one folder
+
+    @property
+    def trainer(self) -> str:
+        return _require(self.module, TRAINER_MODULE)
+
+    @property
+    def jobset(self) -> str:
+        return _require(self.module, JOBSET_MODULE)
+
+    @property
+    def programs(self) -> tuple[str, str]:
+        """Its Trainer's and its JobSet's controller managers."""
+        return f"trainer-controller-manager{self.suffix}", f"jobset-controller-manager{self.suffix}"
+
+
+# The first is what Kubeflow 1.11.0 and 26.03 install, and what a control plane starts with; the newest release
+# is the other (tests/cluster/test_trainjob.py runs against each).
+TRAINERS = (TrainerPin(HERE / "trainer", ""), TrainerPin(HERE / "trainer-v2.3", "-v2.3"))
+MODULES = (HERE, HERE / "operator", *(pin.module for pin in TRAINERS))
+SUFFIXES = {pin.module: pin.suffix for pin in TRAINERS}  # a module not named here keeps its programs' names
 # What `go build -o DIR tool` names each program (the last path element that is not a major version).
 PROGRAMS = (
     "etcd",
@@ -30,8 +60,7 @@ PROGRAMS = (
     "kube-scheduler",
     "kubectl",
     "training-operator",
-    "trainer-controller-manager",
-    "jobset-controller-manager",
+    *(program for pin in TRAINERS for program in pin.programs),
 )
 # What the build names a program (left) and the name it is kept under (right), where the two differ.
 RENAMES = {
@@ -111,19 +140,20 @@ def ensure(log=print) -> Binaries:
     major, minor = version.lstrip("v").split(".")[:2]
     stamp = "k8s.io/component-base/version"
     k8s_flags = f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitMajor={major} -X {stamp}.gitMinor={minor}"
+    trainers = ", ".join(f"Kubeflow Trainer {pin.trainer} with JobSet {pin.jobset}" for pin in TRAINERS)
     log(
         f"building the control plane (Kubernetes {version}, Training Operator "
-        f"{_require(MODULES[1], 'github.com/kubeflow/training-operator')}, Kubeflow Trainer "
-        f"{_require(MODULES[2], 'github.com/kubeflow/trainer/v2')}, "
-        f"JobSet {_require(MODULES[2], 'sigs.k8s.io/jobset')})"
-        f" into {folder}: 8-10 min on 2 cores, once"
+        f"{_require(MODULES[1], 'github.com/kubeflow/training-operator')}, {trainers})"
+        f" into {folder}: 10-13 min on 2 cores, once"
     )
-    _build(toolchain, MODULES[0], staging, k8s_flags)
-    for module in MODULES[1:]:
-        _build(toolchain, module, staging, "-s -w")
-    for built, kept in RENAMES.items():
-        if (staging / built).is_file():
-            (staging / built).rename(staging / kept)
+    for module in MODULES:
+        # Each into a folder of its own: two Trainer pins build programs of the same names.
+        built = staging / f"{module.name}.build"
+        built.mkdir()
+        _build(toolchain, module, built, k8s_flags if module == HERE else "-s -w")
+        for program in built.iterdir():
+            program.rename(staging / f"{RENAMES.get(program.name, program.name)}{SUFFIXES.get(module, '')}")
+        built.rmdir()
     missing = [program for program in PROGRAMS if not (staging / program).is_file()]
     if missing:
         raise BuildError(f"the Go build made no {', '.join(missing)} in {staging}")
