@@ -2,8 +2,9 @@
 Training Operator, the JobSet controller, Kubeflow Trainer v2's controller manager and the process kubelet, as
 local processes built from their Go modules.
 
-`python -m tests.cluster.controlplane up [--state-dir DIR]` starts it and prints the admin kubeconfig's path;
-`down` stops everything it started. The pytest fixture in tests/cluster/conftest.py calls `start`/`stop`.
+`python -m tests.cluster.controlplane up [--state-dir DIR] [--trainer VERSION]` starts it and prints the admin
+kubeconfig's path; `down` stops everything it started. The pytest fixture in tests/cluster/conftest.py calls
+`start`/`stop`; `use_trainer` swaps in another pinned Trainer release (binaries.TRAINERS) and its JobSet.
 Ports are free loopback ports chosen at start; nothing listens beyond 127.0.0.0/8 except the Training
 Operator's webhook and metrics servers, which bind every interface as upstream's flags do (their port only).
 JobSet's and Trainer's configuration files bind their webhook servers to loopback and turn their metrics off.
@@ -107,6 +108,22 @@ JOBSET_WEBHOOK_PATCHES = {
     "MutatingWebhookConfiguration": "mutating-patch.yaml",
     "ValidatingWebhookConfiguration": "validating-patch.yaml",
 }
+# JobSet's own RBAC in config/components/rbac: its account, ClusterRole and binding, and from v0.11 the Role on its
+# webhook Secret (manager_secrets_role.yaml), which the ClusterRole no longer grants. Not its leader election's
+# (one replica here) or its metrics' auth proxy.
+JOBSET_RBAC = (
+    "service_account.yaml",
+    "role.yaml",
+    "role_binding.yaml",
+    "manager_secrets_role.yaml",
+    "manager_secrets_role_binding.yaml",
+)
+# The webhook configurations Trainer's cert-controller injects its CA into (cmd/trainer-controller-manager/main.go's
+# names): v2.1 ships the validating one, v2.3 the mutating one too.
+TRAINER_WEBHOOKS = {
+    "ValidatingWebhookConfiguration": "validator.trainer.kubeflow.org",
+    "MutatingWebhookConfiguration": "defaulter.trainer.kubeflow.org",
+}
 
 
 class StartError(RuntimeError):
@@ -147,6 +164,7 @@ class ControlPlane:
     state: Path
     ports: Ports
     pids: dict[str, int] = field(default_factory=dict)
+    trainer: str = ""  # the Kubeflow Trainer release its JobSet and Trainer controllers are (a TrainerPin's)
 
     @property
     def server(self) -> str:
@@ -183,13 +201,13 @@ class ControlPlane:
         return binaries.Binaries(Path(json.loads((self.state / "binaries.json").read_text())["folder"]))
 
     def save(self) -> None:
-        record = {"ports": asdict(self.ports), "pids": self.pids}
+        record = {"ports": asdict(self.ports), "pids": self.pids, "trainer": self.trainer}
         (self.state / "control-plane.json").write_text(json.dumps(record, indent=1))
 
     @classmethod
     def load(cls, state: Path) -> ControlPlane:
         record = json.loads((state / "control-plane.json").read_text())
-        return cls(state, Ports(**record["ports"]), record["pids"])
+        return cls(state, Ports(**record["ports"]), record["pids"], record.get("trainer", ""))
 
 
 def _tail(path: Path, lines: int = LOG_TAIL) -> str:
@@ -501,14 +519,16 @@ class _Starter:
             env={"MY_POD_NAMESPACE": OPERATOR.namespace},
         )
 
-    def jobset(self) -> None:
-        """The JobSet controller from its config/components: CRD, RBAC, webhooks, its own cert management."""
-        upstream = module_dir("sigs.k8s.io/jobset") / "config" / "components"
+    def jobset(self, pin: binaries.TrainerPin) -> None:
+        """The JobSet controller ``pin`` pins, from its config/components: CRD, RBAC, webhooks, its own cert
+        management."""
+        upstream = module_dir(binaries.JOBSET_MODULE, pin.module) / "config" / "components"
         self.crds(_documents(upstream / "crd" / "bases" / "jobset.x-k8s.io_jobsets.yaml"))
         rbac = _prefixed(
             [
                 doc
-                for name in ("service_account.yaml", "role.yaml", "role_binding.yaml")
+                for name in JOBSET_RBAC
+                if (upstream / "rbac" / name).exists()
                 for doc in _documents(upstream / "rbac" / name)
             ],
             "jobset-",
@@ -516,7 +536,7 @@ class _Starter:
         hooks = []
         for config in _documents(upstream / "webhook" / "manifests.yaml"):
             patch = upstream / "webhook" / "patches" / JOBSET_WEBHOOK_PATCHES[config["kind"]]
-            config = _replaced(config, yaml.safe_load(patch.read_text()))
+            config = _patched(config, yaml.safe_load(patch.read_text()))
             config["metadata"]["name"] = JOBSET_WEBHOOKS[config["kind"]]
             hooks.append(_by_url(config, JOBSET.host, self.plane.ports.jobset_webhook))
         p = self.plane.ports
@@ -529,12 +549,13 @@ class _Starter:
         }  # controller-runtime's "off"
         config_file = self.plane.state / "jobset-config.yaml"
         config_file.write_text(yaml.safe_dump(settings))
-        command = [str(self.bins.path("jobset-controller-manager")), f"--config={config_file}"]
+        command = [str(self.bins.path(pin.programs[1])), f"--config={config_file}"]
         self.webhook_controller(JOBSET, [*rbac, *hooks], command, p.jobset_health)
 
-    def trainer(self) -> None:
-        """Kubeflow Trainer v2's controller manager from its manifests/base: CRDs, RBAC, webhooks, config."""
-        upstream = module_dir("github.com/kubeflow/trainer/v2") / "manifests" / "base"
+    def trainer(self, pin: binaries.TrainerPin) -> None:
+        """``pin``'s Kubeflow Trainer v2 controller manager from its manifests/base: CRDs, RBAC, webhooks (with their
+        kustomization's patches: v2.1 has a validating configuration, v2.3 a mutating one too), config."""
+        upstream = module_dir(binaries.TRAINER_MODULE, pin.module) / "manifests" / "base"
         self.crds(
             [
                 doc
@@ -542,14 +563,14 @@ class _Starter:
                 for doc in _documents(path)
             ]
         )
-        rbac = [
-            doc
-            for name in ("service_account.yaml", "role.yaml", "role_binding.yaml")
-            for doc in _documents(upstream / "rbac" / name)
-        ]
-        (config,) = _documents(upstream / "webhook" / "manifests.yaml")
-        config = _replaced(config, yaml.safe_load((upstream / "webhook" / "patch.yaml").read_text()))
-        hooks = _by_url(config, TRAINER.host, self.plane.ports.trainer_webhook)
+        rbac = [doc for name in _resources(upstream / "rbac") for doc in _documents(upstream / "rbac" / name)]
+        patches = yaml.safe_load((upstream / "webhook" / "kustomization.yaml").read_text())["patches"]
+        hooks = []
+        for config in _documents(upstream / "webhook" / "manifests.yaml"):
+            for patch in patches:
+                if patch["target"]["kind"] == config["kind"]:
+                    config = _patched(config, yaml.safe_load((upstream / "webhook" / patch["path"]).read_text()))
+            hooks.append(_by_url(config, TRAINER.host, self.plane.ports.trainer_webhook))
         p = self.plane.ports
         settings = yaml.safe_load((upstream / "manager" / "controller_manager_config.yaml").read_text())
         settings |= {
@@ -560,8 +581,15 @@ class _Starter:
         }
         config_file = self.plane.state / "trainer-config.yaml"
         config_file.write_text(yaml.safe_dump(settings))
-        command = [str(self.bins.path("trainer-controller-manager")), f"--config={config_file}"]
-        self.webhook_controller(TRAINER, [*rbac, hooks], command, p.trainer_health)
+        command = [str(self.bins.path(pin.programs[0])), f"--config={config_file}"]
+        self.webhook_controller(TRAINER, [*rbac, *hooks], command, p.trainer_health)
+
+    def trainers(self, pin: binaries.TrainerPin) -> None:
+        """``pin``'s JobSet and Trainer controllers, recorded as the plane's."""
+        self.named(JOBSET.component, lambda: self.jobset(pin))
+        self.named(TRAINER.component, lambda: self.trainer(pin))
+        self.plane.trainer = pin.trainer
+        self.plane.save()
 
     def project_secret(self, namespace: str, name: str, folder: Path, required: str) -> bool:
         """Writes the Secret's keys as files into ``folder`` once it holds ``required``."""
@@ -574,9 +602,9 @@ class _Starter:
         return True
 
 
-def module_dir(path: str) -> Path:
-    """Where the Go module cache holds the version of ``path`` a tool module pins (its go.mod's require)."""
-    module = HERE / "operator" if path == "github.com/kubeflow/training-operator" else HERE / "trainer"
+def module_dir(path: str, module: Path) -> Path:
+    """Where the Go module cache holds the version of ``path`` the tool module ``module`` pins (its go.mod's
+    require)."""
     result = subprocess.run(
         [binaries.go(), "list", "-m", "-f", "{{.Dir}}", path], cwd=module, capture_output=True, text=True, check=True
     )
@@ -585,18 +613,23 @@ def module_dir(path: str) -> Path:
 
 def operator_manifests() -> Path:
     """Upstream's manifests/base of the pinned Training Operator, read from the Go module cache."""
-    return module_dir("github.com/kubeflow/training-operator") / "manifests" / "base"
+    return module_dir("github.com/kubeflow/training-operator", HERE / "operator") / "manifests" / "base"
 
 
 def _documents(path: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
+def _resources(folder: Path) -> list[str]:
+    """The files a kustomization lists as its resources."""
+    return yaml.safe_load((folder / "kustomization.yaml").read_text())["resources"]
+
+
 def _in_namespace(documents: list[dict], namespace: str) -> list[dict]:
-    """The documents with their service accounts, and the bindings' subjects, in ``namespace`` (kustomize's
-    `namespace:`)."""
+    """The documents with their service accounts, Roles and RoleBindings, and the bindings' subjects, in
+    ``namespace`` (kustomize's `namespace:`)."""
     for doc in documents:
-        if doc["kind"] == "ServiceAccount":
+        if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
             doc["metadata"]["namespace"] = namespace
         for subject in doc.get("subjects", []):
             if subject["kind"] == "ServiceAccount":
@@ -615,15 +648,18 @@ def _prefixed(documents: list[dict], prefix: str) -> list[dict]:
     return documents
 
 
-def _replaced(document: dict, patch: list[dict]) -> dict:
-    """``document`` with a JSON patch's `replace` operations applied (the only kind upstream's webhook patches use)."""
+def _patched(document: dict, patch: list[dict]) -> dict:
+    """``document`` with a JSON patch's `replace` and `add` operations applied (the kinds upstream's webhook patches
+    use; `add` to an object's member, as Trainer v2.3's objectSelectors)."""
     for operation in patch:
-        if operation["op"] != "replace":
+        if operation["op"] not in ("replace", "add"):
             raise ValueError(f"unsupported JSON patch operation {operation['op']!r} at {operation['path']}")
         *parents, last = operation["path"].lstrip("/").split("/")
         target: Any = document
         for key in parents:
             target = target[int(key)] if isinstance(target, list) else target[key]
+        if isinstance(target, list) and operation["op"] == "add":
+            raise ValueError(f"unsupported JSON patch `add` into a list at {operation['path']}")
         target[int(last) if isinstance(target, list) else last] = operation["value"]
     return document
 
@@ -650,9 +686,11 @@ def start(
     venv: Path | None = None,
     kubelet: bool = True,
     ports: Ports | None = None,
+    trainer: binaries.TrainerPin = binaries.TRAINERS[0],
     log: Callable[[str], None] = print,
 ) -> ControlPlane:
-    """Builds (once) and starts every component; on a failure stops what started and raises StartError."""
+    """Builds (once) and starts every component, ``trainer``'s JobSet and Trainer; on a failure stops what started
+    and raises StartError."""
     if (state / "control-plane.json").exists():
         stop(state)
     bins = binaries.ensure(log=log)
@@ -667,14 +705,34 @@ def start(
         starter.controllers()
         starter.custom_resources()
         starter.named(OPERATOR.component, starter.operator)
-        starter.named(JOBSET.component, starter.jobset)
-        starter.named(TRAINER.component, starter.trainer)
+        starter.trainers(trainer)
         if kubelet:
             starter.kubelet(certs, venv or Path(sys.prefix))
     except BaseException:
         stop(state)
         raise
     return plane
+
+
+def use_trainer(plane: ControlPlane, pin: binaries.TrainerPin, log: Callable[[str], None] = print) -> None:
+    """Runs ``pin``'s JobSet and Trainer in place of the plane's, on the same API server, ports and webhook Secrets.
+
+    Every TrainJob and JobSet goes first, while their controllers still run (their finalizers, their pods); then
+    the controllers and their webhook configurations (v2.3's mutating one has no server at v2.1); then ``pin``'s
+    CRDs replace the others (one stored version, v1alpha1 and v1alpha2, at every pin) and its controllers start
+    as at `start`. Raises StartError as `start` does; the plane keeps running without a Trainer then.
+    """
+    if plane.trainer == pin.trainer:
+        return
+    for kind in ("trainjobs.trainer.kubeflow.org", "jobsets.jobset.x-k8s.io"):
+        plane.kubectl("delete", kind, "--all", "--all-namespaces", "--timeout=120s")
+    for component in (TRAINER.component, JOBSET.component):
+        _stop_group(plane.pids.pop(component))
+    plane.trainer = ""
+    plane.save()
+    hooks = [*JOBSET_WEBHOOKS.items(), *TRAINER_WEBHOOKS.items()]
+    plane.kubectl("delete", "--ignore-not-found", *[f"{kind.lower()}/{name}" for kind, name in hooks])
+    _Starter(plane, plane.binaries, log).trainers(pin)
 
 
 def stop(state: Path) -> None:
@@ -718,6 +776,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=("up", "down"))
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE)
     parser.add_argument("--no-kubelet", action="store_true", help="start no process kubelet (to run one by hand)")
+    pins = {pin.trainer: pin for pin in binaries.TRAINERS}
+    parser.add_argument("--trainer", choices=pins, default=binaries.TRAINERS[0].trainer, help="which pinned Trainer")
     args = parser.parse_args(argv)
     state = args.state_dir.resolve()
     if args.action == "down":
@@ -725,7 +785,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"control plane in {state} stopped")
         return 0
     try:
-        plane = start(state, kubelet=not args.no_kubelet, log=lambda line: print(line, file=sys.stderr))
+        plane = start(
+            state,
+            kubelet=not args.no_kubelet,
+            trainer=pins[args.trainer],
+            log=lambda line: print(line, file=sys.stderr),
+        )
     except (StartError, binaries.BuildError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
