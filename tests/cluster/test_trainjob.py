@@ -1,13 +1,15 @@
 """The train step on the real control plane with `trainer=trainjob`: a pod of the process kubelet submits a 2-worker
 TrainJob on bakeoff's ClusterTrainingRuntime, the real Kubeflow Trainer v2 controller makes its JobSet, the real
 JobSet controller its Jobs, the Job controller their pods; the workers derive TF_CONFIG from their JobSet identity,
-train under MultiWorkerMirroredStrategy and the model lands in the profile's store."""
+train under MultiWorkerMirroredStrategy and the model lands in the profile's store. Each test runs against every
+pinned Trainer release (v2.1.0, v2.3.0: tests/cluster/binaries.py TRAINERS) with the JobSet it pins."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,19 +17,40 @@ from typing import Any
 import pytest
 
 from bakeoff.components.backends import cluster_spec
-from bakeoff.components.backends.trainjob import COMPLETION_INDEX, JOBSET_LABEL, trainjob_name
+from bakeoff.components.backends.trainjob import COMPLETION_INDEX, JOBSET_LABEL, OVERRIDES, PATCHES, trainjob_name
 from bakeoff.components.training.tfjob import job_name
-from tests.cluster import controlplane
+from tests.cluster import binaries, controlplane
 from tests.cluster.profile import ACCOUNT, EPOCHS, NAMESPACE, POD_TIMEOUT, TINY, UNIQUE, Profile, processes_of
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture(scope="module")
-def runtime(control_plane: controlplane.ControlPlane) -> Iterator[None]:
-    """bakeoff's ClusterTrainingRuntime, applied as a cluster admin does once (README "On Kubeflow")."""
+# The field each release takes the workers' pod spec in, as the backend must pick it from the served schema: v2.2
+# removed podTemplateOverrides (components/backends/trainjob.py).
+IDENTITY_FIELDS = {"v2.1.0": OVERRIDES, "v2.3.0": PATCHES}
+
+
+@pytest.fixture(scope="module", params=binaries.TRAINERS, ids=lambda pin: f"trainer-{pin.trainer}")
+def trainer(control_plane: controlplane.ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The pinned Trainer release (its version) with the JobSet it pins running, and bakeoff's ClusterTrainingRuntime
+    applied as a cluster admin does once (README "On Kubeflow"). The plane's own release is given back after."""
+    pin: binaries.TrainerPin = request.param
+    pins = {other.trainer: other for other in binaries.TRAINERS}
+    before = pins.get(control_plane.trainer, binaries.TRAINERS[0])  # none recorded: a plane from before the pins
+    try:
+        controlplane.use_trainer(control_plane, pin, log=lambda line: print(line, file=sys.stderr))
+    except controlplane.StartError as error:
+        pytest.fail(f"Kubeflow Trainer {pin.trainer} did not start: {error}", pytrace=False)
     control_plane.kubectl("apply", "--server-side", "-k", str(controlplane.REPO / "manifests" / "trainer-v2"))
-    yield
+    yield pin.trainer
+    controlplane.use_trainer(control_plane, before, log=lambda line: print(line, file=sys.stderr))
+
+
+def names(test: str, trainer: str) -> tuple[str, str]:
+    """The run's and its step pod's names: this session's and this release's own, so that no release's test finds
+    another's pods or reads another's model."""
+    tag = f"{test}{trainer.replace('.', '')}-{UNIQUE}"
+    return f"r-{tag}", f"step-{tag}"
 
 
 def workers(profile: Profile, name: str) -> list[dict[str, Any]]:
@@ -52,8 +75,8 @@ def derived_tf_config(pod: dict[str, Any]) -> dict:
     return config
 
 
-def test_a_train_step_pod_trains_a_two_worker_trainjob_through_real_trainer(profile: Profile, runtime: None) -> None:
-    run, step = f"r-tj-{UNIQUE}", f"step-tj-{UNIQUE}"
+def test_a_train_step_pod_trains_a_two_worker_trainjob_through_real_trainer(profile: Profile, trainer: str) -> None:
+    run, step = names("tj", trainer)
     name = trainjob_name(job_name(run, "tiny", 0))
     profile.step_pod(step, run, trainer="trainjob")
     pod = profile.wait_pod(step)
@@ -63,6 +86,8 @@ def test_a_train_step_pod_trains_a_two_worker_trainjob_through_real_trainer(prof
     job = profile.must_get("trainjob", name)
     conditions = {c["type"]: c["status"] for c in job["status"]["conditions"]}
     assert conditions.get("Complete") == "True", job["status"]
+    # The backend set the workers' account in the field this release serves (the other one it would not know).
+    assert IDENTITY_FIELDS[trainer] in job["spec"], job["spec"]
     # Trainer made the JobSet, named after the TrainJob and owned by it; JobSet and the Job controller made the pods.
     jobset = profile.must_get("jobset", name)
     assert [(o["kind"], o["name"]) for o in jobset["metadata"]["ownerReferences"]] == [("TrainJob", name)]
@@ -91,9 +116,9 @@ def test_a_train_step_pod_trains_a_two_worker_trainjob_through_real_trainer(prof
 
 
 def test_a_killed_worker_restarts_the_jobset_and_every_worker_resumes_from_the_backup(
-    profile: Profile, runtime: None
+    profile: Profile, trainer: str
 ) -> None:
-    run, step, epochs = f"r-tjfault-{UNIQUE}", f"step-tjfault-{UNIQUE}", 12
+    (run, step), epochs = names("tjfault", trainer), 12
     name = trainjob_name(job_name(run, "tiny", 0))
     profile.step_pod(step, run, {**TINY, "training": {**TINY["training"], "epochs": epochs}}, trainer="trainjob")
     deadline = time.monotonic() + POD_TIMEOUT
