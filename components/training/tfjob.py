@@ -30,13 +30,13 @@ from kubernetes.utils import parse_quantity
 
 from bakeoff.components.backends.backend import CONTAINER, PORT, VARIANT_ANNOTATION, WORKER, operator_backoff_limit
 from bakeoff.components.defaults import BACKOFF_LIMIT, TIMEOUT_SECONDS
-from bakeoff.components.environment import THREAD_VARIABLES
+from bakeoff.components.environment import ACCESS_KEY_ENV, SECRET_KEY_ENV, THREAD_VARIABLES
 from bakeoff.components.spec import Variant
 
 WORKER_PROGRAM = "bakeoff.components.training.worker"  # run as `python -m`
 # KFP's own object-store secret, present in every KFP namespace: data key → variable.
 STORE_SECRET = "mlpipeline-minio-artifact"
-STORE_SECRET_KEYS = {"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"}
+STORE_SECRET_KEYS = {"accesskey": ACCESS_KEY_ENV, "secretkey": SECRET_KEY_ENV}
 # The labels that say whose a TFJob is: a job found under our name is ours only if it carries the same values.
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 VARIANT_LABEL = "bakeoff/variant"
