@@ -143,9 +143,12 @@ def test_an_identity_that_does_not_add_up_is_one_line_and_nothing_is_set(change:
     assert str(raised.value) == message and TF_CONFIG_ENV not in env
 
 
-def test_the_worker_program_derives_it_before_training() -> None:
-    """Started as the runtime starts it, the worker checks its identity first: a broken one is its one error line."""
+def test_the_worker_program_derives_it_before_training(tmp_path: Path) -> None:
+    """Started as the runtime starts it, the worker checks its identity first, before TensorFlow's seconds of
+    loading: a broken one is its one error line."""
     env = runtime_env(jobset_pod(TRAINJOB, "node", 0, 2), 2)
+    (tmp_path / "tensorflow").mkdir()  # an import of TensorFlow before the check fails with another line
+    (tmp_path / "tensorflow" / "__init__.py").write_text("raise ImportError('TensorFlow loaded before the check')")
     result = subprocess.run(
         [
             sys.executable,
@@ -160,7 +163,7 @@ def test_the_worker_program_derives_it_before_training() -> None:
             "--prefix",
             "x",
         ],
-        env=env | {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"},
+        env=env | {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(tmp_path)},
         capture_output=True,
         text=True,
         timeout=300,

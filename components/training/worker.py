@@ -30,17 +30,20 @@ os.environ.setdefault(LEGACY_KERAS_ENV, "1")
 # (benchmarks/results.md). A value the user set wins.
 os.environ.setdefault(ONEDNN_ENV, "1")
 
+from bakeoff.components.backends import cluster_spec
 from bakeoff.components.backends.heartbeat import EXITING, joining, mark, start_heartbeat
+from bakeoff.components.errors import reported
 from bakeoff.components.tfenv import quiet_tensorflow
 
 if __name__ == "__main__":
     quiet_tensorflow()  # a replica's TensorFlow: the log level, and no CUDA probe where it can only fail
     start_heartbeat()  # before TensorFlow loads: the local backend's watchdog times a replica from its start
+    with reported():  # a pod without its identity fails in one line before TensorFlow's seconds of loading
+        cluster_spec.ensure_tf_config()  # under Trainer v2's PlainML nobody else sets TF_CONFIG
 
 from bakeoff.components import progress
-from bakeoff.components.backends import allocator, cluster_spec
+from bakeoff.components.backends import allocator
 from bakeoff.components.data import artifact
-from bakeoff.components.errors import reported
 from bakeoff.components.modeling.savedmodel import export, mirror_averaged
 from bakeoff.components.spec import Variant, from_dict
 from bakeoff.components.storage import Store, open_store, runs
@@ -308,8 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         "--rung", type=int, default=0, help="which rung of a successive-halving search this job is (recorded)"
     )
     args = parser.parse_args(argv)
-    with reported():
-        cluster_spec.ensure_tf_config()  # under Trainer v2's PlainML nobody else sets it
+    with reported():  # TF_CONFIG is set: the program's first lines derived it before TensorFlow loaded
         metrics = train(
             from_dict(json.loads(args.variant)),
             args.data,
