@@ -795,9 +795,11 @@ def test_one_disturbed_calibration_job_does_not_set_every_job_s_start() -> None:
     assert calibration.start_cost([15.0, 16.0]) == 15.5 and calibration.start_cost([20.0]) == 20.0
 
 
-def _modules_loaded_by(code: str) -> set[str]:
-    listing = [sys.executable, "-c", f"{code}\nimport sys\nprint(*sys.modules)"]
-    return set(subprocess.run(listing, capture_output=True, text=True, check=True).stdout.split())
+def _modules_loaded_after(first: str, then: str) -> set[str]:
+    """The modules ``then`` loads in a process that ran ``first``: the ones ``first`` alone leaves unloaded (one
+    process, so one TensorFlow import)."""
+    code = f"import sys\n{first}\nbefore = set(sys.modules)\n{then}\nprint(*set(sys.modules) - before)"
+    return set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
 
 
 def test_select_s_step_is_priced_with_every_module_it_imports_before_its_work() -> None:
@@ -808,7 +810,7 @@ def test_select_s_step_is_priced_with_every_module_it_imports_before_its_work() 
     body = function.body[1:]  # after the docstring
     prologue = "\n".join(ast.unparse(node) for node in itertools.takewhile(lambda n: not isinstance(n, ast.With), body))
     assert "import_tensorflow()" in prologue
-    assert _modules_loaded_by(prologue) <= _modules_loaded_by(calibration.SELECT_IMPORTS)
+    assert _modules_loaded_after(calibration.SELECT_IMPORTS, prologue) == set()
 
 
 @pytest.mark.training
