@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import Protocol
-
-from kubeflow.training import KubeflowOrgV1TFJob
+from typing import TYPE_CHECKING, Protocol
 
 from bakeoff.components.errors import BakeoffError
+
+if TYPE_CHECKING:  # a replica loads this module for PORT: kubeflow-training's Kubernetes client costs it ~0.6 s
+    from kubeflow.training import KubeflowOrgV1TFJob
 
 Sink = Callable[[str], None]  # where a backend sends each log line
 
