@@ -21,7 +21,7 @@ from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.selection.settings import SelectionSettings
 from bakeoff.components.spec import Data, Search, Variant
 from bakeoff.components.storage.records import Summary
-from bakeoff.components.training.tfjob import WORKER_PROGRAM
+from bakeoff.components.training import WORKER_PROGRAM
 from bakeoff.pipelines.pipeline import build_pipeline
 
 PIPELINE_LOG = "pipeline.log"  # kfp.local's own output, in the progress folder of a watched run

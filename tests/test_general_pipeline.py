@@ -20,7 +20,7 @@ from bakeoff.components.search.halving import schedule
 from bakeoff.components.spec import Halving
 from bakeoff.components.storage import open_store, registry, runs
 from bakeoff.components.storage.records import DatasetMetadata, Summary
-from bakeoff.components.training.tfjob import WORKER_PROGRAM
+from bakeoff.components.training import WORKER_PROGRAM
 from bakeoff.pipelines import conformance
 from bakeoff.pipelines.compiling import COMPILED, read_ir
 from tests.images import RGB_CLASSES, write_rgb_folder

@@ -744,7 +744,7 @@ def test_trainer_runtime_is_bakeoffs_plainml_runtime():
 
     from bakeoff.components.backends import cluster_spec, trainjob
     from bakeoff.components.backends.backend import PORT
-    from bakeoff.components.training.tfjob import WORKER_PROGRAM
+    from bakeoff.components.training import WORKER_PROGRAM
     from tests.fake_kubernetes import crd_schema, unknown_fields
 
     ((kind, crd),) = PLATFORM.items()

@@ -51,7 +51,7 @@ from bakeoff.components.search.costs import (
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage import Store, runs
 from bakeoff.components.storage.records import timestamp
-from bakeoff.components.training.tfjob import WORKER_PROGRAM
+from bakeoff.components.training import WORKER_PROGRAM
 
 logger = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from bakeoff.components.backends.backend import CONTAINER, PORT, VARIANT_ANNOTAT
 from bakeoff.components.defaults import BACKOFF_LIMIT, TIMEOUT_SECONDS
 from bakeoff.components.environment import ACCESS_KEY_ENV, SECRET_KEY_ENV, THREAD_VARIABLES
 from bakeoff.components.spec import Variant
+from bakeoff.components.training import WORKER_PROGRAM
 
-WORKER_PROGRAM = "bakeoff.components.training.worker"  # run as `python -m`
 # KFP's own object-store secret, present in every KFP namespace: data key → variable.
 STORE_SECRET = "mlpipeline-minio-artifact"
 STORE_SECRET_KEYS = {"accesskey": ACCESS_KEY_ENV, "secretkey": SECRET_KEY_ENV}
