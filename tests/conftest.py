@@ -55,7 +55,8 @@ S3_FIXTURES = {"s3_server", "kfp_store"}  # the fixtures that start a SeaweedFS 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Adds the lanes a test's fixtures or folder imply, then refuses a test that is in no lane."""
+    """Adds the lanes a test's fixtures or folder imply, refuses a test that is in no lane, puts the long-running
+    first."""
     for item in items:
         if S3_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.s3)
@@ -67,6 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"{len(unmarked)} test(s) in no lane, e.g. {unmarked[0]}: mark each with one of {', '.join(LANES)}"
             " (pytestmark = pytest.mark.unit for a whole module)"
         )
+    # xdist deals the tests out in collection order and its last few decide when the lane ends: the long ones go first
+    items.sort(key=lambda item: item.get_closest_marker("long_running") is None)
 
 
 def free_port() -> int:

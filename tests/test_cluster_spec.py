@@ -72,6 +72,7 @@ def test_every_worker_is_addressed_by_its_pod_hostname_under_the_headless_servic
         assert _DNS1123_LABEL.fullmatch(pod["hostname"]) and pod["subdomain"] == pod["service"]
 
 
+@pytest.mark.long_running
 def test_tensorflow_reads_it_as_one_worker_of_the_cluster() -> None:
     """The resolver MultiWorkerMirroredStrategy uses takes the derived TF_CONFIG: this pod is worker 1 of 3."""
     env = runtime_env(jobset_pod(TRAINJOB, "node", 0, 1), 3)

@@ -153,6 +153,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.long_running
 @pytest.mark.unit
 def test_a_replica_that_goes_quiet_with_no_peer_to_notice_is_stopped_by_the_watchdog(tmp_path: Path) -> None:
     """Before TensorFlow's coordination service runs nothing else notices a stopped replica: the watchdog does."""
@@ -239,6 +240,7 @@ else:
 """
 
 
+@pytest.mark.long_running
 @pytest.mark.unit
 def test_a_replica_waiting_for_its_peers_is_not_taken_for_stalled(tmp_path: Path) -> None:
     """A replica blocked in joining the cluster beats no more than a stopped one, yet is healthy: the watchdog waits."""

@@ -222,6 +222,7 @@ def test_stopping_a_replica_that_ended_since_it_was_polled_is_no_error() -> None
     signal_group(ended.pid, signal.SIGTERM)
 
 
+@pytest.mark.long_running
 def test_active_deadline_stops_the_job(tmp_path: Path, starts: str) -> None:
     """A job past its activeDeadlineSeconds has every replica's process ended, and says so."""
     with pytest.raises(BakeoffError, match=r"ran past activeDeadlineSeconds=3 and was stopped") as stopped:

@@ -802,6 +802,7 @@ def _modules_loaded_after(first: str, then: str) -> set[str]:
     return set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
 
 
+@pytest.mark.long_running
 def test_select_s_step_is_priced_with_every_module_it_imports_before_its_work() -> None:
     """The calibration times a process running SELECT_IMPORTS as select's start: it must load all that select's own
     prologue (its statements before ``with reported()``) loads, or a heavier import there goes unpriced."""

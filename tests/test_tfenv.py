@@ -61,6 +61,7 @@ print("after", file=sys.stderr)
 START_UP_NOTICES = ("absl::InitializeLog", "port.cc", "cudart_stub.cc")
 
 
+@pytest.mark.long_running
 @pytest.mark.parametrize("level", ["2", "0"])
 def test_tensorflow_imported_in_a_step_honours_the_log_level_from_its_first_line(level: str) -> None:
     """A step that imports TensorFlow itself (select, serve): absl's lines before its initialisation obey the level;

@@ -411,6 +411,7 @@ def test_random_shift_moves_each_image_by_its_own_draw_within_its_bound() -> Non
     assert np.array_equal(same_labels.numpy(), labels)
 
 
+@pytest.mark.long_running
 @pytest.mark.unit
 def test_the_replica_program_does_not_load_its_launcher() -> None:
     """The heartbeat's contract is backends/heartbeat.py: a replica loads neither the local backend nor its imports."""
