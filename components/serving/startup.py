@@ -11,7 +11,7 @@ from typing import Any
 
 from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.serving.logs import ClientErrorsInOneLine
+from bakeoff.components.serving.client_errors import ClientErrorsInOneLine
 from bakeoff.components.serving.tuning import fast_event_loop, intra_op_threads, settle_heap
 from bakeoff.components.serving.versions import Source, choose
 from bakeoff.components.serving.watcher import Watcher
