@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from bakeoff.components.backends.threads import thread_cap
 from bakeoff.components.defaults import LOG_TAIL
 from bakeoff.components.environment import HEARTBEAT_ENV, THREAD_VARIABLES
 from bakeoff.components.errors import ERROR_PREFIX, BakeoffError
+from bakeoff.components.ports import free_ports
 
 # Replica types in the order the Training Operator lists them in TF_CONFIG.
 REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
@@ -41,22 +41,11 @@ STALL_HINT = "check what stopped, froze or starved it (SIGSTOP, a debugger, swap
 KILLED_HINT = "something outside the replica ended it (the kernel's OOM killer sends SIGKILL: check free memory)"
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def tf_configs(job: KubeflowOrgV1TFJob) -> dict[tuple[str, int], dict]:
     """TF_CONFIG per replica, as the operator builds it, with localhost ports for addresses."""
     specs = job.spec.tf_replica_specs
     kinds = [kind for kind in REPLICA_TYPES if kind in specs] + sorted(set(specs) - set(REPLICA_TYPES))
-    ports = iter(_free_ports(sum(specs[kind].replicas or 1 for kind in kinds)))
+    ports = iter(free_ports(sum(specs[kind].replicas or 1 for kind in kinds)))
     cluster = {
         kind.lower(): [f"localhost:{next(ports)}" for _ in range(specs[kind].replicas or 1)]
         for kind in kinds

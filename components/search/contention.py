@@ -9,6 +9,8 @@ import os
 import time
 from pathlib import Path
 
+from bakeoff.components.environment import CPU_STAT_ENV
+
 PROC_STAT = Path("/proc/stat")
 BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # of the "cpu" line: user, nice, system, irq, softirq, steal (guest is in user)
 
@@ -22,8 +24,10 @@ class CpuSample:
     at: float  # time.monotonic()
 
 
-def sample(stat: Path = PROC_STAT) -> CpuSample | None:
-    """Now; None where the kernel keeps no ``/proc/stat`` (not Linux): nothing can be said of others there."""
+def sample(stat: Path | None = None) -> CpuSample | None:
+    """Now, from ``stat`` (else ``$BAKEOFF_CPU_STAT``, else ``/proc/stat``); None where the kernel keeps no
+    ``/proc/stat`` (not Linux): nothing can be said of others there."""
+    stat = stat or Path(os.environ.get(CPU_STAT_ENV) or PROC_STAT)
     try:
         fields = stat.read_text().splitlines()[0].split()
     except OSError:

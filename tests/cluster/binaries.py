@@ -12,12 +12,15 @@ nothing else does.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,27 +113,52 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bakeoff" / "cluster"
 
 
-def cache_key(go: str) -> str:
+def cache_key(go: str, modules: Sequence[Path] = MODULES) -> str:
+    """What the programs built from `modules` depend on: the toolchain's version and every go.mod and go.sum."""
     digest = hashlib.sha256(subprocess.run([go, "version"], capture_output=True, text=True, check=True).stdout.encode())
-    for module in MODULES:
+    for module in modules:
         for name in ("go.mod", "go.sum"):
             digest.update((module / name).read_bytes())
     return digest.hexdigest()[:16]
 
 
-def _build(go: str, module: Path, out: Path, ldflags: str) -> None:
-    env = {**os.environ, "GOFLAGS": "-buildvcs=false"}  # go.sum pins every module: the default -mod=readonly holds
-    command = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(out) + "/", "tool"]
+def go_build(
+    go: str,
+    module: Path,
+    out: Path,
+    ldflags: str,
+    packages: Sequence[str] = ("tool",),
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Builds `packages` of `module` (its go.mod's tools by default) into the folder `out`, `env` added to ours."""
+    # go.sum pins every module: the default -mod=readonly holds
+    env = {**os.environ, "GOFLAGS": "-buildvcs=false", **(env or {})}
+    command = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(out) + "/", *packages]
     result = subprocess.run(command, cwd=module, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
         raise BuildError(f"building the Go tools of {module} failed:\n{tail}")
 
 
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Holds ``folder``'s build lock: a second build of the same cache entry (another `make test`, `make cluster`, a
+    test lane) waits for the first and then finds its programs, instead of building into the same staging folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure(log=print) -> Binaries:
     """The built programs, building them first when this version of the pins has none cached."""
     toolchain = go()
     folder = cache_root() / cache_key(toolchain) / "bin"
+    with locked(folder.parent):
+        return _ensure(toolchain, folder, log)
+
+
+def _ensure(toolchain: str, folder: Path, log) -> Binaries:
     if all((folder / program).is_file() for program in PROGRAMS):
         return Binaries(folder)
     staging = folder.with_name("bin.partial")
@@ -150,7 +178,7 @@ def ensure(log=print) -> Binaries:
         # Each into a folder of its own: two Trainer pins build programs of the same names.
         built = staging / f"{module.name}.build"
         built.mkdir()
-        _build(toolchain, module, built, k8s_flags if module == HERE else "-s -w")
+        go_build(toolchain, module, built, k8s_flags if module == HERE else "-s -w")
         for program in built.iterdir():
             program.rename(staging / f"{RENAMES.get(program.name, program.name)}{SUFFIXES.get(module, '')}")
         built.rmdir()

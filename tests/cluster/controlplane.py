@@ -17,7 +17,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 import yaml
 
 from bakeoff.components import defaults
+from bakeoff.components.ports import free_ports
 from tests.cluster import binaries, pki
 
 HERE = Path(__file__).resolve().parent
@@ -146,15 +146,7 @@ class Ports:
 
     @classmethod
     def free(cls) -> Ports:
-        sockets = []
-        for _ in range(len(cls.__dataclass_fields__)):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        ports = [sock.getsockname()[1] for sock in sockets]
-        for sock in sockets:
-            sock.close()
-        return cls(*ports)
+        return cls(*free_ports(len(cls.__dataclass_fields__)))
 
 
 @dataclass

@@ -24,6 +24,7 @@ from kubernetes.client import (
     V1VolumeMount,
 )
 
+from bakeoff.components.ports import free_ports
 from tests.cluster.kubelet import layout, logs, sandbox, shim
 from tests.cluster.kubelet.config import POD_IP_ENV
 from tests.cluster.kubelet.image import Image, ImageConfig, read_dockerfile
@@ -376,9 +377,7 @@ SERVER = textwrap.dedent("""
 def test_bind_shim_gives_each_pod_the_port_at_its_own_address(tmp_path: Path) -> None:
     """Two servers bind the same port at the wildcard (one IPv4, one dual-stack IPv6); each gets its pod's."""
     library = shim.build(tmp_path / "cache")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_ports(1)[0]
     servers = []
     for family, address in (("4", "127.1.200.1"), ("6", "127.1.200.2")):
         env = {"LD_PRELOAD": str(library), POD_IP_ENV: address, "PATH": "/usr/bin:/bin"}
