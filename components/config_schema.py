@@ -10,11 +10,14 @@ names; the bounds, a duplicate name and what an expanded variant must satisfy ar
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from bakeoff.components import spaces, strict
 from bakeoff.components.modeling.architectures import ARCHITECTURES
+from bakeoff.components.modeling.backbone import NETWORKS, BackboneConfig
 from bakeoff.components.modeling.optimizers import OPTIMIZERS, SCHEDULES
+from bakeoff.components.modeling.precision import PRECISIONS
 from bakeoff.components.spec import COERCION, MAX_NAME, NAME_PATTERN, ConfigFile, Training, Variant
 
 # Draft 7: the newest that editors' YAML support (Red Hat's yaml-language-server) reads in full.
@@ -56,8 +59,11 @@ def _variant_field(cls: type, name: str, hint: Any, schema: dict[str, Any]) -> d
         return _model()
     if cls is Variant and name == "name":
         return {"type": "string", "pattern": f"^{NAME_PATTERN}$", "maxLength": MAX_NAME}
-    if cls is Training and name in ("optimizer", "schedule"):
-        schema = {"enum": list(OPTIMIZERS if name == "optimizer" else SCHEDULES)}
+    if cls is Training and name in ("optimizer", "schedule", "precision"):
+        names: dict[str, Iterable[str]] = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "precision": PRECISIONS}
+        schema = {"enum": list(names[name])}
+    if cls is BackboneConfig and name == "network":
+        schema = {"enum": list(NETWORKS)}
     # Where spec.py's _find_spaces takes a search space: a training or model field, and workers.
     searched = cls is Training or cls in {architecture.config for architecture in ARCHITECTURES.values()}
     if searched or (cls is Variant and name == "workers"):

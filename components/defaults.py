@@ -76,6 +76,18 @@ BACKOFF_LIMIT = 2  # job restarts before it fails for good
 TRAINER = "tfjob"  # on a cluster: a TFJob (Training Operator v1) or, with "trainjob", a TrainJob (Kubeflow Trainer v2)
 LOCAL_PARALLELISM = 1  # variants trained at once on one machine: replicas share its cores
 CLUSTER_PARALLELISM = 3
+# Each step's pod on a cluster: (CPU request, CPU limit, memory request, memory limit), Kubernetes quantities. A profile
+# namespace whose ResourceQuota counts requests.cpu/requests.memory refuses pods without them. Sized to the step's
+# work: check and halve read records and settings; ingest decodes the source into shards; select evaluates every
+# candidate's SavedModel on validation and the winner on test; train only submits its TFJob and waits, its replicas
+# being the TFJob's own pods. `bakeoff compile --cpu/--memory STEP=REQUEST[,LIMIT]` overrides any of them.
+STEP_RESOURCES = {
+    "check": ("250m", "1", "512Mi", "1Gi"),
+    "ingest": ("1", "2", "2Gi", "4Gi"),
+    "train": ("100m", "500m", "512Mi", "1Gi"),
+    "halve": ("250m", "1", "512Mi", "1Gi"),
+    "select": ("1", "2", "2Gi", "4Gi"),
+}
 LOG_TAIL = 20  # lines of a failed replica's log repeated in the error
 HEARTBEAT_SECONDS = 1.0  # a local replica beats this often for the watchdog
 TF_LOG_LEVEL = "2"  # TF_CPP_MIN_LOG_LEVEL unless the user set one: INFO and WARNING hidden, errors shown

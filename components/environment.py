@@ -5,6 +5,12 @@ Names only, importing nothing (the bottom of the layers); what a value means sta
 
 # ---- bakeoff's own
 CACHE_ENV = "BAKEOFF_CACHE"  # the cost cache's folder, instead of defaults.CACHE_DIR
+# The file the contention check reads the cores' busy time from, instead of the kernel's /proc/stat: a file that
+# holds still says no other process ran (the tests pin the machine idle with one; one test keeps the real probe).
+CPU_STAT_ENV = "BAKEOFF_CPU_STAT"
+# The file the CPU's feature flags are read from, instead of /proc/cpuinfo: what `training.precision: auto` may pick
+# (the tests pin a CPU without bfloat16 units, so that no test's numbers hang on the machine; one gives it them).
+CPUINFO_ENV = "BAKEOFF_CPUINFO"
 ERROR_FILE_ENV = "BAKEOFF_ERROR_FILE"  # where a step writes its one error line for the process that started it
 # Set by `bakeoff run` for a live display; inherited by the kfp.local tasks and from them by the replicas.
 PROGRESS_DIR_ENV = "BAKEOFF_PROGRESS_DIR"

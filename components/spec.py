@@ -15,6 +15,7 @@ import yaml
 
 from bakeoff.components import defaults, spaces, strict
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.modeling import precision as precision_
 from bakeoff.components.modeling.architectures import ARCHITECTURES
 from bakeoff.components.modeling.optimizers import OPTIMIZERS, SCHEDULES
 
@@ -28,6 +29,8 @@ MAX_LEARNING_RATE = 10.0
 MAX_RANDOM_SHIFT = 8  # pixels: a third of a 28-pixel image
 MAX_LAYERS = 16
 MAX_UNITS = 8192  # filters of a convolution, units of a dense layer
+MAX_STEM_STRIDE = 4  # a resnet's stem: past it, the stem throws most pixels away
+MAX_BLOCKS = 8  # residual blocks per stage
 MAX_CPU = Decimal(256)  # cores of one replica
 MEMORY_LIMITS = ("64Mi", "4Ti")  # of one replica; the lower one catches a bare "2", which means 2 bytes
 MAX_GPUS = 16
@@ -62,6 +65,12 @@ class Training:
     # Average the weights over the steps with this momentum (tf-keras' use_ema): validation scores the average, a rung
     # ranks on it and the export carries it; training goes on from the weights as trained. 0: off.
     ema_momentum: float = 0.0
+    # Keep a random crop of each training image, at least this fraction of its area (and an aspect ratio from 3/4 to
+    # 4/3), resized back to the full size: for larger images, where a crop still shows the object. 0: off.
+    random_crop: float = 0.0
+    # What the layers compute in: auto (float16 on a GPU; bfloat16 where measured faster on the CPU; else float32),
+    # float32, mixed_bfloat16 or mixed_float16. Inputs and the softmax stay float32.
+    precision: str = precision_.AUTO
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,32 +203,31 @@ def _validate_model(variant: Variant, where: _Where) -> None:
         _bounded(where, "model.dense_units", model["dense_units"], 1, MAX_UNITS)
     if "kernel_size" in model:  # against the image itself in check_fits, once the dataset's size is known
         _bounded(where, "model.kernel_size", model["kernel_size"], 1, defaults.IMAGE_SIDES[1])
+    for field, high in (
+        ("stem_filters", MAX_UNITS),
+        ("stem_stride", MAX_STEM_STRIDE),
+        ("blocks", MAX_BLOCKS),
+        ("freeze_epochs", MAX_EPOCHS),
+        ("image_size", IMAGE_SIDES[1]),
+    ):
+        if field in model:
+            _bounded(where, f"model.{field}", model[field], 0 if field in ("freeze_epochs", "image_size") else 1, high)
+    problem = ARCHITECTURES[variant.architecture].check(variant.model_config())
+    if problem:
+        raise where.error(*problem)
 
 
 def check_fits(variants: Sequence[Variant], image_shape: Sequence[int], source: str = "") -> None:
-    """One line naming the first variant whose convolutions do not fit images of ``image_shape`` ([height, width,
-    channels]); ``source`` (a config file) starts it. Checked where the dataset's size is first known: the
-    run's source or image_size, else the artifact's metadata before any job starts."""
+    """One line naming the first variant whose network does not fit images of ``image_shape`` ([height, width,
+    channels]: a CNN's convolutions leave no pixels, a backbone gets 4 channels); ``source`` (a config file) starts it.
+    Checked where the dataset's size is first known: the run's source or image_size, else the artifact's metadata
+    before any job starts."""
     height, width = image_shape[:2]
+    channels = image_shape[2] if len(image_shape) > 2 else 1
     for variant in variants:
-        model, where = variant.model, _Where(source, variant.name)
-        if "kernel_size" not in model:
-            continue
-        # Each convolution (no padding) trims kernel_size - 1 pixels and each pooling but the last halves the side.
-        kernel, side = model["kernel_size"], min(height, width)
-        if kernel > side:
-            raise where.error("model.kernel_size", f"must be at most {side} for {height}x{width} images, got {kernel}")
-        for index in range(len(model["filters"])):
-            side = side - (kernel - 1)
-            if side < 1:
-                raise where.error(
-                    "model.filters",
-                    f"{len(model['filters'])} convolutions of kernel_size {kernel} leave no pixels of the"
-                    f" {height}x{width} image at convolution {index + 1}:"
-                    " list fewer filters or use a smaller kernel_size",
-                )
-            if index < len(model["filters"]) - 1:
-                side //= 2
+        problem = ARCHITECTURES[variant.architecture].fits(variant.model_config(), (height, width, channels))
+        if problem:
+            raise _Where(source, variant.name).error(*problem)
 
 
 def _validate(variant: Variant, where: _Where) -> None:
@@ -239,6 +247,17 @@ def _validate(variant: Variant, where: _Where) -> None:
     if not (math.isfinite(training.ema_momentum) and 0 <= training.ema_momentum < 1):
         raise where.error(
             "training.ema_momentum", f"must be in [0, 1) (0: off; e.g. 0.99), got {training.ema_momentum}"
+        )
+    if not (math.isfinite(training.random_crop) and 0 <= training.random_crop < 1):
+        raise where.error(
+            "training.random_crop",
+            "must be in [0, 1): the least fraction of the image a crop keeps (0: off; e.g. 0.5),"
+            f" got {training.random_crop}",
+        )
+    if training.precision not in precision_.PRECISIONS:
+        raise where.error(
+            "training.precision",
+            f"unknown precision {training.precision!r} (known: {', '.join(precision_.PRECISIONS)})",
         )
     if not math.isfinite(training.learning_rate):
         raise where.error("training.learning_rate", f"must be a finite number, got {training.learning_rate}")

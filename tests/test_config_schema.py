@@ -25,7 +25,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "pipelines" / "variants.schema.json"
-SHIPPED = ["variants.yaml", "quick.yaml"]
+SHIPPED = ["variants.yaml", "quick.yaml", "search_small.yaml", "search_large.yaml"]
 MODELINE = f"# yaml-language-server: $schema={COMMITTED.name}"
 
 

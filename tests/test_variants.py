@@ -70,7 +70,7 @@ def test_round_trip_through_a_pipeline_parameter() -> None:
         ),
         (
             "variants:\n  - {name: a, model: {type: transformer}}\n",
-            "variant 'a': model.type: unknown architecture 'transformer' (known: cnn, mlp)",
+            "variant 'a': model.type: unknown architecture 'transformer' (known: cnn, mlp, resnet, backbone)",
         ),
         (
             "variants:\n  - {name: a, model: {type: cnn}}\n  - {name: a, model: {type: mlp}}\n",

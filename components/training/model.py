@@ -12,6 +12,7 @@ import tf_keras as keras
 
 from bakeoff.components.modeling.architectures import ARCHITECTURES
 from bakeoff.components.modeling.optimizers import make_optimizer
+from bakeoff.components.modeling.precision import FLOAT32, policy
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage.records import DatasetMetadata
 
@@ -67,13 +68,15 @@ class SyncOnceModel(keras.Model):
         return results
 
 
-def compiled_model(variant: Variant, strategy: Any, metadata: DatasetMetadata, steps_per_epoch: int) -> Any:
-    """The variant's model, built and compiled in ``strategy``'s scope, its learning rate scheduled over every
-    epoch."""
+def compiled_model(
+    variant: Variant, strategy: Any, metadata: DatasetMetadata, steps_per_epoch: int, precision: str = FLOAT32
+) -> Any:
+    """The variant's model, built and compiled in ``strategy``'s scope at ``precision`` (a resolved one), its learning
+    rate scheduled over every epoch and its family's rate factors applied."""
     training = variant.training
-    with strategy.scope():
-        architecture = ARCHITECTURES[variant.architecture]
-        built = architecture.build(tuple(metadata.image_shape), len(metadata.class_names), variant.model_config())
+    architecture, config = ARCHITECTURES[variant.architecture], variant.model_config()
+    with strategy.scope(), policy(precision):
+        built = architecture.build(tuple(metadata.image_shape), len(metadata.class_names), config)
         model = SyncOnceModel(built.inputs, built.outputs, name=built.name)
         model.compile(
             optimizer=make_optimizer(
@@ -83,6 +86,7 @@ def compiled_model(variant: Variant, strategy: Any, metadata: DatasetMetadata, s
                 steps_per_epoch * training.epochs,
                 training.epochs,
                 training.ema_momentum,
+                architecture.rate_factors(model, config),
             ),
             loss="sparse_categorical_crossentropy",
             metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
@@ -91,6 +95,11 @@ def compiled_model(variant: Variant, strategy: Any, metadata: DatasetMetadata, s
             steps_per_execution=training.steps_per_execution,
         )
         # Its slots and the metric's totals made here, not in the first step: tf.function traces a step that creates
-        # variables twice (a second of every job's start).
+        # variables twice (a second of every job's start). Every variable's, a frozen one's too: it trains later.
         model.optimizer.build(model.trainable_variables)
     return model
+
+
+def family_hooks(variant: Variant, model: Any) -> list:
+    """The Keras callbacks the variant's family trains with (a backbone's freeze schedule); none for most."""
+    return ARCHITECTURES[variant.architecture].hooks(model, variant.model_config())
