@@ -28,6 +28,19 @@ TINY_CNN: dict[str, Any] = {
     "training": {"epochs": EPOCHS, "batch_size": 32, "schedule": "cosine"},
     "workers": 2,
 }
+# Every family resumes as the cnn does; the backbone's freeze schedule ends in epoch 3, where the fault lands.
+FAMILIES: dict[str, dict[str, Any]] = {
+    "cnn": TINY_CNN["model"],
+    "resnet": {"type": "resnet", "stem_filters": 8, "filters": [8, 16]},
+    "backbone": {
+        "type": "backbone",
+        "network": "MobileNetV3Small",
+        "weights": "none",
+        "image_size": 32,
+        "freeze_epochs": 3,
+        "backbone_learning_rate": 0.5,
+    },
+}
 JOB = "ft-job"
 PREFIX = "runs/r1/tiny"
 # The chief starts its third epoch only after the second is backed up: a fault sent then lands mid-epoch.
@@ -70,8 +83,8 @@ class Injector:
         return counts
 
 
-def tiny_job(data: Path, store: Store, backoff_limit: int):
-    variant = from_dict(TINY_CNN)
+def tiny_job(data: Path, store: Store, backoff_limit: int, model: dict[str, Any] = TINY_CNN["model"]):
+    variant = from_dict({**TINY_CNN, "model": model})
     return build_tfjob(
         variant,
         name=JOB,
@@ -84,13 +97,14 @@ def tiny_job(data: Path, store: Store, backoff_limit: int):
 
 
 @pytest.mark.training
+@pytest.mark.parametrize("family", FAMILIES)
 def test_a_replica_killed_mid_training_resumes_from_the_last_backed_up_epoch(
-    small_dataset: Path, s3_env: str, tmp_path: Path
+    small_dataset: Path, s3_env: str, tmp_path: Path, family: str
 ) -> None:
     """SIGKILL one replica in epoch 3 of 6: the restarted job restores the backup and trains only the epochs left."""
     store = open_store(f"s3://bakeoff/{tmp_path.name}")
     injector = Injector(TRIGGER, VICTIM, signal.SIGKILL)
-    LocalBackend(sink=injector).run(tiny_job(small_dataset, store, backoff_limit=1))
+    LocalBackend(sink=injector).run(tiny_job(small_dataset, store, backoff_limit=1, model=FAMILIES[family]))
 
     assert injector.sent
     assert any(

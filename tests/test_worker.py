@@ -368,49 +368,6 @@ def test_serving_accepts_encoded_images(trained: Trained, small_dataset: Path) -
     assert names[0].decode() in json.loads((small_dataset / "metadata.json").read_text())["class_names"]
 
 
-@pytest.mark.unit
-def test_random_flip_mirrors_some_images_and_keeps_labels(small_dataset: Path) -> None:
-    import tensorflow as tf
-
-    from bakeoff.components.training.inputs import _random_flip
-
-    images = dataset.read_shards(open_store(str(small_dataset)), "test").images[:256]
-    labels = np.arange(256)
-    flipped, same_labels = _random_flip(tf.constant(images), tf.constant(labels))
-    flipped = flipped.numpy()
-    mirrored = [
-        np.array_equal(out, image[:, ::-1]) and not np.array_equal(out, image)
-        for out, image in zip(flipped, images, strict=True)
-    ]
-    kept = [np.array_equal(out, image) for out, image in zip(flipped, images, strict=True)]
-    assert all(m or k for m, k in zip(mirrored, kept, strict=True))
-    assert 64 < sum(mirrored) < 192  # about half, for 256 images
-    assert np.array_equal(same_labels.numpy(), labels)
-
-
-@pytest.mark.unit
-def test_random_shift_moves_each_image_by_its_own_draw_within_its_bound() -> None:
-    import tensorflow as tf
-
-    from bakeoff.components.training.inputs import _random_shift
-
-    images = np.zeros((255, 28, 28), np.uint8)
-    images[:, 10:18, 12:16] = np.arange(1, 256).reshape(255, 1, 1)  # a block of its own value in each image
-    labels = np.arange(255)
-    shifted, same_labels = _random_shift(2)(tf.constant(images), tf.constant(labels))
-    shifted = shifted.numpy()
-    assert shifted.shape == images.shape and shifted.dtype == images.dtype
-    moves = set()
-    for index, image in enumerate(shifted):
-        rows, columns = np.nonzero(image)
-        moves.add((rows.min() - 10, columns.min() - 12))
-        assert image.sum() == images[index].sum()  # the whole block moved, nothing else came in
-        assert set(image[rows, columns]) == {index + 1}  # its own image, not a neighbour's
-    assert moves <= {(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)}
-    assert len(moves) > 15  # of the 25, for 255 images: each image draws its own
-    assert np.array_equal(same_labels.numpy(), labels)
-
-
 @pytest.mark.long_running
 @pytest.mark.unit
 def test_the_replica_program_does_not_load_its_launcher() -> None:

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from bakeoff.components.data import artifact
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage import Store
+from bakeoff.components.training import augment
 
 SHUFFLE_SEED = 1234
+SHUFFLE_BYTES = 64 * 2**20  # the most pixels a pipeline shuffles among: the whole part of a small dataset
+SHARDS_OPEN = 2  # shard files a pipeline reads at once, interleaved
+CHUNK_EXAMPLES = 512  # examples read from a shard file at a time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,25 +48,27 @@ def epoch_shape(variant: Variant, strategy: Any, train_examples: int, max_train_
 
 
 def distributed_inputs(variant: Variant, strategy: Any, data: Store, shape: EpochShape) -> Any:
-    """The training batches, distributed: each input pipeline shuffles and batches shards of its own, endlessly."""
+    """The training batches, distributed: each input pipeline streams shards of its own, shuffles and batches them,
+    endlessly."""
     import tensorflow as tf
+
+    metadata = artifact.read_metadata(data)
+    image_shape = tuple(metadata.image_shape)
+    labels_type = tf.as_dtype(artifact.label_dtype(len(metadata.class_names)))
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         # Each input pipeline reads whole shard files of its own: no worker
         # reads (and throws away) the others' data.
-        part = artifact.read_shards(data, "train", context.input_pipeline_id, context.num_input_pipelines)
+        keys = artifact.shard_keys(data, "train", context.input_pipeline_id, context.num_input_pipelines)
         limit = math.ceil(shape.train_count / context.num_input_pipelines)
-        images, labels = part.images[:limit], part.labels[:limit]
+        examples = streamed(data, keys, image_shape, labels_type).take(limit)
+        buffer = shuffle_buffer(limit, int(np.prod(image_shape)), shape.global_batch)
         batches = (
-            tf.data.Dataset.from_tensor_slices((images, labels))
-            .shuffle(len(labels), seed=SHUFFLE_SEED + context.input_pipeline_id, reshuffle_each_iteration=True)
+            examples.shuffle(buffer, seed=SHUFFLE_SEED + context.input_pipeline_id, reshuffle_each_iteration=True)
             .repeat()
             .batch(context.get_per_replica_batch_size(shape.global_batch), drop_remainder=True)
         )
-        if variant.training.random_flip:
-            batches = batches.map(_random_flip, num_parallel_calls=tf.data.AUTOTUNE)
-        if variant.training.random_shift:
-            batches = batches.map(_random_shift(variant.training.random_shift), num_parallel_calls=tf.data.AUTOTUNE)
+        batches = augment.augmented(batches, variant.training)
         # No tf.data autotuning: at the end of fit, deleting an autotuned
         # iterator waits for one of its background threads, idling both replicas
         # for seconds (py-spy: ~RootDataset::Iterator in ~LogicalThreadWrapper).
@@ -76,25 +83,33 @@ def distributed_inputs(variant: Variant, strategy: Any, data: Store, shape: Epoc
     return strategy.distribute_datasets_from_function(dataset_fn, no_device_prefetch)
 
 
-def _random_flip(images: Any, labels: Any) -> tuple[Any, Any]:
-    """Mirrors a random half of a batch left-right: cheap augmentation against overfitting."""
+def shuffle_buffer(examples: int, values: int, global_batch: int) -> int:
+    """The examples a pipeline shuffles among: all of its ``examples`` where they fit ``SHUFFLE_BYTES`` (of
+    ``values`` bytes each: Fashion-MNIST's part does, and is shuffled whole as before), else as many as do, and never
+    fewer than a global batch. Ingest shuffled the examples across the shards already."""
+    return max(1, min(examples, max(global_batch, SHUFFLE_BYTES // max(values, 1))))
+
+
+def streamed(data: Store, keys: list[str], image_shape: tuple[int, ...], labels_type: Any) -> Any:
+    """The examples of the shard files ``keys``, in a fixed order: ``SHARDS_OPEN`` shards read at once, interleaved
+    ``CHUNK_EXAMPLES`` at a time, each read a chunk at a time (``artifact.shard_chunks``), so a pipeline holds a few
+    chunks, not its part; read again each epoch."""
     import tensorflow as tf
 
-    # [n, 1, 1] or [n, 1, 1, 1]: one draw per image, whether the batch carries a channel axis or not
-    flip = tf.random.uniform([tf.shape(images)[0], *[1] * (images.shape.rank - 1)]) < 0.5
-    return tf.where(flip, tf.reverse(images, axis=[2]), images), labels
+    signature = (
+        tf.TensorSpec([None, *image_shape], tf.uint8),
+        tf.TensorSpec([None], labels_type),
+    )
 
+    def shard(key: Any) -> tf.data.Dataset:
+        return tf.data.Dataset.from_generator(
+            lambda name: artifact.shard_chunks(data, name.decode(), CHUNK_EXAMPLES),
+            output_signature=signature,
+            args=(key,),
+        )
 
-def _random_shift(pixels: int) -> Callable[[Any, Any], tuple[Any, Any]]:
-    """Moves each image of a batch by its own draw of up to ``pixels`` each way, filling with background (0)."""
-    import tensorflow as tf
-
-    def shift(images: Any, labels: Any) -> tuple[Any, Any]:
-        count, height, width = tf.shape(images)[0], tf.shape(images)[1], tf.shape(images)[2]
-        channels = [[0, 0]] * (images.shape.rank - 3)  # an artifact's images carry a channel axis: not padded
-        padded = tf.pad(images, [[0, 0], [pixels, pixels], [pixels, pixels], *channels])
-        offsets = tf.random.uniform([2, count, 1], 0, 2 * pixels + 1, tf.int32)
-        rows = tf.gather(padded, offsets[0] + tf.range(height), axis=1, batch_dims=1)
-        return tf.gather(rows, offsets[1] + tf.range(width), axis=2, batch_dims=1), labels
-
-    return shift
+    return (
+        tf.data.Dataset.from_tensor_slices(keys)
+        .interleave(shard, cycle_length=min(SHARDS_OPEN, len(keys)), block_length=1)
+        .unbatch()
+    )

@@ -44,6 +44,7 @@ if __name__ == "__main__":
 from bakeoff.components import progress
 from bakeoff.components.backends import allocator
 from bakeoff.components.data import artifact
+from bakeoff.components.modeling import precision
 from bakeoff.components.modeling.savedmodel import export, mirror_averaged
 from bakeoff.components.spec import Variant, from_dict
 from bakeoff.components.storage import Store, open_store, runs
@@ -52,7 +53,7 @@ from bakeoff.components.storage.store import files_below
 from bakeoff.components.training import backup, rungs
 from bakeoff.components.training.callbacks import EpochProgress, StoreBackup, Throughput, Validation
 from bakeoff.components.training.inputs import EpochShape, distributed_inputs, epoch_shape
-from bakeoff.components.training.model import compiled_model
+from bakeoff.components.training.model import compiled_model, family_hooks
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +127,8 @@ def train(
     data = open_store(data_uri)
     metadata = artifact.read_metadata(data)
     shape = epoch_shape(variant, strategy, metadata.counts["train"], max_train_examples)
-    model = compiled_model(variant, strategy, metadata, shape.steps_per_epoch)
+    precision = resolved_precision(variant)
+    model = compiled_model(variant, strategy, metadata, shape.steps_per_epoch, precision)
     inputs = distributed_inputs(variant, strategy, data, shape)
     store = open_store(store_uri)
     chief = _is_chief(strategy.cluster_resolver)
@@ -142,7 +144,7 @@ def train(
     )
     place = _BackupPlace(store, prefix, digest, chief)
     fitted = _fit(model, inputs, variant, stop_epoch, shape, validation, place)
-    metrics = _metrics(variant, rung, model, shape, fitted, metadata.counts.get("validation", 0))
+    metrics = _metrics(variant, rung, model, shape, fitted, metadata.counts.get("validation", 0), precision)
     # Else a rung ended before the schedule did: halving decides whether it goes on.
     finished = stop_epoch == variant.training.epochs
     _save(model, chief, metadata.class_names, store, prefix, metrics, variant, finished)
@@ -164,6 +166,15 @@ def make_strategy() -> Any:
                 implementation=tf.distribute.experimental.CommunicationImplementation.RING
             )
         )
+
+
+def resolved_precision(variant: Variant) -> str:
+    """What ``training.precision`` means on this replica's machine: its GPUs and its CPU's bfloat16 units."""
+    import tensorflow as tf
+
+    return precision.resolve(
+        variant.training.precision, len(tf.config.list_physical_devices("GPU")), precision.cpu_flags()
+    )
 
 
 def _validation(
@@ -200,16 +211,20 @@ def _fit(
         backing_up = StoreBackup(backup_dir, place.store, place.prefix, place.digest, place.chief, resume)
         throughput = Throughput(shape.global_batch, paused=lambda: validation.seconds if validation else 0.0)
         # Validation first: the callbacks after it find its numbers in the epoch's logs.
-        callbacks = [
-            callback
-            for callback in (
-                validation,
-                EpochProgress(variant.name, stop_epoch, shape.steps_per_epoch * shape.global_batch)
-                if place.chief
-                else None,
-            )
-            if callback is not None
-        ] + [backing_up, throughput]
+        callbacks = (
+            family_hooks(variant, model)
+            + [
+                callback
+                for callback in (
+                    validation,
+                    EpochProgress(variant.name, stop_epoch, shape.steps_per_epoch * shape.global_batch)
+                    if place.chief
+                    else None,
+                )
+                if callback is not None
+            ]
+            + [backing_up, throughput]
+        )
         started = time.perf_counter()
         model.fit(inputs, epochs=stop_epoch, steps_per_epoch=shape.steps_per_epoch, verbose=2, callbacks=callbacks)
         train_seconds = time.perf_counter() - started
@@ -220,7 +235,13 @@ def _fit(
 
 
 def _metrics(
-    variant: Variant, rung: int, model: Any, shape: EpochShape, fitted: _Fitted, validation_examples: int
+    variant: Variant,
+    rung: int,
+    model: Any,
+    shape: EpochShape,
+    fitted: _Fitted,
+    validation_examples: int,
+    trained_at: str,
 ) -> WorkerMetrics:
     """This replica's record of the job: what it trained, how fast, on what, and what it cost."""
     return WorkerMetrics(
@@ -248,6 +269,7 @@ def _metrics(
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         allocator=allocator.in_use(),
         onednn=_onednn_enabled(),
+        precision=trained_at,
     )
 
 
