@@ -16,10 +16,11 @@ from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import Config, load_config
 from bakeoff.pipelines import conformance
-from bakeoff.pipelines.pipeline import Cluster, build_pipeline
+from bakeoff.pipelines.pipeline import Cluster, Resources, build_pipeline
 
 if TYPE_CHECKING:
     from bakeoff.components.search.budget import Plan
+    from bakeoff.components.search.costs import Images
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ def compile_pipeline(
     parallelism: int = defaults.CLUSTER_PARALLELISM,
     cluster: Cluster = Cluster(),
     budget: float | None = None,
+    resources: Resources | None = None,
 ) -> Path:
     """Writes the IR YAML of the pipeline built for ``cluster``; the config's variants, halving settings, source and
     image size become the defaults of its run-time parameters.
@@ -42,14 +44,22 @@ def compile_pipeline(
     halving settings (``build_pipeline``). The file appears only once every supported KFP backend would accept it.
     The config's ``search.budget`` is for runs on this machine: a cluster's nodes are not this
     machine, and run jobs side by side, so the pipeline trains the search as
-    written unless ``budget`` (minutes, ``--budget``) asks to plan it on this machine's costs.
+    written unless ``budget`` (minutes, ``--budget``) asks to plan it on this machine's costs. ``resources``: each
+    step's CPU and memory requests and limits.
     """
     from kfp import compiler
 
-    loaded = planned(load_config(config).with_budget(math.inf if budget is None else budget))
+    loaded = load_config(config).with_budget(math.inf if budget is None else budget)
+    loaded = planned(loaded, images=compiled_images(loaded) if loaded.budget_minutes is not None else None, here=False)
     variants = [variant.to_dict() for variant in loaded.variants]
     pipeline = build_pipeline(
-        parallelism=parallelism, variants=variants, image=image, cluster=cluster, search=loaded.search, data=loaded.data
+        parallelism=parallelism,
+        variants=variants,
+        image=image,
+        cluster=cluster,
+        search=loaded.search,
+        data=loaded.data,
+        resources=resources,
     )
     partial = output.with_name(f".{output.stem}.partial.yaml")
     try:
@@ -87,14 +97,44 @@ def _sorted(value: Any) -> Any:
     return value
 
 
-def planned(config: Config, max_train_examples: int = 0) -> Config:
-    """The config as a run trains it: a search budget fits it here, before anything runs (``budget_plan``)."""
-    plan = budget_plan(config, max_train_examples)
+def planned(config: Config, max_train_examples: int = 0, images: Images | None = None, here: bool = True) -> Config:
+    """The config as a run trains it: a search budget fits it here, before anything runs (``budget_plan``), for a
+    run on this machine (``here``) or on a cluster's nodes."""
+    plan = budget_plan(config, max_train_examples, images, here)
     return plan.config if plan else config
 
 
-def budget_plan(config: Config, max_train_examples: int = 0) -> Plan | None:
-    """The plan a search budget makes of ``config`` (None without a budget), what ``bakeoff plan`` shows.
+def source_images(config: Config) -> Images:
+    """What a plan prices of ``config``'s source: its listing and first image (``inspection.inspect``); one line for
+    a source that cannot be listed here."""
+    from bakeoff.components.data.inspection import inspect
+    from bakeoff.components.search.costs import Images
+
+    return Images.of_source(inspect(config.data.source, config.data.image_size))
+
+
+def compiled_images(config: Config) -> Images:
+    """What compiling with a budget prices: the source's images where it can be listed here; else, said in a line,
+    Fashion-MNIST's (a cluster's source may be readable only from the cluster)."""
+    from bakeoff.components.search.costs import FASHION_MNIST
+
+    try:
+        return source_images(config)
+    except BakeoffError as error:
+        logger.warning(
+            "bakeoff: the budget prices Fashion-MNIST's %s training examples, not %s, which cannot be listed here: %s",
+            f"{FASHION_MNIST.examples:,}",
+            config.data.source,
+            error,
+        )
+        return FASHION_MNIST
+
+
+def budget_plan(
+    config: Config, max_train_examples: int = 0, images: Images | None = None, here: bool = True
+) -> Plan | None:
+    """The plan a search budget makes of ``config`` on ``images`` (None: its source's, listed here), what
+    ``bakeoff plan`` shows; None without a budget.
 
     Each change is said on stderr. Compiling plans for the whole training split,
     the default of the compiled pipeline's ``max_train_examples``. Only a budget needs this machine's costs.
@@ -103,9 +143,12 @@ def budget_plan(config: Config, max_train_examples: int = 0) -> Plan | None:
 
     if config.budget_minutes is None:
         return None
-    plan, _ = plan_config(config, max_train_examples)
+    # A cluster's CPUs are not this one's: its replicas resolve `auto` themselves.
+    plan, _ = plan_config(config, max_train_examples, images or source_images(config), None if here else frozenset())
     for line in plan.fitted:
         logger.info("bakeoff: within search.budget: %s", line)
+    for line in plan.precisions:
+        logger.info("bakeoff: %s", line)
     return plan
 
 

@@ -556,6 +556,70 @@ def test_more_workers_than_local_shards_fails_before_ingest(
     assert_nothing_written(paths)
 
 
+def empty_folder(root: Path) -> Path:
+    root.mkdir()
+    return root
+
+
+def one_class(root: Path) -> Path:
+    (root / "cats").mkdir(parents=True)
+    (root / "cats" / "a.png").write_bytes(PNG)
+    return root
+
+
+def empty_class(root: Path) -> Path:
+    one_class(root)
+    (root / "dogs").mkdir()
+    (root / "dogs" / "b.png").write_bytes(PNG)
+    (root / "owls").mkdir()
+    return root
+
+
+# A source ingest would refuse on its listing: `run` and `plan` list it first, so its line comes before anything starts.
+BAD_SOURCES: dict[str, tuple[Callable[[Path], Path | str], str]] = {
+    "an empty folder": (
+        empty_folder,
+        r"source holds no images in class folders: put each class's \.png/.* files in .*source/<class>/",
+    ),
+    "one class": (
+        one_class,
+        r"source holds one class \('cats'\): a classifier needs at least two class folders$",
+    ),
+    "an empty class folder": (
+        empty_class,
+        r"source/owls holds no images: put its \.png/.* files there or remove the folder$",
+    ),
+    "an unknown TFDS name": (
+        lambda root: "tfds:no_such_dataset_here",
+        r"tfds:no_such_dataset_here: no TFDS dataset 'no_such_dataset_here' .*: check the name and version",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["run", "plan"])
+@pytest.mark.parametrize("make, message", BAD_SOURCES.values(), ids=BAD_SOURCES.keys())
+def test_a_bad_source_is_one_line_before_anything_starts(
+    bakeoff,
+    paths: dict[str, Path],
+    tmp_path: Path,
+    cost_cache: Path,
+    command: str,
+    make: Callable[[Path], Path | str],
+    message: str,
+) -> None:
+    """No pipeline, no store, no work folder, and no cost measured (plan's calibration would take minutes)."""
+    config = write_config(tmp_path / "variants.yaml", CNN)
+    source = str(make(tmp_path / "source"))
+    args = (
+        run_args(config, paths, Path(source))
+        if command == "run"
+        else ["plan", "--config", str(config), "--source", source]
+    )
+    assert_one_line(bakeoff(*args), message)
+    assert_nothing_written(paths)
+    assert list(cost_cache.iterdir()) == []
+
+
 @pytest.fixture
 def s3_prefix(s3_env: str, tmp_path: Path) -> Iterator[tuple[str, Callable[[], list[str]]]]:
     """A fresh prefix in the test bucket and a function that lists every object under it."""
@@ -601,6 +665,33 @@ def test_bad_input_writes_nothing_to_an_s3_store(
     assert_one_line(bakeoff(*args), message)
     assert objects() == []
     assert not paths["work"].exists()
+
+
+@pytest.mark.parametrize("command", ["run", "plan"])
+@pytest.mark.parametrize(
+    "keys, message", [("right", r"is empty: upload the class folders there"), ("wrong", r"refused the credentials")]
+)
+def test_an_s3_source_that_cannot_be_listed_is_one_line_before_anything_starts(
+    bakeoff,
+    s3_prefix,
+    paths: dict[str, Path],
+    tmp_path: Path,
+    cost_cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    keys: str,
+    message: str,
+) -> None:
+    """An empty prefix, or one these keys may not list: its line, and nothing started, written or measured."""
+    source, objects = s3_prefix
+    if keys == "wrong":
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    config = write_config(tmp_path / "variants.yaml", CNN)
+    args = run_args(config, paths, tmp_path) if command == "run" else ["plan", "--config", str(config)]
+    args = [*args, "--source", source]  # the last --source counts
+    assert_one_line(bakeoff(*args), re.escape(f"{source!r}") + ".*" + message)
+    assert_nothing_written(paths)
+    assert list(cost_cache.iterdir()) == [] and objects() == []
 
 
 @pytest.mark.parametrize("name", ["../escape", "größe"])

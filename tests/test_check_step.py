@@ -12,6 +12,7 @@ from bakeoff.components.environment import ERROR_FILE_ENV
 from bakeoff.components.steps.check import check
 from bakeoff.pipelines.cli.main import main
 from tests.conftest import BUCKET, FASHION_MNIST, free_port
+from tests.images import write_rgb_folder
 
 pytestmark = pytest.mark.unit
 
@@ -285,3 +286,26 @@ def test_a_run_form_value_that_cannot_run_fails_at_the_first_step_before_any_ing
     assert not [path for path in work.rglob("*") if path.name in ("ingest", "train", "data")], (
         "nothing ingested or trained"
     )
+
+
+def test_a_source_ingest_would_refuse_fails_at_the_check_step(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The source is listed before ingest starts: an empty folder is the check step's line, naming the parameter."""
+    empty = tmp_path / "images"
+    empty.mkdir()
+    assert refusal(capsys, **parameters(tmp_path, source=str(empty))) == (
+        f"source: {empty} holds no images in class folders: put each class's .png/.jpg/.jpeg/.bmp/.gif/.webp files in"
+        f" {empty}/<class>/ (or in train/<class>/ ...)"
+    )
+    assert not (tmp_path / "store").exists()
+
+
+def test_variants_are_fitted_to_a_folder_s_own_image_size_at_the_check_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A folder's size is known from its first image: a network that leaves no pixels of it fails before ingest."""
+    folder = write_rgb_folder(tmp_path / "shapes", per_class=3, size=10)
+    deep = {"name": "deep", "model": {"type": "cnn", "filters": [4, 4, 4]}, "training": {"epochs": 2}, "workers": 1}
+    line = refusal(capsys, **parameters(tmp_path, source=str(folder), variants=[deep], **NO_HALVING))
+    assert line.startswith(
+        "variants: variant 'deep': model.filters: 3 convolutions of kernel_size 3 leave no pixels of the 10x10 image"
+    ), line

@@ -425,7 +425,7 @@ def run_config(
 def test_a_halving_run_publishes_the_best_survivor_and_the_survivors_resume(tmp_path: Path) -> None:
     """Four variants to epoch 1, the best two resumed to epoch 2, the better of those published."""
     store_uri = f"file://{tmp_path / 'store'}"
-    run, summary = run_search(tmp_path, store_uri)
+    run, summary = run_search(tmp_path, store_uri, "--debug")  # the replicas' lines on stderr, read below
     store = open_store(store_uri)
     run_id = summary.run_id
 
@@ -506,7 +506,7 @@ def test_a_local_run_leaves_the_steps_its_jobs_trained_at_for_the_next_plan(tmp_
     samples.cache_calibration(cost_cache, load_config(config), step_seconds=9.0)
     run, summary = run_config(tmp_path, config, f"file://{tmp_path / 'store'}")
     (cost,) = plan_config(load_config(config))[0].calibration.steps
-    assert cost.measured_by == f"run {summary.run_id}" and 0 < cost.step_seconds < 1.0
+    assert cost.measured_by == f"run {summary.run_id}" and 0 < cost.step_seconds != 9.0  # this run's, not the cache's
     assert "costs: kept mlp at " in run.stderr and " ms a step (was 9e+03; over 224 steady steps); " in run.stderr
     assert f"the next plan here prices those steps as this run trained them ({cost_cache}/" in run.stderr
 

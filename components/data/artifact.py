@@ -9,12 +9,15 @@ shard, as before: the worker already streams its disjoint shard files through tf
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
 import time
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -24,6 +27,7 @@ from bakeoff.components.data.fashion_mnist import Split
 from bakeoff.components.data.preprocess import NO_RESIZE, check_resize, prepare
 from bakeoff.components.data.sources import SPLITS, Listing, open_source
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.storage.folder import FolderStore
 from bakeoff.components.storage.records import DatasetMetadata, Preprocessing, SkippedFiles
 from bakeoff.components.storage.store import Store
 
@@ -295,16 +299,49 @@ def read_metadata(store: Store) -> DatasetMetadata:
     return DatasetMetadata.from_json(store.get_bytes(METADATA_FILE), METADATA_FILE)
 
 
-def read_shards(store: Store, split: str, index: int = 0, count: int = 1) -> Split:
-    """Reads the shards ``index::count`` of ``split``: one worker's disjoint part."""
+def shard_keys(store: Store, split: str, index: int = 0, count: int = 1) -> list[str]:
+    """The shard files ``index::count`` of ``split``: one worker's (or input pipeline's) disjoint part."""
     shards = read_metadata(store).shards
     if count > shards:
         raise BakeoffError(
             f"{count} workers need at least {count} shards, the dataset has {shards}:"
             " lower workers or re-ingest with more shards"
         )
+    return [shard_name(split, shard, shards) for shard in range(index, shards, count)]
+
+
+def read_shards(store: Store, split: str, index: int = 0, count: int = 1) -> Split:
+    """Reads the shards ``index::count`` of ``split``: one worker's disjoint part, whole."""
     parts = []
-    for shard in range(index, shards, count):
-        with np.load(io.BytesIO(store.get_bytes(shard_name(split, shard, shards)))) as npz:
+    for key in shard_keys(store, split, index, count):
+        with np.load(io.BytesIO(store.get_bytes(key))) as npz:
             parts.append((npz["images"], npz["labels"]))
     return Split(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+
+def shard_chunks(store: Store, key: str, examples: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The shard ``key``'s images and labels, ``examples`` at a time, in its order.
+
+    A shard in a folder store is read from its file a chunk at a time (np.savez stores its arrays uncompressed, so
+    the images' .npy member streams): what is held is a chunk, whatever the shard's size. Elsewhere (S3) the shard
+    is fetched whole first, and held while it is read.
+    """
+    with contextlib.ExitStack() as stack:
+        if isinstance(store, FolderStore):
+            file: BinaryIO = stack.enter_context(open(store.root / key, "rb"))
+        else:
+            file = io.BytesIO(store.get_bytes(key))
+        archive = stack.enter_context(zipfile.ZipFile(file))
+        with archive.open("labels.npy") as member:
+            labels = np.lib.format.read_array(member)
+        member = stack.enter_context(archive.open("images.npy"))
+        version = np.lib.format.read_magic(member)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = header(member)
+        if fortran or dtype != np.uint8 or shape[:1] != labels.shape:
+            raise BakeoffError(f"{store.uri_for(key)!r} is not a shard ingest wrote: re-ingest the dataset")
+        size = int(np.prod(shape[1:], dtype=np.int64))
+        for start in range(0, len(labels), examples):
+            count = min(examples, len(labels) - start)
+            images = np.frombuffer(member.read(count * size), dtype=np.uint8).reshape(count, *shape[1:])
+            yield images, labels[start : start + count]

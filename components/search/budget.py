@@ -7,8 +7,17 @@ from collections.abc import Callable
 
 from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.modeling.precision import AUTO, BFLOAT16, FLOAT32, cpu_flags, has_bf16_units
 from bakeoff.components.search.calibration import calibrated
-from bakeoff.components.search.costs import FASHION_MNIST, Calibration, Images, macs, shape_of
+from bakeoff.components.search.costs import (
+    FASHION_MNIST,
+    Calibration,
+    Images,
+    at_precision,
+    macs,
+    measured_precision,
+    shape_of,
+)
 from bakeoff.components.search.deadline import Deadline, path_seconds
 from bakeoff.components.search.halving import Rung, schedule
 from bakeoff.components.spec import Config, Halving, Variant
@@ -40,6 +49,7 @@ class Plan:
     calibration: Calibration  # the costs the estimate used
     train_examples: int  # an epoch's, as estimated
     images: Images = FASHION_MNIST  # the dataset it prices
+    precisions: list[str] = dataclasses.field(default_factory=list)  # what `auto` chose where it had a choice
 
 
 def estimate(
@@ -247,8 +257,36 @@ def _plan(config: Config, fitted: list[str], calibration: Calibration, train_exa
     return Plan(config, rungs, seconds, least, fitted, calibration, train_examples, images)
 
 
-def plan_config(config: Config, max_train_examples: int = 0, images: Images = FASHION_MNIST) -> tuple[Plan, int]:
+def plan_config(
+    config: Config, max_train_examples: int = 0, images: Images = FASHION_MNIST, flags: frozenset[str] | None = None
+) -> tuple[Plan, int]:
     """``config``'s plan on ``images`` for at most ``max_train_examples`` (0: the whole training split) with this
-    machine's costs for that image shape (measured first if not cached), and that number of examples."""
+    machine's costs for that image shape (measured first if not cached), and that number of examples. Its ``auto``
+    variants at what ``measured_precisions`` picks for a CPU of ``flags`` (None: this one's; none: left to each
+    replica, as for a cluster's nodes)."""
     examples = min(max_train_examples or images.examples, images.examples)
-    return fit(config, calibrated(config.variants, images=images), examples, images), examples
+    flags = cpu_flags() if flags is None else flags
+    calibration = calibrated(config.variants, images=images, flags=flags)
+    config, chosen = measured_precisions(config, calibration, images, flags)
+    return dataclasses.replace(fit(config, calibration, examples, images), precisions=chosen), examples
+
+
+def measured_precisions(
+    config: Config, calibration: Calibration, images: Images, flags: frozenset[str]
+) -> tuple[Config, list[str]]:
+    """``config`` with each ``auto`` variant at the precision ``measured_precision`` picks, where this CPU has
+    bfloat16 units (elsewhere ``auto`` stays: a replica resolves it, float32 on a CPU), and a line per precision
+    picked naming its variants."""
+    if not has_bf16_units(flags):
+        return config, []
+    picked: dict[str, list[str]] = {}
+    variants = []
+    for variant in config.variants:
+        if variant.training.precision == AUTO:
+            precision = measured_precision(variant, calibration, images, flags)
+            picked.setdefault(precision, []).append(variant.name)
+            variant = at_precision(variant, precision)
+        variants.append(variant)
+    why = {BFLOAT16: "measured faster here at their shape", FLOAT32: "bfloat16 measured no faster here"}
+    lines = [f"training.precision auto -> {p}: {', '.join(names)} ({why[p]})" for p, names in sorted(picked.items())]
+    return dataclasses.replace(config, variants=variants), lines

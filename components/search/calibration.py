@@ -32,6 +32,7 @@ from bakeoff.components.backends.threads import thread_cap
 from bakeoff.components.data import artifact
 from bakeoff.components.data.fashion_mnist import Split
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.modeling.precision import FLOAT32, cpu_flags
 from bakeoff.components.search import contention
 from bakeoff.components.search.calibration_cache import FILE, cache_dir, machine_key, read, write
 from bakeoff.components.search.costs import (
@@ -58,6 +59,7 @@ logger = logging.getLogger(__name__)
 # What a step imports before its work: most only kfp's executor and the launcher of jobs; select (steps/select.py)
 # TensorFlow, the selection and the report's figures as well (tests/test_search.py holds this to select's imports).
 TASK_IMPORTS = "import kfp.dsl.executor_main, bakeoff.components.training.launch"
+INGEST_SAMPLE = 2000  # images ingested to time ingest where the default source is not installed
 SELECT_IMPORTS = (
     "import kfp.dsl.executor_main\n"
     "from bakeoff.components.tfenv import import_tensorflow\n"
@@ -92,11 +94,13 @@ class Refreshed:
     left: list[str]
 
 
-def run_steps(store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int) -> list[Measured]:
-    """What each network of run ``run_id`` trained at, its jobs ``concurrent_jobs`` at a time: the median over those of
-    its jobs that timed a steady rate over ``MIN_STEADY_STEPS`` steps or more (each from its ``rung-<k>.json``), so
-    that one job in a fast or a slow spell of the host does not price it; a shorter job, or one that did not run, says
-    nothing. The network whose newest job ran last comes last."""
+def run_steps(
+    store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int, images: Images = FASHION_MNIST
+) -> list[Measured]:
+    """What each network of run ``run_id`` on ``images`` trained at, its jobs ``concurrent_jobs`` at a time: the median
+    over those of its jobs that timed a steady rate over ``MIN_STEADY_STEPS`` steps or more (each from its
+    ``rung-<k>.json``), so that one job in a fast or a slow spell of the host does not price it; a shorter job, or one
+    that did not run, says nothing. The network whose newest job ran last comes last."""
     jobs = []
     for variant in variants:
         rung = 0
@@ -109,7 +113,8 @@ def run_steps(store: Store, run_id: str, variants: Iterable[Variant], concurrent
             continue
         steady = timed_steps(metrics, variant.training.steps_per_execution)
         steady = steady if metrics.examples_per_second_steady else 0
-        cost = StepCost.of_job(variant, metrics, thread_cap(variant.workers, concurrent_jobs), f"run {run_id}")
+        threads = thread_cap(variant.workers, concurrent_jobs)
+        cost = StepCost.of_job(variant, metrics, threads, f"run {run_id}", images)
         names, timed, most = by_network.pop((cost.shape, cost.macs), ([], [], 0))  # put back: the newest job's last
         names = names if variant.name in names else [*names, variant.name]
         timed = [*timed, (cost, steady)] if steady >= defaults.MIN_STEADY_STEPS else timed
@@ -131,9 +136,12 @@ def run_steps(store: Store, run_id: str, variants: Iterable[Variant], concurrent
     ]
 
 
-def refresh(store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int) -> Refreshed:
-    """After local run ``run_id``: the cached calibration with the steps its jobs measured that ``moves`` it folded in,
-    and written back, and why each other network's was not. Nothing is written where there is no record for this
+def refresh(
+    store: Store, run_id: str, variants: Iterable[Variant], concurrent_jobs: int, images: Images = FASHION_MNIST
+) -> Refreshed:
+    """After local run ``run_id`` on ``images`` (its steps are kept under their image shape): the cached calibration
+    with the steps its jobs measured that ``moves`` it folded in, and written back, and why each other network's was
+    not. Nothing is written where there is no record for this
     machine, or the jobs did not run one at a time on the cores as the plan counts them (``concurrent_jobs`` is not
     the default's)."""
     path = cache_dir() / FILE
@@ -145,7 +153,7 @@ def refresh(store: Store, run_id: str, variants: Iterable[Variant], concurrent_j
     kept: list[str] = []
     left: list[str] = []
     refreshed = cached
-    for network in run_steps(store, run_id, variants, concurrent_jobs):
+    for network in run_steps(store, run_id, variants, concurrent_jobs, images):
         cost = network.cost
         if cost is None:
             left.append(f"{network.name} ({network.steady_steps} steady steps, under {defaults.MIN_STEADY_STEPS})")
@@ -177,10 +185,13 @@ def calibrated(
     source: str = defaults.SOURCE,
     steps: int = defaults.CALIBRATION_STEPS,
     images: Images = FASHION_MNIST,
+    flags: frozenset[str] | None = None,
 ) -> Calibration:
     """This machine's costs for ``variants`` on ``images``: the cached record, measuring (and caching) the networks
-    ``timed`` picks that it lacks for that image shape (``steps`` timed steps of each)."""
-    path, key, wanted = cache_dir() / FILE, machine_key(), timed(variants, images)
+    ``timed`` picks that it lacks for that image shape (``steps`` timed steps of each), on a CPU of ``flags`` (None:
+    this one's)."""
+    flags = cpu_flags() if flags is None else flags
+    path, key, wanted = cache_dir() / FILE, machine_key(), timed(variants, images, flags)
     cached = read(path)
     if cached is not None and cached.machine != key:
         cached = None  # another CPU, TensorFlow or cost model: nothing of it holds here
@@ -216,12 +227,11 @@ def measure(
     time. Images of another shape than Fashion-MNIST's are timed on random pixels of that shape: a step's cost does
     not depend on what the pixels show."""
     with tempfile.TemporaryDirectory(prefix="bakeoff-calibration-") as scratch, prefork.warm(WORKER_PROGRAM):
-        began = time.perf_counter()
         data = Path(scratch) / "data"
-        # Silent: its progress is ingest's, not this command's, and stdout may be a --json document.
-        artifact.build(source, data, defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED, log=lambda _line: None)
-        ingest = time.perf_counter() - began
-        if images.shape != FASHION_MNIST.shape or images.classes != FASHION_MNIST.classes:
+        ingest = timed_ingest(source, data, images)
+        if not (data / artifact.METADATA_FILE).exists() or (
+            images.shape != FASHION_MNIST.shape or images.classes != FASHION_MNIST.classes
+        ):
             most = max(_examples(variant, steps) for variant in wanted)
             data = _random_artifact(Path(scratch) / "random", images, most)
         costs, starts = [], []
@@ -232,7 +242,7 @@ def measure(
             # a minute or more on 2 cores in all: a line per job shows it goes on
             logger.info(
                 "bakeoff: timed %s (%d of %d): %.3g ms a step, %.1f s to start",
-                variant.name,
+                variant.name if cost.precision == FLOAT32 else f"{variant.name} at {cost.precision}",
                 index + 1,
                 len(wanted),
                 cost.step_seconds * 1000,
@@ -250,6 +260,36 @@ def measure(
         ingest,
         costs,
     )
+
+
+def timed_ingest(source: str, out: Path, images: Images) -> float:
+    """Ingest's seconds for Fashion-MNIST's pixel values (what ``ingest_seconds`` scales from): ``source`` built into
+    ``out`` as ingest builds it; where ``source`` is the default and this machine has none (a user of their own
+    folder), a folder of ``INGEST_SAMPLE`` random PNG files of ``images``' shape, its time scaled to Fashion-MNIST's
+    values."""
+    from bakeoff.components.data.sources import idx
+
+    # Silent: its progress is ingest's, not this command's, and stdout may be a --json document.
+    def quiet(_line: str) -> None:
+        pass
+
+    if source != defaults.SOURCE or idx.holds_idx_files(Path(source)):
+        began = time.perf_counter()
+        artifact.build(source, out, defaults.VALIDATION_SIZE, defaults.SHARDS, defaults.SEED, log=quiet)
+        return time.perf_counter() - began
+    from PIL import Image
+
+    rng = np.random.default_rng(defaults.SEED)
+    folder = out.with_name(f"{out.name}-images")
+    height, width, channels = images.shape
+    for index in range(INGEST_SAMPLE):
+        pixels = rng.integers(0, 256, (height, width, channels), dtype=np.uint8)
+        (folder / f"{index % 2}").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(pixels[..., 0] if channels == 1 else pixels).save(folder / f"{index % 2}" / f"{index}.png")
+    began = time.perf_counter()
+    artifact.build(str(folder), out.with_name(f"{out.name}-sample"), 1, defaults.SHARDS, defaults.SEED, log=quiet)
+    sample = dataclasses.replace(images, examples=INGEST_SAMPLE)
+    return (time.perf_counter() - began) * FASHION_MNIST.values / sample.values
 
 
 def start_cost(starts: list[float]) -> float:

@@ -7,33 +7,42 @@ keeps them); its steps price a network on the line through the measured networks
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Iterable
 
 from bakeoff.components import defaults
 from bakeoff.components.data.fashion_mnist import CLASSES, IMAGE_SHAPE, TRAIN_IMAGES
-from bakeoff.components.modeling.architectures import CnnConfig, MlpConfig
+from bakeoff.components.data.inspection import Inspected
+from bakeoff.components.modeling.architectures import ARCHITECTURES
+from bakeoff.components.modeling.precision import AUTO, BFLOAT16, FLOAT32, computed_at, has_bf16_units, resolve
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage.records import DatasetMetadata, Record, WorkerMetrics
 
-VERSION = 11  # of the cost model, of this record and of what a job costs: a new one measures again
+VERSION = 12  # of the cost model, of this record and of what a job costs: a new one measures again
 MACS_TOLERANCE = 1.15  # networks within this factor of a measured one cost as it does, in proportion
 CALIBRATED = "calibration"  # a step's measured_by when a calibration job timed it; else "run <id>"
 
 
 @dataclasses.dataclass(frozen=True)
 class Images:
-    """What a plan prices of a dataset: its training examples, one image's [height, width, channels], its classes."""
+    """What a plan prices of a dataset: its training examples, one image's [height, width, channels], its classes,
+    and where they come from (for the plan's words)."""
 
     examples: int
     shape: tuple[int, int, int]
     classes: int
+    source: str = defaults.SOURCE
 
     @classmethod
-    def of(cls, metadata: DatasetMetadata) -> Images:
-        """An ingested artifact's (its metadata.json)."""
+    def of(cls, metadata: DatasetMetadata, where: str = "") -> Images:
+        """An ingested artifact's (its metadata.json), at ``where``."""
         height, width, channels = metadata.image_shape
-        return cls(metadata.counts["train"], (height, width, channels), len(metadata.class_names))
+        named = f"{where} (ingested from {metadata.source})" if where else metadata.source
+        return cls(metadata.counts["train"], (height, width, channels), len(metadata.class_names), named)
+
+    @classmethod
+    def of_source(cls, inspected: Inspected) -> Images:
+        """A source's as ingest would make it (``inspection.inspect``'s, before ingest)."""
+        return cls(inspected.counts["train"], inspected.shape, inspected.classes, inspected.source)
 
     @property
     def values(self) -> int:
@@ -49,8 +58,8 @@ FASHION_MNIST = Images(TRAIN_IMAGES - defaults.VALIDATION_SIZE, (*IMAGE_SHAPE, 1
 @dataclasses.dataclass(frozen=True)
 class Shape:
     """What a family's step costs depend on: its architecture, whether it normalizes batches, the batch per replica,
-    the workers sharing the cores, the steps per call into the graph, and the images' [height, width, channels] (its
-    input, activations and memory)."""
+    the workers sharing the cores, the steps per call into the graph, the images' [height, width, channels] (its
+    input, activations and memory) and the precision it computes at."""
 
     architecture: str
     batch_norm: bool  # its work grows with activations, not MACs: the line of a plain network misprices it
@@ -58,6 +67,7 @@ class Shape:
     workers: int
     steps_per_execution: int  # each call's overhead is shared by this many steps: 16 and 64 step apart
     image: tuple[int, int, int] = FASHION_MNIST.shape
+    precision: str = FLOAT32  # a resolved one (never auto)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +85,7 @@ class StepCost(Record):
     epoch_end_seconds: float  # an epoch's end: scoring the validation images and saving the backup
     measured_by: str = CALIBRATED  # or the run whose job of about this network measured it last
     image: list[int] = dataclasses.field(default_factory=lambda: list(FASHION_MNIST.shape))  # [height, width, channels]
+    precision: str = FLOAT32  # what the job computed at
 
     @property
     def shape(self) -> Shape:
@@ -86,6 +97,7 @@ class StepCost(Record):
             self.workers,
             self.steps_per_execution,
             (height, width, channels),
+            self.precision,
         )
 
     @classmethod
@@ -112,6 +124,7 @@ class StepCost(Record):
             epoch_end_seconds,
             measured_by,
             list(shape.image),
+            shape.precision,
         )
 
     @classmethod
@@ -126,7 +139,8 @@ class StepCost(Record):
         timed = timed_steps(metrics, variant.training.steps_per_execution)
         step = (timed * metrics.global_batch_size / metrics.examples_per_second - metrics.backup_seconds) / timed
         epoch_end = (metrics.validation_seconds + metrics.backup_seconds) / metrics.epochs_trained
-        return cls.of(shape_of(variant, images), threads, macs(variant, images), step, epoch_end, measured_by)
+        shape = dataclasses.replace(shape_of(variant, images), precision=metrics.precision or FLOAT32)  # as it ran
+        return cls.of(shape, threads, macs(variant, images), step, epoch_end, measured_by)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,40 +231,37 @@ def within_factor(a: int, b: int, factor: float) -> bool:
 
 
 def macs(variant: Variant, images: Images = FASHION_MNIST) -> int:
-    """Multiply-accumulates of one image through the network's forward pass: how a family's variants differ in cost."""
-    config, (height, width, channels), classes = variant.model_config(), images.shape, images.classes
-    if isinstance(config, MlpConfig):
-        widths = [height * width * channels, *config.hidden_units, classes]
-        return sum(a * b for a, b in itertools.pairwise(widths))
-    assert isinstance(config, CnnConfig)
-    total = 0
-    for index, filters in enumerate(config.filters):
-        height, width = height - (config.kernel_size - 1), width - (config.kernel_size - 1)  # valid convolutions
-        total += height * width * config.kernel_size**2 * channels * filters
-        channels = filters
-        if index < len(config.filters) - 1:
-            height, width = height // 2, width // 2  # each pooling but the last
-    flat = height * width * channels
-    return total + flat * config.dense_units + config.dense_units * classes
+    """Multiply-accumulates of one image through the network's forward pass, as its family counts them: how a
+    family's variants differ in cost."""
+    return ARCHITECTURES[variant.architecture].macs(variant.model_config(), images.shape, images.classes)
 
 
 def shape_of(variant: Variant, images: Images = FASHION_MNIST) -> Shape:
-    config = variant.model_config()
-    normalized = isinstance(config, CnnConfig) and config.batch_norm
     training = variant.training
     return Shape(
         variant.architecture,
-        normalized,
+        ARCHITECTURES[variant.architecture].normalizes(variant.model_config()),
         training.batch_size,
         variant.workers,
         training.steps_per_execution,
         images.shape,
+        computed_at(training.precision),
     )
 
 
-def timed(variants: Iterable[Variant], images: Images = FASHION_MNIST) -> list[Variant]:
+def at_precision(variant: Variant, precision: str) -> Variant:
+    return dataclasses.replace(variant, training=dataclasses.replace(variant.training, precision=precision))
+
+
+def timed(
+    variants: Iterable[Variant], images: Images = FASHION_MNIST, flags: frozenset[str] = frozenset()
+) -> list[Variant]:
     """The networks a calibration times for ``variants``: of each shape the cheapest, and the costliest when its
-    forward pass is ``MACS_TOLERANCE`` times the cheapest's or more (two points of the step's line)."""
+    forward pass is ``MACS_TOLERANCE`` times the cheapest's or more (two points of the step's line). On a CPU whose
+    ``flags`` name bfloat16 units, each ``auto`` variant at bfloat16 too: ``auto`` takes it where it steps faster."""
+    variants = list(variants)
+    if has_bf16_units(flags):
+        variants += [at_precision(v, BFLOAT16) for v in variants if v.training.precision == AUTO]
     by_shape: dict[Shape, list[Variant]] = {}
     for variant in variants:
         by_shape.setdefault(shape_of(variant, images), []).append(variant)
@@ -258,7 +269,26 @@ def timed(variants: Iterable[Variant], images: Images = FASHION_MNIST) -> list[V
     for shape in sorted(by_shape, key=dataclasses.astuple):
         ordered = sorted(by_shape[shape], key=lambda variant: (macs(variant, images), variant.name))
         cheapest, costliest = ordered[0], ordered[-1]
-        chosen.append(cheapest)
+        chosen.append(_stand_in(cheapest))
         if not within_factor(macs(cheapest, images), macs(costliest, images), MACS_TOLERANCE):
-            chosen.append(costliest)
+            chosen.append(_stand_in(costliest))
     return chosen
+
+
+def _stand_in(variant: Variant) -> Variant:
+    """The variant a calibration job times for ``variant``, as its family says (a backbone without its weights)."""
+    return dataclasses.replace(variant, model=ARCHITECTURES[variant.architecture].timing(variant.model))
+
+
+def measured_precision(
+    variant: Variant, calibration: Calibration, images: Images = FASHION_MNIST, flags: frozenset[str] = frozenset()
+) -> str:
+    """What ``variant`` trains at on this machine's CPU: its ``training.precision`` unless that is ``auto``; then
+    bfloat16 where ``flags`` name its units and ``calibration`` prices its step at bfloat16 below float32's (both
+    at its shape and network), else float32."""
+    bf16 = shape_of(at_precision(variant, BFLOAT16), images)
+    faster = None
+    if variant.training.precision == AUTO and calibration.costs(bf16) and calibration.costs(shape_of(variant, images)):
+        network = macs(variant, images)
+        faster = calibration.step_seconds(bf16, network) < calibration.step_seconds(shape_of(variant, images), network)
+    return resolve(variant.training.precision, 0, flags, faster)

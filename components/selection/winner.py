@@ -127,6 +127,7 @@ def _scored(
                 train_seconds=sum(runs.rung_seconds(store, run_id, training)),  # every rung's job, if halving kept it
                 examples_per_second=training.examples_per_second,
                 uri=candidate.uri,
+                precision=training.precision,
             )
         )
     return scored, per_example

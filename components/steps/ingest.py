@@ -12,7 +12,7 @@ def ingest(
     shards: int,
     seed: int,
 ) -> None:
-    """A source → train/validation/test shards + metadata (counts, classes, preprocessing, fingerprint).
+    """A source in; train/validation/test shards and their metadata out (counts, classes, preprocessing, fingerprint).
 
     ``image_size`` [H, W] resizes every image as it is read; [] keeps the source's own size. ``source_digest``
     is unused here: it is in the signature so that KFP's cache key changes when the data at ``source`` changes.

@@ -233,6 +233,9 @@ class WorkerMetrics(Record):
     peak_rss_mb: float
     allocator: str  # the replica's malloc: tcmalloc or default
     onednn: bool  # whether TensorFlow ran its oneDNN kernels
+    precision: str | None = None  # what training.precision resolved to (float32, mixed_bfloat16, ...); None: float32
+
+    ADDED: ClassVar[tuple[str, ...]] = ("precision",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -374,6 +377,9 @@ class ScoredCandidate(_Scored, Record):
     train_seconds: float  # its jobs' together: a variant halving kept trained in one job per rung
     examples_per_second: float
     uri: str
+    precision: str | None = None  # what it trained at (WorkerMetrics.precision); None: float32
+
+    ADDED: ClassVar[tuple[str, ...]] = ("precision",)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.errors import BakeoffError
+from bakeoff.components.modeling.precision import FLOAT32
 from bakeoff.components.search.budget import Plan, plan_config
-from bakeoff.components.search.costs import CALIBRATED, FASHION_MNIST, Calibration, Images
+from bakeoff.components.search.builtin import builtin_search
+from bakeoff.components.search.costs import CALIBRATED, Calibration, Images
 from bakeoff.components.spaces import describe
 from bakeoff.pipelines.cli.flags import budget_arg, data_args, halving_args, load_budgeted
 
@@ -38,6 +40,7 @@ def plan_document(plan: Plan) -> dict:
         "estimated_seconds": round(plan.seconds, 1),
         "least_seconds": round(plan.least_seconds, 1),
         "fitted": plan.fitted,
+        "precisions": plan.precisions,
         "calibration": plan.calibration.to_dict(),
         "dataset": dataclasses.asdict(plan.images),
     }
@@ -64,12 +67,17 @@ def render(plan: Plan, train_examples: int) -> str:
         if plan.rungs is not None
         else f"{plan.seconds / 60:.1f} min"
     )
+    images = plan.images
     lines.append(
-        f"estimated time: {span}; the jobs one at a time on {train_examples:,} examples of"
-        f" {'x'.join(map(str, plan.images.shape))} pixels ({plan.images.classes} classes), with ingest, the jobs'"
+        f"priced on {images.source}: {images.examples:,} training examples of {'x'.join(map(str, images.shape))}"
+        f" pixels, {images.classes} classes"
+    )
+    lines.append(
+        f"estimated time: {span}; the jobs one at a time on {train_examples:,} examples, with ingest, the jobs'"
         " starts and select"
     )
     lines.append(costs(plan.calibration))
+    lines += plan.precisions
     if config.budget_minutes is not None:
         lines.append(
             f"budget: {config.budget_minutes:g} min"
@@ -83,6 +91,7 @@ def costs(calibration: Calibration) -> str:
     """The calibration an estimate used, in one line."""
     steps = ", ".join(
         f"{c.architecture}{' with batch norm' if c.batch_norm else ''} of {c.macs / 1e6:.3g}M MACs"
+        f"{'' if c.precision == FLOAT32 else f' at {c.precision}'}"
         f" {c.step_seconds * 1000:.3g} ms/step, {c.epoch_end_seconds:.2g} s an epoch's end (batch {c.batch_size},"
         f" {c.workers}×{c.threads} threads{'' if c.measured_by == CALIBRATED else f', as {c.measured_by} trained'})"
         for c in calibration.steps
@@ -95,10 +104,8 @@ def costs(calibration: Calibration) -> str:
     )
 
 
-def dataset_images(data: str | None) -> Images:
-    """What ``--data`` names: an ingested artifact's size (its metadata.json), or Fashion-MNIST's, the default."""
-    if data is None:
-        return FASHION_MNIST
+def dataset_images(data: str) -> Images:
+    """What ``--data`` names: an ingested artifact's size (its metadata.json)."""
     from bakeoff.components.data.artifact import METADATA_FILE, read_metadata
     from bakeoff.components.storage import open_store
 
@@ -108,16 +115,49 @@ def dataset_images(data: str | None) -> Images:
         raise BakeoffError(
             f"--data {data!r} holds no {METADATA_FILE}: pass a Dataset artifact's folder or URI (what ingest wrote)"
         )
-    return Images.of(read_metadata(store))
+    return Images.of(read_metadata(store), data)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    config, images = load_budgeted(args), dataset_images(args.data)  # both checked before any measuring
-    plan, train_examples = plan_config(config, args.max_train_examples or 0, images)
+    from bakeoff.pipelines.compiling import source_images
+
+    written = args.config is not None
+    if not written:  # what `bakeoff run` trains without --config
+        args.config = defaults.CONFIG
+    # The data it prices, checked before any measuring: a source that cannot be listed is refused in one line.
+    images = dataset_images(args.data) if args.data else source_images(load_budgeted(args))
+    fits = builtin_search(images)
+    if args.write_search is not None:
+        return write_search(args.config if written else fits.path, args.write_search)
+    config = load_budgeted(args)  # checked, as the data is, before any measuring
+    # `auto` is picked from the costs a budget measures: a run without one leaves it to its replicas (float32).
+    flags = None if config.budget_minutes is not None else frozenset[str]()
+    plan, train_examples = plan_config(config, args.max_train_examples or 0, images, flags)
     if args.json:
         print(json.dumps(plan_document(plan), indent=2))
     else:
         print(render(plan, train_examples))
+        if not written and fits.path != defaults.CONFIG:
+            print(
+                f"search: {fits.path.name} is built in for {fits.reason}; `bakeoff run` trains it with"
+                f" --config {fits.path} (`--write-search FILE` copies it to edit)"
+            )
+    return 0
+
+
+def write_search(config: Path, out: Path) -> int:
+    """Writes the search of ``config`` (the built-in one that fits the data, unless --config names another) to
+    ``out`` to edit; never over an existing file."""
+    try:
+        with out.open("x") as handle:
+            handle.write(config.read_text())
+    except FileExistsError:
+        raise BakeoffError(f"--write-search {str(out)!r} exists: name a new file, or remove it first") from None
+    except OSError as error:
+        raise BakeoffError(
+            f"cannot write --write-search {str(out)!r} ({error.strerror}): name a writable file"
+        ) from None
+    print(f"wrote {config.name} to {out}: edit it, then pass it to --config")
     return 0
 
 
@@ -127,7 +167,17 @@ def add_plan_commands(commands: argparse._SubParsersAction) -> None:
         "plan", help="show what a config would train: variants expanded, the rungs, the estimated time (runs nothing)"
     )
     plan.add_argument(
-        "--config", type=Path, default=defaults.CONFIG, help="variants YAML (default: pipelines/variants.yaml)"
+        "--config",
+        type=Path,
+        help="variants YAML (default: pipelines/variants.yaml, what `bakeoff run` trains without --config; the plan"
+        " names the built-in search that fits other images: search_small.yaml for small grayscale ones,"
+        " search_large.yaml for 64 px and up or RGB)",
+    )
+    plan.add_argument(
+        "--write-search",
+        type=Path,
+        metavar="FILE",
+        help="write the search (--config's, else the built-in one that fits the data) to FILE to edit, and stop",
     )
     plan.add_argument(
         "--max-train-examples",
@@ -138,7 +188,7 @@ def add_plan_commands(commands: argparse._SubParsersAction) -> None:
         "--data",
         metavar="ARTIFACT",
         help="price this ingested Dataset artifact (a folder or URI holding metadata.json): its examples, image size"
-        " and classes (default: Fashion-MNIST's)",
+        " and classes (default: the source's, listed with one image read)",
     )
     plan.add_argument("--json", action="store_true", help="print the plan as one JSON document")
     budget_arg(plan, "the config's search.budget")

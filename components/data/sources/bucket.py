@@ -33,7 +33,10 @@ class BucketSource:
     def store(self) -> S3Store:
         """The prefix as a store: its opening fails in one line on missing or refused keys, or no bucket."""
         if self._store is None:
-            store = open_store(self.text)
+            try:
+                store = open_store(self.text)
+            except BakeoffError as error:  # the store's line, about the source: not the --store it might be taken for
+                raise BakeoffError(f"source {self.text!r}: {error}") from None
             assert isinstance(store, S3Store)
             self._store = store
         return self._store

@@ -31,11 +31,12 @@ class IdxSource:
         return self._splits
 
     def listing(self) -> Listing:
-        """Each split by class, then by position in the file, as a folder of PNG files named by position lists it."""
+        """Each split by class, then by position in the file, as a folder of PNG files named by position lists it.
+        Only the label files and the images files' headers are read: the pixels wait for ``images``."""
         splits = {}
-        for name, split in self._read().items():
-            self._order[name] = np.argsort(split.labels, kind="stable")
-            splits[name] = split.labels[self._order[name]].astype(np.int64)
+        for name, labels in fashion_mnist.read_labels(Path(self.text)).items():
+            self._order[name] = np.argsort(labels, kind="stable")
+            splits[name] = labels[self._order[name]].astype(np.int64)
         return Listing(fashion_mnist.class_names(), splits, [], any_order=True)
 
     def images(self, split: str, order: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
