@@ -1,4 +1,5 @@
-"""Progress events: each variant's state as JSON lines in a folder the CLI names, for its live display."""
+"""Progress events: each variant's state as JSON lines in a folder the CLI names, for its live display or its plain
+lines; and the run's own lines that its tasks and replicas append there (components/logs.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 
 from bakeoff.components.environment import PROGRESS_DIR_ENV
+from bakeoff.components.logs import LINES_FILE
 
 EVENTS_SUFFIX = ".jsonl"
 LOG_SUFFIX = ".log"
@@ -132,3 +134,64 @@ def _parsed(line: str) -> tuple[str, Event] | None:
     if not isinstance(fields, dict) or not isinstance(fields.get("variant"), str) or "state" not in fields:
         return None
     return fields["variant"], Event(**{name: value for name, value in fields.items() if name in _EVENT_FIELDS})
+
+
+@dataclasses.dataclass
+class Tail:
+    """The whole lines appended to a file since the last ``read``; a line still being written waits for the next."""
+
+    path: Path
+    offset: int = 0
+
+    def read(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        whole = data[: data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        return whole.decode("utf-8", errors="replace").splitlines()
+
+
+@dataclasses.dataclass(frozen=True)
+class Said:
+    """One thing a run said: a variant's ``event``, or a ``line`` of a task or replica (logs.LINES_FILE)."""
+
+    time: float
+    variant: str = ""
+    event: Event | None = None
+    line: str = ""
+
+
+class Follower:
+    """What a progress folder's files gained since the last ``read``: every event and line once, in time order."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.tails: dict[Path, Tail] = {}
+
+    def read(self) -> list[Said]:
+        said = []
+        for path in [*sorted(self.folder.glob(f"*{EVENTS_SUFFIX}")), self.folder / LINES_FILE]:
+            tail = self.tails.setdefault(path, Tail(path))
+            for text in tail.read():
+                if path.name == LINES_FILE:
+                    said += _line(text)
+                elif (parsed := _parsed(text)) is not None:
+                    variant, event = parsed
+                    said.append(Said(event.time or 0.0, variant, event))
+        return sorted(said, key=lambda entry: entry.time)
+
+
+def _line(text: str) -> list[Said]:
+    """The line of one whole JSON line of LINES_FILE; none for a foreign one."""
+    try:
+        fields = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(fields, dict) or not isinstance(fields.get("line"), str):
+        return []
+    when = fields.get("time")
+    return [Said(float(when) if isinstance(when, (int, float)) else 0.0, line=fields["line"])]

@@ -2,6 +2,7 @@
 another rung follows) → select and publish."""
 
 import dataclasses
+import re
 from typing import Any, Self
 
 from kfp import dsl
@@ -9,6 +10,7 @@ from kfp.dsl.python_component import PythonComponent
 
 from bakeoff.components import defaults
 from bakeoff.components.environment import S3_INSECURE_ENV
+from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import MAX_VARIANTS, Data, Halving, Search
 from bakeoff.components.steps.check import check
 from bakeoff.components.steps.factory import as_component
@@ -29,6 +31,72 @@ class Cluster:
     secret: str = STORE_SECRET
 
 
+CPU = re.compile(r"([0-9]*[.])?[0-9]+m?")  # what kfp's set_cpu_request takes, and Kubernetes with it
+MEMORY = re.compile(r"[0-9]+(Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?")  # kfp's set_memory_request's, less "K" (no quantity)
+MEMORY_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18} | {
+    f"{prefix}i": 1024**power for power, prefix in enumerate("KMGTPE", start=1)
+}
+
+
+def _cpu_millis(quantity: str) -> float:
+    return float(quantity[:-1]) if quantity.endswith("m") else float(quantity) * 1000
+
+
+def _memory_bytes(quantity: str) -> int:
+    digits = quantity.rstrip("KMGTPEi")
+    return int(digits) * MEMORY_UNITS[quantity[len(digits) :]]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResources:
+    """One step's pod: its CPU and memory requests and limits, as Kubernetes quantities."""
+
+    cpu_request: str
+    cpu_limit: str
+    memory_request: str
+    memory_limit: str
+
+    def check(self, step: str) -> Self:
+        """One line for a quantity kfp or Kubernetes would refuse, or a request above its limit (`--cpu`, `--memory`
+        set them)."""
+        kinds = (("cpu", CPU, "500m or 2", _cpu_millis), ("memory", MEMORY, "512Mi or 4Gi", _memory_bytes))
+        for kind, pattern, example, size in kinds:
+            request, limit = getattr(self, f"{kind}_request"), getattr(self, f"{kind}_limit")
+            for quantity in (request, limit):
+                if not pattern.fullmatch(quantity) or size(quantity) == 0:
+                    raise BakeoffError(
+                        f"--{kind} {step}: {quantity!r} is not a quantity above 0 that kfp and Kubernetes read:"
+                        f" write e.g. {example}"
+                    )
+            if size(request) > size(limit):
+                raise BakeoffError(
+                    f"--{kind} {step}: the request {request} is above the limit {limit}, which Kubernetes refuses:"
+                    f" write --{kind} {step}=REQUEST,LIMIT with the request at most the limit"
+                )
+        return self
+
+
+def _default_resources(step: str) -> StepResources:
+    return StepResources(*defaults.STEP_RESOURCES[step])
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """Every step's pod size (defaults.STEP_RESOURCES unless changed): a profile's ResourceQuota needs requests."""
+
+    check: StepResources = dataclasses.field(default_factory=lambda: _default_resources("check"))
+    ingest: StepResources = dataclasses.field(default_factory=lambda: _default_resources("ingest"))
+    train: StepResources = dataclasses.field(default_factory=lambda: _default_resources("train"))
+    halve: StepResources = dataclasses.field(default_factory=lambda: _default_resources("halve"))
+    select: StepResources = dataclasses.field(default_factory=lambda: _default_resources("select"))
+
+    def of(self, step: str) -> StepResources:
+        return getattr(self, step)
+
+
+STEPS = tuple(field.name for field in dataclasses.fields(Resources))
+
+
 def build_pipeline(
     variants: list[dict],
     parallelism: int = 1,
@@ -37,13 +105,15 @@ def build_pipeline(
     search: Search | None = None,
     data: Data | None = None,
     rungs: int = defaults.MAX_RUNGS,
+    resources: Resources | None = None,
 ) -> dsl.graph_component.GraphComponent:
     """The pipeline function, built for kfp.local (``cluster=None``) or for a cluster.
 
     A factory because KFP fixes ``parallelism``, the image and the number of rungs at compile time. ``variants``,
     ``search``'s halving and ``data`` are only the defaults of run-time parameters. Each train task is told
     ``parallelism`` so that local replicas divide the machine's cores among all running jobs. For a cluster every
-    task gets the store keys from the store secret through kfp-kubernetes, never as parameters.
+    task gets the store keys from the store secret through kfp-kubernetes, never as parameters, and its step's CPU
+    and memory requests and limits from ``resources`` (defaults.STEP_RESOURCES unless changed).
 
     The search holds ``rungs`` rungs, each a sub-pipeline whose ParallelFor trains the variants entering it to the
     epoch its producer (check for rung 0, the halve step before it for the others) worked out at run time. After
@@ -54,7 +124,7 @@ def build_pipeline(
     candidates: it runs on every supported backend, where ``dsl.Collected`` and ``dsl.OneOf`` need newer ones
     (docs/kubeflow.md).
     """
-    steps = _Steps.on_image(image, parallelism, cluster)
+    steps = _Steps.on_image(image, parallelism, cluster, resources or Resources())
     # Defined here: KFP allows no pipeline definition inside another.
     search_rungs = _search(steps, [_train_variants(steps, index) for index in range(rungs)])
     halving = search.halving if search else None
@@ -68,6 +138,7 @@ class _Steps:
     image: str
     parallelism: int
     cluster: Cluster | None
+    resources: Resources
     check: PythonComponent
     ingest: PythonComponent
     train: PythonComponent
@@ -75,15 +146,20 @@ class _Steps:
     select: PythonComponent
 
     @classmethod
-    def on_image(cls, image: str, parallelism: int, cluster: Cluster | None) -> Self:
+    def on_image(cls, image: str, parallelism: int, cluster: Cluster | None, resources: Resources) -> Self:
         """Each step made a component on ``image`` once, for every task of it."""
         components = (as_component(func, image) for func in (check, ingest, train, halve, select))
-        return cls(image, parallelism, cluster, *components)
+        return cls(image, parallelism, cluster, resources, *components)
 
     def on_cluster(self, task: dsl.PipelineTask) -> dsl.PipelineTask:
-        """``task`` given the store's keys from the cluster's secret (and plain HTTP where the store speaks it)."""
+        """``task`` given its step's CPU and memory, and the store's keys from the cluster's secret (and plain HTTP
+        where the store speaks it). Not for kfp.local, which would warn on each task that it ignores the sizes."""
         if self.cluster is not None:
             from kfp import kubernetes
+
+            size = self.resources.of(task.component_spec.name)
+            task.set_cpu_request(size.cpu_request).set_cpu_limit(size.cpu_limit)
+            task.set_memory_request(size.memory_request).set_memory_limit(size.memory_limit)
 
             kubernetes.use_secret_as_env(task, secret_name=self.cluster.secret, secret_key_to_env=STORE_SECRET_KEYS)
             if self.cluster.s3_insecure:

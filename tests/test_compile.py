@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import yaml
 
 from bakeoff.components.defaults import CONFIG as DEFAULT_CONFIG
 from bakeoff.components.defaults import IMAGE as BASE_IMAGE
-from bakeoff.components.defaults import MAX_RUNGS
+from bakeoff.components.defaults import MAX_RUNGS, STEP_RESOURCES
 from bakeoff.pipelines.cli.main import main
 from bakeoff.pipelines.compiling import COMPILED
 
@@ -182,6 +183,20 @@ def test_the_first_step_checks_every_run_time_parameter_against_what_was_compile
     assert check.get("cachingOptions") != {"enableCache": True}, "a cached check would not prove the store reachable"
 
 
+@pytest.mark.parametrize("which", ["plain", "committed default (halving)"])
+def test_the_ir_is_ascii_so_a_database_without_utf8mb4_stores_it(compiled: Path, which: str) -> None:
+    """The API server keeps the spec in pipeline_versions.PipelineSpec: on a MySQL or MariaDB whose default charset is
+    not utf8mb4, one non-ASCII character (a step's embedded source, a comment in it) failed every upload with HTTP 500
+    (Error 1366: Incorrect string value)."""
+    ir, platform = documents(compiled if which == "plain" else COMPILED)
+    for name, executor in ir["deploymentSpec"]["executors"].items():
+        embedded = "\n".join(executor["container"]["command"] + executor["container"].get("args", []))
+        lines = [line.strip() for line in embedded.splitlines() if not line.isascii()]
+        assert not lines, f"{name} embeds a non-ASCII line of its step's source: {lines[0]!r}"
+    document = json.dumps([ir, platform], ensure_ascii=False)
+    assert document.isascii(), [char for char in document if not char.isascii()]
+
+
 def test_kfp_loads_it_back(compiled: Path) -> None:
     from kfp import components
 
@@ -195,12 +210,102 @@ def test_default_image_is_the_projects(tmp_path: Path) -> None:
     assert ir["deploymentSpec"]["executors"]["exec-train"]["container"]["image"] == BASE_IMAGE
 
 
+def sizes(ir: dict) -> dict[str, tuple[str, str, str, str]]:
+    """Each step's (CPU request, CPU limit, memory request, memory limit), as its executor asks KFP's driver; every
+    executor of one step alike."""
+    found: dict[str, set[tuple[str, str, str, str]]] = {}
+    for name, executor in ir["deploymentSpec"]["executors"].items():
+        resources = executor["container"].get("resources", {})
+        size = tuple(
+            resources.get(key)
+            for key in ("resourceCpuRequest", "resourceCpuLimit", "resourceMemoryRequest", "resourceMemoryLimit")
+        )
+        found.setdefault(name.removeprefix("exec-").split("-")[0], set()).add(size)
+    assert all(len(alike) == 1 for alike in found.values()), found
+    return {step: alike.pop() for step, alike in found.items()}
+
+
+@pytest.mark.parametrize("which", ["plain", "committed default (halving)"])
+def test_every_step_requests_and_is_limited_to_its_own_cpu_and_memory(compiled: Path, which: str) -> None:
+    """A profile namespace whose ResourceQuota counts requests.cpu and requests.memory refuses a pod without them:
+    every step asks, sized to its work, the train step least since its TFJob's replicas do the training."""
+    ir, _ = documents(compiled if which == "plain" else COMPILED)
+    assert sizes(ir) == {
+        "check": ("250m", "1", "512Mi", "1Gi"),
+        "ingest": ("1", "2", "2Gi", "4Gi"),
+        "train": ("100m", "500m", "512Mi", "1Gi"),
+        "halve": ("250m", "1", "512Mi", "1Gi"),
+        "select": ("1", "2", "2Gi", "4Gi"),
+    }
+    assert sizes(ir) == {step: size for step, size in STEP_RESOURCES.items() if step in sizes(ir)}
+
+
+def test_the_steps_sizes_change_at_compile_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sized.yaml"
+    args = ["compile", "-o", str(out), "--image", "registry.example/bakeoff:7"]
+    assert main([*args, "--cpu", "ingest=2,4", "--memory", "select=6Gi", "--cpu", "train=200m"]) == 0
+    ir, _ = documents(out)
+    assert {step: size for step, size in sizes(ir).items() if step in ("ingest", "select", "train", "check")} == {
+        "ingest": ("2", "4", "2Gi", "4Gi"),
+        "select": ("1", "2", "6Gi", "6Gi"),  # a request alone is the limit too
+        "train": ("200m", "200m", "512Mi", "1Gi"),
+        "check": ("250m", "1", "512Mi", "1Gi"),
+    }
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--cpu", "ingest"], "--cpu 'ingest' is not STEP=REQUEST[,LIMIT]: write e.g. --cpu ingest=2,4"),
+        (
+            ["--memory", "select=1Gi,2Gi,3Gi"],
+            "--memory 'select=1Gi,2Gi,3Gi' is not STEP=REQUEST[,LIMIT]: write e.g. --memory select=4Gi,8Gi",
+        ),
+        (["--cpu", "deploy=1"], "--cpu 'deploy=1': no step 'deploy': use one of check, ingest, train, halve, select"),
+        (["--cpu", "ingest=1", "--cpu", "ingest=2"], "--cpu ingest= is given twice: give each step once"),
+        (
+            ["--cpu", "ingest=two"],
+            "--cpu ingest: 'two' is not a quantity above 0 that kfp and Kubernetes read: write e.g. 500m or 2",
+        ),
+        (
+            ["--cpu", "check=0"],
+            "--cpu check: '0' is not a quantity above 0 that kfp and Kubernetes read: write e.g. 500m or 2",
+        ),
+        (
+            ["--memory", "ingest=4GB"],
+            "--memory ingest: '4GB' is not a quantity above 0 that kfp and Kubernetes read: write e.g. 512Mi or 4Gi",
+        ),
+        (
+            ["--memory", "ingest=4K"],
+            "--memory ingest: '4K' is not a quantity above 0 that kfp and Kubernetes read: write e.g. 512Mi or 4Gi",
+        ),
+        (
+            ["--memory", "halve=2Gi,1024Mi"],
+            "--memory halve: the request 2Gi is above the limit 1024Mi, which"
+            " Kubernetes refuses: write --memory halve=REQUEST,LIMIT with the request at most the limit",
+        ),
+        (
+            ["--cpu", "select=1500m,1"],
+            "--cpu select: the request 1500m is above the limit 1, which Kubernetes"
+            " refuses: write --cpu select=REQUEST,LIMIT with the request at most the limit",
+        ),
+    ],
+)
+def test_a_bad_size_is_one_line_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    out = tmp_path / "sized.yaml"
+    assert main(["compile", "-o", str(out), *flags]) == 1
+    assert capsys.readouterr().err.strip() == f"bakeoff: error: {message}"
+    assert not out.exists()
+
+
 def test_bad_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("variants:\n  - {name: a, model: {type: rnn}}\n")
     assert main(["compile", "--config", str(bad), "-o", str(tmp_path / "x.yaml")]) == 1
     assert (
-        capsys.readouterr().err.strip()
-        == f"bakeoff: error: {bad}: variant 'a': model.type: unknown architecture 'rnn' (known: cnn, mlp)"
+        capsys.readouterr().err.strip() == f"bakeoff: error: {bad}: variant 'a': model.type: unknown architecture 'rnn'"
+        " (known: cnn, mlp, resnet, backbone)"
     )
     assert not (tmp_path / "x.yaml").exists()

@@ -4,6 +4,7 @@ are run-form parameters; the halve steps work out their keeps and the rungs a ru
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -227,30 +228,40 @@ variants:
 def test_plan_takes_the_files_data_and_halving_and_the_flags_in_their_place(
     tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
 ) -> None:
+    from bakeoff.components.search.calibration_cache import FILE as FILE_NAME
+    from bakeoff.components.search.costs import Images
     from bakeoff.components.spec import load_config
     from bakeoff.pipelines.cli.main import main
     from tests import samples
+    from tests.images import write_rgb_folder
 
+    # plan lists the source before it prices it: two real folders, the file's and the flag's
+    in_the_file = write_rgb_folder(tmp_path / "in-the-file", per_class=4, size=20)
+    on_the_line = write_rgb_folder(tmp_path / "on-the-line", per_class=4, size=20)
     config = tmp_path / "file.yaml"
-    config.write_text(FILE)
-    samples.cache_calibration(cost_cache, load_config(config))
+    config.write_text(FILE.replace("/data/in-the-file", str(in_the_file)))
+    loaded = load_config(config)
+    # costs cached at every shape these plans price, so nothing is measured
+    shapes = [(48, 40, 3), (64, 32, 3), (20, 20, 3)]
+    steps = [step for shape in shapes for step in samples.calibration(loaded, images=Images(8, shape, 3)).steps]
+    (cost_cache / FILE_NAME).write_text(dataclasses.replace(samples.calibration(loaded), steps=steps).to_json())
 
     def plan(*flags: str) -> dict:
         assert main(["plan", "--json", "--config", str(config), *flags]) == 0
         return json.loads(capsys.readouterr().out)
 
     written = plan()
-    assert (written["source"], written["image_size"]) == ("/data/in-the-file", [48, 40])
+    assert (written["source"], written["image_size"]) == (str(in_the_file), [48, 40])
     assert written["search"]["halving"] == {"min_epochs": 2, "max_epochs": 6, "eta": 3}
     assert [(r["epochs"], r["entering"], r["keep"]) for r in written["rungs"]] == [(2, 3, 1), (6, 1, 1)]
-    flagged = plan("--source", "/data/on-the-line", "--image-size", "64x32", "--max-epochs", "8", "--eta", "2")
-    assert (flagged["source"], flagged["image_size"]) == ("/data/on-the-line", [64, 32])
+    flagged = plan("--source", str(on_the_line), "--image-size", "64x32", "--max-epochs", "8", "--eta", "2")
+    assert (flagged["source"], flagged["image_size"]) == (str(on_the_line), [64, 32])
     assert flagged["search"]["halving"] == {"min_epochs": 2, "max_epochs": 8, "eta": 2}
     assert [v["epochs"] for v in flagged["variants"]] == [8, 8, 8]  # every schedule follows max_epochs
     assert [(r["epochs"], r["entering"], r["keep"]) for r in flagged["rungs"]] == [(2, 3, 2), (4, 2, 1), (8, 1, 1)]
     assert plan("--image-size", "none", "--min-epochs", "6")["image_size"] == []
     # a file without halving gets it from both epoch flags
-    config.write_text(FILE.replace("search: {halving: {min_epochs: 2, max_epochs: 6, eta: 3}}\n", ""))
+    config.write_text(config.read_text().replace("search: {halving: {min_epochs: 2, max_epochs: 6, eta: 3}}\n", ""))
     assert plan("--min-epochs", "1", "--max-epochs", "3")["search"]["halving"] == {
         "min_epochs": 1,
         "max_epochs": 3,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import json
+import logging
 import os
 import pty
 import re
@@ -13,14 +15,16 @@ import struct
 import subprocess
 import sys
 import termios
+import time
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from bakeoff.components import progress
-from bakeoff.pipelines.cli.display import LiveDisplay, Row, rows
-from bakeoff.pipelines.local_run import plain
+from bakeoff.components.logs import LINES_FILE, append_line
+from bakeoff.pipelines.cli.display import LiveDisplay, Narration, Row, print_failure_logs, rows
+from bakeoff.pipelines.local_run import TaskLines, plain
 
 pytestmark = pytest.mark.unit
 
@@ -198,6 +202,123 @@ def test_plain_text_loses_kfps_colours_and_every_control_character() -> None:
     assert plain(coloured + "\r\n\tdone\x07") == "Task 'ingest' finished with status SUCCESS\n\tdone"
 
 
+# Off a terminal: the run's own lines, read from the progress folder.
+
+
+def test_a_runs_events_and_lines_are_read_once_each_in_time_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = time.time()
+    append_line(tmp_path, "task train: started", started - 1)
+    emitted(tmp_path, monkeypatch, ("mlp", {"state": "training", "restarts": 0}))
+    append_line(tmp_path, "trained mlp: 10 examples/s", time.time() + 1)
+    emitted(tmp_path, monkeypatch, ("cnn", {"state": "training", "restarts": 0}))
+    with open(tmp_path / LINES_FILE, "a") as lines:
+        lines.write('{"time": 1e12, "line": "task tr')  # the writer is mid-line
+    follower = progress.Follower(tmp_path)
+    said = follower.read()
+    assert [(entry.line, entry.variant) for entry in said] == [
+        ("task train: started", ""),
+        ("", "mlp"),
+        ("", "cnn"),
+        ("trained mlp: 10 examples/s", ""),
+    ]
+    assert follower.read() == []
+    with open(tmp_path / LINES_FILE, "a") as lines:
+        lines.write('ain: done"}\n')
+    assert [entry.line for entry in follower.read()] == ["task train: done"]
+
+
+def said(*entries: tuple[str, dict] | str) -> list[progress.Said]:
+    """A line for each string, an event for each (variant, fields), one second apart."""
+    return [
+        progress.Said(float(when), line=entry)
+        if isinstance(entry, str)
+        else progress.Said(float(when), entry[0], progress.Event(**entry[1], time=float(when)))
+        for when, entry in enumerate(entries)
+    ]
+
+
+def test_the_plain_lines_say_each_epoch_and_a_rungs_halving_in_one_line(tmp_path: Path) -> None:
+    narration = Narration(tmp_path)
+    epoch = {"epoch": 1, "epochs": 3, "loss": 0.5, "accuracy": 0.8, "val_accuracy": 0.75, "examples_per_second": 1234.4}
+    first = narration.lines(
+        said(
+            "task train: started",
+            ("a", {"state": "waiting"}),
+            ("a", {"state": "training", "restarts": 0}),
+            ("a", {"state": "training", **epoch}),
+            ("a", {"state": "paused"}),
+            ("b", {"state": "paused"}),
+            ("c", {"state": "paused"}),
+            ("c", {"state": "stopped"}),
+        )
+    )
+    assert first == [
+        "task train: started",
+        "a: job started",
+        "a: epoch 1/3  loss 0.5000  acc 0.8000  val_acc 0.7500  1234 ex/s",
+        "a: rung trained, halving decides",
+        "b: rung trained, halving decides",
+        "c: rung trained, halving decides",
+    ]  # halving may stop more: its line waits for the next thing said
+    assert narration.lines(said(("b", {"state": "stopped"}), "task halve: done")) == [
+        "halving keeps a; stops c, b",
+        "task halve: done",
+    ]
+    assert narration.lines(
+        said(("a", {"state": "training", "restarts": 1}), ("a", {"state": "failed", "error": "TFJob failed"}))
+    ) == ["a: job started again (restart 1)", f"a: failed (its log: {tmp_path / 'a.log'})"]
+    # The last rung's halving, once the run has ended.
+    narration.lines(said(("a", {"state": "paused"}), ("d", {"state": "paused"}), ("d", {"state": "stopped"})))
+    assert narration.lines([], end=True) == ["halving keeps a; stops d"]
+
+
+def test_kfp_locals_task_starts_and_ends_become_lines_and_stay_in_its_log(tmp_path: Path) -> None:
+    from kfp.local import logging_utils, status
+
+    success, failure = (
+        logging_utils.format_status(status.Status.SUCCESS),
+        logging_utils.format_status(status.Status.FAILURE),
+    )
+    ingest, train = logging_utils.format_task_name("ingest"), logging_utils.format_task_name("train-2")
+    records = [  # as kfp/local/task_dispatcher.py logs two tasks
+        (logging.INFO, f"Executing task {ingest}"),
+        (logging.INFO, "Streamed logs:\n"),
+        (logging.INFO, f"Task {ingest} finished with status {success}"),
+        (logging.INFO, f"Task {ingest} outputs:\n    data: Dataset( name='data' )"),
+        (logging.ERROR, f"Task {train} finished with status {failure}"),
+    ]
+    kfp_log, root, tasks = io.StringIO(), logging.getLogger(), TaskLines(tmp_path)
+    root.addFilter(tasks)
+    try:  # kfp.local's handler, on stdout
+        with contextlib.redirect_stdout(kfp_log), logging_utils.local_logger_context():
+            for level, message in records:
+                root.log(level, "%s", message)
+    finally:
+        root.removeFilter(tasks)
+    assert [entry.line for entry in progress.Follower(tmp_path).read()] == [
+        "task ingest: started",
+        "task ingest: done",
+        "task train-2: failed",
+    ]
+    assert plain(kfp_log.getvalue()).count(" - INFO - ") == 4 and "Executing task 'ingest'" in plain(kfp_log.getvalue())
+
+
+def test_off_a_terminal_a_failed_variants_log_is_printed_and_kfp_locals_only_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pipeline.log").write_text('KFP Executor: Got executor_input: {"inputs": {}}\n')
+    out = io.StringIO()
+    print_failure_logs(["mlp"], tmp_path, out, kfp_log=False)
+    assert out.getvalue() == "", "no variant failed: the error line names pipeline.log"
+    emitted(tmp_path, monkeypatch, ("mlp", {"state": "failed", "error": "replica exited with code 1"}))
+    (tmp_path / "mlp.log").write_text("[bakeoff-mlp-worker-0] bakeoff: error: no full batch\n")
+    print_failure_logs(["mlp"], tmp_path, out, kfp_log=False)
+    assert "[bakeoff-mlp-worker-0] bakeoff: error: no full batch" in out.getvalue()
+    assert "executor_input" not in out.getvalue()
+
+
 # The real command, on a terminal and off one.
 
 
@@ -296,8 +417,12 @@ def assert_report_line(line: str, work_dir: Path) -> None:
     assert page.parent == (work_dir / "reports").resolve() and 'id="leaderboard"' in page.read_text()
 
 
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+EXECUTOR = re.compile(r"KFP Executor|executor_input|^\s*[{}\[\]]|^\s*\"\w+\": ", re.M)  # its log, its JSON
+
+
 @pytest.mark.training
-def test_off_a_terminal_every_line_is_plain_text_and_the_replicas_lines_are_there(
+def test_off_a_terminal_only_bakeoffs_own_lines_come_and_kfp_locals_log_names_its_file(
     tmp_path: Path, work_dir: Path
 ) -> None:
     one = config(tmp_path, TWO.split("  - {name: small_cnn")[0])
@@ -305,11 +430,47 @@ def test_off_a_terminal_every_line_is_plain_text_and_the_replicas_lines_are_ther
         run_args(one, tmp_path, work_dir, "512"), cwd=tmp_path, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stderr
-    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", result.stderr + result.stdout), (
-        "a control character in plain output"
+    assert not CONTROL.search(result.stderr + result.stdout), "a control character in plain output"
+    lines = result.stderr.splitlines()
+    named = re.fullmatch(r"bakeoff: kfp\.local's log, with every task's output: (\S+) \(.*\)", lines[0])
+    assert named, lines[0]
+    kfp_log = Path(named.group(1))
+    assert kfp_log.name == "pipeline.log" and kfp_log.parent.parent == work_dir / "runs"
+    assert not EXECUTOR.search(result.stderr), result.stderr
+    kfp_text = kfp_log.read_text()
+    started = [line for line in lines if re.fullmatch(r"task \S+: started", line)]
+    assert len(started) >= 3 and kfp_text.count("Got executor_input:") == len(started), "each task's dump is there"
+    assert "Pipeline 'bakeoff' finished with status SUCCESS" in kfp_text
+    for line in ("task check: started", "task train: started", "mlp: job started", "mlp: trained", "task select: done"):
+        assert line in lines, (line, lines)
+    assert re.search(
+        r"^mlp: epoch 1/1  loss \d\.\d{4}  acc \d\.\d{4}  val_acc \d\.\d{4}  \d+ ex/s$", result.stderr, re.M
     )
+    assert lines[-1].startswith("select: the winner is mlp (test accuracy ")
+    assert len(lines) < 40, lines
+    # The replicas' lines are in the variant's log, beside kfp.local's.
+    assert "[bakeoff-mlp-" not in result.stderr
+    assert re.search(r"^\[bakeoff-mlp-\w+-worker-0\] ", (kfp_log.parent / "mlp.log").read_text(), re.M)
+    assert_run_ends(result.stdout.splitlines(), "winner: mlp", work_dir)
+
+
+@pytest.mark.training
+def test_with_debug_every_line_comes_on_stderr_as_plain_text(tmp_path: Path, work_dir: Path) -> None:
+    one = config(tmp_path, TWO.split("  - {name: small_cnn")[0])
+    runs = set((work_dir / "runs").glob("*")) if (work_dir / "runs").exists() else set()
+    result = subprocess.run(
+        [*run_args(one, tmp_path, work_dir, "512"), "--debug"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert not CONTROL.search(result.stderr + result.stdout), "a control character in plain output"
+    assert result.stderr.count("Got executor_input:") == result.stderr.count("Executing task") >= 3
     assert re.search(r"^\s*\[bakeoff-mlp-\w+-worker-0\] ", result.stderr, re.M), result.stderr[-2000:]
     assert "Pipeline 'bakeoff' finished with status SUCCESS" in result.stderr  # kfp.local's colours, gone
+    assert set((work_dir / "runs").glob("*")) == runs, "a run with --debug keeps no log files"
     assert_run_ends(result.stdout.splitlines(), "winner: mlp", work_dir)
 
 

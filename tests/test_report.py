@@ -208,6 +208,7 @@ def test_the_leaderboard_has_every_candidate_best_first_the_winner_marked_and_th
         assert cells[2] == f"{candidate.val_accuracy:.4f}"
     train_seconds = {attributes["data-variant"]: cells[6] for attributes, cells in parsed.rows[1:]}
     assert train_seconds == {"mlp": "1.0", "every_other": "3.5 (1.0 + 2.5)"}, "a resumed variant: total, then rungs"
+    assert [cells[8].strip() for _, cells in parsed.rows[1:]] == ["float32", "float32"], "each trained at auto: float32"
     decision = parsed.attribute("decision", "class")
     assert decision == "decision"
     text = "".join(parsed.text)
@@ -290,6 +291,7 @@ def test_the_markdown_leaderboard_lists_every_candidate_and_marks_the_winner(
         "mlp": "1.0",
         "every_other": "3.5 (1.0 + 2.5)",
     }
+    assert [row.removesuffix(" |").split(" | ")[7] for row in rows] == ["float32", "float32"]
     assert rows[0].startswith("| 1 ★ winner | ") and "★" not in "".join(rows[1:])
     assert record.promotion.message in text
 

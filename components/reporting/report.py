@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.reporting import figures
 from bakeoff.components.storage import Store, runs
-from bakeoff.components.storage.records import Mistake, SelectionRecord
+from bakeoff.components.storage.records import Mistake, ScoredCandidate, SelectionRecord
 
 # Inline, so the page needs nothing but itself: it is opened from disk, a KFP UI or an email.
 STYLE = """
@@ -71,16 +71,16 @@ def markdown(record: SelectionRecord, seconds: dict[str, list[float]]) -> str:
     metric = record.metric
     rows = [
         f"| | variant | {_marked('val_accuracy', metric)} | {_marked('val_loss', metric)} | epochs | workers | "
-        "train s |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "train s | precision |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for place, c in enumerate(record.candidates, 1):
         mark = f"{place} {WINNER_MARK}" if c.variant == record.winner.variant else str(place)
         rows.append(
             f"| {mark} | {c.variant} | {c.val_accuracy:.4f} | {c.val_loss:.4f} | {c.epochs}"
-            f" | {c.workers} | {_seconds(seconds[c.variant])} |"
+            f" | {c.workers} | {_seconds(seconds[c.variant])} | {precision_of(c)} |"
         )
-    rows += [f"| stopped | {s.variant} | {s.reason} | | {s.epochs} | | |" for s in record.stopped]
+    rows += [f"| stopped | {s.variant} | {s.reason} | | {s.epochs} | | | |" for s in record.stopped]
     winner = record.winner
     return (
         f"### bakeoff run {record.run_id}\n\n"
@@ -150,6 +150,11 @@ def write_report(store: Store, run_id: str, path: Path) -> Path:
     return path
 
 
+def precision_of(candidate: ScoredCandidate) -> str:
+    """What a candidate trained at: float32 for a record written before precisions were recorded."""
+    return candidate.precision or "float32"
+
+
 def _text(value: object) -> str:
     return html.escape(str(value))
 
@@ -177,7 +182,7 @@ def _leaderboard(record: SelectionRecord, seconds: dict[str, list[float]]) -> st
     head = "".join(f'<th class="metric">{c} (selection)</th>' if c == metric else f"<th>{c}</th>" for c in columns)
     rows = [
         f'<table id="leaderboard"><tr><th>#</th><th>variant</th>{head}<th>epochs</th><th>workers</th>'
-        "<th>train s</th><th>examples/s</th></tr>"
+        "<th>train s</th><th>examples/s</th><th>precision</th></tr>"
     ]
     for place, c in enumerate(record.candidates, 1):
         won = c.variant == record.winner.variant
@@ -188,11 +193,12 @@ def _leaderboard(record: SelectionRecord, seconds: dict[str, list[float]]) -> st
         rows.append(
             f'<tr{" class=winner" if won else ""} data-variant="{_text(c.variant)}"><td>{place}</td>'
             f"<td>{_text(c.variant)}{' ' + WINNER_MARK if won else ''}</td>{cells}<td>{c.epochs}</td>"
-            f"<td>{c.workers}</td><td>{_seconds(seconds[c.variant])}</td><td>{c.examples_per_second:.0f}</td></tr>"
+            f"<td>{c.workers}</td><td>{_seconds(seconds[c.variant])}</td><td>{c.examples_per_second:.0f}</td>"
+            f"<td>{precision_of(c)}</td></tr>"
         )
     rows += [
         f'<tr class="stopped" data-variant="{_text(s.variant)}"><td>rung {s.rung}</td><td>{_text(s.variant)}</td>'
-        f'<td colspan="6">stopped: {_text(s.reason)}</td></tr>'
+        f'<td colspan="7">stopped: {_text(s.reason)}</td></tr>'
         for s in record.stopped
     ]
     return "\n".join(rows) + "\n</table>"

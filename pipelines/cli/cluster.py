@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+from bakeoff.components import defaults
+from bakeoff.components.environment import IMAGE_ENV
 from bakeoff.components.errors import BakeoffError
 from bakeoff.pipelines.cli.flags import compile_settings, pipeline_args
 from bakeoff.pipelines.kfp_client import connection, endpoint, packages, parameters, runs, schedules, triggers, uploads
@@ -94,17 +99,71 @@ def _names(args: argparse.Namespace, *flags: str) -> None:
             raise BakeoffError(f"{flag} is empty: pass a name, or leave {flag} out for the default")
 
 
+def _compile_flags(args: argparse.Namespace) -> list[str]:
+    """The flags of ``pipeline_args`` given other than their defaults: what compiling would use."""
+    changed = {
+        "--config": args.config != defaults.CONFIG,
+        "--image": args.image not in (None, os.environ.get(IMAGE_ENV) or None),
+        "--parallelism": args.parallelism != defaults.CLUSTER_PARALLELISM,
+        "--budget": args.budget is not None,
+        "--store": args.store != defaults.CLUSTER_STORE,
+        "--s3-endpoint": args.s3_endpoint != defaults.CLUSTER_S3_ENDPOINT,
+        "--cpu": bool(args.cpu),
+        "--memory": bool(args.memory),
+    }
+    return [flag for flag, given in changed.items() if given]
+
+
+@contextlib.contextmanager
+def _package(args: argparse.Namespace) -> Iterator[tuple[Path, dict]]:
+    """The file upload sends and its IR: --package as it is, else the pipeline compiled from the flags."""
+    if args.package is None:
+        with packages.compiled(compile_settings(args, sends=True)) as compiled:
+            yield compiled
+        return
+    ignored = _compile_flags(args)
+    if ignored:
+        raise BakeoffError(
+            f"--package uploads {str(args.package)!r} as it is, so {' and '.join(ignored)} would change nothing:"
+            " drop them, or leave out --package to compile the pipeline with them"
+        )
+    spec = packages.checked_package(args.package)
+    images = {
+        executor.get("container", {}).get("image")
+        for executor in spec.get("deploymentSpec", {}).get("executors", {}).values()
+    }
+    if defaults.IMAGE in images:
+        print(
+            f"bakeoff: {args.package} runs {defaults.IMAGE}, the default image, which nobody publishes: its pods"
+            " will not start unless your cluster has that image; compile with --image REGISTRY/bakeoff:TAG",
+            file=sys.stderr,
+        )
+    yield args.package, spec
+
+
 def cmd_upload(args: argparse.Namespace) -> int:
     _names(args, "--name", "--version")
     target = _target(args)
-    settings = compile_settings(args, sends=True)
-    with packages.compiled(settings) as (package, spec):
+    if args.shared and target.namespace:
+        raise BakeoffError(
+            "--shared and --namespace are both given: --namespace uploads a private pipeline to that profile,"
+            " --shared one that every user sees; choose one"
+        )
+    with _package(args) as (package, spec):
         name = args.name if args.name is not None else spec["pipelineInfo"]["name"]
-        api = connection.connect(target, need_namespace=False)
+        api = connection.connect(
+            target,
+            need_namespace=not args.shared,
+            or_else="for a private pipeline, or --shared for one that every user sees",
+        )
         uploaded = uploads.upload(api, package, name, args.version)
     ids = f"pipeline {uploaded.pipeline_name!r} (id {uploaded.pipeline_id})"
+    shared = api.multi_user and api.namespace is None
+    if api.multi_user:
+        ids = f"shared {ids}" if shared else f"{ids} in namespace {api.namespace!r}"
     version = f"version {uploaded.version_name!r} (id {uploaded.version_id})"
-    print(f"created {ids} with {version}" if uploaded.new_pipeline else f"added {version} to {ids}")
+    line = f"created {ids} with {version}" if uploaded.new_pipeline else f"added {version} to {ids}"
+    print(line + (": every user of this KFP sees it and may run it" if shared else ""))
     print(uploaded.url)
     return 0
 
@@ -115,6 +174,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     settings = compile_settings(args, sends=True)
     with packages.compiled(settings) as (package, spec):
         params = parameters.parse_params(args.param, parameters.pipeline_parameters(spec))
+        parameters.check_run(spec, params)
         api = connection.connect(target)
         run_name = args.name or runs.default_run_name(spec["pipelineInfo"]["name"])
         submitted = runs.submit(api, package, args.experiment, params, run_name)
@@ -142,6 +202,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     settings = compile_settings(args, sends=True)
     with packages.compiled(settings) as (package, spec):
         params = parameters.parse_params(args.param, parameters.pipeline_parameters(spec))
+        parameters.check_run(spec, params)
         api = connection.connect(target)
         name = args.name or f"{spec['pipelineInfo']['name']} {trigger.describe()}"
         scheduled = schedules.schedule(
@@ -202,6 +263,18 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
         "--version",
         help="name of the new version (default: UTC time and content hash; "
         "without it a new pipeline's first version is named after the pipeline)",
+    )
+    upload.add_argument(
+        "--package",
+        type=Path,
+        metavar="FILE",
+        help="upload this compiled pipeline as it is (e.g. pipelines/bakeoff.yaml) instead of compiling one",
+    )
+    upload.add_argument(
+        "--shared",
+        action="store_true",
+        help="on a multi-user KFP, upload a shared pipeline that every user sees and may run, instead of one"
+        " private to --namespace (the default, as in the KFP UI)",
     )
     pipeline_args(upload, sends=True)
     _connection_args(upload)

@@ -1,10 +1,12 @@
-"""`bakeoff run`'s live view on a terminal: each variant's state, epoch, metrics and speed, and where its log is."""
+"""What `bakeoff run` shows while it works: on a terminal a live table of each variant's state, epoch, metrics and
+speed, and where its log is; off one, bakeoff's own lines as they come, kfp.local's output left in its file."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TextIO
@@ -16,7 +18,7 @@ from rich.text import Text
 
 from bakeoff.components import defaults
 from bakeoff.components.errors import BakeoffError
-from bakeoff.components.progress import Progress, log_file, read_events
+from bakeoff.components.progress import Follower, Progress, Said, log_file, read_events
 from bakeoff.components.storage.records import Summary
 from bakeoff.pipelines.local_run import PIPELINE_LOG, LocalRun, run_local
 
@@ -175,13 +177,14 @@ def new_progress_folder(work_dir: Path) -> Path:
     raise AssertionError("unreachable")
 
 
-def print_failure_logs(variants: list[str], folder: Path, out: TextIO) -> None:
-    """Each failed variant's whole log, named; kfp.local's own log when no variant failed (ingest, select)."""
+def print_failure_logs(variants: list[str], folder: Path, out: TextIO, kfp_log: bool = True) -> None:
+    """Each failed variant's whole log, named; kfp.local's own log when no variant failed (ingest, select), unless
+    not ``kfp_log``."""
     events = read_events(folder)
     failed = [name for name in variants if name in events and events[name].latest.state == "failed"]
-    logs = [(f"{name}'s log", log_file(folder, name)) for name in failed] or [
-        ("kfp.local's log", folder / PIPELINE_LOG)
-    ]
+    logs = [(f"{name}'s log", log_file(folder, name)) for name in failed]
+    if not logs and kfp_log:
+        logs = [("kfp.local's log", folder / PIPELINE_LOG)]
     for title, path in logs:
         print(f"---- {title}: {path} ----", file=out)
         try:
@@ -201,3 +204,111 @@ def run_watched(run: LocalRun) -> Summary:
     except BakeoffError:
         print_failure_logs(names, run.progress_dir, sys.stderr)
         raise
+
+
+def said_line(said: Said, folder: Path) -> str | None:
+    """One thing the run said as a plain line: a task's or replica's own line as it is, a variant's event in words;
+    None for one that says nothing new (``waiting``; ``stopped``, which ``Narration`` says for its whole rung)."""
+    event, name = said.event, said.variant
+    if event is None:
+        return said.line
+    if event.state == "training" and event.epoch is None:  # the local backend starts the job's replicas
+        return f"{name}: job started" + (f" again (restart {event.restarts})" if event.restarts else "")
+    if event.state == "training":
+        numbers = [("loss", event.loss), ("acc", event.accuracy), ("val_acc", event.val_accuracy)]  # the table's
+        parts = [f"{name}: epoch {event.epoch}/{event.epochs}"] + [
+            f"{label} {value:.4f}" for label, value in numbers if value is not None
+        ]
+        if event.examples_per_second is not None:
+            parts.append(f"{event.examples_per_second:.0f} ex/s")
+        return "  ".join(parts)
+    words = {
+        "paused": "rung trained, halving decides",
+        "evaluating": "scoring on validation",
+        "done": "trained",
+        "failed": f"failed (its log: {log_file(folder, name)})",
+    }
+    return f"{name}: {words[event.state]}" if event.state in words else None
+
+
+class Narration:
+    """The plain lines of what a run says, in its order; the variants one halve step stops make one line with those
+    it keeps (the ones its rung paused), said once the next thing comes or the run ends."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.states: dict[str, str] = {}  # each variant's latest state, in the order they came
+        self.stopped: list[str] = []  # by the halve step now deciding, best first
+
+    def lines(self, said: list[Said], end: bool = False) -> list[str]:
+        text = []
+        for entry in said:
+            if entry.event is not None and entry.event.state == "stopped":
+                self.stopped.append(entry.variant)
+                continue
+            text += self._decision()
+            if entry.event is not None:
+                self.states[entry.variant] = entry.event.state
+            line = said_line(entry, self.folder)
+            if line is not None:
+                text.append(line)
+        return text + self._decision() if end else text
+
+    def _decision(self) -> list[str]:
+        if not self.stopped:
+            return []
+        kept = [name for name, state in self.states.items() if state == "paused" and name not in self.stopped]
+        line = f"halving keeps {', '.join(kept) or 'none'}; stops {', '.join(self.stopped)}"
+        self.states.update(dict.fromkeys(self.stopped, "stopped"))
+        self.stopped = []
+        return [line]
+
+
+class PlainLines:
+    """Off a terminal: what the run's tasks and replicas say in its progress folder, one plain line each, as it
+    comes (read in a thread, as often as the live table redraws), and what came last once the run has returned."""
+
+    def __init__(self, folder: Path, out: TextIO) -> None:
+        self.out = out
+        self.follower, self.narration = Follower(folder), Narration(folder)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._follow, name="bakeoff-lines", daemon=True)
+
+    def _follow(self) -> None:
+        while not self.stopped.wait(1 / defaults.PROGRESS_REFRESH_PER_SECOND):
+            self.write()
+
+    def write(self, end: bool = False) -> None:
+        for line in self.narration.lines(self.follower.read(), end):
+            print(line, file=self.out, flush=True)
+
+    def __enter__(self) -> PlainLines:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.write(end=True)
+
+
+def run_quiet(run: LocalRun) -> Summary:
+    """run_local off a terminal: first the line that names kfp.local's log, then bakeoff's own lines as they come
+    (``PlainLines``) and the winner; on failure, the failed variants' logs."""
+    assert run.progress_dir is not None, "a quiet run needs its progress folder"
+    folder, names = run.progress_dir, [variant.name for variant in run.variants]
+    print(
+        f"bakeoff: kfp.local's log, with every task's output: {folder / PIPELINE_LOG}"
+        f" (each variant's replicas: {log_file(folder, '<variant>')})",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        with PlainLines(folder, sys.stderr):
+            summary = run_local(run)
+    except BakeoffError:
+        print_failure_logs(names, folder, sys.stderr, kfp_log=False)
+        raise
+    winner = summary.winner
+    print(f"select: the winner is {winner.variant} (test accuracy {winner.test_accuracy:.4f})", file=sys.stderr)
+    return summary

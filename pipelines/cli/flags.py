@@ -6,6 +6,7 @@ import argparse
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakeoff.components import arguments, defaults
 from bakeoff.components.environment import IMAGE_ENV, S3_ENDPOINT_ENV, S3_INSECURE_ENV
@@ -21,16 +22,34 @@ from bakeoff.components.spec import (
 )
 from bakeoff.components.storage import Store, check_shared, open_store
 
+if TYPE_CHECKING:
+    from bakeoff.pipelines.pipeline import Resources
+
 MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
 
 
-def store_args(parser: argparse.ArgumentParser) -> None:
-    """Where published models live and how to reach it, plus --json."""
+def debug_arg(parser: argparse.ArgumentParser, shows: str) -> None:
+    """--debug after the command, the same switch as `bakeoff --debug` before it (tracebacks, TensorFlow's log):
+    left out, it leaves the other's value as it is; ``shows`` says what more it shows for this command."""
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=f"as `bakeoff --debug`: tracebacks instead of one-line errors, TensorFlow's log; and {shows}",
+    )
+
+
+def store_args(parser: argparse.ArgumentParser, named_by_source: bool = False) -> None:
+    """Where published models live and how to reach it, plus --json. ``named_by_source``: the model's name defaults
+    to one taken from the source (``inspection.model_name``), resolved once the config is read."""
     store_location_args(parser)
     parser.add_argument(
         "--model-name",
-        default=defaults.MODEL_NAME,
-        help=f"name the winner is published under (default {defaults.MODEL_NAME})",
+        default=None if named_by_source else defaults.MODEL_NAME,
+        help="name the winner is published under (default: the source's last name, e.g. pets for --source"
+        f" ~/data/pets, {defaults.MODEL_NAME} for the default source)"
+        if named_by_source
+        else f"the model's name (default {defaults.MODEL_NAME})",
     )
     parser.add_argument(
         "--json", action="store_true", help="print one JSON document on stdout (human output goes to stderr)"
@@ -96,8 +115,10 @@ def data_args(parser: argparse.ArgumentParser) -> None:
     """--source and --image-size: the data a run ingests, in place of the config's ``source`` and ``image_size``."""
     parser.add_argument(
         "--source",
-        help=f"the data to ingest: a folder of Fashion-MNIST IDX files, or 'tfds' to download (default: the config's"
-        f" source, else {defaults.SOURCE})",
+        help="the data to ingest: a folder of class folders (~/data/pets/<class>/*.jpg, or train/<class>/..., with"
+        " validation/ and test/ where it has them), s3://BUCKET/PREFIX/ of the same, tfds:NAME[:VERSION][@DATA_DIR]"
+        " (tfds:cifar10), or a folder of Fashion-MNIST's four IDX files (tfds alone: tfds:fashion_mnist); listed"
+        f" before anything starts (default: the config's source, else {defaults.SOURCE})",
     )
     parser.add_argument(
         "--image-size",
@@ -193,6 +214,52 @@ def pipeline_args(parser: argparse.ArgumentParser, sends: bool = False) -> None:
         default=defaults.CLUSTER_S3_ENDPOINT,
         help=f"in-cluster S3 endpoint (default {defaults.CLUSTER_S3_ENDPOINT})",
     )
+    sizes = ", ".join(f"{step} {cpu}-{cpu_limit}" for step, (cpu, cpu_limit, _, _) in defaults.STEP_RESOURCES.items())
+    memory = ", ".join(f"{step} {low}-{high}" for step, (_, _, low, high) in defaults.STEP_RESOURCES.items())
+    parser.add_argument(
+        "--cpu",
+        action="append",
+        default=[],
+        metavar="STEP=REQUEST[,LIMIT]",
+        help=f"a step's CPU request and limit (REQUEST alone: both), repeatable, e.g. ingest=2,4 (defaults: {sizes})",
+    )
+    parser.add_argument(
+        "--memory",
+        action="append",
+        default=[],
+        metavar="STEP=REQUEST[,LIMIT]",
+        help=f"a step's memory request and limit (REQUEST alone: both), repeatable, e.g. select=4Gi,8Gi"
+        f" (defaults: {memory}); a TFJob's replicas are sized by the variants' own settings",
+    )
+
+
+def step_resources(cpu: list[str], memory: list[str]) -> Resources:
+    """``--cpu`` and ``--memory`` over the steps' default sizes; one line for a bad one, before anything compiles."""
+    import dataclasses
+
+    from bakeoff.pipelines.pipeline import STEPS, Resources
+
+    resources = Resources()
+    given: set[tuple[str, str]] = set()
+    for kind, values in (("cpu", cpu), ("memory", memory)):
+        example = "ingest=2,4" if kind == "cpu" else "select=4Gi,8Gi"
+        for value in values:
+            step, equals, sizes = value.partition("=")
+            step = step.strip()
+            parts = [part.strip() for part in sizes.split(",")]
+            if not equals or len(parts) > 2 or not all(parts):
+                raise BakeoffError(f"--{kind} {value!r} is not STEP=REQUEST[,LIMIT]: write e.g. --{kind} {example}")
+            if step not in STEPS:
+                raise BakeoffError(f"--{kind} {value!r}: no step {step!r}: use one of {', '.join(STEPS)}")
+            if (kind, step) in given:
+                raise BakeoffError(f"--{kind} {step}= is given twice: give each step once")
+            given.add((kind, step))
+            request, limit = parts[0], parts[-1]
+            changed = dataclasses.replace(resources.of(step), **{f"{kind}_request": request, f"{kind}_limit": limit})
+            resources = dataclasses.replace(resources, **{step: changed})
+    for step in STEPS:
+        resources.of(step).check(step)
+    return resources
 
 
 def compile_settings(args: argparse.Namespace, sends: bool = False) -> dict:
@@ -223,6 +290,7 @@ def compile_settings(args: argparse.Namespace, sends: bool = False) -> dict:
         "parallelism": args.parallelism,
         "cluster": Cluster(store=args.store, s3_endpoint=args.s3_endpoint),
         "budget": args.budget,
+        "resources": step_resources(args.cpu, args.memory),
     }
 
 
@@ -234,8 +302,14 @@ def open_cli_store(args: argparse.Namespace) -> Store:
     if "://" not in store_uri:
         store_uri = f"file://{Path(store_uri).resolve()}"
     store = open_store(store_uri, args.s3_endpoint, args.s3_insecure)
+    export_s3_settings(args)
+    return store
+
+
+def export_s3_settings(args: argparse.Namespace) -> None:
+    """--s3-endpoint and --s3-insecure exported, so that components, replicas and an s3:// source reach the same
+    server as the store."""
     if args.s3_endpoint:
         os.environ[S3_ENDPOINT_ENV] = args.s3_endpoint
     if args.s3_insecure:
         os.environ[S3_INSECURE_ENV] = "1"
-    return store

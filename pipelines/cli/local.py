@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bakeoff.components import arguments, defaults
-from bakeoff.components.data.fashion_mnist import source_shape
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.spec import MAX_EPOCHS, MAX_TIMEOUT_SECONDS, check_fits, load_config
 from bakeoff.components.storage import runs
@@ -24,6 +23,8 @@ from bakeoff.pipelines.cli.flags import (
     budget_arg,
     compile_settings,
     data_args,
+    debug_arg,
+    export_s3_settings,
     halving_args,
     load_budgeted,
     open_cli_store,
@@ -42,23 +43,30 @@ if TYPE_CHECKING:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bakeoff.components.data.sources import check_source, digest
+    from bakeoff.components.data.inspection import model_name
+    from bakeoff.components.data.sources import digest
     from bakeoff.components.search.calibration import refresh
     from bakeoff.components.selection.promotion import Gate
     from bakeoff.components.selection.settings import SelectionSettings
-    from bakeoff.pipelines.compiling import budget_plan
+    from bakeoff.pipelines.compiling import budget_plan, source_images
 
     started_monotonic, started_unix = time.monotonic(), time.time()  # the command's start, on both clocks
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
     config = load_budgeted(args)
     check_run_flags(args, config)
+    if args.model_name is None:
+        args.model_name = model_name(config.data.source)
     selection = SelectionSettings(
         args.model_name, args.metric, Gate(args.min_improvement, args.force_publish, args.confidence)
     )
-    check_source(config.data.source)
+    # The source listed and one image read, with the store's S3 settings (an s3:// source is read with them): a
+    # source ingest would refuse is refused here, in one line, before the pipeline starts or the store is made.
+    export_s3_settings(args)
+    images = source_images(config)
+    check_fits(config.variants, list(images.shape), str(args.config))
     # After the other checks (a budget may first measure this machine's costs), before the store is made.
     listed = len(config.variants)
-    plan = budget_plan(config, args.max_train_examples or 0)
+    plan = budget_plan(config, args.max_train_examples or 0, images)
     config = plan.config if plan else config
     store = open_cli_store(args)
     # After the store's S3 settings are exported: an s3:// source is read with the same endpoint and keys.
@@ -67,11 +75,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     variants = with_flags(config.variants, args)
     out = sys.stderr if args.json else sys.stdout
     run = local_run(args, variants, store.uri, selection, config.data, source_digest, config.search, plan, started_unix)
-    summary, others = run_measured(run)
+    summary, others = run_measured(run, watched(args))
     shared = others > defaults.BUSY_SHARE  # its steps ran slower than this machine's: they would misprice a plan
-    # Costs are kept per image shape: a run of another dataset than Fashion-MNIST's as it is does not price its steps.
-    fashion = source_shape(config.data.source) is not None and not config.data.image_size
-    refreshed = None if shared or not fashion else refresh(store, summary.run_id, variants, args.parallelism)
+    # Costs are kept per image shape: the run's steps price the next plan of data of this shape.
+    refreshed = None if shared else refresh(store, summary.run_id, variants, args.parallelism, images)
     print(leaderboard(summary), file=out)
     if plan is not None:
         print(
@@ -89,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def check_run_flags(args: argparse.Namespace, config: Config) -> None:
     """Refuses --epochs and --workers where the config's halving or budget decides them, and more workers than the
-    shards a local run ingests."""
+    shards a local run ingests. (Whether the variants fit the images is checked once the source is listed.)"""
     if args.epochs and config.search and config.search.halving:
         raise BakeoffError(
             f"--epochs does not apply to {args.config}'s successive halving: set search.halving.max_epochs there"
@@ -100,9 +107,6 @@ def check_run_flags(args: argparse.Namespace, config: Config) -> None:
             f"{flag} would change what {args.config}'s search.budget planned: set it in the file, "
             "where the budget counts it, or pass --budget none"
         )
-    shape = list(config.data.image_size) or source_shape(config.data.source)
-    if shape:  # else the train step checks it against the artifact, before its job
-        check_fits(config.variants, shape, str(args.config))
     for variant in config.variants:
         workers = args.workers or variant.workers
         # Local ingest writes the default shard count; more workers would fail only after ingest, in training.
@@ -153,26 +157,28 @@ def local_run(
         work_dir=args.work_dir,
         timeout_seconds=args.timeout,
         search=search,
-        progress_dir=new_progress_folder(args.work_dir) if watched(args) else None,
+        progress_dir=None if args.debug else new_progress_folder(args.work_dir),
         deadline=deadline(plan, started_unix, time.time()) if plan is not None and plan.rungs is not None else None,
     )
 
 
 def watched(args: argparse.Namespace) -> bool:
-    """On a terminal a live table shows each variant; replica logs go to files. Else (a pipe, a CI log,
-    --no-progress) every log line is printed as plain text."""
-    return sys.stderr.isatty() and not args.no_progress
+    """On a terminal a live table shows each variant. Else (a pipe, a CI log, --no-progress) bakeoff's own lines
+    come as plain text. Either way kfp.local's output and the replicas' logs go to files, but with --debug, where
+    every line of them comes on stderr as plain text."""
+    return sys.stderr.isatty() and not args.no_progress and not args.debug
 
 
-def run_measured(run: LocalRun) -> tuple[Summary, float]:
-    """Runs ``run``, watched when it has a progress folder: its summary, and the share of the cores other processes
-    used meanwhile."""
+def run_measured(run: LocalRun, watch: bool) -> tuple[Summary, float]:
+    """Runs ``run``, under the live table where ``watch``, else with its plain lines where it has a progress folder:
+    its summary, and the share of the cores other processes used meanwhile."""
     from bakeoff.components.search import contention
-    from bakeoff.pipelines.cli.display import run_watched
+    from bakeoff.pipelines.cli.display import run_quiet, run_watched
     from bakeoff.pipelines.local_run import run_local
 
+    show = run_local if run.progress_dir is None else run_watched if watch else run_quiet
     before = contention.sample()
-    summary = run_watched(run) if run.progress_dir is not None else run_local(run)
+    summary = show(run)
     return summary, contention.others_share(before, contention.sample())
 
 
@@ -231,12 +237,13 @@ def leaderboard(summary: Summary) -> str:
     width = max(16, *(len(entry.variant) + 2 for entry in summary.contestants()))
     rows = [
         f"{'':2}{'variant':<{width}}{'workers':>8}{'val_acc':>9}{'val_loss':>9}{'epochs':>7}{'train_s':>9}{'ex/s':>8}"
+        "  precision"
     ]
     for place, c in enumerate(summary.candidates):
         mark = "* " if place == 0 else "  "
         rows.append(
             f"{mark}{c.variant:<{width}}{c.workers:>8}{c.val_accuracy:>9.4f}{c.val_loss:>9.4f}"
-            f"{c.epochs:>7}{c.train_seconds:>9.1f}{c.examples_per_second:>8.0f}"
+            f"{c.epochs:>7}{c.train_seconds:>9.1f}{c.examples_per_second:>8.0f}  {c.precision or 'float32'}"
         )
     if summary.stopped:
         rows.append("stopped by successive halving (validation as served, during training):")
@@ -317,7 +324,7 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--config", type=Path, default=defaults.CONFIG, help="variants YAML (default: pipelines/variants.yaml)"
     )
-    store_args(run)
+    store_args(run, named_by_source=True)
     run.add_argument(
         "--metric",
         default=defaults.METRIC,
@@ -374,8 +381,9 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--no-progress",
         action="store_true",
-        help="print every log line as plain text instead of the live display (the default when stderr is no terminal)",
+        help="bakeoff's own lines as plain text instead of the live display (the default when stderr is no terminal)",
     )
+    debug_arg(run, "every line on stderr as plain text: kfp.local's log, every task's and replica's output")
     run.add_argument(
         "--serve",
         action="store_true",
