@@ -628,7 +628,7 @@ def _batched(max_batch: int, window_ms: float, values: list[float], release_afte
     """``values`` (one image each) through a Batcher whose model calls hold until ``release_after`` of them have
     started: each batch's outputs or error, and the images of each model call in the order they ran."""
     from bakeoff.components.serving.batching import Batcher
-    from bakeoff.components.serving.model import Batch, Version
+    from bakeoff.components.serving.loaded import Batch, Version
 
     calls: list[int] = []
     started, release = threading.Semaphore(0), threading.Event()
@@ -823,6 +823,70 @@ def test_the_heap_settled_again_frees_what_was_frozen_then_dropped() -> None:
 
 
 @pytest.mark.unit
+def test_the_heap_settled_gives_the_memory_freed_meanwhile_back_to_the_system() -> None:
+    """What a replaced version freed must not stay with malloc: the server's memory would grow with each swap."""
+    import ctypes
+    import gc
+
+    from bakeoff.components.serving.tuning import settle_heap
+
+    def resident_mb() -> float:
+        return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS")) / 1024
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = (
+        ctypes.c_void_p,
+        [ctypes.c_size_t],
+        [ctypes.c_void_p],
+    )
+    blocks = [libc.malloc(4096) for _ in range(25_000)]  # 100 MB in blocks malloc takes from its heap, not mmap
+    for block in blocks:
+        ctypes.memset(block, 1, 4096)  # written: resident
+    for block in blocks[:-1]:
+        libc.free(block)  # the last one kept, so the freed pages lie below it: malloc keeps them
+    kept = resident_mb()
+    try:
+        settle_heap()
+        assert resident_mb() < kept - 50, "the freed 100 MB went back"
+    finally:
+        gc.unfreeze()
+        libc.free(blocks[-1])
+
+
+@pytest.mark.unit
+def test_a_swap_settles_the_heap_once_no_request_holds_the_replaced_version(tmp_path: Path) -> None:
+    """The replaced version's memory can only go back once the last request answering from it is done: settling
+    before that, as one poll after the swap did, kept it for good (benchmarks/journal.md, "The soak's memory")."""
+    import gc
+
+    from bakeoff.components.serving.versions import FolderSource
+    from bakeoff.components.serving.watcher import Watcher
+
+    @dataclasses.dataclass
+    class Loaded:
+        number: int
+
+    for number in (1, 2):
+        (tmp_path / str(number)).mkdir()
+        (tmp_path / str(number) / registry.MANIFEST).write_text("{}")
+    model = SimpleNamespace(current=Loaded(1))
+    model.swap = lambda version: setattr(model, "current", version)
+    answering = model.current  # a request still answering from version 1
+    watcher = Watcher(FolderSource(tmp_path), cast(Any, model), 60, lambda _, number: cast(Any, Loaded(number)))
+    gc.unfreeze()
+    try:
+        watcher.poll()
+        assert model.current == Loaded(2), "swapped in"
+        watcher.poll()
+        assert gc.get_freeze_count() == 0, "not settled while a request holds version 1"
+        del answering
+        watcher.poll()
+        assert gc.get_freeze_count() > 0, "settled once none does"
+    finally:
+        gc.unfreeze()
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("problem", ["no published version", "port in use"])
 def test_serve_fails_in_one_line_before_loading_anything(problem: str, tmp_path: Path) -> None:
     store = tmp_path / "store"
@@ -872,7 +936,8 @@ def test_a_one_channel_model_takes_arrays_with_or_without_the_channel_axis_and_r
     """A model trained on the artifact's [n, 28, 28, 1] keeps answering clients written for [n, 28, 28]."""
     from kserve.errors import InvalidInput
 
-    from bakeoff.components.serving.model import Version, pixel_arrays
+    from bakeoff.components.serving.loaded import Version
+    from bakeoff.components.serving.model import pixel_arrays
     from bakeoff.components.storage.records import Preprocessing
 
     version = Version(1, Path("."), None, None, (28, 28, 1), CLASS_NAMES, Preprocessing(28, 28, 1, "bilinear"))

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from bakeoff.components.serving.model import Batch
+from bakeoff.components.serving.loaded import Batch
 
 Outputs = dict[str, np.ndarray]
 

@@ -27,6 +27,7 @@ from bakeoff.components.data.preprocess import NO_RESIZE, decode, prepare  # noq
 from bakeoff.components.errors import BakeoffError  # noqa: E402
 from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE  # noqa: E402
 from bakeoff.components.serving.batching import Batcher  # noqa: E402
+from bakeoff.components.serving.loaded import Batch, Version  # noqa: E402
 from bakeoff.components.storage.records import Preprocessing  # noqa: E402
 
 ARRAYS_INPUT = "images"  # the input of ARRAYS_SIGNATURE
@@ -34,25 +35,6 @@ BYTES_INPUT = "image_bytes"  # the input of BYTES_SIGNATURE
 IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # how PNG and JPEG files start
 OUTPUTS = ("probabilities", "class_id", "class_name")  # what both signatures return
 NUMERIC_V2_TYPES = ("FP32", "FP64", "FP16", "UINT8", "INT8", "INT16", "INT32", "INT64", "UINT16", "UINT32", "UINT64")
-
-
-@dataclasses.dataclass(frozen=True)
-class Version:
-    """One loaded version: its signatures and the SavedModel object that keeps their variables alive."""
-
-    number: int
-    path: Path
-    saved_model: Any
-    arrays: Any
-    image_shape: tuple[int, ...]  # the arrays signature's: [height, width, channels] ([height, width]: older exports)
-    class_names: list[str] | None
-    preprocessing: Preprocessing  # what an image file becomes: the dataset's own conversion (data/preprocess.py)
-
-    @property
-    def pixels(self) -> tuple[int, int, int]:
-        """Height, width and channels of one image."""
-        height, width, *channels = self.image_shape
-        return height, width, channels[0] if channels else 1
 
 
 def load_version(path: Path, number: int) -> Version:
@@ -105,16 +87,6 @@ def _preprocessing(path: Path, shape: tuple[int, ...]) -> Preprocessing:
     if recorded.resize == NO_RESIZE:
         recorded = dataclasses.replace(recorded, resize=defaults.RESIZE)
     return recorded
-
-
-@dataclasses.dataclass(frozen=True)
-class Batch:
-    """A checked request: which signature gets which tensor, on which version; ``request`` is set for V2."""
-
-    signature: str
-    tensor: Any  # float32 [n, *image_shape]: a tf.Tensor, or numpy
-    version: Version
-    request: InferRequest | None = None
 
 
 class ServedModel(kserve.Model):
