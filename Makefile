@@ -8,12 +8,14 @@ SYSTEM_PACKAGES := dataset-fashion-mnist libtcmalloc-minimal4
 # chromium: tests/test_report.py renders the run report in a headless browser (only `make test` needs it);
 # buildah, mmdebstrap: `make image` without a docker engine or a registry (images/build.sh, tests/test_image.py)
 TEST_PACKAGES := chromium buildah mmdebstrap
+# mariadb-server: the KFP API server's database in the kfp lane (tests/kfp/mariadb.py)
+KFP_PACKAGES := mariadb-server
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 IMAGE_CACHE := $(or $(BAKEOFF_IMAGE_CACHE),$(HOME)/.cache/bakeoff/image)
 IMAGE ?= $(shell sed -n 's/^IMAGE = "\([^"]*\)".*/\1/p' components/defaults.py)
 
-.PHONY: help run test test-fast test-cluster lint typecheck format bench install system test-system compile image clean cluster cluster-down cluster-binaries
+.PHONY: help run test test-fast test-cluster test-kfp kfp-binaries kfp-system lint typecheck format bench install system test-system compile image clean cluster cluster-down cluster-binaries
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -48,20 +50,33 @@ run: $(INSTALLED) system ## run the default bake-off locally (ARGS="--max-train-
 	@$(BIN)/bakeoff run $(ARGS)
 
 # the unit lane alone: a test also in a heavier lane (pyproject.toml's markers) runs there
-FAST := unit and not (s3 or training or serving or cluster)
+FAST := unit and not (s3 or training or serving or cluster or kfp)
+# The kfp lane runs where a kubeflow/pipelines checkout is (tests/kfp/sources.py): exit 3 and one line where none is.
+KFP_SOURCES := $(BIN)/python -m tests.kfp.sources >/dev/null
+KFP_LANE = $(BIN)/pytest -m kfp tests/kfp tests/test_kfp_client.py $(PYTEST_ARGS)
 
 # The unit lane first, one process per core as in test-fast; then the heavier lanes one test at a time (their runs
 # time themselves and take other processes for contention), the cluster lane running every pod from the image
 # `make image` unpacked, as its user (tests/cluster/kubelet): what a cluster would pull. test-cluster uses the venv.
 test: $(INSTALLED) system test-system lint cluster-binaries image ## lint, the image, then every test lane (PYTEST_ARGS="-k store" narrows it)
 	$(BIN)/pytest -n auto -m "$(FAST)" $(PYTEST_ARGS) || [ $$? = 5 ]  # 5: PYTEST_ARGS left none of this lane
-	BAKEOFF_KUBELET_IMAGE=$(IMAGE_CACHE)/current $(BIN)/pytest -m "not ($(FAST))" $(PYTEST_ARGS) || [ $$? = 5 ]
+	BAKEOFF_KUBELET_IMAGE=$(IMAGE_CACHE)/current $(BIN)/pytest -m "not ($(FAST)) and not kfp" $(PYTEST_ARGS) || [ $$? = 5 ]
+	@$(KFP_SOURCES); found=$$?; [ $$found = 3 ] || { [ $$found = 0 ] && $(MAKE) --no-print-directory kfp-system kfp-binaries && $(KFP_LANE) || [ $$? = 5 ]; }
 
 test-fast: $(INSTALLED) system ## the unit lane, one process per core: trains nothing, starts no server (the check before each commit)
 	$(BIN)/pytest -n auto -m "$(FAST)" $(PYTEST_ARGS)
 
 test-cluster: $(INSTALLED) system cluster-binaries ## the cluster lane: the real control plane on loopback (tests/cluster/)
 	$(BIN)/pytest -m cluster $(PYTEST_ARGS)
+
+test-kfp: $(INSTALLED) system kfp-system cluster-binaries kfp-binaries ## the kfp lane: the real KFP backend, built from a checkout (KFP_SOURCE; docs/tests.md)
+	$(KFP_LANE)
+
+kfp-binaries: $(INSTALLED) ## build KFP's backend and Argo from their checkouts into ~/.cache/bakeoff/{kfp,argo} (once a tag)
+	$(BIN)/python -m tests.kfp.binaries
+
+kfp-system: ## install the Debian package only the kfp lane uses when missing: mariadb-server
+	$(call apt_install,$(KFP_PACKAGES))
 
 lint: $(INSTALLED) typecheck ## ruff's lint rules, its formatter's layout, mypy and the import layers over the whole tree (pyproject.toml)
 	$(BIN)/ruff check

@@ -7,7 +7,6 @@ import datetime
 import email.parser
 import email.policy
 import http.server
-import itertools
 import json
 import re
 import ssl
@@ -38,7 +37,8 @@ UPLOAD_DENIED = {
 # validation.ValidateFieldLength's limit on Pipeline.Name (backend/src/apiserver/validation/length.go, the same in
 # 2.15.0-2.17.0), which the upload handler answers with Go's http.Error: plain text, not JSON.
 PIPELINE_NAME_MAX = 128
-STATUS_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 409: 6, 501: 12}  # HTTP → google.rpc.Code, as grpc-gateway maps them
+# HTTP → google.rpc.Code, as grpc-gateway maps them
+STATUS_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 409: 6, 500: 13, 501: 12}
 UPLOAD_OPERATIONS = ("UploadPipeline", "UploadPipelineVersion")  # served by KFP's own HTTP handler, not the gateway
 
 
@@ -143,6 +143,25 @@ def _parse_pipeline_spec(document: Any) -> dict:
     return spec
 
 
+def stored_spec(spec: dict, platform: dict | None = None) -> dict:
+    """A pipeline version's spec as the API server answers it, given the uploaded file's documents.
+
+    The server keeps what it parsed, not the file: protojson of the PipelineSpec and PlatformSpec messages
+    (V2Spec.Bytes, backend/src/apiserver/template/v2_template.go), so defaults are dropped and int64 fields become
+    strings; it answers that text as one Struct, or, where a platform spec has a `kubernetes` entry, as
+    ``{pipeline_spec, platform_spec}`` (YamlStringToPipelineSpecStruct, backend/src/apiserver/server/api_util.go;
+    IsPlatformSpecWithKubernetesConfig, v2_template.go). The same in 2.15.0-2.17.0.
+    """
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    pipeline = json_format.MessageToDict(json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec()))
+    if "kubernetes" not in (platform or {}).get("platforms", {}):
+        return pipeline
+    platform_spec = json_format.MessageToDict(json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec()))
+    return {"pipeline_spec": pipeline, "platform_spec": platform_spec}
+
+
 class FakeKfpApi:
     """KFP's REST API as kfp.Client 2.17 uses it, on 127.0.0.1 with a free port.
 
@@ -187,7 +206,6 @@ class FakeKfpApi:
         self.authorization_headers: list[str | None] = []
         self.violations: list[Violation] = []
         self._lock = threading.Lock()
-        self._counter = itertools.count()
         self._server: http.server.ThreadingHTTPServer | None = None
 
     # ------------------------------------------------------------------------------------------ life cycle
@@ -413,9 +431,11 @@ class FakeKfpApi:
             )
             raise ApiError(400, "Failed to read pipeline from file")
         filename, content = files["uploadfile"]
-        if not filename or not filename.endswith((".yaml", ".yml")):
+        # ReadPipelineFile (backend/src/apiserver/server/util.go, 2.15.0-2.17.0) takes a YAML or JSON file by its name
+        # (isYamlFile, isJSONFile), or a zip or tarball by its bytes, which the fake does not read.
+        if not filename or not filename.endswith((".yaml", ".yml", ".json")):
             self.violations.append(
-                Violation(operation.operation_id, "upload", f"{filename!r}: the fake reads YAML packages only")
+                Violation(operation.operation_id, "upload", f"{filename!r}: the fake reads YAML and JSON packages only")
             )
             raise ApiError(400, "Failed to read a pipeline spec file")
         try:
@@ -423,15 +443,14 @@ class FakeKfpApi:
         except yaml.YAMLError:
             self.violations.append(Violation(operation.operation_id, "upload", "not YAML"))
             raise ApiError(400, "Failed to read a pipeline spec file") from None
+        platform = documents[1] if len(documents) > 1 else {}
         try:
-            spec = _parse_pipeline_spec(
-                {"pipeline_spec": documents[0], "platform_spec": documents[1] if len(documents) > 1 else {}}
-            )
+            _parse_pipeline_spec({"pipeline_spec": documents[0], "platform_spec": platform})
         except ApiError as error:
             self.violations.append(Violation(operation.operation_id, "upload", error.message))
             raise
         self.validated.append(operation.operation_id)
-        return {"filename": filename, "spec": spec}
+        return {"filename": filename, "spec": stored_spec(documents[0], platform)}
 
     def _check_answer(self, operation: Operation, answer: dict) -> None:
         schema = operation.spec["responses"]["200"]["schema"]
@@ -480,11 +499,14 @@ class FakeKfpApi:
         return items
 
     @staticmethod
-    def _page(items: list[dict], query: dict[str, str], key: str) -> dict:
+    def _page(items: list[dict], query: dict[str, str], key: str, identity: str) -> dict:
+        """A page of ``items``, sorted as KFP's list package sorts: by ``sort_by``'s field, ties by the primary key
+        (``identity``) in the same direction (Options.AddSortingToSelect, backend/src/apiserver/list/list.go). Times
+        are whole seconds there as here, so two things made in one second list in the order of their ids."""
         sort_by = query.get("sort_by") or ""
         if sort_by:
             field, _, direction = sort_by.partition(" ")
-            items = sorted(items, key=lambda item: (item.get(field) or "", item["_seq"]), reverse=direction == "desc")
+            items = sorted(items, key=lambda item: (item.get(field) or "", item[identity]), reverse=direction == "desc")
         start = int(query.get("page_token") or 0)
         size = int(query.get("page_size") or 0) or len(items) or 1
         page = items[start : start + size]
@@ -494,9 +516,6 @@ class FakeKfpApi:
         if start + size < len(items):
             answer["next_page_token"] = str(start + size)
         return answer
-
-    def _seq(self) -> int:
-        return next(self._counter)
 
     def _namespace_required(self, query: dict[str, str], what: str) -> None:
         if self.multi_user and not query.get("namespace") and not query.get("experiment_id"):
@@ -508,7 +527,7 @@ class FakeKfpApi:
     def op_ExperimentService_ListExperiments(self, path: dict, query: dict, body: Any) -> dict:
         self._namespace_required(query, "ListExperiments")
         items = [e for e in self.experiments.values() if e.get("namespace", "") == query.get("namespace", "")]
-        return self._page(self._filtered(items, query), query, "experiments")
+        return self._page(self._filtered(items, query), query, "experiments", "experiment_id")
 
     def op_ExperimentService_CreateExperiment(self, path: dict, query: dict, body: dict) -> dict:
         name, namespace = body.get("display_name", ""), body.get("namespace", "")
@@ -524,7 +543,6 @@ class FakeKfpApi:
             "namespace": namespace,
             "created_at": _now(),
             "storage_state": "AVAILABLE",
-            "_seq": self._seq(),
         }
         if body.get("description"):
             experiment["description"] = body["description"]
@@ -539,7 +557,7 @@ class FakeKfpApi:
 
     def op_PipelineService_ListPipelines(self, path: dict, query: dict, body: Any) -> dict:
         items = [p for p in self.pipelines.values() if p.get("namespace", "") == query.get("namespace", "")]
-        return self._page(self._filtered(items, query), query, "pipelines")
+        return self._page(self._filtered(items, query), query, "pipelines", "pipeline_id")
 
     def op_PipelineService_GetPipeline(self, path: dict, query: dict, body: Any) -> dict:
         pipeline = self.pipelines.get(path["pipeline_id"])
@@ -558,7 +576,6 @@ class FakeKfpApi:
             "display_name": display_name or name,
             "namespace": namespace,
             "created_at": _now(),
-            "_seq": self._seq(),
         }
         if description:
             pipeline["description"] = description
@@ -577,7 +594,6 @@ class FakeKfpApi:
             "display_name": display_name or name,
             "created_at": _now(),
             "pipeline_spec": spec,
-            "_seq": self._seq(),
         }
         self.versions[version["pipeline_version_id"]] = version
         return version
@@ -612,20 +628,31 @@ class FakeKfpApi:
         if path["pipeline_id"] not in self.pipelines:
             raise ApiError(404, f"NotFound: pipeline {path['pipeline_id']}")
         items = [v for v in self.versions.values() if v["pipeline_id"] == path["pipeline_id"]]
-        return self._page(self._filtered(items, query), query, "pipeline_versions")
+        return self._page(self._filtered(items, query), query, "pipeline_versions", "pipeline_version_id")
 
-    def _runnable(self, body: dict) -> dict:
-        """What the server checks of a run or recurring run before it accepts one."""
+    def _runnable(self, operation: str, body: dict, refused: str) -> dict:
+        """What the server checks of a run or recurring run before it accepts one.
+
+        A pipeline spec it cannot parse is answered 500 with ``refused`` (ResourceManager.CreateRun and CreateJob,
+        backend/src/apiserver/resource/resource_manager.go, wrap fetchTemplateFromPipelineSpec's error as an
+        InternalServerError), and kept here as a violation all the same.
+        """
         if not body.get("display_name"):
             raise ApiError(400, "Invalid input error: display name is empty")
         if body.get("experiment_id") and body["experiment_id"] not in self.experiments:
             raise ApiError(404, f"NotFound: experiment {body['experiment_id']}")
         if ("pipeline_spec" in body) == ("pipeline_version_reference" in body):
             raise ApiError(400, "Invalid input error: give either pipeline_spec or pipeline_version_reference")
-        return _parse_pipeline_spec(body["pipeline_spec"]) if "pipeline_spec" in body else {}
+        if "pipeline_spec" not in body:
+            return {}
+        try:
+            return _parse_pipeline_spec(body["pipeline_spec"])
+        except ApiError as error:
+            self.violations.append(Violation(operation, "semantics", error.message))
+            raise ApiError(500, f"InternalServerError: {refused}: {error.message}") from None
 
     def op_RunService_CreateRun(self, path: dict, query: dict, body: dict) -> dict:
-        self._runnable(body)
+        self._runnable("RunService_CreateRun", body, "Failed to create a run due to error fetching manifest")
         run = {
             **body,
             "_body": body,
@@ -634,7 +661,6 @@ class FakeKfpApi:
             "created_at": _now(),
             "storage_state": "AVAILABLE",
             "_polls": 0,
-            "_seq": self._seq(),
         }
         self.runs[run["run_id"]] = run
         return {k: v for k, v in run.items() if not k.startswith("_")}
@@ -653,7 +679,11 @@ class FakeKfpApi:
         return {k: v for k, v in run.items() if not k.startswith("_")}
 
     def op_RecurringRunService_CreateRecurringRun(self, path: dict, query: dict, body: dict) -> dict:
-        self._runnable(body)
+        self._runnable(
+            "RecurringRunService_CreateRecurringRun",
+            body,
+            "Failed to create a recurring run with an invalid pipeline spec manifest",
+        )
         trigger = body.get("trigger") or {}
         if len([kind for kind in ("cron_schedule", "periodic_schedule") if kind in trigger]) != 1:
             raise ApiError(
@@ -661,27 +691,29 @@ class FakeKfpApi:
             )
         # toModelJob, backend/src/apiserver/server/api_converter.go (cron at line 1974 in 2.15.0/2.16.0, 2088 in
         # 2.17.0; the interval 6 lines below): max concurrency, the cron as robfig/cron v1.2.0's Parse reads it
-        # (seconds first: 5 or 6 fields, or a @descriptor), an interval of at least 1 second.
+        # (seconds first: 5 or 6 fields, or a @descriptor), an interval of at least 1 second. Its refusal reaches
+        # the client wrapped (JobServer.CreateRecurringRun, server/job_server.go, wraps it; UserError.GRPCStatus,
+        # backend/src/common/util/error.go, answers the wrapped chain).
+        refused = "Failed to create a recurring run due to conversion error: Invalid input error:"
         concurrency = int(body.get("max_concurrency", 0))
         if not 1 <= concurrency <= 10:
             raise ApiError(
                 400,
-                "Invalid input error: Max concurrency of a recurring run must be at least 1 and at most 10. Received"
+                f"{refused} Max concurrency of a recurring run must be at least 1 and at most 10. Received"
                 f" {concurrency}",
             )
         cron = (trigger.get("cron_schedule") or {}).get("cron")
         if cron is not None and not (cron.startswith("@") or len(cron.split()) in (5, 6)):
             raise ApiError(
                 400,
-                "Invalid input error: Schedule cron is not a supported format(https://godoc.org/github.com/robfig/cron)."
-                f" Error: Expected 5 to 6 fields, found {len(cron.split())}: {cron}",
+                f"{refused} Schedule cron is not a supported format(https://godoc.org/github.com/robfig/cron). Error:"
+                f" Expected 5 to 6 fields, found {len(cron.split())}: {cron}",
             )
         interval = (trigger.get("periodic_schedule") or {}).get("interval_second")
         if interval is not None and int(interval) < 1:
             raise ApiError(
                 400,
-                f"Invalid input error: Found invalid period schedule interval {int(interval)}. Set at interval to least"
-                " 1 second",
+                f"{refused} Found invalid period schedule interval {int(interval)}. Set at interval to least 1 second",
             )
         if body.get("mode") not in ("ENABLE", "DISABLE"):
             raise ApiError(400, "Invalid input error: mode must be ENABLE or DISABLE")
@@ -692,7 +724,6 @@ class FakeKfpApi:
             "created_at": _now(),
             "updated_at": _now(),
             "status": "ENABLED" if body["mode"] == "ENABLE" else "DISABLED",
-            "_seq": self._seq(),
         }
         recurring["max_concurrency"] = str(body["max_concurrency"])  # int64 leaves the server as a string
         if "periodic_schedule" in trigger:
@@ -719,7 +750,7 @@ class FakeKfpApi:
             ]
         if query.get("experiment_id"):
             items = [r for r in items if r["experiment_id"] == query["experiment_id"]]
-        return self._page(self._filtered(items, query), query, "recurringRuns")
+        return self._page(self._filtered(items, query), query, "recurringRuns", "recurring_run_id")
 
     def op_RecurringRunService_GetRecurringRun(self, path: dict, query: dict, body: Any) -> dict:
         return {k: v for k, v in self._recurring(path).items() if not k.startswith("_")}

@@ -11,7 +11,8 @@ import base64
 from pathlib import Path
 
 from bakeoff.components.modeling.savedmodel import BYTES_SIGNATURE
-from bakeoff.components.serving.model import Version, load_version, run, v1_batch, v1_response
+from bakeoff.components.serving.loaded import Version
+from bakeoff.components.serving.model import load_version, run, v1_batch, v1_response
 from bakeoff.components.storage import registry
 from bakeoff.components.storage.records import Summary
 from tests.test_cli import bakeoff

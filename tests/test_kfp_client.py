@@ -1,19 +1,24 @@
-"""upload, submit, schedule and schedules through the real CLI and kfp.Client, against a fake KFP API held to KFP's
-spec."""
+"""upload, submit, schedule and schedules through the real CLI and kfp.Client, against a KFP API: each test that
+takes `server` runs against the fake held to KFP's spec (unit lane) and against the kfp lane's real KFP 2.16.0 API
+server (`make test-kfp`). A test that takes `fake` needs what only the fake does: its docstring or comment says what.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
+import http.server
 import ipaddress
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +32,15 @@ from bakeoff.pipelines.cli.main import main
 from bakeoff.pipelines.kfp_client.parameters import parse_params, pipeline_parameters
 from bakeoff.pipelines.kfp_client.triggers import validate_cron
 from tests.conftest import free_port
-from tests.fake_kfp_api import SPEC_PATH, FakeKfpApi
-from tests.kfp_fixtures import clean_environment, compile_once, fake  # noqa: F401  (fixtures)
+from tests.fake_kfp_api import SPEC_PATH, FakeKfpApi, stored_spec
+from tests.kfp_fixtures import (  # noqa: F401  (fixtures)
+    KfpApi,
+    clean_environment,
+    compile_once,
+    fake,
+    real_kfp_backend,
+    server,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -90,13 +102,40 @@ def only(mapping: dict) -> dict:
     return value
 
 
+def nothing_sent(server: KfpApi) -> bool:
+    """Nothing exists on the server; the fake also saw no request at all."""
+    return server.created() == NOTHING and (not isinstance(server, FakeKfpApi) or server.calls == [])
+
+
+def spec_validated(server: KfpApi, **counts: int) -> bool:
+    """The fake held that many requests of each operation to KFP's spec (the real server has its own gateway)."""
+    return not isinstance(server, FakeKfpApi) or all(
+        server.validated.count(operation) == count for operation, count in counts.items()
+    )
+
+
+def pipeline_spec(version: dict) -> dict:
+    """The PipelineSpec of a version as the server answers it, without its platform spec (stored_spec)."""
+    spec = version["pipeline_spec"]
+    return spec.get("pipeline_spec", spec)
+
+
+def executor_images(version: dict) -> set[str]:
+    executors = pipeline_spec(version)["deploymentSpec"]["executors"]
+    return {executor["container"]["image"] for executor in executors.values()}
+
+
+def by_name(versions: dict[str, dict]) -> dict[str, dict]:
+    return {version["name"]: version for version in versions.values()}
+
+
 # ------------------------------------------------------------------------------------------------ upload
 
 
-def test_upload_creates_the_pipeline_then_the_same_name_adds_versions(fake: FakeKfpApi, bakeoff) -> None:
-    result = bakeoff("upload", "--host", fake.url)
+def test_upload_creates_the_pipeline_then_the_same_name_adds_versions(server: KfpApi, bakeoff) -> None:
+    result = bakeoff("upload", "--host", server.url)
     assert result.code == 0, result.err
-    pipeline, version = only(fake.pipelines), only(fake.versions)
+    pipeline, version = only(server.pipelines), only(server.versions)
     assert (pipeline["name"], version["name"], version["pipeline_id"]) == (
         "bakeoff",
         "bakeoff",
@@ -105,38 +144,35 @@ def test_upload_creates_the_pipeline_then_the_same_name_adds_versions(fake: Fake
     assert result.out == (
         f"created pipeline 'bakeoff' (id {pipeline['pipeline_id']}) with version 'bakeoff' (id "
         f"{version['pipeline_version_id']})\n"
-        f"{fake.url}/#/pipelines/details/{pipeline['pipeline_id']}/version/{version['pipeline_version_id']}\n"
+        f"{server.url}/#/pipelines/details/{pipeline['pipeline_id']}/version/{version['pipeline_version_id']}\n"
     )
-    assert version["pipeline_spec"]["pipelineInfo"]["name"] == "bakeoff"
+    assert pipeline_spec(version)["pipelineInfo"]["name"] == "bakeoff"
 
     result = bakeoff(
-        "upload", "--host", fake.url, "--version", "v2", "--image", "registry.example/bakeoff:2", "--parallelism", "2"
+        "upload", "--host", server.url, "--version", "v2", "--image", "registry.example/bakeoff:2", "--parallelism", "2"
     )
     assert result.code == 0, result.err
-    assert len(fake.pipelines) == 1 and len(fake.versions) == 2
-    (v2,) = [v for v in fake.versions.values() if v["name"] == "v2"]
+    assert len(server.pipelines) == 1 and len(server.versions) == 2
+    v2 = by_name(server.versions)["v2"]
     assert result.out == (
         f"added version 'v2' (id {v2['pipeline_version_id']}) to pipeline 'bakeoff' (id {pipeline['pipeline_id']})\n"
-        f"{fake.url}/#/pipelines/details/{pipeline['pipeline_id']}/version/{v2['pipeline_version_id']}\n"
+        f"{server.url}/#/pipelines/details/{pipeline['pipeline_id']}/version/{v2['pipeline_version_id']}\n"
     )
-    images = {
-        executor["container"]["image"] for executor in v2["pipeline_spec"]["deploymentSpec"]["executors"].values()
-    }
-    assert images == {"registry.example/bakeoff:2"}, "upload compiles with the same options as `bakeoff compile`"
+    assert executor_images(v2) == {"registry.example/bakeoff:2"}, "upload compiles with the same options as compile"
 
-    result = bakeoff("upload", "--host", fake.url)
+    result = bakeoff("upload", "--host", server.url)
     assert result.code == 0, result.err
-    (v3,) = [v for v in fake.versions.values() if v["name"] not in ("bakeoff", "v2")]
-    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{8}", v3["name"]), v3["name"]
+    (v3,) = [name for name in by_name(server.versions) if name not in ("bakeoff", "v2")]
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{8}", v3), v3
 
-    result = bakeoff("upload", "--host", fake.url, "--version", "v2")
+    result = bakeoff("upload", "--host", server.url, "--version", "v2")
     assert (result.code, result.out) == (1, "")
     assert result.error == (
         "bakeoff: error: pipeline 'bakeoff' already has a version 'v2': choose another --version, or leave it out "
         "for a new name"
     )
-    assert len(fake.versions) == 3
-    assert fake.validated.count("UploadPipeline") == 1 and fake.validated.count("UploadPipelineVersion") == 2
+    assert len(server.versions) == 3
+    assert spec_validated(server, UploadPipeline=1, UploadPipelineVersion=2)
 
 
 SENDING = {"upload": ["upload"], "submit": ["submit"], "schedule": ["schedule", "--every", "6h"]}
@@ -144,11 +180,11 @@ SENDING = {"upload": ["upload"], "submit": ["submit"], "schedule": ["schedule", 
 
 @pytest.mark.parametrize("command", SENDING.values(), ids=SENDING.keys())
 def test_no_image_is_refused_in_one_line_before_anything_is_sent(
-    fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, command: list[str]
+    server: KfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, command: list[str]
 ) -> None:
     """Without --image or its variable the pipeline would name the project's default image, which nobody publishes."""
     monkeypatch.delenv(IMAGE_ENV)
-    result = bakeoff(*command, "--host", fake.url)
+    result = bakeoff(*command, "--host", server.url)
     assert (result.code, result.out) == (1, "")
     assert result.error == (
         "bakeoff: error: --image is missing, and nobody publishes the default ghcr.io/bakeoff/bakeoff:0.1.0, so "
@@ -156,24 +192,16 @@ def test_no_image_is_refused_in_one_line_before_anything_is_sent(
         " would fail to pull it: build and push yours (make image IMAGE=REGISTRY/bakeoff:TAG; docker push"
         " REGISTRY/bakeoff:TAG), then pass --image REGISTRY/bakeoff:TAG or set BAKEOFF_IMAGE"
     )
-    assert fake.calls == [] and fake.created() == NOTHING
+    assert nothing_sent(server)
 
 
-def test_the_flag_names_the_image_over_the_variable(fake: FakeKfpApi, bakeoff) -> None:
-    def images(version: dict) -> set[str]:
-        return {
-            executor["container"]["image"]
-            for executor in version["pipeline_spec"]["deploymentSpec"]["executors"].values()
-        }
-
-    assert bakeoff("upload", "--host", fake.url, "--version", "from-the-variable").code == 0
-    assert (
-        bakeoff("upload", "--host", fake.url, "--version", "from-the-flag", "--image", "registry.example/other:2").code
-        == 0
-    )
-    by_name = {version["name"]: version for version in fake.versions.values()}
-    assert images(by_name["from-the-variable"]) == {IMAGE}
-    assert images(by_name["from-the-flag"]) == {"registry.example/other:2"}
+def test_the_flag_names_the_image_over_the_variable(server: KfpApi, bakeoff) -> None:
+    assert bakeoff("upload", "--host", server.url, "--version", "from-the-variable").code == 0
+    flag = bakeoff("upload", "--host", server.url, "--version", "from-the-flag", "--image", "registry.example/other:2")
+    assert flag.code == 0, flag.err
+    versions = by_name(server.versions)
+    assert executor_images(versions["from-the-variable"]) == {IMAGE}
+    assert executor_images(versions["from-the-flag"]) == {"registry.example/other:2"}
 
 
 def test_compile_says_when_the_file_names_the_unpublished_default_image(
@@ -201,27 +229,166 @@ def test_compile_says_when_the_file_names_the_unpublished_default_image(
     ]
 
 
-def test_upload_of_a_new_pipeline_names_its_first_version(fake: FakeKfpApi, bakeoff) -> None:
-    result = bakeoff("upload", "--host", fake.url, "--name", "nightly", "--version", "first")
+def test_upload_of_a_new_pipeline_names_its_first_version(server: KfpApi, bakeoff) -> None:
+    result = bakeoff("upload", "--host", server.url, "--name", "nightly", "--version", "first")
     assert result.code == 0, result.err
-    pipeline, version = only(fake.pipelines), only(fake.versions)
+    pipeline, version = only(server.pipelines), only(server.versions)
     assert (pipeline["name"], version["name"]) == ("nightly", "first")
     assert result.out.startswith(
         f"created pipeline 'nightly' (id {pipeline['pipeline_id']}) with version 'first' (id "
         f"{version['pipeline_version_id']})\n"
     )
-    assert "PipelineService_CreatePipeline" in fake.validated
+    assert spec_validated(server, PipelineService_CreatePipeline=1)
+
+
+def test_upload_package_sends_a_compiled_file_as_it_is(server: KfpApi, bakeoff, tmp_path: Path) -> None:
+    """The file goes up as it is: the version holds its spec, whatever this checkout would compile now."""
+    package = tmp_path / "mine.yaml"
+    assert bakeoff("compile", "-o", str(package), "--image", IMAGE, "--parallelism", "5").code == 0
+    before = package.read_bytes()
+    result = bakeoff("upload", "--host", server.url, "--package", str(package), "--version", "v1")
+    assert (result.code, result.err) == (0, "")
+    version = only(server.versions)
+    assert version["pipeline_spec"] == stored_spec(*yaml.safe_load_all(before))
+    assert package.read_bytes() == before
+    assert result.out.startswith(
+        f"created pipeline 'bakeoff' (id {only(server.pipelines)['pipeline_id']}) with version"
+    )
+
+    as_json = tmp_path / "mine.json"  # kfp's compiler writes JSON too, and the API server reads it by its name
+    as_json.write_text(json.dumps(pipeline_spec(version)))
+    result = bakeoff("upload", "--host", server.url, "--package", str(as_json), "--version", "v2")
+    assert result.code == 0, result.err
+    assert by_name(server.versions)["v2"]["pipeline_spec"] == pipeline_spec(version)
+
+
+def test_upload_package_of_the_committed_file_says_its_image_is_unpublished(
+    server: KfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bakeoff.pipelines.compiling import COMPILED
+
+    monkeypatch.delenv(IMAGE_ENV)  # no image of the user's is needed: the file names its own
+    result = bakeoff("upload", "--host", server.url, "--package", str(COMPILED))
+    assert result.code == 0
+    assert result.error == (
+        f"bakeoff: {COMPILED} runs ghcr.io/bakeoff/bakeoff:0.1.0, the default image, which nobody publishes: its pods"
+        " will not start unless your cluster has that image; compile with --image REGISTRY/bakeoff:TAG"
+    )
+    assert only(server.versions)["pipeline_spec"] == stored_spec(*yaml.safe_load_all(COMPILED.read_text()))
+
+
+PACKAGE_ERRORS = {  # name, content, the line up to the fix ({where}: --package and the path)
+    "not a package's name": (
+        "notes.txt",
+        "version: 1\n",
+        "{where} is not named .yaml, .yml or .json, and the API server reads a package's format from its name",
+    ),
+    "missing": (None, None, "cannot read {where} (No such file or directory)"),
+    "not YAML": ("bad.yaml", "root: [unclosed\n", "{where} is not YAML or JSON text at line 2"),
+    "not UTF-8": ("binary.yaml", b"\xff\xfe\x00pipeline", "{where} is not YAML or JSON text"),
+    "empty": ("empty.yaml", "", "{where} is not a compiled KFP pipeline (no pipelineInfo and root)"),
+    "a variants file": (
+        "variants.yaml",
+        "variants:\n  - {name: a}\n",
+        "{where} is not a compiled KFP pipeline (no pipelineInfo and root)",
+    ),
+    "a field KFP does not know": (
+        "odd.yaml",
+        "pipelineInfo: {name: x}\nroot: {dag: {tasks: {}}}\nschemaVersion: 2.1.0\nsdkVersion: kfp-2\nextra: 1\n",
+        '{where} is not a KFP pipeline spec (Message type "ml_pipelines.PipelineSpec" has no field named "extra" at'
+        ' "PipelineSpec". Available Fields(except extensions): ',
+    ),
+    "no name": (
+        "anon.yaml",
+        "pipelineInfo: {name: ''}\nroot: {dag: {tasks: {}}}\n",
+        "{where} names no pipeline (pipelineInfo.name)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name, content, problem", PACKAGE_ERRORS.values(), ids=PACKAGE_ERRORS.keys())
+def test_upload_package_that_is_no_package_is_one_line_and_nothing_is_sent(
+    server: KfpApi, bakeoff, tmp_path: Path, name: str | None, content: str | bytes | None, problem: str
+) -> None:
+    path = tmp_path / (name or "absent.yaml")
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    result = bakeoff("upload", "--host", server.url, "--package", str(path))
+    assert result.code == 1
+    assert result.error.startswith("bakeoff: error: " + problem.format(where=f"--package {str(path)!r}"))
+    assert result.error.endswith(": pass a file that `bakeoff compile` (or kfp's compiler) wrote")
+    assert nothing_sent(server)
+
+
+def test_upload_package_refuses_the_flags_it_would_ignore(server: KfpApi, bakeoff) -> None:
+    from bakeoff.pipelines.compiling import COMPILED
+
+    result = bakeoff(
+        "upload", "--host", server.url, "--package", str(COMPILED), "--parallelism", "5", "--cpu", "ingest=2"
+    )
+    assert result.code == 1
+    assert result.error == (
+        f"bakeoff: error: --package uploads {str(COMPILED)!r} as it is, so --parallelism and --cpu would change"
+        " nothing: drop them, or leave out --package to compile the pipeline with them"
+    )
+    assert nothing_sent(server)
+
+
+def test_upload_to_a_multi_user_kfp_is_private_unless_shared_is_asked_for(fake: FakeKfpApi, bakeoff) -> None:
+    """As the KFP UI's upload: private to the profile by default; shared, which every user sees and runs, only when
+    asked. An upload without either created a shared pipeline without a word. Fake only: the lane's KFP is
+    single-user."""
+    fake.multi_user = True
+    result = bakeoff("upload", "--host", fake.url)
+    assert (result.code, result.error) == (
+        1,
+        f"bakeoff: error: the KFP API at {fake.url} is multi-user: pass --namespace with your profile's namespace"
+        " for a private pipeline, or --shared for one that every user sees",
+    )
+    assert fake.calls == ["HealthzService_GetHealthz"] and fake.created() == NOTHING
+
+    result = bakeoff("upload", "--host", fake.url, "--namespace", "team-a")
+    assert result.code == 0, result.err
+    private = only(fake.pipelines)
+    assert private["namespace"] == "team-a"
+    assert result.out.startswith(f"created pipeline 'bakeoff' (id {private['pipeline_id']}) in namespace 'team-a' with")
+
+    result = bakeoff("upload", "--host", fake.url, "--shared")
+    assert result.code == 0, result.err
+    (shared,) = [p for p in fake.pipelines.values() if p["pipeline_id"] != private["pipeline_id"]]
+    assert shared["namespace"] == ""
+    (version,) = [v for v in fake.versions.values() if v["pipeline_id"] == shared["pipeline_id"]]
+    assert result.out.splitlines()[0] == (
+        f"created shared pipeline 'bakeoff' (id {shared['pipeline_id']}) with version 'bakeoff' (id"
+        f" {version['pipeline_version_id']}): every user of this KFP sees it and may run it"
+    )
+    result = bakeoff("upload", "--host", fake.url, "--shared", "--version", "v2")
+    assert result.code == 0, result.err
+    assert result.out.startswith("added version 'v2' (id ")
+    assert f"to shared pipeline 'bakeoff' (id {shared['pipeline_id']}): every user" in result.out
+
+
+def test_shared_and_a_namespace_are_one_line(server: KfpApi, bakeoff) -> None:
+    result = bakeoff("upload", "--host", server.url, "--shared", "--namespace", "team-a")
+    assert (result.code, result.error) == (
+        1,
+        "bakeoff: error: --shared and --namespace are both given: --namespace uploads a private pipeline to that"
+        " profile, --shared one that every user sees; choose one",
+    )
+    assert nothing_sent(server)
 
 
 # ------------------------------------------------------------------------------------------------ submit
 
 
-def test_submit_prints_the_run_and_its_url_and_sends_typed_parameters(fake: FakeKfpApi, bakeoff) -> None:
+def test_submit_prints_the_run_and_its_url_and_sends_typed_parameters(server: KfpApi, bakeoff) -> None:
     variants = [{"name": "tiny", "model": {"type": "mlp", "hidden_units": [16]}}]
     result = bakeoff(
         "submit",
         "--host",
-        fake.url,
+        server.url,
         "--name",
         "nightly check",
         "--param",
@@ -234,35 +401,31 @@ def test_submit_prints_the_run_and_its_url_and_sends_typed_parameters(fake: Fake
         f"variants={json.dumps(variants)}",
     )
     assert result.code == 0, result.err
-    run, experiment = only(fake.runs), only(fake.experiments)
+    run, experiment = only(server.runs), only(server.experiments)
     assert result.out == (
         f"submitted run {run['run_id']} ('nightly check') to experiment 'bakeoff'\n"
-        f"{fake.url}/#/runs/details/{run['run_id']}\n"
+        f"{server.url}/#/runs/details/{run['run_id']}\n"
     )
-    body = run["_body"]
-    assert body["runtime_config"]["parameters"] == {
-        "shards": 4,
-        "metric": "val_loss",
-        "max_train_examples": 2048,
-        "variants": variants,
-    }
-    assert type(body["runtime_config"]["parameters"]["shards"]) is int
-    assert (body["display_name"], body["experiment_id"], experiment["display_name"]) == (
+    parameters = run["runtime_config"]["parameters"]
+    assert parameters == {"shards": 4, "metric": "val_loss", "max_train_examples": 2048, "variants": variants}
+    assert type(parameters["shards"]) is int
+    assert (run["display_name"], run["experiment_id"], experiment["display_name"]) == (
         "nightly check",
         experiment["experiment_id"],
         "bakeoff",
     )
-    assert body["pipeline_spec"]["pipeline_spec"]["pipelineInfo"]["name"] == "bakeoff"
-    assert "kubernetes" in json.dumps(body["pipeline_spec"]["platform_spec"]), (
+    assert run["pipeline_spec"]["pipeline_spec"]["pipelineInfo"]["name"] == "bakeoff"
+    assert "kubernetes" in json.dumps(run["pipeline_spec"]["platform_spec"]), (
         "the store secret travels as kfp-kubernetes platform spec"
     )
-    assert "RunService_CreateRun" in fake.validated and "ExperimentService_CreateExperiment" in fake.validated
+    assert spec_validated(server, RunService_CreateRun=1, ExperimentService_CreateExperiment=1)
 
-    assert bakeoff("submit", "--host", fake.url).code == 0
-    assert len(fake.runs) == 2 and len(fake.experiments) == 1, "the experiment is reused"
+    assert bakeoff("submit", "--host", server.url).code == 0
+    assert len(server.runs) == 2 and len(server.experiments) == 1, "the experiment is reused"
 
 
 def test_submit_wait_follows_the_run_and_exits_0_when_it_succeeds(fake: FakeKfpApi, bakeoff) -> None:
+    """Fake only: the outcome is the fake's to set (the lane's real runs end with the pipeline's own steps)."""
     fake.polls_until_done = 3
     result = bakeoff("submit", "--host", fake.url, "--wait")
     assert result.code == 0, result.err
@@ -273,6 +436,7 @@ def test_submit_wait_follows_the_run_and_exits_0_when_it_succeeds(fake: FakeKfpA
 
 
 def test_submit_wait_exits_1_with_the_reason_when_the_run_fails(fake: FakeKfpApi, bakeoff) -> None:
+    """Fake only: a failure injected with its reason."""
     fake.run_outcome = "FAILED"
     result = bakeoff("submit", "--host", fake.url, "--wait")
     run_id = only(fake.runs)["run_id"]
@@ -287,11 +451,11 @@ def test_submit_wait_exits_1_with_the_reason_when_the_run_fails(fake: FakeKfpApi
 # ---------------------------------------------------------------------------------------------- schedule
 
 
-def test_schedule_with_cron_maps_every_option_into_the_recurring_run(fake: FakeKfpApi, bakeoff) -> None:
+def test_schedule_with_cron_maps_every_option_into_the_recurring_run(server: KfpApi, bakeoff) -> None:
     result = bakeoff(
         "schedule",
         "--host",
-        fake.url,
+        server.url,
         "--cron",
         "0 0 3 * * *",
         "--max-concurrency",
@@ -307,18 +471,17 @@ def test_schedule_with_cron_maps_every_option_into_the_recurring_run(fake: FakeK
         "shards=4",
     )
     assert result.code == 0, result.err
-    recurring, experiment = only(fake.recurring_runs), only(fake.experiments)
-    body = recurring["_body"]
-    assert body["trigger"] == {
+    recurring, experiment = only(server.recurring_runs), only(server.experiments)
+    assert recurring["trigger"] == {
         "cron_schedule": {
             "cron": "0 0 3 * * *",
             "start_time": "2030-01-01T00:00:00Z",
             "end_time": "2031-01-01T00:00:00Z",
         }
     }
-    assert (body["max_concurrency"], body["no_catchup"], body["mode"]) == (2, True, "ENABLE")
-    assert body["runtime_config"]["parameters"] == {"shards": 4}
-    assert (body["display_name"], body["experiment_id"], experiment["display_name"]) == (
+    assert (recurring["max_concurrency"], recurring.get("no_catchup"), recurring["mode"]) == ("2", True, "ENABLE")
+    assert recurring["runtime_config"]["parameters"] == {"shards": 4}
+    assert (recurring["display_name"], recurring["experiment_id"], experiment["display_name"]) == (
         "bakeoff cron 0 0 3 * * *",
         experiment["experiment_id"],
         "nightly",
@@ -327,47 +490,56 @@ def test_schedule_with_cron_maps_every_option_into_the_recurring_run(fake: FakeK
         f"created recurring run {recurring['recurring_run_id']} ('bakeoff cron 0 0 3 * * *': cron 0 0 3 * * *, "
         "from 2030-01-01T00:00:00Z, until 2031-01-01T00:00:00Z, at most 2 at a time, no catch-up) in experiment "
         "'nightly'\n"
-        f"{fake.url}/#/recurringrun/details/{recurring['recurring_run_id']}\n"
+        f"{server.url}/#/recurringrun/details/{recurring['recurring_run_id']}\n"
     )
-    assert "RecurringRunService_CreateRecurringRun" in fake.validated
+    assert spec_validated(server, RecurringRunService_CreateRecurringRun=1)
 
 
-def test_schedule_every_interval_becomes_a_periodic_schedule(fake: FakeKfpApi, bakeoff) -> None:
-    result = bakeoff("schedule", "--host", fake.url, "--every", "6h", "--name", "refresh")
+def test_schedule_every_interval_becomes_a_periodic_schedule(server: KfpApi, bakeoff) -> None:
+    result = bakeoff("schedule", "--host", server.url, "--every", "6h", "--name", "refresh")
     assert result.code == 0, result.err
-    body = only(fake.recurring_runs)["_body"]
-    assert body["trigger"] == {"periodic_schedule": {"interval_second": 6 * 3600}}
-    assert (body["max_concurrency"], body["no_catchup"], body["display_name"]) == (1, False, "refresh")
+    recurring = only(server.recurring_runs)
+    assert recurring["trigger"] == {"periodic_schedule": {"interval_second": str(6 * 3600)}}  # int64: a string
+    assert (recurring["max_concurrency"], recurring.get("no_catchup", False), recurring["display_name"]) == (
+        "1",
+        False,
+        "refresh",
+    )
 
 
-def test_schedules_list_enable_disable_delete(fake: FakeKfpApi, bakeoff) -> None:
-    assert bakeoff("schedules", "list", "--host", fake.url).out == f"no recurring runs on {fake.url}\n"
-    assert bakeoff("schedule", "--host", fake.url, "--every", "90s").code == 0
-    assert bakeoff("schedule", "--host", fake.url, "--cron", "0 30 2 * * MON-FRI", "--max-concurrency", "3").code == 0
-    ids = {r["_body"]["display_name"]: r["recurring_run_id"] for r in fake.recurring_runs.values()}
+def test_schedules_list_enable_disable_delete(server: KfpApi, bakeoff) -> None:
+    assert bakeoff("schedules", "list", "--host", server.url).out == f"no recurring runs on {server.url}\n"
+    assert bakeoff("schedule", "--host", server.url, "--every", "90s").code == 0
+    assert bakeoff("schedule", "--host", server.url, "--cron", "0 30 2 * * MON-FRI", "--max-concurrency", "3").code == 0
+    ids = {r["display_name"]: r["recurring_run_id"] for r in server.recurring_runs.values()}
     periodic, cron = ids["bakeoff every 90s"], ids["bakeoff cron 0 30 2 * * MON-FRI"]
+    rows = {
+        cron: f"{cron:<38}{'enabled':<10}{'cron 0 30 2 * * MON-FRI':<26}{'3':>4}  bakeoff cron 0 30 2 * * MON-FRI",
+        periodic: f"{periodic:<38}{'enabled':<10}{'every 90s':<26}{'1':>4}  bakeoff every 90s",
+    }
+    # Newest first, as KFP sorts: created_at in whole seconds, then the id (list.go), so one second's two by their ids.
+    newest = sorted(server.recurring_runs.values(), key=lambda r: (r["created_at"], r["recurring_run_id"]))[::-1]
 
-    listing = bakeoff("schedules", "list", "--host", fake.url)
+    listing = bakeoff("schedules", "list", "--host", server.url)
     assert listing.code == 0, listing.err
     assert listing.out.splitlines() == [
         f"{'id':<38}{'status':<10}{'trigger':<26}{'max':>4}  name",
-        f"{cron:<38}{'enabled':<10}{'cron 0 30 2 * * MON-FRI':<26}{'3':>4}  bakeoff cron 0 30 2 * * MON-FRI",
-        f"{periodic:<38}{'enabled':<10}{'every 90s':<26}{'1':>4}  bakeoff every 90s",
+        *(rows[r["recurring_run_id"]] for r in newest),
     ]
 
-    assert bakeoff("schedules", "disable", periodic, "--host", fake.url).out == f"disabled recurring run {periodic}\n"
-    assert fake.recurring_runs[periodic]["status"] == "DISABLED"
-    assert f"{periodic:<38}disabled" in bakeoff("schedules", "list", "--host", fake.url).out
-    assert bakeoff("schedules", "enable", periodic, "--host", fake.url).out == f"enabled recurring run {periodic}\n"
-    assert fake.recurring_runs[periodic]["status"] == "ENABLED"
-    assert bakeoff("schedules", "delete", periodic, "--host", fake.url).out == f"deleted recurring run {periodic}\n"
-    assert list(fake.recurring_runs) == [cron]
+    assert bakeoff("schedules", "disable", periodic, "--host", server.url).out == f"disabled recurring run {periodic}\n"
+    assert server.recurring_runs[periodic]["status"] == "DISABLED"
+    assert f"{periodic:<38}disabled" in bakeoff("schedules", "list", "--host", server.url).out
+    assert bakeoff("schedules", "enable", periodic, "--host", server.url).out == f"enabled recurring run {periodic}\n"
+    assert server.recurring_runs[periodic]["status"] == "ENABLED"
+    assert bakeoff("schedules", "delete", periodic, "--host", server.url).out == f"deleted recurring run {periodic}\n"
+    assert list(server.recurring_runs) == [cron]
 
-    missing = bakeoff("schedules", "enable", "no-such-id", "--host", fake.url)
+    missing = bakeoff("schedules", "enable", "no-such-id", "--host", server.url)
     assert missing.code == 1
     assert (
         missing.error
-        == f"bakeoff: error: no recurring run 'no-such-id' on {fake.url}: `bakeoff schedules list` shows the ids"
+        == f"bakeoff: error: no recurring run 'no-such-id' on {server.url}: `bakeoff schedules list` shows the ids"
     )
 
 
@@ -451,6 +623,20 @@ LOCAL_ERRORS = {
         ["schedule", "--every", "1d", "--param", "metric=bogus"],
         "unknown selection metric 'bogus': use one of val_accuracy, val_loss",
     ),
+    "halving's eta below 2, the check step's rule": (
+        ["submit", "--param", "eta=1"],
+        "the run's check step would refuse it, so nothing was created: eta: must be at least 2, got 1",
+    ),
+    "no variants, the check step's rule": (
+        ["schedule", "--every", "1d", "--param", "variants=[]"],
+        "the run's check step would refuse it, so nothing was created: variants: expected a non-empty list of"
+        " variants, got []",
+    ),
+    "a folder store, which each pod would have its own of": (
+        ["submit", "--param", "store=/tmp/store"],
+        "the run's check step would refuse it, so nothing was created: store '/tmp/store' is not one the cluster's"
+        " steps can reach: write s3://BUCKET/PREFIX (default s3://mlpipeline/private/{namespace}/bakeoff)",
+    ),
     "insecure and ca-cert": (
         ["upload", "--insecure", "--ca-cert", "ca.pem"],
         "--insecure and --ca-cert are both given: verify with --ca-cert, or skip verification with --insecure",
@@ -468,12 +654,12 @@ LOCAL_ERRORS = {
 
 @pytest.mark.parametrize("args, message", LOCAL_ERRORS.values(), ids=LOCAL_ERRORS.keys())
 def test_bad_input_is_one_line_and_nothing_reaches_the_server(
-    fake: FakeKfpApi, bakeoff, parameters: str, args: list[str], message: str
+    server: KfpApi, bakeoff, parameters: str, args: list[str], message: str
 ) -> None:
-    result = bakeoff(*args, "--host", fake.url)
+    result = bakeoff(*args, "--host", server.url)
     assert (result.code, result.out) == (1, "")
     assert result.error == f"bakeoff: error: {message}".replace("{parameters}", parameters)
-    assert fake.calls == [] and fake.created() == NOTHING
+    assert nothing_sent(server)
 
 
 def test_a_host_without_scheme_or_no_host_at_all(bakeoff) -> None:
@@ -491,16 +677,16 @@ def test_a_host_without_scheme_or_no_host_at_all(bakeoff) -> None:
 
 
 def test_an_unreadable_token_file_is_missing_credentials(
-    fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    server: KfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(tmp_path / "token"))
-    result = bakeoff("upload", "--host", fake.url)
+    result = bakeoff("upload", "--host", server.url)
     assert result.code == 1
     assert result.error == (
         f"bakeoff: error: cannot read the token file '{tmp_path / 'token'}' that KF_PIPELINES_SA_TOKEN_PATH names "
         "(No such file or directory): fix or unset KF_PIPELINES_SA_TOKEN_PATH, or pass --token"
     )
-    assert fake.calls == [] and fake.created() == NOTHING
+    assert nothing_sent(server)
 
 
 # ----------------------------------------------------------------------------------- the server says no
@@ -527,6 +713,7 @@ def test_an_unreachable_host_fails_at_the_probe_in_one_line(bakeoff, command: li
 
 @pytest.mark.parametrize("answer, seen", [("html", "HTTP 200 text/html"), ("not-found", "HTTP 404 text/plain")])
 def test_a_host_that_is_not_a_kfp_api(fake: FakeKfpApi, bakeoff, answer: str, seen: str) -> None:
+    """Fake only: its answers as another server's (the kube-apiserver and S3 refusals below are real servers)."""
     fake.answer = answer
     result = bakeoff("submit", "--host", fake.url)
     assert result.code == 1
@@ -537,6 +724,7 @@ def test_a_host_that_is_not_a_kfp_api(fake: FakeKfpApi, bakeoff, answer: str, se
 
 
 def test_a_login_redirect_or_an_unhealthy_api(fake: FakeKfpApi, bakeoff) -> None:
+    """Fake only: a login proxy in front of KFP, and an unhealthy API, are answers injected."""
     fake.answer = "login"
     result = bakeoff("schedule", "--host", fake.url, "--every", "1d")
     assert (result.code, result.error) == (
@@ -555,6 +743,7 @@ def test_a_login_redirect_or_an_unhealthy_api(fake: FakeKfpApi, bakeoff) -> None
 
 @pytest.mark.parametrize("command", COMMANDS.values(), ids=COMMANDS.keys())
 def test_401_without_credentials(fake: FakeKfpApi, bakeoff, command: list[str]) -> None:
+    """Fake only, as every credentials test: the lane's single-user KFP checks none (Kubeflow's auth proxy does)."""
     fake.token = TOKEN
     result = bakeoff(*command, "--host", fake.url)
     assert result.code == 1
@@ -566,6 +755,7 @@ def test_401_without_credentials(fake: FakeKfpApi, bakeoff, command: list[str]) 
 
 
 def test_401_with_a_rejected_token_does_not_show_it(fake: FakeKfpApi, bakeoff) -> None:
+    """Fake only: a single-user KFP rejects no token."""
     fake.token = TOKEN
     result = bakeoff("submit", "--host", fake.url, "--token", "tok-stale-0000-never-print-me")
     assert result.code == 1
@@ -578,6 +768,7 @@ def test_401_with_a_rejected_token_does_not_show_it(fake: FakeKfpApi, bakeoff) -
 
 
 def test_403_from_kfp_itself_stops_before_anything_is_created(fake: FakeKfpApi, bakeoff) -> None:
+    """Fake only: KFP's own authorization runs in multi-user mode, which the lane's KFP is not."""
     fake.healthz_open, fake.forbidden = True, True  # KFP's healthz needs no login; its authorization says no later
     result = bakeoff("submit", "--host", fake.url, "--namespace", "team-a", "--token", TOKEN)
     assert result.code == 1
@@ -591,6 +782,7 @@ def test_403_from_kfp_itself_stops_before_anything_is_created(fake: FakeKfpApi, 
 
 
 def test_403_from_a_proxy_in_front(fake: FakeKfpApi, bakeoff) -> None:
+    """Fake only: a refusing proxy, injected."""
     fake.forbidden = True
     result = bakeoff("upload", "--host", fake.url)
     assert result.code == 1
@@ -602,7 +794,79 @@ def test_403_from_a_proxy_in_front(fake: FakeKfpApi, bakeoff) -> None:
     assert fake.calls == ["HealthzService_GetHealthz"] and fake.created() == NOTHING
 
 
+@contextlib.contextmanager
+def kube_apiserver_refusing() -> Iterator[str]:
+    """A server answering every request as a kube-apiserver answers an anonymous one where anonymous may do nothing:
+    403 with a Kubernetes Status object (what --host on the cluster's API address, not KFP's, meets)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f'forbidden: User "system:anonymous" cannot get path "{self.path}"',
+                "reason": "Forbidden",
+                "details": {},
+                "code": 403,
+            }
+            data = json.dumps(status).encode()
+            self.send_response(403)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(params=["stand-in", pytest.param("real", marks=pytest.mark.kfp)])
+def kube_apiserver(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[str]]]:
+    """A Kubernetes API server that refuses an anonymous request, and the flags that reach it: the stand-in above, or
+    the kfp lane's real one (its own CA's certificate, which `--ca-cert` passes)."""
+    if request.param == "real":
+        plane = request.getfixturevalue("real_kfp_backend").plane
+        yield plane.server, ["--ca-cert", str(plane.ca)]
+        return
+    with kube_apiserver_refusing() as host:
+        yield host, []
+
+
+def test_403_from_a_kubernetes_api_server_says_it_is_not_kfp(kube_apiserver: tuple[str, list[str]], bakeoff) -> None:
+    host, flags = kube_apiserver
+    result = bakeoff("upload", "--host", host, *flags)
+    assert result.code == 1
+    assert result.error == (
+        f"bakeoff: error: {host} is not a Kubeflow Pipelines API but a Kubernetes API server, which refused GET"
+        ' /apis/v2beta1/healthz (HTTP 403: forbidden: User "system:anonymous" cannot get path'
+        f' "/apis/v2beta1/healthz"): pass the KFP API address as --host, {REACH}'
+    )
+
+
+def test_403_from_an_s3_server_says_it_is_not_kfp(s3_endpoint: str, bakeoff) -> None:
+    """SeaweedFS's S3 port, KFP 2.16's own store, asked without keys: its XML error, not KFP's refusal."""
+    host = f"http://{s3_endpoint}"
+    result = bakeoff("submit", "--host", host)
+    assert result.code == 1
+    assert result.error == (
+        f"bakeoff: error: {host} is not a Kubeflow Pipelines API but an S3 server, which refused GET"
+        f" /apis/v2beta1/healthz (HTTP 403: AccessDenied): pass the KFP API address as --host, {REACH}"
+    )
+
+
 def test_multi_user_kfp_needs_a_namespace(fake: FakeKfpApi, bakeoff) -> None:
+    """Fake only: multi-user mode (the lane's KFP is single-user)."""
     fake.multi_user = True
     result = bakeoff("schedule", "--host", fake.url, "--every", "1d")
     assert (result.code, result.error) == (
@@ -628,6 +892,7 @@ def test_multi_user_kfp_needs_a_namespace(fake: FakeKfpApi, bakeoff) -> None:
 def test_the_token_reaches_the_server_as_bearer_and_is_never_printed(
     fake: FakeKfpApi, bakeoff, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, source: str
 ) -> None:
+    """Fake only: it captures the Authorization header each request carried."""
     fake.token = TOKEN
     flags = []
     if source == "flag":
@@ -646,6 +911,7 @@ def test_the_token_reaches_the_server_as_bearer_and_is_never_printed(
 
 
 def test_cookies_of_a_browser_session(fake: FakeKfpApi, bakeoff) -> None:
+    """Fake only: it requires the cookie, which a single-user KFP never looks at."""
     fake.cookie = "authservice_session=MTcwOTk-never-print-me"
     result = bakeoff(
         "schedule", "--host", fake.url, "--every", "1d", "--cookies", "authservice_session=MTcwOTk-never-print-me"
@@ -687,6 +953,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def test_tls_verification_ca_cert_and_insecure(certificate: tuple[Path, Path], bakeoff) -> None:
+    """Fake only: it serves https with a certificate of the test's; the lane's KFP serves plain http, as in-cluster."""
     with FakeKfpApi(tls=certificate) as fake:
         refused = bakeoff("upload", "--host", fake.url)
         assert refused.code == 1
@@ -732,12 +999,15 @@ def test_valid_crons_pass(cron: str) -> None:
     assert validate_cron(cron) == expected
 
 
-def test_the_fake_rejects_what_kfp_would(fake: FakeKfpApi) -> None:
-    """The checks above mean something only if the fake really refuses a body off the spec."""
+def test_the_fake_rejects_what_kfp_would(server: KfpApi) -> None:
+    """The checks above mean something only if the fake really refuses a body off the spec, as KFP's gateway does."""
 
     def post(path: str, body: dict) -> int:
         request = urllib.request.Request(
-            fake.url + path, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+            server.url + path,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
         )
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
@@ -754,27 +1024,28 @@ def test_the_fake_rejects_what_kfp_would(fake: FakeKfpApi) -> None:
             "/apis/v2beta1/runs",
             {"display_name": "x", "pipeline_spec": {"pipelineInfo": {"name": "x"}, "root": {}, "colour": 1}},
         )
-        == 400
+        == 500  # KFP's CreateRun answers a spec it cannot parse as its own failure (tests/fake_kfp_api.py)
     )
-    problems = [violation.problem for violation in fake.violations]
-    assert len(problems) == 5 and "colour" in problems[0] and "many" in problems[1] and "SOMETIMES" in problems[2]
-    assert fake.created() == NOTHING
-    assert SPEC_PATH.is_file()
-    fake.violations.clear()
+    assert server.created() == NOTHING
+    if isinstance(server, FakeKfpApi):  # and it names what broke the spec
+        problems = [violation.problem for violation in server.violations]
+        assert len(problems) == 5 and "colour" in problems[0] and "many" in problems[1] and "SOMETIMES" in problems[2]
+        assert SPEC_PATH.is_file()
+        server.violations.clear()
 
 
-def test_the_console_script(fake: FakeKfpApi, tmp_path: Path) -> None:
+def test_the_console_script(server: KfpApi, tmp_path: Path) -> None:
     """The installed `bakeoff` entry point, in its own process, as a user runs it."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("KF_PIPELINES")}, "HOME": str(tmp_path)}
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "bakeoff"), "upload", "--host", fake.url],
+        [str(Path(sys.executable).parent / "bakeoff"), "upload", "--host", server.url],
         capture_output=True,
         text=True,
         timeout=120,
         env=env,
     )
     assert result.returncode == 0, result.stderr
-    pipeline = only(fake.pipelines)
+    pipeline = only(server.pipelines)
     assert result.stdout.startswith(f"created pipeline 'bakeoff' (id {pipeline['pipeline_id']})")
 
 
@@ -804,7 +1075,8 @@ def test_run_parameters_a_server_would_refuse_stop_before_any_call(create: str) 
 @pytest.mark.parametrize("version", ["2.15.0", "2.16.0", "2.17.0"])
 def test_every_command_sends_only_what_each_releases_api_knows(version: str, bakeoff) -> None:
     """Kubeflow 1.11 runs KFP 2.15.0 and 26.03 runs 2.16.0, whose gateways refuse 2.17's new fields (tags,
-    plugins_input) as unknown: each fake serves its own release's spec (tests/contracts/)."""
+    plugins_input) as unknown: each fake serves its own release's spec (tests/contracts/). Fake only: one fake per
+    release's spec, where the lane runs the releases it has checkouts of (the tests above take each command there)."""
     with FakeKfpApi(version=version) as fake:
         for command, *options in SENDING.values():
             result = bakeoff(command, *options, "--host", fake.url)
@@ -816,6 +1088,8 @@ def test_every_command_sends_only_what_each_releases_api_knows(version: str, bak
 
 
 def test_a_release_before_2_17_refuses_2_17s_fields() -> None:
+    """Fake only: the fakes of three releases' specs."""
+
     def create(fake: FakeKfpApi) -> int:
         body = {"name": "p", "display_name": "p", "tags": {"team": "ml"}}
         request = urllib.request.Request(
@@ -839,7 +1113,8 @@ def test_a_release_before_2_17_refuses_2_17s_fields() -> None:
 
 def test_an_upload_kfp_itself_denies_answers_400_and_says_what_to_do(bakeoff) -> None:
     """The upload handler answers its authorization's refusal with 400 "Failed to create a pipeline"
-    (pipeline_upload_server.go, UPLOAD_DENIED in tests/fake_kfp_api.py), not 403."""
+    (pipeline_upload_server.go, UPLOAD_DENIED in tests/fake_kfp_api.py), not 403. Fake only: KFP authorizes in
+    multi-user mode, which the lane's KFP is not."""
     with FakeKfpApi() as fake:
         fake.read_only = True  # a profile's viewer: KFP lets it list pipelines, not create one
         result = bakeoff("upload", "--host", fake.url, "--namespace", "team-a")
@@ -852,22 +1127,23 @@ def test_an_upload_kfp_itself_denies_answers_400_and_says_what_to_do(bakeoff) ->
     )
 
 
-def test_a_plain_text_refusal_of_the_upload_handler_is_shown(bakeoff) -> None:
+def test_a_plain_text_refusal_of_the_upload_handler_is_shown(server: KfpApi, bakeoff) -> None:
     """Go's http.Error answers in plain text (a name past validation.ValidateFieldLength's 128): its words reach the
     error line."""
-    with FakeKfpApi() as fake:
-        result = bakeoff("upload", "--host", fake.url, "--name", "n" * 129)
-    assert result.code == 1 and fake.created() == NOTHING
+    result = bakeoff("upload", "--host", server.url, "--name", "n" * 129)
+    assert result.code == 1 and server.created() == NOTHING
     assert "(HTTP 400: Invalid input error: Pipeline.Name length cannot exceed 128)" in result.error, result.error
+    if isinstance(server, FakeKfpApi):
+        server.violations.clear()  # the fake keeps each 400 of its own checks as a violation
 
 
-def test_the_fake_checks_a_recurring_runs_trigger_as_the_server_does() -> None:
+def test_the_fake_checks_a_recurring_runs_trigger_as_the_server_does(server: KfpApi) -> None:
     """toModelJob (api_converter.go): concurrency 1-10, a cron robfig/cron v1.2.0 parses, an interval >= 1 s."""
     from bakeoff.pipelines.compiling import COMPILED
 
     spec = next(yaml.safe_load_all(COMPILED.read_text()))
 
-    def create(fake: FakeKfpApi, trigger: dict, concurrency: int = 1) -> tuple[int, str]:
+    def create(trigger: dict, concurrency: int = 1) -> tuple[int, str]:
         body = {
             "display_name": "nightly",
             "mode": "ENABLE",
@@ -876,29 +1152,30 @@ def test_the_fake_checks_a_recurring_runs_trigger_as_the_server_does() -> None:
             "pipeline_spec": spec,
         }
         request = urllib.request.Request(
-            fake.url + "/apis/v2beta1/recurringruns",
+            server.url + "/apis/v2beta1/recurringruns",
             data=json.dumps(body).encode(),
             method="POST",
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=5) as response:
+            with urllib.request.urlopen(request, timeout=30) as response:
                 return response.status, ""
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read())["message"]
 
-    with FakeKfpApi() as fake:
-        assert create(fake, {"cron_schedule": {"cron": "0 0 3 * * *"}}) == (200, "")
-        assert create(fake, {"periodic_schedule": {"interval_second": 3600}}) == (200, "")
-        assert create(fake, {"cron_schedule": {"cron": "0 3 *"}}) == (
-            400,
-            "Invalid input error: Schedule cron is not a supported format(https://godoc.org/github.com/robfig/cron)."
-            " Error: Expected 5 to 6 fields, found 3: 0 3 *",
-        )
-        assert create(fake, {"periodic_schedule": {"interval_second": 0}}) == (
-            400,
-            "Invalid input error: Found invalid period schedule interval 0. Set at interval to least 1 second",
-        )
-        assert create(fake, {"periodic_schedule": {"interval_second": 60}}, concurrency=11)[0] == 400
-        assert len(fake.recurring_runs) == 2
-        fake.violations.clear()
+    assert create({"cron_schedule": {"cron": "0 0 3 * * *"}}) == (200, "")
+    assert create({"periodic_schedule": {"interval_second": 3600}}) == (200, "")
+    assert create({"cron_schedule": {"cron": "0 3 *"}}) == (
+        400,
+        "Failed to create a recurring run due to conversion error: Invalid input error: Schedule cron is not a"
+        " supported format(https://godoc.org/github.com/robfig/cron). Error: Expected 5 to 6 fields, found 3: 0 3 *",
+    )
+    assert create({"periodic_schedule": {"interval_second": 0}}) == (
+        400,
+        "Failed to create a recurring run due to conversion error: Invalid input error: Found invalid period schedule"
+        " interval 0. Set at interval to least 1 second",
+    )
+    assert create({"periodic_schedule": {"interval_second": 60}}, concurrency=11)[0] == 400
+    assert len(server.recurring_runs) == 2
+    if isinstance(server, FakeKfpApi):
+        server.violations.clear()  # the fake keeps each 400 of its own checks as a violation

@@ -15,6 +15,7 @@ from bakeoff.components.errors import BakeoffError
 from bakeoff.components.storage import POD_NAMESPACE_FILE
 from bakeoff.pipelines.kfp_client.endpoint import CONNECT_TIMEOUT_S, REACH_HINT, READ_TIMEOUT_S, Target
 from bakeoff.pipelines.kfp_client.failures import (
+    foreign_server,
     refused,
     server_message,
     tls_failed,
@@ -87,9 +88,16 @@ def _probe(target: Target) -> dict:
             f"the KFP API at {target.host} redirects to {where}, most likely a login page: "
             f"pass --token, or --cookies with the session cookie of a browser login"
         )
-    if status in (401, 403):
-        raise refused(target, status, server_message(response.data))
     content_type = response.headers.get("Content-Type", "").split(";")[0].strip() or "no content type"
+    if status in (401, 403):
+        foreign = foreign_server(content_type, response.headers, response.data)
+        if foreign:
+            what, reason = foreign
+            raise BakeoffError(
+                f"{target.host} is not a Kubeflow Pipelines API but {what}, which refused GET {HEALTHZ_PATH}"
+                f" (HTTP {status}{': ' + reason if reason else ''}): pass the KFP API address as --host, {REACH_HINT}"
+            )
+        raise refused(target, status, server_message(response.data))
     if status >= 500:
         raise BakeoffError(
             f"the KFP API at {target.host} is not healthy (GET {HEALTHZ_PATH} answered HTTP {status}): "
@@ -139,11 +147,12 @@ def _pod_namespace() -> str | None:
     return None
 
 
-def connect(target: Target, need_namespace: bool = True) -> Api:
+def connect(target: Target, need_namespace: bool = True, or_else: str = "") -> Api:
     """Checks the address and the credentials, then builds kfp.Client; nothing on the server changes.
 
-    A multi-user KFP scopes experiments, runs and recurring runs by namespace,
-    so commands that touch them need one: --namespace, or the pod's own.
+    A multi-user KFP scopes experiments, runs, recurring runs and private
+    pipelines by namespace, so commands that touch them need one: --namespace,
+    or the pod's own. ``or_else`` ends the line that asks for one (another way).
     """
     if target.ca_cert is not None and not target.ca_cert.is_file():
         raise BakeoffError(
@@ -158,6 +167,7 @@ def connect(target: Target, need_namespace: bool = True) -> Api:
         if not namespace:
             raise BakeoffError(
                 f"the KFP API at {target.host} is multi-user: pass --namespace with your profile's namespace"
+                + (f" {or_else}" if or_else else "")
             )
     target = dataclasses.replace(target, namespace=namespace)
     import kfp

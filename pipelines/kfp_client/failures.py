@@ -90,6 +90,28 @@ def tls_failed(host: str, reason: str) -> BakeoffError:
     )
 
 
+def foreign_server(content_type: str, headers: Any, body: bytes) -> tuple[str, str] | None:
+    """What answered a refusal, where it is plainly not KFP's API or a proxy in front of it, and its reason.
+
+    A kube-apiserver answers with a Kubernetes ``Status`` object; an S3 server (SeaweedFS, MinIO, AWS) with its XML
+    ``<Error>`` document and an ``x-amz-request-id``. KFP's own refusals are grpc-gateway's JSON (``code``,
+    ``message``), and a mesh or proxy in front of it (Istio's ``RBAC: access denied``) says neither.
+    """
+    import re
+
+    document: Any = None
+    if content_type == "application/json":
+        with contextlib.suppress(ValueError):
+            document = json.loads(body)
+    if isinstance(document, dict) and document.get("kind") == "Status" and "apiVersion" in document:
+        return "a Kubernetes API server", _one_line(str(document.get("message") or document.get("reason") or ""))
+    text = body.decode(errors="replace")
+    code = re.search(r"<Error>.*?<Code>([^<]*)</Code>", text, re.DOTALL)
+    if code or any(name.lower() == "x-amz-request-id" for name in headers):
+        return "an S3 server", _one_line(code[1] if code else "")
+    return None
+
+
 def refused(target: Target, status: int, message: str) -> BakeoffError:
     """401 and 403, wherever they come from: a proxy in front of KFP or KFP's own authorization."""
     detail = f"HTTP {status}: {message}" if message else f"HTTP {status}"

@@ -104,3 +104,38 @@ def check_inputs(spec: Mapping, values: Mapping[str, Any]) -> None:
         found = conformance.input_violations(dict(spec), values, conformance.BACKENDS[version])
         if found:
             raise BakeoffError(f"KFP {version}'s API server would refuse this run ({found[0]}): fix the --param values")
+
+
+def _typed(kind: str, value: Any) -> Any:
+    """A default as the IR holds it (a whole number as a double) typed as the step receives it."""
+    return int(value) if kind == "NUMBER_INTEGER" and isinstance(value, float) and value.is_integer() else value
+
+
+def check_run(spec: Mapping, values: Mapping[str, Any]) -> None:
+    """Runs the check step's own rules (``check_values``) on the run's parameters, the compiled defaults overlaid by
+    ``values``, before anything is created: a value the step would refuse minutes into the run is refused here.
+
+    The source and the store's reachability are left to the step, which sees them from its pod; that the store is one
+    every pod shares (S3, not a folder) is checked here too.
+    """
+    import inspect
+
+    from bakeoff.components.steps.check import check_values
+    from bakeoff.components.storage import check_shared
+
+    kinds = pipeline_parameters(spec)
+    declared = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+    run = {name: _typed(kinds[name], definition.get("defaultValue")) for name, definition in declared.items()}
+    run.update(values)
+    check_task = spec.get("root", {}).get("dag", {}).get("tasks", {}).get("check", {})
+    rungs = check_task.get("inputs", {}).get("parameters", {}).get("rungs", {}).get("runtimeValue", {})
+    taken = inspect.signature(check_values).parameters
+    if "constant" not in rungs or not set(taken) <= {*run, "rungs"}:
+        return  # a package of another pipeline: its own check step, if any, has other rules
+    run["rungs"] = int(rungs["constant"])
+    try:
+        check_values(**{name: run[name] for name in taken})
+        if "store" in run:  # the step's rule where it runs, on a cluster: a folder would be each pod's own
+            check_shared(run["store"], "store")
+    except BakeoffError as error:
+        raise BakeoffError(f"the run's check step would refuse it, so nothing was created: {error}") from None
