@@ -4,6 +4,11 @@
   should agree within noise; the folder's wall time is set beside the IDX files'.
 - scikit-learn's bundled digits (1,797 8x8 images), resized to 32x32 and coloured, against scikit-learn's own SVC on
   the original pixels of the same train and test split, in the same run.
+- a 64x64 RGB dataset of drawn shapes (6 classes, harder than the digits: any colour, size, place and turn, on a
+  noisy background), bakeoff's built-in search for it in a 5-minute budget against a plain tf-keras residual network
+  trained in one process for the same wall time, scored on the same test split.
+- a transfer case (benchmarks/transfer.py): a backbone pretrained on five Fashion-MNIST classes, fine-tuned through
+  ``weights: PATH`` on 40 images of each of the other five, against the same network from scratch.
 - ingest's peak RSS and images/s on RGB class folders of 64x64 PNG files, at a size and at twice it
   (benchmarks/ingest_memory.py): the peak should stay under the train shard's size plus 300 MB at both.
 
@@ -15,21 +20,22 @@ Every bake-off is `bakeoff run` of pipelines/quick.yaml (the first run's three C
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
+import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
 
 from bakeoff.components import logs
 from bakeoff.components.storage.records import Summary
-from benchmarks.harness import Context, Figure, add_size_flags
+from benchmarks.harness import Context, Figure, add_size_flags, run_alone
 from benchmarks.search import run_bakeoff
+from benchmarks.transfer import TransferSize, transfer
 
 QUICK = Path(__file__).resolve().parent.parent / "pipelines" / "quick.yaml"
 DIGITS_SIDE = 32  # the digits' 8x8 resized to the issue's smallest RGB size
@@ -45,6 +51,10 @@ class Size:
     fashion_test: int = 10000  # and its first N test images (all 10,000)
     max_train_examples: int = 20000  # per epoch of a Fashion-MNIST bake-off: README's first run (0: all)
     digits_max_epochs: int = 27  # the digits' halving: 1,150 training images make 9 steps of an epoch
+    shapes_per_class: int = 800  # training images of each of the 6 shapes (4,800, as issue 59's held-back dataset)
+    shapes_test_per_class: int = 200
+    shapes_side: int = 64
+    shapes_budget_minutes: float = 5.0
     ingest_images: int = 20000  # the RGB folder ingest reads, then one twice its size
     ingest_side: int = 64
     seed: int = 0
@@ -184,6 +194,117 @@ def digits(where: Path, size: Size, samples: dict) -> list[Figure]:
     ]
 
 
+SHAPES = ("disc", "square", "triangle", "cross", "ring", "bar")
+# The plain network the issue's author wrote: 3 residual stages 32-64-128, batch norm, global pooling, Adam at 2e-3,
+# flips; one process, the whole machine.
+PLAIN_RESNET = {
+    "name": "plain",
+    "model": {"type": "resnet", "stem_filters": 32, "stem_stride": 1, "filters": [32, 64, 128]},
+    "training": {"learning_rate": 0.002, "random_flip": True},
+}
+
+
+def write_shapes(root: Path, per_class: int, test_per_class: int, side: int, seed: int) -> Path:
+    """``root/{train,test}/<shape>/<n>.png``: each shape in a random colour, size, place and turn, on a background of
+    another colour with noise, and a distracting blob; seeded."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", per_class), ("test", test_per_class)):
+        for label, shape in enumerate(SHAPES):
+            folder = root / split / shape
+            folder.mkdir(parents=True, exist_ok=True)
+            for index in range(count):
+                background = rng.integers(0, 256, 3)
+                noise = rng.normal(0, 24, (side, side, 3))
+                image = Image.fromarray(np.clip(background + noise, 0, 255).astype(np.uint8))
+                draw = ImageDraw.Draw(image)
+                blob = rng.integers(0, side, 2)
+                draw.ellipse([*blob, *(blob + side // 10)], fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
+                _draw(draw, shape, side, rng)
+                image.save(folder / f"{label}-{index:05d}.png")
+    return root
+
+
+def _draw(draw: Any, shape: str, side: int, rng: np.random.Generator) -> None:
+    radius = side * rng.uniform(0.15, 0.32)
+    x, y = rng.uniform(radius, side - radius, 2)
+    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+    turn = rng.uniform(0, np.pi)
+    box = [x - radius, y - radius, x + radius, y + radius]
+    if shape == "disc":
+        draw.ellipse(box, fill=colour)
+    elif shape == "ring":
+        draw.ellipse(box, outline=colour, width=max(2, int(radius / 3)))
+    elif shape in ("square", "triangle"):
+        corners = 4 if shape == "square" else 3
+        angles = turn + np.arange(corners) * 2 * np.pi / corners
+        draw.polygon([(x + radius * np.cos(a), y + radius * np.sin(a)) for a in angles], fill=colour)
+    else:  # a cross is two bars
+        for angle in (turn, turn + np.pi / 2) if shape == "cross" else (turn,):
+            dx, dy = radius * np.cos(angle), radius * np.sin(angle)
+            draw.line([(x - dx, y - dy), (x + dx, y + dy)], fill=colour, width=max(3, int(radius / 3)))
+
+
+def shapes(where: Path, size: Size, samples: dict) -> list[Figure]:
+    """The built-in search that fits the shapes (search_large.yaml), budgeted, against the plain residual network
+    for the same wall time. Backbones read ImageNet weights only where they are cached (no download here)."""
+    from bakeoff.components import defaults
+    from bakeoff.components.data import artifact
+    from bakeoff.components.search.builtin import builtin_search
+    from bakeoff.components.search.costs import Images
+    from bakeoff.components.storage import open_store
+
+    folder = write_shapes(where / "shapes", size.shapes_per_class, size.shapes_test_per_class, size.shapes_side, 0)
+    images = Images(size.shapes_per_class * len(SHAPES), (size.shapes_side, size.shapes_side, 3), len(SHAPES))
+    chosen = builtin_search(images)
+    config = yaml.safe_load(chosen.path.read_text()) | {"source": str(folder)}
+    config["search"]["budget"] = {"minutes": size.shapes_budget_minutes}
+    offline = not any((Path.home() / ".keras" / "models").glob("*no_top*"))
+    for entry in config["variants"]:
+        if offline and entry["model"].get("weights") == "imagenet":
+            entry["model"]["weights"] = "none"
+    path = where / "shapes.yaml"
+    path.write_text(yaml.safe_dump(config))
+    seconds, summary = run_bakeoff(path, 0, where / "run-shapes")
+    data = where / "shapes-artifact"
+    artifact.build(str(folder), data, validation_size=defaults.VALIDATION_SIZE // 10, shards=1, seed=0)
+    train_examples = artifact.read_metadata(open_store(str(data))).counts["train"]
+    plain = subprocess.run(
+        [sys.executable, "-m", "benchmarks.plain_train", "--variant", json.dumps(PLAIN_RESNET), "--data", str(data),
+         "--global-batch", "64", "--examples", str(train_examples), "--epochs", "1000", "--seconds", str(seconds)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    reference = json.loads(plain.stdout.splitlines()[-1])
+    accuracy = summary.winner.test_accuracy
+    weights = "random weights (no ImageNet file cached)" if offline else "ImageNet weights"
+    samples["shapes"] = {"bakeoff": {"seconds": seconds, "test_accuracy": accuracy, "winner": summary.winner.variant},
+                         "plain": reference, "search": chosen.path.name, "backbones": weights}  # fmt: skip
+    return [
+        Figure(
+            "datasets_shapes_test_accuracy",
+            accuracy,
+            "",
+            detail=f"{len(SHAPES)} drawn shapes at {size.shapes_side}x{size.shapes_side} RGB,"
+            f" {images.examples} train / {len(SHAPES) * size.shapes_test_per_class} test: {chosen.path.name} in"
+            f" {size.shapes_budget_minutes:g} min, backbones from {weights}: {_winner(summary, seconds)}",
+        ),
+        Figure(
+            "datasets_shapes_plain_resnet_test_accuracy",
+            reference["test_accuracy"],
+            "",
+            detail=f"a plain tf-keras residual network (32-64-128, batch norm, global pooling, Adam 2e-3, flips) in one"
+            f" process for the same {seconds / 60:.1f} min: {reference['epochs']} epochs",
+        ),
+        Figure(
+            "datasets_shapes_margin",
+            accuracy - reference["test_accuracy"],
+            "",
+            detail="bakeoff's winner's test accuracy − the plain network's, the same test images (goal: ≥ 0)",
+        ),
+    ]
+
+
 def ingest_memory(where: Path, size: Size, samples: dict) -> list[Figure]:
     """Ingest's peak RSS and images/s in a fresh process, on an RGB folder and on one twice its size."""
     from bakeoff.components import defaults
@@ -224,7 +345,13 @@ def datasets(context: Context, size: Size = FULL) -> list[Figure]:
     work.mkdir(parents=True)
     samples: dict = {"size": dataclasses.asdict(size)}
     context.samples["datasets"] = samples
-    return [*fashion(work, size, samples), *digits(work, size, samples), *ingest_memory(work, size, samples)]
+    return [
+        *fashion(work, size, samples),
+        *digits(work, size, samples),
+        *shapes(work, size, samples),
+        *transfer(work / "transfer", TransferSize(), samples),
+        *ingest_memory(work, size, samples),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,13 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(parser.parse_args(argv))
     logs.configure()  # the components' lines, as `bakeoff` shows them
     scratch = args.pop("scratch")
-    with contextlib.ExitStack() as temporary:
-        if scratch is None:
-            scratch = Path(temporary.enter_context(tempfile.TemporaryDirectory(prefix="bakeoff-bench-datasets-")))
-        context = Context(scratch, repetitions=1)
-        for figure in datasets(context, Size(**args)):
-            print(f"{figure.key} = {figure.value:.4g} {figure.unit}  ({figure.detail})")
-        print(json.dumps(context.samples["datasets"], indent=2))
+    run_alone("datasets", lambda context: datasets(context, Size(**args)), scratch)
     return 0
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import gzip
 import json
@@ -15,13 +14,15 @@ from datetime import datetime
 from pathlib import Path
 
 from bakeoff.components.storage import runs
-from bakeoff.components.storage.records import Summary, WorkerMetrics
+from bakeoff.components.storage.records import Summary
 from benchmarks.datasets import datasets
 from benchmarks.faults import faults
-from benchmarks.harness import GLOBAL_BATCH, Context, Figure, median, timed
+from benchmarks.harness import GLOBAL_BATCH, Context, Figure, local_job, median, timed
 from benchmarks.peers import peers
+from benchmarks.precision import precision
 from benchmarks.search import search
 from benchmarks.serving import serving
+from benchmarks.sized import sized
 from benchmarks.soak import soak_entry
 
 SEED_CNN = {"name": "cnn", "model": {"type": "cnn", "filters": [32, 64, 64], "dense_units": 64}}
@@ -34,50 +35,6 @@ WIDE_CNN = {
 # per measurement: 384 steps of the global batch (within the 55,000), 6 executions of 64, 5 steady
 BENCH_EXAMPLES = 49152
 DEBIAN_README = Path("/usr/share/doc/dataset-fashion-mnist/README.md.gz")
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """A benchmark job's metrics.json, and where its model is."""
-
-    metrics: WorkerMetrics
-    store: str
-    prefix: str
-
-
-def _job(
-    context: Context,
-    variant: dict,
-    workers: int,
-    examples: int,
-    epochs: int = 1,
-    tag: str = "",
-    data: Path | None = None,
-) -> Job:
-    """One local TFJob of the real worker program (on ``data``, else the context's dataset); its metrics.json."""
-    from bakeoff.components.backends.local import LocalBackend
-    from bakeoff.components.spec import from_dict
-    from bakeoff.components.storage import open_store
-    from bakeoff.components.training.tfjob import build_tfjob, worker_args
-
-    spec = from_dict(
-        {
-            **variant,
-            "workers": workers,
-            "training": {**variant.get("training", {}), "batch_size": GLOBAL_BATCH // workers, "epochs": epochs},
-        }
-    )
-    store = open_store(str(context.scratch / "store"))
-    prefix = f"bench/{tag or spec.name}-{workers}w-{time.monotonic_ns()}"
-    job = build_tfjob(
-        spec,
-        name=f"bench-{workers}w",
-        image="local",
-        env={},
-        args=worker_args(spec, str(data or context.dataset()), store.uri, prefix, examples),
-    )
-    LocalBackend(sink=lambda line: None).run(job)
-    return Job(runs.metrics_at(store, prefix), store.uri, prefix)
 
 
 def _plain(context: Context, variant: dict, examples: int, tuned: bool = False) -> float:
@@ -135,7 +92,7 @@ def mwms(context: Context) -> list[Figure]:
         samples["plain"].append(_plain(context, SEED_CNN, BENCH_EXAMPLES))
         samples["plain_tuned"].append(_plain(context, SEED_CNN, BENCH_EXAMPLES, tuned=True))
         for workers in (1, 2, 4):
-            metrics = _job(context, SEED_CNN, workers, BENCH_EXAMPLES).metrics
+            metrics = local_job(context, SEED_CNN, workers, BENCH_EXAMPLES).metrics
             samples[f"{workers}w"].append(metrics.examples_per_second)
             allocators.add(metrics.allocator)
             kernels.add("oneDNN" if metrics.onednn else "Eigen")
@@ -144,7 +101,7 @@ def mwms(context: Context) -> list[Figure]:
         samples["plain_tuned_wide"].append(_plain(context, WIDE_CNN, BENCH_EXAMPLES, tuned=True))
         for workers in (1, 2):
             samples[f"{workers}w_wide"].append(
-                _job(context, WIDE_CNN, workers, BENCH_EXAMPLES).metrics.examples_per_second
+                local_job(context, WIDE_CNN, workers, BENCH_EXAMPLES).metrics.examples_per_second
             )
     context.samples["mwms_examples_per_second"] = samples
     plain = median(samples["plain"])
@@ -280,7 +237,7 @@ def pipeline(context: Context) -> list[Figure]:
     plan = budget_plan(load_config(DEFAULT_CONFIG))  # as the run plans it, before its jobs fold their steps in
     started = time.perf_counter()
     run = subprocess.run(
-        [str(Path(sys.executable).parent / "bakeoff"), "run", "--json"],
+        [str(Path(sys.executable).parent / "bakeoff"), "run", "--json", "--debug"],  # kfp.local's log: task spans
         cwd=work,
         capture_output=True,
         text=True,
@@ -295,7 +252,7 @@ def pipeline(context: Context) -> list[Figure]:
     baseline = 0.0
     for variant in planned(load_config(DEFAULT_CONFIG)).variants:  # as its budget shrank it, on this machine's costs
         spec = variant.to_dict()
-        baseline += timed(functools.partial(_job, context, spec, variant.workers, 0, reached[variant.name]))
+        baseline += timed(functools.partial(local_job, context, spec, variant.workers, 0, reached[variant.name]))
     ratio = pipeline_seconds / baseline
     breakdown = {
         "total": pipeline_seconds,
@@ -310,7 +267,7 @@ def pipeline(context: Context) -> list[Figure]:
     context.samples["baseline_seconds"] = baseline
     winner = summary.winner
 
-    seed = _job(context, SEED_CNN, 2, 70 * GLOBAL_BATCH, epochs=1, tag="seed")
+    seed = local_job(context, SEED_CNN, 2, 70 * GLOBAL_BATCH, epochs=1, tag="seed")
     from bakeoff.components.data import artifact as dataset
 
     test = dataset.read_shards(open_store(str(context.dataset())), "test")
@@ -400,8 +357,10 @@ def validation(context: Context) -> list[Figure]:
     without_data = _without_validation(context)
     samples: dict[str, list[float]] = {"with_seconds": [], "without_seconds": [], "validation_seconds": []}
     for _ in range(context.repetitions):  # interleaved, so a noisy minute hits both
-        validated = _job(context, SEED_CNN, 2, 0, VALIDATION_EPOCHS, tag="validated").metrics
-        unvalidated = _job(context, SEED_CNN, 2, 0, VALIDATION_EPOCHS, tag="unvalidated", data=without_data).metrics
+        validated = local_job(context, SEED_CNN, 2, 0, VALIDATION_EPOCHS, tag="validated").metrics
+        unvalidated = local_job(
+            context, SEED_CNN, 2, 0, VALIDATION_EPOCHS, tag="unvalidated", data=without_data
+        ).metrics
         assert "val_loss" not in unvalidated.history and len(validated.history["val_loss"]) == VALIDATION_EPOCHS
         samples["with_seconds"].append(validated.train_seconds)
         samples["without_seconds"].append(unvalidated.train_seconds)
@@ -442,6 +401,8 @@ ENTRIES = {
     "peers": peers,
     "validation": validation,
     "datasets": datasets,
+    "sized": sized,
+    "precision": precision,
 }
 # Run only when named (--only peers): 3 contests of three 15-min budgets, ~2 h 20 min, past make bench's 90 min.
 ON_REQUEST = ("peers",)

@@ -1,7 +1,9 @@
 """The obvious alternative: one plain Keras process, no strategy, the same model, data and global batch.
 
 ``python -m benchmarks.plain_train --variant JSON --data DIR --global-batch N --examples N --threads N``
-prints one JSON line with examples/s measured the same way the worker measures it.
+prints one JSON line with examples/s measured the same way the worker measures it. With ``--seconds S`` it trains
+whole epochs until S seconds have passed (the variant's flips included) and adds the test split's accuracy: the plain
+baseline of a bake-off given the same wall time.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--steps-per-execution", type=int, default=1, help="1: what a plain script does")
+    parser.add_argument("--seconds", type=float, default=0, help="train epochs until this much time has passed")
     args = parser.parse_args(argv)
 
     import tensorflow as tf
@@ -65,9 +68,43 @@ def main(argv: list[str] | None = None) -> int:
         steps_per_execution=args.steps_per_execution,
     )
     throughput = Throughput(args.global_batch)
-    model.fit(data, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=[throughput])
-    print(json.dumps({"examples_per_second": throughput.examples_per_second, "steps": steps * args.epochs}))
+    callbacks = [throughput, *([_deadline(args.seconds)] if args.seconds else [])]
+    if args.seconds and variant.training.random_flip:
+        data = data.map(lambda images, labels: (tf.image.random_flip_left_right(images), labels))
+    history = model.fit(data, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)
+    result = {"examples_per_second": throughput.examples_per_second, "steps": steps * len(history.epoch)}
+    if args.seconds:
+        test = dataset.read_shards(store, "test")
+        _, accuracy = model.evaluate(test.images.astype("float32"), test.labels, batch_size=500, verbose=0)
+        result |= {"epochs": len(history.epoch), "test_accuracy": float(accuracy)}
+    print(json.dumps(result))
     return 0
+
+
+def _deadline_callback() -> type:
+    import time
+
+    import tf_keras as keras
+
+    class Deadline(keras.callbacks.Callback):
+        """Stops training at the end of the first epoch that ends past ``seconds`` after training began."""
+
+        def __init__(self, seconds: float) -> None:
+            super().__init__()
+            self.seconds, self.began = seconds, 0.0
+
+        def on_train_begin(self, logs: dict | None = None) -> None:
+            self.began = time.perf_counter()
+
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            if time.perf_counter() - self.began >= self.seconds:
+                self.model.stop_training = True
+
+    return Deadline
+
+
+def _deadline(seconds: float) -> object:
+    return _deadline_callback()(seconds)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,7 @@ def run_bakeoff(
             "--work-dir",
             str(where / "work"),
             "--json",
+            "--debug",  # kfp.local's log on stderr, for run.log below
             *extra,
         ],
         cwd=where,

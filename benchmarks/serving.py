@@ -163,7 +163,8 @@ def serving(context: Context) -> list[Figure]:
     inside = f"{tf.config.threading.get_intra_op_parallelism_threads() or 'TensorFlow’s default'} intra-op threads"
     from bakeoff.components import defaults
     from bakeoff.components.data.fashion_mnist import read_idx_dir
-    from bakeoff.components.modeling.architectures import CnnConfig, build_cnn
+    from bakeoff.components.modeling.cnn import CnnConfig
+    from bakeoff.components.modeling.cnn import build as build_cnn
     from bakeoff.components.modeling.savedmodel import ARRAYS_SIGNATURE, BYTES_SIGNATURE, export
     from bakeoff.components.storage import open_store, registry
 

@@ -27,13 +27,19 @@ KINDS = (("json", 1), ("json", 64), ("png", 1), ("png", 64), ("bin", 1), ("bin",
 DISTINCT = 8  # different image batches per kind, cycled through
 POLL_SECONDS = 0.5  # how often the server looks for a newer version: the swap follows the publication within it
 PHASES = ("before", "during", "after")
+RSS_EVERY = 0.5  # seconds between two readings of the server's resident memory
+LAST_SWAP_SECONDS = 60.0  # how long the load may go on past its seconds for the last new version's first answer
 
 
 @dataclasses.dataclass(frozen=True)
 class Size:
     clients: int = 32
-    seconds: float = 60.0  # of load; the new version is published at half time
+    seconds: float = 60.0  # of load (and until the last new version answers); new versions at even intervals
     model: tuple[tuple[int, ...], int, bool] = ((32, 64, 64), 64, True)  # filters, dense units, batch norm
+    swaps: int = 3  # new versions published during the load, at even intervals; 0: none, the load alone
+
+
+SMALL_MODEL = ((8,), 16, False)  # the tests' model: a soak's shape without the bench's compute
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +57,18 @@ class Answer:
 
 @dataclasses.dataclass(frozen=True)
 class Soak:
-    """What a soak saw: every answer, when the new version was published and first answered, the server's RSS."""
+    """What a soak saw: every answer, when the first new version was published and first answered, the server's
+    RSS."""
 
     answers: list[Answer]
-    published: float  # seconds since the load began
-    swapped: float | None  # the first answer from the new version
+    published: float  # seconds since the load began: the first new version's publication (no swap: the end)
+    swapped: float | None  # the first answer from the first new version
     versions: dict[str, int]  # version → the class it answers
-    rss_mb: tuple[float, float]  # at the start of the load (after a warm-up of every kind) and at its end
+    # at the start of the load (after one request of each kind), just before the first new version's publication
+    # (without one: at half time), and at the end of the load
+    rss_mb: tuple[float, float, float]
+    publications: list[float] = dataclasses.field(default_factory=list)  # every new version's, seconds
+    rss_timeline: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # (seconds, MB) each RSS_EVERY
 
     def failed(self) -> list[Answer]:
         return [a for a in self.answers if a.version is None]
@@ -73,7 +84,8 @@ class Soak:
 
 def export_version(path: Path, class_id: int, size: Size) -> Path:
     """The bench's CNN, untrained, whose every answer is ``class_id``: mirror-averaged as the default's winner."""
-    from bakeoff.components.modeling.architectures import CnnConfig, build_cnn
+    from bakeoff.components.modeling.cnn import CnnConfig
+    from bakeoff.components.modeling.cnn import build as build_cnn
     from bakeoff.components.modeling.savedmodel import export
 
     filters, dense, batch_norm = size.model
@@ -197,8 +209,8 @@ def soak(
     versions: dict[str, int],
     publish: Callable[[], tuple[str, int]],
 ) -> Soak:
-    """``size.clients`` clients for ``size.seconds`` against the server on ``port`` (process ``pid``); at half time
-    ``publish()`` publishes a new version and returns (its number, its class)."""
+    """``size.clients`` clients for ``size.seconds`` against the server on ``port`` (process ``pid``); ``size.swaps``
+    times, at even intervals, ``publish()`` publishes a new version and returns (its number, its class)."""
     requests = _requests(images)
     kinds = list(requests)
     warm = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
@@ -233,21 +245,50 @@ def soak(
             i += 1
         connection.close()
 
+    timeline: list[tuple[float, float]] = []
+
+    def watch_memory() -> None:
+        while not stop.wait(RSS_EVERY):
+            timeline.append((time.monotonic() - began, rss_mb(pid)))
+
     threads = [threading.Thread(target=client, args=(index,)) for index in range(size.clients)]
+    memory = threading.Thread(target=watch_memory)
     start = rss_mb(pid)
-    for thread in threads:
+    timeline.append((time.monotonic() - began, start))
+    for thread in [*threads, memory]:
         thread.start()
-    time.sleep(size.seconds / 2)
-    published = time.monotonic() - began
-    number, class_id = publish()
-    expected[number] = class_id
+    publications, numbers = [], []
+    time.sleep(size.seconds / (size.swaps + 1) if size.swaps else size.seconds / 2)
+    warmed = rss_mb(pid)  # the load's own growth is behind it: what follows is the swaps'
+    for swap in range(size.swaps):
+        time.sleep(max(0.0, size.seconds * (swap + 1) / (size.swaps + 1) - (time.monotonic() - began)))
+        publications.append(time.monotonic() - began)
+        number, class_id = publish()
+        expected[number] = class_id
+        numbers.append(number)
     time.sleep(max(0.0, size.seconds - (time.monotonic() - began)))
+    last_swap = time.monotonic() + LAST_SWAP_SECONDS  # the load ends once the last version answers, so the end's
+    while numbers and time.monotonic() < last_swap:  # RSS is after every swap, not in the middle of one
+        if any(answer.version == numbers[-1] for answer in answers[-4 * size.clients :]):
+            break
+        time.sleep(0.1)
     stop.set()
-    for thread in threads:
+    for thread in [*threads, memory]:
         thread.join(180)
+    if numbers:  # the server settles its heap at its next poll once no request holds the version it replaced
+        time.sleep(2 * POLL_SECONDS)
     end = rss_mb(pid)
-    swapped = min((a.started + a.seconds for a in answers if a.version == number), default=None)
-    return Soak(sorted(answers, key=lambda a: a.started), published, swapped, expected, (start, end))
+    timeline.append((time.monotonic() - began, end))
+    swapped = min((a.started + a.seconds for a in answers if numbers and a.version == numbers[0]), default=None)
+    return Soak(
+        sorted(answers, key=lambda a: a.started),
+        publications[0] if publications else size.seconds,
+        swapped,
+        expected,
+        (start, warmed, end),
+        publications,
+        timeline,
+    )
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -255,14 +296,22 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def run(scratch: Path, size: Size, images: np.ndarray) -> Soak:
-    """A store with version 1, `bakeoff serve` on it, and the soak on ``images``, publishing version 2 at half
-    time."""
+    """A store with version 1, `bakeoff serve` on it, and the soak on ``images``, publishing ``size.swaps`` newer
+    versions during the load, each answering another class than the one before."""
     from bakeoff.components.storage import open_store, registry
     from benchmarks.serving import manifest
 
     store = open_store(f"file://{scratch / 'soak-store'}")
-    first = registry.publish(store, NAME, export_version(scratch / "soak-v1", 3, size), manifest())
-    second = export_version(scratch / "soak-v2", 7, size)  # made before the load, so that publishing is only a copy
+    exported = [(export_version(scratch / "soak-v1", 3, size), 3)]
+    first = registry.publish(store, NAME, exported[0][0], manifest())
+    exported.insert(0, (export_version(scratch / "soak-v2", 7, size), 7))  # before the load: publishing only copies
+    swaps = iter(range(size.swaps))
+
+    def publish() -> tuple[str, int]:
+        """The next version, answering 7, 3, 7, ... in turn: each another class than the one before it."""
+        path, class_id = exported[next(swaps) % 2]
+        return str(registry.publish(store, NAME, path, manifest())), class_id
+
     port = free_port()
     server = serve(store.uri, port, scratch / "soak-server.log")
     try:
@@ -272,7 +321,7 @@ def run(scratch: Path, size: Size, images: np.ndarray) -> Soak:
             images,
             size,
             {str(first): 3},
-            lambda: (str(registry.publish(store, NAME, second, manifest())), 7),
+            publish,
         )
     finally:
         server.terminate()
@@ -294,7 +343,8 @@ def figures(result: Soak, size: Size) -> list[Figure]:
     served = [a for a in result.answers if a.version is not None]
     setting = f"{size.clients} clients for {size.seconds:g} s, {', '.join(f'{k} {n}' for k, n in KINDS)} in turn"
     swap = "never" if result.swapped is None else f"{result.swapped - result.published:.1f} s after its publication"
-    start, end = result.rss_mb
+    start, warmed, end = result.rss_mb
+    swaps = len(result.publications)
     rows = [
         Figure("soak_requests", len(served), "", detail=f"answered with 200; {setting}"),
         Figure(
@@ -323,15 +373,22 @@ def figures(result: Soak, size: Size) -> list[Figure]:
                     detail=f"{len(latencies)} requests started {phase} the swap, every kind together",
                 )
             )
-    rows.append(
+    rows += [
         Figure(
             "soak_rss_growth",
-            end / start - 1,
+            end / warmed - 1,
             "×",
-            detail=f"`bakeoff serve`'s resident memory {start:.0f} MB after a warm-up of every kind, {end:.0f} MB"
-            " at the end",
-        )
-    )
+            detail=f"`bakeoff serve`'s resident memory {warmed:.0f} MB just before the first new version's publication,"
+            f" the clients running since the start, {end:.0f} MB at the end, {swaps} swap(s) later",
+        ),
+        Figure(
+            "soak_rss_warmup_growth",
+            warmed / start - 1,
+            "×",
+            detail=f"the load's own: {start:.0f} MB after one request of each kind, {warmed:.0f} MB with"
+            f" {size.clients} clients before any swap",
+        ),
+    ]
     return rows
 
 
@@ -343,6 +400,8 @@ def soak_entry(context: Context, size: Size = Size()) -> list[Figure]:
         "published": result.published,
         "swapped": result.swapped,
         "rss_mb": list(result.rss_mb),
+        "publications": result.publications,
+        "rss_timeline": [[round(t, 2), round(mb, 1)] for t, mb in result.rss_timeline],
         "answers": [[a.kind, round(a.started, 3), round(a.seconds * 1000, 2), a.version] for a in result.answers],
     }
     return figures(result, size)
@@ -359,13 +418,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=Size.clients)
     parser.add_argument("--seconds", type=float, default=Size.seconds)
+    parser.add_argument("--swaps", type=int, default=Size.swaps, help="new versions published during the load")
+    parser.add_argument("--small", action="store_true", help="the tests' small model, not the bench's")
     args = parser.parse_args(argv)
+    wrong = [
+        f"{flag} {value:g}: pass {bound}"
+        for flag, value, bound, ok in (
+            ("--clients", args.clients, "1 or more", args.clients >= 1),
+            ("--seconds", args.seconds, "more than 0", args.seconds > 0),
+            ("--swaps", args.swaps, "0 or more", args.swaps >= 0),
+        )
+        if not ok
+    ]
+    if wrong:
+        parser.error("; ".join(wrong))
     logs.configure()  # the components' lines, as `bakeoff` shows them
     quiet_tensorflow()
-    size = Size(args.clients, args.seconds)
+    size = Size(args.clients, args.seconds, SMALL_MODEL if args.small else Size.model, args.swaps)
     with tempfile.TemporaryDirectory(prefix="bakeoff-soak-") as scratch:
-        for figure in figures(run(Path(scratch), size, test_images()), size):
+        result = run(Path(scratch), size, test_images())
+        for figure in figures(result, size):
             print(f"{figure.key} = {figure.value:.4g} {figure.unit}  ({figure.detail})")
+        print(
+            "rss_mb:", ", ".join(f"{t:.0f} s {mb:.0f}" for t, mb in result.rss_timeline[:: max(1, int(2 / RSS_EVERY))])
+        )
+        print("published at:", ", ".join(f"{t:.1f} s" for t in result.publications) or "none")
     return 0
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from bakeoff.components.data import artifact
 from bakeoff.components.storage import open_store
-from benchmarks.datasets import DIGITS_SIDE, write_digits
+from benchmarks.datasets import DIGITS_SIDE, SHAPES, write_digits, write_shapes
 
 pytestmark = pytest.mark.unit
 
@@ -32,3 +32,18 @@ def test_the_digits_become_a_tree_with_the_svcs_test_split_in_colours_that_tell_
     for digit in range(10):
         strokes = images.images[images.labels == digit].reshape(-1, DIGITS_SIDE * DIGITS_SIDE, 3).max(axis=1)
         assert len({tuple(colour) for colour in strokes}) > len(strokes) // 2, f"digit {digit} is drawn in one colour"
+
+
+def test_the_shapes_become_a_64_pixel_rgb_tree_of_six_classes_the_same_for_a_seed(tmp_path: Path) -> None:
+    """The harder dataset: six shapes, a train and a test split of their own, drawn the same for the same seed."""
+    write_shapes(tmp_path / "a", 5, 2, 64, seed=0)
+    write_shapes(tmp_path / "b", 5, 2, 64, seed=0)
+    metadata = artifact.build(str(tmp_path / "a"), tmp_path / "out", 6, 1, 0, (), lambda line: None)
+    assert metadata.class_names == sorted(SHAPES) and metadata.image_shape == [64, 64, 3]
+    assert metadata.class_counts["test"] == [2] * 6
+    assert metadata.counts["train"] + metadata.counts["validation"] == 30
+    files = sorted(path.relative_to(tmp_path / "a") for path in (tmp_path / "a").rglob("*.png"))
+    assert files == sorted(path.relative_to(tmp_path / "b") for path in (tmp_path / "b").rglob("*.png"))
+    assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
+    images = artifact.read_shards(open_store(str(tmp_path / "out")), "test").images
+    assert len({image.tobytes() for image in images}) == len(images), "each image drawn anew"
