@@ -1,8 +1,9 @@
 """Benchmark entry: a run sized for its data (issue 58).
 
-- ``plan_error_rgb``: `bakeoff run` of the default config on an RGB folder the bench draws (20,000 PNG files of
-  96x96, tests/images.py's classes) ÷ the upper bound of the plan `bakeoff plan` made of that folder, from a fresh
-  calibration (a cache folder of its own): the plan prices the folder's own count, shape and classes.
+- ``plan_error_rgb``: `bakeoff run` without --config on an RGB folder the bench draws (20,000 PNG files of 96x96,
+  tests/images.py's classes): the built-in search that fits it, search_large.yaml, ÷ the upper bound of the plan
+  `bakeoff plan` made of that folder, from a fresh calibration (a cache folder of its own): the plan prices the
+  folder's own count, shape and classes.
 - ``train_rss_2x_ratio``: a 2-worker job's peak RSS per replica on a 96x96 RGB artifact twice the size ÷ on the
   one: the streaming input holds a few chunks and a bounded shuffle buffer, not its part, so the same within 10 %.
 

@@ -65,21 +65,72 @@ def _artifact(folder: Path, shape: tuple[int, int, int], examples: int = 1000) -
     return folder
 
 
-def test_plan_without_a_config_plans_what_run_trains_and_names_the_search_that_fits_the_data(
+def test_plan_without_a_config_plans_the_search_that_fits_the_data_and_says_why(
     tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """`bakeoff run` without --config trains variants.yaml: the plan prices that, and names the better fit."""
+    """`bakeoff run` without --config trains the built-in search that fits the data: the plan prices that one."""
     data = _artifact(tmp_path / "gray", (32, 32, 1))
     images = Images(1000, (32, 32, 1), 4)
-    samples.cache_calibration(cost_cache, load_config(defaults.CONFIG), images=images)
+    samples.cache_calibration(cost_cache, load_config(builtin.SMALL), images=images)
     assert main(["plan", "--data", str(data)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"9 variants from {defaults.CONFIG}:\n")
-    assert out.endswith(
-        "search: search_small.yaml is built in for small grayscale images (32x32x1, 4 classes, 1000 training"
-        f" images): CNNs and residual networks from scratch; `bakeoff run` trains it with --config {builtin.SMALL}"
-        " (`--write-search FILE` copies it to edit)\n"
+    assert out.startswith(
+        "search: search_small.yaml, built in for small grayscale images (32x32x1, 4 classes, 1000 training"
+        " images): CNNs and residual networks from scratch (`bakeoff plan --write-search FILE` copies it to edit;"
+        f" --config FILE trains another)\n{len(load_config(builtin.SMALL).variants)} variants from {builtin.SMALL}:\n"
     )
+
+
+def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ImageNet weights in ~/.keras and no way to download them: a proxy on a closed port."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name in ("https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+
+
+@pytest.mark.long_running
+def test_offline_the_built_in_search_goes_on_without_its_backbones_and_says_so(
+    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _offline(tmp_path, monkeypatch)
+    data = _artifact(tmp_path / "rgb", (64, 64, 3))
+    config = load_config(builtin.LARGE)
+    samples.cache_calibration(cost_cache, config, images=Images(1000, (64, 64, 3), 4))
+    assert main(["plan", "--data", str(data)]) == 0
+    out = capsys.readouterr().out
+    said, left_out, listed = out.splitlines()[:3]
+    assert said.startswith("search: search_large.yaml, built in for colour (64x64x3, 4 classes, 1000 training")
+    backbones = [v.name for v in config.variants if v.architecture == "backbone"]
+    assert backbones and left_out.startswith(
+        f"search: {', '.join(backbones)} left out: pretrained weights cannot be had here (URL fetch failure on https:"
+    )
+    kept = len(config.variants) - len(backbones)
+    assert listed == f"{kept} variants from {builtin.LARGE}:"
+    assert not any(name in out.split(listed)[1] for name in backbones)
+
+
+@pytest.mark.long_running
+def test_offline_a_config_that_names_imagenet_weights_is_refused_in_one_line_before_any_measuring(
+    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _offline(tmp_path, monkeypatch)
+    data = _artifact(tmp_path / "rgb", (64, 64, 3))
+    written = tmp_path / "mine.yaml"
+    written.write_text(
+        "variants:\n  - name: mobile\n    model: {type: backbone, network: MobileNetV3Small, weights: imagenet}\n"
+        "search: {budget: {minutes: 5}}\n"
+    )
+    assert main(["plan", "--config", str(written), "--data", str(data)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(
+        f"bakeoff: error: {written}: variant 'mobile': its pretrained weights cannot be had here (URL fetch failure"
+    )
+    assert captured.err.endswith("set model.weights to none or a weights file (docs/models.md)\n")
+    assert captured.err.count("\n") == 1
+    assert not (cost_cache / "calibration.json").exists() and not list(cost_cache.iterdir())  # nothing measured
 
 
 def test_write_search_copies_the_search_that_fits_the_data_and_never_over_a_file(

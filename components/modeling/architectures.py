@@ -7,7 +7,7 @@ export and serving ask the family through this registry and never special-case o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.components.modeling import backbone, cnn, mlp, resnet
@@ -28,6 +28,10 @@ def _checks_nothing(config: Any) -> tuple[str, str] | None:
     return None
 
 
+def _fetches_nothing(config: Any, shape: Sequence[int]) -> str | None:
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Architecture:
     """A family: its config (strictly parsed from a variant's ``model``), ``build(input_shape, num_classes, config)``,
@@ -35,8 +39,9 @@ class Architecture:
     (its step's cost grows with activations), ``fits(config, shape)``: the field and problem where images of
     ``shape`` are too small for it, ``check(config)``: the field and problem its own rules find, ``hooks(model,
     config)``: the Keras callbacks its training needs (a frozen backbone's schedule), and ``rate_factors(model,
-    config)``: groups of variables that learn at a factor of the optimizer's rate, and ``timing(model)``: the
-    variant's ``model`` a calibration job times in its place (the same step, nothing to download)."""
+    config)``: groups of variables that learn at a factor of the optimizer's rate, ``timing(model)``: the variant's
+    ``model`` a calibration job times in its place (the same step, nothing to download), and ``fetch(config,
+    shape)``: downloads what the replicas will read (pretrained weights) once, here; why it cannot, in a line."""
 
     config: type
     build: Callable[..., keras.Model]
@@ -47,6 +52,7 @@ class Architecture:
     hooks: Callable[[Any, Any], list] = _no_hooks
     rate_factors: Callable[[Any, Any], list] = _no_hooks
     timing: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda model: model
+    fetch: Callable[[Any, Sequence[int]], str | None] = _fetches_nothing
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -63,5 +69,6 @@ ARCHITECTURES: dict[str, Architecture] = {
         backbone.hooks,
         backbone.rate_factors,
         backbone.timing,
+        backbone.fetch,
     ),
 }

@@ -8,8 +8,10 @@ mode), then everything fine-tunes, the backbone at ``backbone_learning_rate`` ti
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import io
 import math
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -83,6 +85,29 @@ def build(input_shape: tuple[int, ...], num_classes: int, config: BackboneConfig
     for layer in classifier(num_classes):
         x = layer(x)
     return keras.Model(inputs, x, name=f"backbone_{config.network.lower()}")
+
+
+def fetch(config: BackboneConfig, shape: Sequence[int]) -> str | None:
+    """Downloads ``config``'s ImageNet weights into ~/.keras/models where they are not yet: once, before the replicas,
+    each of which would fetch them. Why they cannot be had, in a line; None: they are there, or ``config`` reads
+    none."""
+    if config.weights != IMAGENET:
+        return None
+    import tf_keras as keras
+
+    size = side(config, shape)
+    # The application itself fetches and checks its file: no name or hash of ours to keep in step with Keras. Its
+    # progress bar is not shown: a failure is said in one line, and stdout is the command's own.
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            getattr(keras.applications, config.network)(
+                include_top=False, weights=IMAGENET, input_shape=(size, size, 3)
+            )
+    except Exception as error:  # Keras raises a bare Exception for a failed download
+        return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    finally:
+        keras.backend.clear_session()
+    return None
 
 
 def _load(network: keras.Model, uri: str) -> None:

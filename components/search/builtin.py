@@ -1,14 +1,17 @@
-"""The built-in searches: which one fits the data's shape and size, as ``bakeoff plan`` names it (``bakeoff run``
-trains ``variants.yaml`` unless ``--config`` names one: search_large's backbones download ImageNet weights, which a
-machine offline cannot)."""
+"""The built-in searches: which one fits the data's shape and size (what ``bakeoff plan`` prices and ``bakeoff run``
+trains without ``--config``), and the pretrained weights a search reads, fetched once before anything is measured."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from bakeoff.components import defaults
+from bakeoff.components.errors import BakeoffError
+from bakeoff.components.modeling.architectures import ARCHITECTURES
 from bakeoff.components.search.costs import FASHION_MNIST, Images
+from bakeoff.components.spec import Config
 
 SEARCHES = defaults.CONFIG.parent  # beside variants.yaml, the Fashion-MNIST default
 SMALL = SEARCHES / "search_small.yaml"  # small grayscale: the seed's CNNs and residual networks
@@ -36,3 +39,35 @@ def builtin_search(images: Images) -> Builtin:
         return Builtin(SMALL, f"small grayscale images ({shown}): CNNs and residual networks from scratch")
     why = "colour" if channels != 1 else f"{LARGE_SIDE} pixels a side and up"
     return Builtin(LARGE, f"{why} ({shown}): residual networks from scratch and pretrained backbones fine-tuned")
+
+
+def fetched(config: Config, shape: Sequence[int], built_in: bool) -> tuple[Config, str]:
+    """``config`` once what its variants read is here (each family's ``fetch``: a backbone's ImageNet weights,
+    downloaded once rather than by every replica), and a line on what it left out. A built-in search goes on without
+    the variants whose weights cannot be had (a machine offline); a config the user wrote is refused in one line."""
+    missing: dict[str, str] = {}
+    tried: dict[tuple[str, str], str | None] = {}  # one download per distinct model
+    for variant in config.variants:
+        model = variant.model_config()
+        key = (variant.architecture, repr(model))  # a config may hold lists: not hashable
+        if key not in tried:
+            tried[key] = ARCHITECTURES[variant.architecture].fetch(model, shape)
+        if tried[key] is not None:
+            missing[variant.name] = str(tried[key])
+    if not missing:
+        return config, ""
+    name, why = next(iter(missing.items()))
+    if not built_in:
+        raise BakeoffError(
+            f"{config.source}: variant {name!r}: its pretrained weights cannot be had here ({why}):"
+            " let it download them once into ~/.keras/models, or set model.weights to none or a weights file"
+            " (docs/models.md)"
+        )
+    keep = [variant for variant in config.variants if variant.name not in missing]
+    config = dataclasses.replace(
+        config, variants=keep, expansions={variant.name: config.expansions[variant.name] for variant in keep}
+    )
+    return config, (
+        f"search: {', '.join(missing)} left out: pretrained weights cannot be had here ({why}); put them in"
+        " ~/.keras/models, or bake them into the image (docs/models.md)"
+    )

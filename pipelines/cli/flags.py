@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from bakeoff.components.spec import (
 from bakeoff.components.storage import Store, check_shared, open_store
 
 if TYPE_CHECKING:
+    from bakeoff.components.search.costs import Images
     from bakeoff.pipelines.pipeline import Resources
 
 MAX_PARALLELISM = 64  # KFP's parallelismLimit is an int32; more than a few variants at once is a slip
@@ -87,6 +89,30 @@ def load_budgeted(args: argparse.Namespace) -> Config:
     ``--budget`` in place of its budget, when given."""
     config = load_config(args.config, config_changes(args))
     return config if args.budget is None else config.with_budget(args.budget)
+
+
+def load_searched(args: argparse.Namespace, data: Callable[[Config], Images]) -> tuple[Config, Images, list[str]]:
+    """What `plan` prices and `run` trains: ``--config``'s search, else the built-in one that fits the images
+    ``data`` reads of the source (Fashion-MNIST's is variants.yaml); its pretrained weights fetched; and the lines
+    that say how it was chosen. ``args.config`` names the file chosen."""
+    from bakeoff.components.search.builtin import builtin_search, fetched
+
+    named = args.config is not None
+    if not named:
+        args.config = defaults.CONFIG
+    config = load_budgeted(args)
+    images = data(config)  # the source listed, one image read: a bad one is refused here, before any measuring
+    said = []
+    fits = builtin_search(images)
+    if not named and fits.path != args.config:
+        args.config = fits.path
+        config = load_budgeted(args)
+        said.append(
+            f"search: {fits.path.name}, built in for {fits.reason} (`bakeoff plan --write-search FILE` copies it to"
+            " edit; --config FILE trains another)"
+        )
+    config, left_out = fetched(config, images.shape, built_in=not named)
+    return config, images, [*said, left_out] if left_out else said
 
 
 def image_size(text: str) -> tuple[int, ...]:

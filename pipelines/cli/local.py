@@ -26,7 +26,7 @@ from bakeoff.pipelines.cli.flags import (
     debug_arg,
     export_s3_settings,
     halving_args,
-    load_budgeted,
+    load_searched,
     open_cli_store,
     pipeline_args,
     store_args,
@@ -52,17 +52,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     started_monotonic, started_unix = time.monotonic(), time.time()  # the command's start, on both clocks
     # Every input is checked here, before ingest: a bad one costs seconds, not a trained bake-off.
-    config = load_budgeted(args)
+    # --config's search, else the built-in one that fits the source (listed, one image read: a source ingest would
+    # refuse is refused here, in one line, before the pipeline starts or the store is made). An s3:// source is read
+    # with the store's S3 settings.
+    export_s3_settings(args)
+    config, images, said = load_searched(args, source_images)
+    out = sys.stderr if args.json else sys.stdout
+    for line in said:  # before a budget's calibration: the minutes it measures are for this search
+        print(line, file=out, flush=True)
     check_run_flags(args, config)
     if args.model_name is None:
         args.model_name = model_name(config.data.source)
     selection = SelectionSettings(
         args.model_name, args.metric, Gate(args.min_improvement, args.force_publish, args.confidence)
     )
-    # The source listed and one image read, with the store's S3 settings (an s3:// source is read with them): a
-    # source ingest would refuse is refused here, in one line, before the pipeline starts or the store is made.
-    export_s3_settings(args)
-    images = source_images(config)
     check_fits(config.variants, list(images.shape), str(args.config))
     # After the other checks (a budget may first measure this machine's costs), before the store is made.
     listed = len(config.variants)
@@ -73,7 +76,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     source_digest = digest(config.data.source)
     store.check_writable()
     variants = with_flags(config.variants, args)
-    out = sys.stderr if args.json else sys.stdout
     run = local_run(args, variants, store.uri, selection, config.data, source_digest, config.search, plan, started_unix)
     summary, others = run_measured(run, watched(args))
     shared = others > defaults.BUSY_SHARE  # its steps ran slower than this machine's: they would misprice a plan
@@ -322,7 +324,10 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:
 
     run = commands.add_parser("run", help="run the bake-off on this machine (kfp.local, TFJob replicas as processes)")
     run.add_argument(
-        "--config", type=Path, default=defaults.CONFIG, help="variants YAML (default: pipelines/variants.yaml)"
+        "--config",
+        type=Path,
+        help="variants YAML (default: the built-in search that fits the source, as `bakeoff plan` names it:"
+        " pipelines/variants.yaml for Fashion-MNIST)",
     )
     store_args(run, named_by_source=True)
     run.add_argument(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 from bakeoff.components import arguments, defaults
@@ -14,7 +15,7 @@ from bakeoff.components.search.budget import Plan, plan_config
 from bakeoff.components.search.builtin import builtin_search
 from bakeoff.components.search.costs import CALIBRATED, Calibration, Images
 from bakeoff.components.spaces import describe
-from bakeoff.pipelines.cli.flags import budget_arg, data_args, halving_args, load_budgeted
+from bakeoff.pipelines.cli.flags import budget_arg, data_args, halving_args, load_budgeted, load_searched
 
 
 def plan_document(plan: Plan) -> dict:
@@ -121,27 +122,23 @@ def dataset_images(data: str) -> Images:
 def cmd_plan(args: argparse.Namespace) -> int:
     from bakeoff.pipelines.compiling import source_images
 
-    written = args.config is not None
-    if not written:  # what `bakeoff run` trains without --config
-        args.config = defaults.CONFIG
-    # The data it prices, checked before any measuring: a source that cannot be listed is refused in one line.
-    images = dataset_images(args.data) if args.data else source_images(load_budgeted(args))
-    fits = builtin_search(images)
     if args.write_search is not None:
-        return write_search(args.config if written else fits.path, args.write_search)
-    config = load_budgeted(args)  # checked, as the data is, before any measuring
+        written = args.config
+        args.config = written or defaults.CONFIG
+        images = dataset_images(args.data) if args.data else source_images(load_budgeted(args))
+        return write_search(written or builtin_search(images).path, args.write_search)
+    # What `bakeoff run` would train on this data: --config's, else the built-in search that fits it.
+    config, images, said = load_searched(
+        args, lambda config: dataset_images(args.data) if args.data else source_images(config)
+    )
     # `auto` is picked from the costs a budget measures: a run without one leaves it to its replicas (float32).
     flags = None if config.budget_minutes is not None else frozenset[str]()
     plan, train_examples = plan_config(config, args.max_train_examples or 0, images, flags)
     if args.json:
+        print(*said, sep="\n", file=sys.stderr)
         print(json.dumps(plan_document(plan), indent=2))
     else:
-        print(render(plan, train_examples))
-        if not written and fits.path != defaults.CONFIG:
-            print(
-                f"search: {fits.path.name} is built in for {fits.reason}; `bakeoff run` trains it with"
-                f" --config {fits.path} (`--write-search FILE` copies it to edit)"
-            )
+        print("\n".join([*said, render(plan, train_examples)]))
     return 0
 
 
@@ -169,8 +166,8 @@ def add_plan_commands(commands: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--config",
         type=Path,
-        help="variants YAML (default: pipelines/variants.yaml, what `bakeoff run` trains without --config; the plan"
-        " names the built-in search that fits other images: search_small.yaml for small grayscale ones,"
+        help="variants YAML (default: what `bakeoff run` trains without --config, the built-in search that fits the"
+        " data: pipelines/variants.yaml for Fashion-MNIST, search_small.yaml for other small grayscale images,"
         " search_large.yaml for 64 px and up or RGB)",
     )
     plan.add_argument(
