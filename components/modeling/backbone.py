@@ -13,6 +13,9 @@ import dataclasses
 import functools
 import io
 import math
+import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -87,27 +90,44 @@ def build(input_shape: tuple[int, ...], num_classes: int, config: BackboneConfig
     return keras.Model(inputs, x, name=f"backbone_{config.network.lower()}")
 
 
+FETCH_FAILED = "bakeoff-fetch-failed: "  # the child's line that says why the weights cannot be had
+
+
 def fetch(config: BackboneConfig, shape: Sequence[int]) -> str | None:
     """Downloads ``config``'s ImageNet weights into ~/.keras/models where they are not yet: once, before the replicas,
     each of which would fetch them. Why they cannot be had, in a line; None: they are there, or ``config`` reads
-    none."""
+    none. In a child process: TensorFlow's start writes to stderr below any log level, and the command's own
+    process stays without TensorFlow's memory."""
     if config.weights != IMAGENET:
         return None
+    from bakeoff.components import tfenv
+
+    environ = dict(os.environ)
+    tfenv.quiet_tensorflow(environ)
+    child = subprocess.run(
+        [sys.executable, "-m", __name__, config.network, str(side(config, shape))],
+        env=environ,
+        capture_output=True,
+        text=True,
+    )
+    if child.returncode == 0:
+        return None
+    said = [line.removeprefix(FETCH_FAILED) for line in child.stderr.splitlines() if line.startswith(FETCH_FAILED)]
+    return said[-1] if said else f"its download exited with {child.returncode}: {child.stderr.strip()[-300:]}"
+
+
+def _download(network: str, size: int) -> int:
+    """``fetch``'s child: the application itself fetches and checks its file (no name or hash of ours to keep in
+    step with Keras); its progress bar is not shown."""
     import tf_keras as keras
 
-    size = side(config, shape)
-    # The application itself fetches and checks its file: no name or hash of ours to keep in step with Keras. Its
-    # progress bar is not shown: a failure is said in one line, and stdout is the command's own.
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            getattr(keras.applications, config.network)(
-                include_top=False, weights=IMAGENET, input_shape=(size, size, 3)
-            )
+            getattr(keras.applications, network)(include_top=False, weights=IMAGENET, input_shape=(size, size, 3))
     except Exception as error:  # Keras raises a bare Exception for a failed download
-        return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    finally:
-        keras.backend.clear_session()
-    return None
+        sys.stderr.write(FETCH_FAILED + (str(error).strip().splitlines() or [type(error).__name__])[0] + "\n")
+        return 1
+    return 0
 
 
 def _load(network: keras.Model, uri: str) -> None:
@@ -221,3 +241,7 @@ def _freeze_schedule() -> type:
 def FreezeSchedule(freeze_epochs: int) -> Any:
     """The callback of the freeze schedule (tf-keras is imported only when one is made)."""
     return _freeze_schedule()(freeze_epochs)
+
+
+if __name__ == "__main__":
+    sys.exit(_download(sys.argv[1], int(sys.argv[2])))
