@@ -81,24 +81,25 @@ def test_plan_without_a_config_plans_the_search_that_fits_the_data_and_says_why(
     )
 
 
-def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ImageNet weights in ~/.keras and no way to download them: a proxy on a closed port."""
+@pytest.fixture
+def offline_rgb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An RGB artifact of 64x64 on a machine with no ImageNet weights in ~/.keras and no way to download them: a
+    proxy on a closed port."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     for name in ("https_proxy", "HTTPS_PROXY"):
         monkeypatch.setenv(name, "http://127.0.0.1:9")
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
+    return _artifact(tmp_path / "rgb", (64, 64, 3))
 
 
 @pytest.mark.long_running
 def test_offline_the_built_in_search_goes_on_without_its_backbones_and_says_so(
-    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+    offline_rgb: Path, tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    _offline(tmp_path, monkeypatch)
-    data = _artifact(tmp_path / "rgb", (64, 64, 3))
     config = load_config(builtin.LARGE)
     samples.cache_calibration(cost_cache, config, images=Images(1000, (64, 64, 3), 4))
-    assert main(["plan", "--data", str(data)]) == 0
+    assert main(["plan", "--data", str(offline_rgb)]) == 0
     out = capsys.readouterr().out
     said, left_out, listed = out.splitlines()[:3]
     assert said.startswith("search: search_large.yaml, built in for colour (64x64x3, 4 classes, 1000 training")
@@ -113,16 +114,14 @@ def test_offline_the_built_in_search_goes_on_without_its_backbones_and_says_so(
 
 @pytest.mark.long_running
 def test_offline_a_config_that_names_imagenet_weights_is_refused_in_one_line_before_any_measuring(
-    tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+    offline_rgb: Path, tmp_path: Path, cost_cache: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    _offline(tmp_path, monkeypatch)
-    data = _artifact(tmp_path / "rgb", (64, 64, 3))
     written = tmp_path / "mine.yaml"
     written.write_text(
         "variants:\n  - name: mobile\n    model: {type: backbone, network: MobileNetV3Small, weights: imagenet}\n"
         "search: {budget: {minutes: 5}}\n"
     )
-    assert main(["plan", "--config", str(written), "--data", str(data)]) == 1
+    assert main(["plan", "--config", str(written), "--data", str(offline_rgb)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith(
