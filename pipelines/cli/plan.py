@@ -15,6 +15,7 @@ from bakeoff.components.search.budget import Plan, plan_config
 from bakeoff.components.search.builtin import builtin_search
 from bakeoff.components.search.costs import CALIBRATED, Calibration, Images
 from bakeoff.components.spaces import describe
+from bakeoff.components.spec import Config
 from bakeoff.pipelines.cli.flags import budget_arg, data_args, halving_args, load_budgeted, load_searched
 
 
@@ -122,15 +123,15 @@ def dataset_images(data: str) -> Images:
 def cmd_plan(args: argparse.Namespace) -> int:
     from bakeoff.pipelines.compiling import source_images
 
+    def priced(config: Config) -> Images:  # --data's artifact, else the source's listing and one image
+        return dataset_images(args.data) if args.data else source_images(config)
+
     if args.write_search is not None:
-        written = args.config
-        args.config = written or defaults.CONFIG
-        images = dataset_images(args.data) if args.data else source_images(load_budgeted(args))
-        return write_search(written or builtin_search(images).path, args.write_search)
+        named = args.config
+        args.config = named or defaults.CONFIG
+        return write_search(named or builtin_search(priced(load_budgeted(args))).path, args.write_search)
     # What `bakeoff run` would train on this data: --config's, else the built-in search that fits it.
-    config, images, said = load_searched(
-        args, lambda config: dataset_images(args.data) if args.data else source_images(config)
-    )
+    config, images, said = load_searched(args, priced)
     # `auto` is picked from the costs a budget measures: a run without one leaves it to its replicas (float32).
     flags = None if config.budget_minutes is not None else frozenset[str]()
     plan, train_examples = plan_config(config, args.max_train_examples or 0, images, flags)
