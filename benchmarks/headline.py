@@ -138,7 +138,8 @@ class Run:
 
 def stamped(figures: list[Figure], run: Run) -> list[Measured]:
     """This run's figures, stamped with its date, machine class and commit."""
-    return [Measured(f.key, f.value, f.unit, f.detail, run.date, run.machine_class, run.commit) for f in figures]
+    # float: an entry's count (0 failed requests) is an int, and the table formats every value as a float
+    return [Measured(f.key, float(f.value), f.unit, f.detail, run.date, run.machine_class, run.commit) for f in figures]
 
 
 def merge(kept: list[Measured], new: list[Measured]) -> list[Measured]:

@@ -84,6 +84,14 @@ def test_each_figure_shows_its_goal_and_whether_it_was_met(two_runs: str) -> Non
     assert table["mwms_efficiency_1w"][:4] == ["1.488 ×", "", "", "**this run**"], "no goal, no verdict"
 
 
+def test_a_count_an_entry_measures_as_an_int_is_shown_whole(tmp_path: Path) -> None:
+    """The soak counts failed requests as an int: the run that measured it wrote its table (it once crashed there)."""
+    figures = [Figure("soak_failed_requests", 0, "", detail="none"), Figure("soak_requests", 12117, "", detail="ok")]
+    table = rows(bench(tmp_path, figures, machine("2026-12-07T19:00:00+00:00"), ["soak"]))
+    assert table["soak_failed_requests"][:3] == ["0", "= 0", "yes"]
+    assert table["soak_requests"][0] == "12,117"
+
+
 def test_a_figure_never_measured_says_so_and_every_goal_has_its_row(two_runs: str) -> None:
     table = rows(two_runs)
     assert table["plan_error"] == ["never measured", "0.85–1.05", "never measured", "", ""]
