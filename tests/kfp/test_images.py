@@ -1,5 +1,5 @@
 """The pods' images of the driver, the launcher and argoexec, without a checkout: stand-in programs made into image
-folders, read as the process kubelet reads them."""
+folders, read as the process kubelet reads them, and handed to it by the control plane with the services' names."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 from kubernetes.client import V1Container
 
+from tests.cluster import controlplane, pki
 from tests.cluster.binaries import Binaries
 from tests.cluster.kubelet import image, podenv, sandbox
-from tests.cluster.kubelet.config import DOCKERFILE
+from tests.cluster.kubelet.__main__ import parse as kubelet_flags
+from tests.cluster.kubelet.config import CLUSTER_DOMAIN, DOCKERFILE
+from tests.cluster.kubelet.names import HostsTable, PodName
 from tests.kfp import binaries, sources
 from tests.kfp.images import ARGOEXEC, DRIVER, LAUNCHER, kubelet_images
 
@@ -77,3 +80,28 @@ def test_a_second_call_makes_nothing(tmp_path: Path) -> None:
     assert said == []
     assert {name: os.stat(folder).st_ino for name, folder in first.items()} == made, "a folder was made again"
     assert not list(tmp_path.glob("*/*/*.partial")), "a staging folder was left"
+
+
+def test_the_kubelet_is_told_of_the_images_and_the_service_names(tmp_path: Path) -> None:
+    """What controlplane.start hands its kubelet, parsed by the kubelet's own command line, and the hosts file it
+    writes for a pod from it."""
+    folders = kubelet_images(stand_in_build(tmp_path / "cache"), log=lambda line: None)
+    hosts = dict.fromkeys(controlplane.service_names("ml-pipeline", "kubeflow"), "127.0.200.7")
+    plane = controlplane.ControlPlane(tmp_path / "cluster", controlplane.Ports.free())
+    plane.state.mkdir()
+    serving = pki.KeyPair(plane.state / "serving.crt", plane.state / "serving.key")
+    for path in (serving.cert, serving.key, plane.state / "kubelet-client.kubeconfig"):
+        path.touch()
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    command = controlplane.kubelet_command(plane, serving, venv, folders, hosts)
+    assert command[1:3] == ["-m", "tests.cluster.kubelet"]
+    config = kubelet_flags(command[3:])
+    assert config.images == {**dict.fromkeys(controlplane.BAKEOFF_IMAGES, venv), **folders}
+    assert config.hosts == hosts
+    table = HostsTable(CLUSTER_DOMAIN, config.hosts)
+    table.set_pod("uid", PodName("kubeflow", "driver", "127.1.0.2", "driver"))
+    lines = {tuple(line.split("\t")) for line in table.render("uid").splitlines()}
+    for name in ("ml-pipeline.kubeflow.svc.cluster.local", "ml-pipeline.kubeflow.svc", "ml-pipeline.kubeflow"):
+        assert ("127.0.200.7", name) in lines  # the name the driver dials, and what a search path completes
+    assert ("127.0.200.7", "ml-pipeline") in lines
