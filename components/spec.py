@@ -42,6 +42,8 @@ MAX_BUDGET_MINUTES = 7 * 24 * 60.0
 MAX_TIMEOUT_SECONDS = 7 * 86400  # a TFJob's activeDeadlineSeconds
 IMAGE_SIDES = (8, 1024)  # pixels of a declared image_size's side: below, no pattern is left; above, gigabyte shards
 NAME_PATTERN = r"[a-z0-9]([-a-z0-9_]*[a-z0-9])?"  # a variant's name: it names TFJobs and store paths
+# A local run's folder holds each variant's <name>.log beside kfp.local's own pipeline.log (pipelines/local_run.py).
+RESERVED_NAMES = ("pipeline",)
 _SOURCE = defaults.SOURCE  # ConfigFile's default, where its own `defaults` field hides the module
 
 T = TypeVar("T")
@@ -233,6 +235,8 @@ def check_fits(variants: Sequence[Variant], image_shape: Sequence[int], source: 
 def _validate(variant: Variant, where: _Where) -> None:
     if not re.fullmatch(NAME_PATTERN, variant.name):
         raise where.error("name", "use lower-case letters, digits, '-' and '_' (it names TFJobs and store paths)")
+    if variant.name in RESERVED_NAMES:
+        raise where.error("name", f"{variant.name!r} names kfp.local's log in a run's folder: choose another name")
     if len(variant.name) > MAX_NAME:
         raise where.error(
             "name", f"must be at most {MAX_NAME} characters (it names TFJobs and store paths), got {len(variant.name)}"

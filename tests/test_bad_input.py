@@ -120,6 +120,7 @@ FIELDS = {
     "name traversal": ("name", "../escape", r"variant '\.\./escape': name: use lower-case letters"),
     "name with a slash": ("name", "a/b", r"variant 'a/b': name: use lower-case"),
     "name upper case": ("name", "Big", r"variant 'Big': name: use lower-case"),
+    "name kfp.local's log": ("name", "pipeline", r"variant 'pipeline': name: 'pipeline' names kfp.local's log in a"),
     "name empty": ("name", "", r"name: every variant needs a non-empty name, got ''"),
     "name a number": ("name", 5, r"name: every variant needs a non-empty name, got 5"),
     "name too long": ("name", "a" * 200, r"variant 'a{200}': name: must be at most 128 characters"),

@@ -23,7 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ import yaml
 from bakeoff.components import defaults
 from bakeoff.components.ports import free_ports
 from tests.cluster import binaries, pki
+from tests.cluster.kubelet.config import CLUSTER_DOMAIN
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -422,21 +423,14 @@ class _Starter:
         except (RuntimeError, OSError, subprocess.CalledProcessError) as error:
             raise StartError(f"{component} did not start: {error}") from error
 
-    def kubelet(self, certs: dict[str, pki.KeyPair], venv: Path) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "tests.cluster.kubelet",
-            f"--kubeconfig={self.plane.state / 'kubelet-client.kubeconfig'}",
-            f"--node={NODE}",
-            f"--state-dir={self.plane.state / 'kubelet'}",
-            f"--port={self.plane.ports.kubelet}",
-            f"--serving-cert={certs['kubelet-serving'].cert}",
-            f"--serving-key={certs['kubelet-serving'].key}",
-            f"--api-server={self.plane.server}",
-            f"--pod-cidr={self.plane.pod_cidr}",
-            *[f"--image={image}={venv}" for image in BAKEOFF_IMAGES],
-        ]
+    def kubelet(
+        self,
+        certs: dict[str, pki.KeyPair],
+        venv: Path,
+        images: Mapping[str, Path] | None,
+        hosts: Mapping[str, str] | None,
+    ) -> None:
+        command = kubelet_command(self.plane, certs["kubelet-serving"], venv, images, hosts)
         process = self.spawn("kubelet", command, env={"PYTHONPATH": str(REPO)})
         ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
         self.wait(
@@ -594,6 +588,39 @@ class _Starter:
         return True
 
 
+def kubelet_command(
+    plane: ControlPlane,
+    serving: pki.KeyPair,
+    venv: Path,
+    images: Mapping[str, Path] | None = None,
+    hosts: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The process kubelet's command line: bakeoff's images run in ``venv``, then ``images`` (name → a virtual
+    environment or an unpacked image) and ``hosts`` (name → address, lines of every pod's hosts file)."""
+    every_image = {**dict.fromkeys(BAKEOFF_IMAGES, venv), **(images or {})}
+    return [
+        sys.executable,
+        "-m",
+        "tests.cluster.kubelet",
+        f"--kubeconfig={plane.state / 'kubelet-client.kubeconfig'}",
+        f"--node={NODE}",
+        f"--state-dir={plane.state / 'kubelet'}",
+        f"--port={plane.ports.kubelet}",
+        f"--serving-cert={serving.cert}",
+        f"--serving-key={serving.key}",
+        f"--api-server={plane.server}",
+        f"--pod-cidr={plane.pod_cidr}",
+        *[f"--image={name}={folder}" for name, folder in every_image.items()],
+        *[f"--host={name}={address}" for name, address in (hosts or {}).items()],
+    ]
+
+
+def service_names(name: str, namespace: str) -> tuple[str, ...]:
+    """Every name a pod may dial the Service ``name`` of ``namespace`` by, each a line of `start`'s ``hosts``: a hosts
+    file matches names whole, where cluster DNS completes the short ones through the pod's search path."""
+    return (name, f"{name}.{namespace}", f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.{CLUSTER_DOMAIN}")
+
+
 def module_dir(path: str, module: Path) -> Path:
     """Where the Go module cache holds the version of ``path`` the tool module ``module`` pins (its go.mod's
     require)."""
@@ -679,10 +706,14 @@ def start(
     kubelet: bool = True,
     ports: Ports | None = None,
     trainer: binaries.TrainerPin = binaries.TRAINERS[0],
+    images: Mapping[str, Path] | None = None,
+    hosts: Mapping[str, str] | None = None,
     log: Callable[[str], None] = print,
 ) -> ControlPlane:
     """Builds (once) and starts every component, ``trainer``'s JobSet and Trainer; on a failure stops what started
-    and raises StartError."""
+    and raises StartError. The kubelet runs bakeoff's images in ``venv`` and ``images`` (name → folder) as well, and
+    writes ``hosts`` (name → address: `service_names` for a Service outside the cluster) into every pod's hosts
+    file."""
     if (state / "control-plane.json").exists():
         stop(state)
     bins = binaries.ensure(log=log)
@@ -699,7 +730,7 @@ def start(
         starter.named(OPERATOR.component, starter.operator)
         starter.trainers(trainer)
         if kubelet:
-            starter.kubelet(certs, venv or Path(sys.prefix))
+            starter.kubelet(certs, venv or Path(sys.prefix), images, hosts)
     except BaseException:
         stop(state)
         raise

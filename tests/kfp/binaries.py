@@ -16,10 +16,11 @@ only once every program is there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,18 @@ class Built:
         return (self.kfp if program in KFP_PROGRAMS else self.argo).path(program)
 
 
+@contextlib.contextmanager
+def staged(folder: Path) -> Iterator[Path]:
+    """An empty folder beside ``folder`` to fill, renamed to ``folder`` when the block ends without an error: a cache
+    entry is whole or absent, never half made (a failed fill is left as ``<folder>.partial`` until the next one)."""
+    staging = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    yield staging
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+
+
 def _ensure(
     toolchain: str,
     checkout: Path,
@@ -81,18 +94,14 @@ def _ensure(
     names = [name for group in groups for name in group.programs]
     if all((folder / name).is_file() for name in names):
         return Binaries(folder)
-    staging = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     log(f"building {what} ({', '.join(names)}) from {checkout} into {folder}: minutes on 2 cores, once")
     started = time.monotonic()
-    for group in groups:
-        go_build(toolchain, checkout, staging, ldflags, tuple(group.programs.values()), group.env)
-    missing = [name for name in names if not (staging / name).is_file()]
-    if missing:
-        raise BuildError(f"the Go build of {checkout} made no {', '.join(missing)} in {staging}")
-    shutil.rmtree(folder, ignore_errors=True)
-    staging.rename(folder)
+    with staged(folder) as staging:
+        for group in groups:
+            go_build(toolchain, checkout, staging, ldflags, tuple(group.programs.values()), group.env)
+        missing = [name for name in names if not (staging / name).is_file()]
+        if missing:
+            raise BuildError(f"the Go build of {checkout} made no {', '.join(missing)} in {staging}")
     log(f"built {what} in {time.monotonic() - started:.0f} s")
     return Binaries(folder)
 
