@@ -91,7 +91,7 @@ format: $(INSTALLED) ## apply ruff's safe fixes and its formatter to the whole t
 	$(BIN)/ruff check --fix-only
 	$(BIN)/ruff format
 
-bench: $(INSTALLED) system ## measure speed and quality; writes benchmarks/results.md and results.json (all but peers and search; BENCH_ARGS="--only peers" runs its 3 contests, ~2 h 20 min; "--only search" its 3 seeds, ~70 min)
+bench: $(INSTALLED) system ## measure speed and quality; writes benchmarks/results.md and results.json (all but peers and search, ~2 h 6 min on 2 cores; BENCH_ARGS="--only peers" runs its 3 contests, ~2 h 20 min; "--only search" its 3 seeds, ~70 min)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 compile: $(INSTALLED) ## write pipelines/bakeoff.yaml, the compiled pipeline for the default config

@@ -404,6 +404,6 @@ ENTRIES = {
     "sized": sized,
     "precision": precision,
 }
-# Run only when named, each past make bench's 90 min on its own: peers' 3 contests of three 15-min budgets (~2 h 20 min);
+# Run only when named, each as long as the rest of make bench: peers' 3 contests of three 15-min budgets (~2 h 20 min);
 # search's 3 seeds, each a halving and an every-draw run (~23 min a seed on 2 cores, ~70 min).
 ON_REQUEST = ("peers", "search")
