@@ -47,3 +47,16 @@ def test_the_shapes_become_a_64_pixel_rgb_tree_of_six_classes_the_same_for_a_see
     assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
     images = artifact.read_shards(open_store(str(tmp_path / "out")), "test").images
     assert len({image.tobytes() for image in images}) == len(images), "each image drawn anew"
+
+
+def test_ingest_s_peak_memory_is_its_own_not_the_forking_process_s(tmp_path: Path) -> None:
+    """`make bench` starts ingest from a process holding TensorFlow: the peak it reports is ingest's alone (ru_maxrss
+    carried the parent's 1.4 GB across execve)."""
+    from benchmarks import ingest_memory
+
+    tree = ingest_memory.write_tree(tmp_path / "tree", 200, 32)
+    held = np.ones(1 << 26)  # 512 MiB, touched, in the process that starts ingest
+    measured = ingest_memory.measure(tree, tmp_path / "out", 20, 2)
+    assert held.sum() == 1 << 26
+    assert measured["images"] == 200
+    assert measured["peak_rss_mb"] < 256, f"ingest of 200 small images reported {measured['peak_rss_mb']} MB"
