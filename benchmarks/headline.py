@@ -233,7 +233,9 @@ def _row(key: str, measurement: Measured | None, run: Run) -> str:
         return f"| `{key}` | {NEVER} | {goal.text if goal else ''} | {NEVER if goal else ''} | | |"
     verdict = ("yes" if goal.holds(measurement.value) else "**no**") if goal else ""
     ours = measurement.machine_class == run.machine_class
-    when = THIS_RUN if ours and key in run.measured else f"{measurement.date[:10]}, {measurement.commit}"
+    # a value measured apart from the run (source: a journal section) is not this run's, though the run measured the key
+    this_run = ours and key in run.measured and measurement.source == BENCH
+    when = THIS_RUN if this_run else f"{measurement.date[:10]}, {measurement.commit}"
     if not ours:
         verdict = f"{verdict} on {measurement.machine_class}" if verdict else ""
         when += f", **{measurement.machine_class}** (another class)"

@@ -92,6 +92,18 @@ def test_a_count_an_entry_measures_as_an_int_is_shown_whole(tmp_path: Path) -> N
     assert table["soak_requests"][0] == "12,117"
 
 
+def test_a_value_corrected_apart_from_the_run_shows_its_own_date_not_this_run(tmp_path: Path) -> None:
+    """A figure the run measured wrongly, measured again apart and kept with its journal section, is not the run's."""
+    bench(tmp_path, [Figure("ingest_ratio", 2.8, "×", detail="run")], machine("2026-12-07T19:00:00+00:00"), ["ingest"])
+    figures = json.loads((tmp_path / FIGURES).read_text())
+    corrected = {"value": 1.5, "date": "2026-12-07T20:00:00+00:00", "commit": "fixed12", "source": "journal"}
+    figures["figures"][0] |= corrected
+    (tmp_path / FIGURES).write_text(json.dumps(figures))
+    assert main(["--rewrite-headline", "--results", str(tmp_path)]) == 0
+    row = rows((tmp_path / "results.md").read_text())["ingest_ratio"]
+    assert row[0] == "1.5 ×" and row[3] == "2026-12-07, fixed12", row
+
+
 def test_a_figure_never_measured_says_so_and_every_goal_has_its_row(two_runs: str) -> None:
     table = rows(two_runs)
     assert table["plan_error"] == ["never measured", "0.85–1.05", "never measured", "", ""]
