@@ -19,14 +19,16 @@ from bakeoff.components.backends import prefork
 from bakeoff.components.environment import ERROR_FILE_ENV, PROGRESS_DIR_ENV
 from bakeoff.components.errors import BakeoffError
 from bakeoff.components.logs import append_line
+from bakeoff.components.progress import LOG_SUFFIX
 from bakeoff.components.search.deadline import Deadline
 from bakeoff.components.selection.settings import SelectionSettings
-from bakeoff.components.spec import Data, Search, Variant
+from bakeoff.components.spec import RESERVED_NAMES, Data, Search, Variant
 from bakeoff.components.storage.records import Summary
 from bakeoff.components.training import WORKER_PROGRAM
 from bakeoff.pipelines.pipeline import build_pipeline
 
-PIPELINE_LOG = "pipeline.log"  # kfp.local's own output and each task's, in a run's progress folder
+# kfp.local's own output and each task's, in a run's progress folder: named as no variant's log can be
+PIPELINE_LOG = f"{RESERVED_NAMES[0]}{LOG_SUFFIX}"
 # What makes text no plain text: terminal escape sequences (kfp.local colours its messages), carriage returns
 # and the other control characters but tab and newline.
 CONTROL = re.compile(r"\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]")
