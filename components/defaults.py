@@ -54,6 +54,10 @@ DEADLINE_KEEP_FACTOR = 2
 # per image) through the steps of the two nearest networks of its shape, timed in short real jobs on this machine
 # and refreshed by each local run's jobs; each job costs a measured start more, each pipeline step a process start.
 # Measured once per machine and TensorFlow, kept in CACHE_DIR (BAKEOFF_CACHE overrides it).
+# A run's first measurement of this machine's costs may take this share of its budget (which counts from the
+# command's start): the networks its search lists first are timed first, and those left untimed sit the run out.
+# Timing 5 networks at 64x64 took 14 min of a 5-min budget and left every variant 1 epoch (issue 59).
+CALIBRATION_SHARE = 0.25
 CALIBRATION_STEPS = 192  # timed steps per network, after one execution (of the variant's steps_per_execution) to trace
 # A run's job prices its network only over at least this many steady steps (after its first execution): as many as a
 # calibration's job times, so a run's word never stands on less than the one it replaces. A 1-epoch job of 23 steps

@@ -131,10 +131,15 @@ def compiled_images(config: Config) -> Images:
 
 
 def budget_plan(
-    config: Config, max_train_examples: int = 0, images: Images | None = None, here: bool = True
+    config: Config,
+    max_train_examples: int = 0,
+    images: Images | None = None,
+    here: bool = True,
+    started: float | None = None,
 ) -> Plan | None:
     """The plan a search budget makes of ``config`` on ``images`` (None: its source's, listed here), what
-    ``bakeoff plan`` shows; None without a budget.
+    ``bakeoff plan`` shows; None without a budget. A run's budget counts from ``started`` (``time.monotonic()``),
+    the measuring of this machine's costs included.
 
     Each change is said on stderr. Compiling plans for the whole training split,
     the default of the compiled pipeline's ``max_train_examples``. Only a budget needs this machine's costs.
@@ -144,7 +149,8 @@ def budget_plan(
     if config.budget_minutes is None:
         return None
     # A cluster's CPUs are not this one's: its replicas resolve `auto` themselves.
-    plan, _ = plan_config(config, max_train_examples, images or source_images(config), None if here else frozenset())
+    flags: frozenset[str] | None = None if here else frozenset()
+    plan, _ = plan_config(config, max_train_examples, images or source_images(config), flags, started)
     for line in plan.fitted:
         logger.info("bakeoff: within search.budget: %s", line)
     for line in plan.precisions:

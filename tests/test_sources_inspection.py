@@ -107,8 +107,11 @@ def test_plan_prices_the_source_s_own_count_shape_and_classes_smaller_and_larger
     steps = [step for images in shapes for step in samples.calibration(config, images=images).steps]
     (cost_cache / "calibration.json").write_text(dataclasses.replace(cached, steps=steps).to_json())
     small_plan, large_plan = (plan_document(capsys, config_file, source) for source in (small, large))
-    assert small_plan["dataset"] == {"examples": 22, "shape": [20, 20, 3], "classes": 3, "source": str(small)}
-    assert large_plan["dataset"] == {"examples": 58000, "shape": [96, 72, 3], "classes": 4, "source": str(large)}
+    # each with the validation examples an epoch's end scores: 36 images carve 7, 68,000 carve the default 5,000
+    small_shape = {"examples": 22, "shape": [20, 20, 3], "classes": 3, "source": str(small), "validation": 7}
+    assert small_plan["dataset"] == small_shape
+    large_shape = {"examples": 58000, "shape": [96, 72, 3], "classes": 4, "source": str(large), "validation": 5000}
+    assert large_plan["dataset"] == large_shape
     # two variants, two epochs each, of 58,000 // 32 steps at 0.05 s
     assert large_plan["estimated_seconds"] > small_plan["estimated_seconds"] + 4 * (58000 // 32) * 0.05
     capsys.readouterr()
@@ -141,7 +144,7 @@ def test_compile_with_a_budget_prices_the_source_where_it_can_list_it(
     folder = write_rgb_folder(tmp_path / "shapes", per_class=12, size=20)
     config_file = tmp_path / "variants.yaml"
     config_file.write_text(CONFIG + f"source: {folder}\n")
-    assert compiled_images(load_config(config_file)) == costs.Images(22, (20, 20, 3), 3, str(folder))
+    assert compiled_images(load_config(config_file)) == costs.Images(22, (20, 20, 3), 3, str(folder), validation=7)
     config_file.write_text(CONFIG + "source: s3://cluster-only/pets/\n")
     assert compiled_images(load_config(config_file)) == costs.FASHION_MNIST
     assert "the budget prices Fashion-MNIST's 55,000 training examples, not s3://cluster-only/pets/" in caplog.text

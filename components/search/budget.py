@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 
 from bakeoff.components import defaults
@@ -21,6 +22,7 @@ from bakeoff.components.search.costs import (
 from bakeoff.components.search.deadline import Deadline, path_seconds
 from bakeoff.components.search.halving import Rung, schedule
 from bakeoff.components.spec import Config, Halving, Variant
+from bakeoff.components.storage.records import timestamp
 
 TRAIN_EXAMPLES = FASHION_MNIST.examples  # the default source's training split
 
@@ -33,7 +35,9 @@ def epoch_seconds(
     above 1."""
     steps = train_examples // (variant.training.batch_size * variant.workers)  # as the worker divides an epoch
     shape, network = shape_of(variant, images), macs(variant, images)
-    return steps * calibration.step_seconds(shape, network) + calibration.epoch_end_seconds(shape, network)
+    return steps * calibration.step_seconds(shape, network) + calibration.epoch_end_seconds(
+        shape, network, images.validation
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,10 +67,10 @@ def estimate(
 
     With halving, which variants survive is not known in advance, so each rung is costed as if the costliest
     ones did: the estimate is an upper bound (with ``costliest`` False, as if the cheapest did: a lower bound).
-    Every job also pays the calibration's ``start_seconds``, and the pipeline's steps their ``around``.
+    Every job also pays its start (``job_start``), and the pipeline's steps their ``around``.
     """
     halving = config.search.halving if config.search else None
-    start = calibration.start_seconds + calibration.task_seconds
+    start = calibration.job_start(config.variants, images) + calibration.task_seconds
     epochs = {v.name: epoch_seconds(v, train_examples, calibration, images) for v in config.variants}
     costs = sorted(epochs.values(), reverse=costliest)
     if halving is None:
@@ -105,7 +109,7 @@ def deadline(plan: Plan, command_started_unix: float, pipeline_started_unix: flo
         epoch_seconds={
             v.name: epoch_seconds(v, plan.train_examples, calibration, plan.images) for v in plan.config.variants
         },
-        job_seconds=calibration.start_seconds + calibration.task_seconds,
+        job_seconds=calibration.job_start(plan.config.variants, plan.images) + calibration.task_seconds,
         step_seconds=calibration.task_seconds,
         # overhead_seconds()'s parts: check and ingest before the jobs, select after them
         before_seconds=2 * calibration.task_seconds + ingest_seconds(calibration, plan.images),
@@ -171,22 +175,30 @@ def _largest_within(
 
 
 def fit(
-    config: Config, calibration: Calibration, train_examples: int = TRAIN_EXAMPLES, images: Images = FASHION_MNIST
+    config: Config,
+    calibration: Calibration,
+    train_examples: int = TRAIN_EXAMPLES,
+    images: Images = FASHION_MNIST,
+    spent: float = 0.0,
 ) -> Plan:
     """The plan for ``config``, fitted to ``search.budget_minutes`` before anything runs rather than cut short mid-rung.
 
-    Over the budget: fewer draws per sampled variant first (grid and baseline variants stay), then fewer epochs for
-    every variant (with halving, a lower ``max_epochs``); if even one draw at one epoch is over the budget, one line
-    says so. The last draw goes too when keeping it would leave the search under ``DRAWN_EPOCHS_SHARE`` of the
-    epochs it trains without any draws (grown, as below, where that leaves room). Under it, a halving search trains
-    to the most epochs the budget holds, up to ``GROWN_EPOCHS_FACTOR`` times its ``max_epochs``.
+    Over the budget: fewer draws per sampled variant first (grid and baseline variants stay), then the costliest
+    variants an epoch, then fewer epochs for every variant (with halving, a lower ``max_epochs``); if even one draw
+    at one epoch is over the budget, one line says so. The last draw, or the costliest variant, goes only when
+    keeping it would leave the search under ``DRAWN_EPOCHS_SHARE`` of the epochs it trains without it (grown, as
+    below, where that leaves room). Under it, a halving search trains to the most epochs the budget holds, up to
+    ``GROWN_EPOCHS_FACTOR`` times its ``max_epochs``. The budget counts ``spent`` seconds as gone already (a run's
+    before its plan: measuring this machine's costs).
     """
     seconds = estimate(config, train_examples, calibration, images=images)[1]
     budget = config.budget_minutes
     if budget is None:
         return _plan(config, [], calibration, train_examples, images)
     assert config.search is not None
-    limit, fitted, samples = budget * 60, [], config.search.samples
+    limit, fitted, samples = budget * 60 - spent, [], config.search.samples
+    if spent:
+        fitted.append(f"the budget's first {_minutes(spent)} went to measuring this machine's costs, kept for later")
     halving = config.search.halving  # kept by the shrinking below
     if seconds > limit and any(expansion.sample is not None for expansion in config.expansions.values()):
         kept, why = _largest_within(config, _with_samples, samples, calibration, train_examples, limit, images), ""
@@ -212,7 +224,13 @@ def fit(
             )
             seconds = estimate(config, train_examples, calibration, images=images)[1]
     if seconds <= limit:  # as written, or without the draws that went: room left may buy epochs
-        return _grown(config, fitted, calibration, train_examples, images)
+        return _grown(config, fitted, calibration, train_examples, images, limit)
+    config, left_out = _without_costliest(config, calibration, train_examples, limit, images)
+    if left_out:
+        fitted += left_out
+        seconds = estimate(config, train_examples, calibration, images=images)[1]
+        if seconds <= limit:
+            return _grown(config, fitted, calibration, train_examples, images, limit)
     longest = max(variant.training.epochs for variant in config.variants)
     fitting_epochs = _largest_within(config, _with_epochs, longest - 1, calibration, train_examples, limit, images)
     if not fitting_epochs:
@@ -220,7 +238,9 @@ def fit(
         raise BakeoffError(
             f"{config.source}: search.budget.minutes: "
             f"{budget:g} min cannot hold even {len(config.variants)} variant{'s' if len(config.variants) > 1 else ''} at 1 epoch"  # noqa: E501 (a clause kept whole, so that grep finds it)
-            f" (an estimated {_minutes(least)} here): raise the budget or list fewer variants"
+            f" (an estimated {_minutes(least)} here"
+            + (f", after {_minutes(spent)} spent before the plan" if spent else "")
+            + "): raise the budget or list fewer variants"
         )
     field = "search.halving.max_epochs" if halving else "training.epochs"
     fitted.append(
@@ -230,14 +250,53 @@ def fit(
     return _plan(_with_epochs(config, fitting_epochs), fitted, calibration, train_examples, images)
 
 
-def _grown(config: Config, fitted: list[str], calibration: Calibration, train_examples: int, images: Images) -> Plan:
-    """The plan of a halving ``config`` within its budget raised to the most ``max_epochs`` the budget holds, up to
-    ``GROWN_EPOCHS_FACTOR`` times those written (a search without halving trains its variants' epochs as written)."""
+def _without_costliest(
+    config: Config, calibration: Calibration, train_examples: int, limit: float, images: Images
+) -> tuple[Config, list[str]]:
+    """``config`` less the fewest of its costliest variants an epoch that lets the search train at least
+    ``DRAWN_EPOCHS_SHARE`` of the epochs its cheapest variant alone would (up to those written), and a line saying
+    which went: five networks cut to 1 epoch each scored 0.21 on 64x64 shapes, where a plain residual network
+    trained 31 (issue 59)."""
+    costs = {v.name: epoch_seconds(v, train_examples, calibration, images) for v in config.variants}
+    costliest = sorted(config.variants, key=lambda variant: costs[variant.name], reverse=True)
+    longest = max(variant.training.epochs for variant in config.variants)
+
+    def trained(leaving: int) -> tuple[Config, int]:  # the search less the ``leaving`` costliest, and its epochs
+        left = _without(config, {variant.name for variant in costliest[:leaving]})
+        return left, _largest_within(left, _with_epochs, longest, calibration, train_examples, limit, images)
+
+    alone = trained(len(costliest) - 1)[1]
+    everyone = trained(0)[1]
+    for leaving in range(len(costliest)):
+        left, epochs = trained(leaving)
+        if epochs >= defaults.DRAWN_EPOCHS_SHARE * alone:
+            break
+    if not leaving:
+        return config, []
+    names = ", ".join(f"{v.name} ({costs[v.name]:.3g} s)" for v in costliest[:leaving])
+    return left, [
+        f"variants left out, the costliest an epoch: {names}; with them the search trains {everyone} epochs,"
+        f" without them {epochs}"
+    ]
+
+
+def _without(config: Config, names: set[str]) -> Config:
+    """The config less its variants ``names``."""
+    keep = [variant for variant in config.variants if variant.name not in names]
+    return dataclasses.replace(config, variants=keep, expansions={v.name: config.expansions[v.name] for v in keep})
+
+
+def _grown(
+    config: Config, fitted: list[str], calibration: Calibration, train_examples: int, images: Images, limit: float
+) -> Plan:
+    """The plan of a halving ``config`` within ``limit`` seconds of its budget raised to the most ``max_epochs`` they
+    hold, up to ``GROWN_EPOCHS_FACTOR`` times those written (a search without halving trains its variants' epochs as
+    written)."""
     assert config.search is not None and config.budget_minutes is not None
     halving, budget = config.search.halving, config.budget_minutes
     written = halving.max_epochs if halving else 0
     most = _largest_within(
-        config, _with_epochs, written * defaults.GROWN_EPOCHS_FACTOR, calibration, train_examples, budget * 60, images
+        config, _with_epochs, written * defaults.GROWN_EPOCHS_FACTOR, calibration, train_examples, limit, images
     )
     if most <= written:
         return _plan(config, fitted, calibration, train_examples, images)
@@ -258,17 +317,45 @@ def _plan(config: Config, fitted: list[str], calibration: Calibration, train_exa
 
 
 def plan_config(
-    config: Config, max_train_examples: int = 0, images: Images = FASHION_MNIST, flags: frozenset[str] | None = None
+    config: Config,
+    max_train_examples: int = 0,
+    images: Images = FASHION_MNIST,
+    flags: frozenset[str] | None = None,
+    started: float | None = None,
 ) -> tuple[Plan, int]:
     """``config``'s plan on ``images`` for at most ``max_train_examples`` (0: the whole training split) with this
     machine's costs for that image shape (measured first if not cached), and that number of examples. Its ``auto``
     variants at what ``measured_precisions`` picks for a CPU of ``flags`` (None: this one's; none: left to each
-    replica, as for a cluster's nodes)."""
+    replica, as for a cluster's nodes).
+
+    For a run whose budget counts from ``started`` (``time.monotonic()``; None: a plan alone), measuring takes at
+    most ``CALIBRATION_SHARE`` of the budget, the variants it leaves unpriced sit the run out, and the plan fits
+    what is left of the budget."""
     examples = min(max_train_examples or images.examples, images.examples)
     flags = cpu_flags() if flags is None else flags
-    calibration = calibrated(config.variants, images=images, flags=flags)
+    budget = config.budget_minutes
+    until = started + defaults.CALIBRATION_SHARE * budget * 60 if started is not None and budget else None
+    asked = timestamp()
+    calibration = calibrated(config.variants, images=images, flags=flags, until=until)
+    config, unpriced = _priced(config, calibration, images)
     config, chosen = measured_precisions(config, calibration, images, flags)
-    return dataclasses.replace(fit(config, calibration, examples, images), precisions=chosen), examples
+    # measured now: the run's budget paid for it (the seconds a run takes to read its source, the deadline counts)
+    measured = started is not None and calibration.measured_at >= asked
+    spent = time.monotonic() - started if measured and started is not None else 0.0
+    plan = fit(config, calibration, examples, images, spent)
+    return dataclasses.replace(plan, fitted=[*unpriced, *plan.fitted], precisions=chosen), examples
+
+
+def _priced(config: Config, calibration: Calibration, images: Images) -> tuple[Config, list[str]]:
+    """``config`` less the variants ``calibration`` has no measured network of their shape for, and a line on them."""
+    unpriced = {v.name for v in config.variants if not calibration.costs(shape_of(v, images))}
+    if not unpriced:
+        return config, []
+    names = ", ".join(v.name for v in config.variants if v.name in unpriced)
+    return _without(config, unpriced), [
+        f"variants left out, not timed within the {defaults.CALIBRATION_SHARE:.0%} of the budget that measuring"
+        f" this machine's costs may take: {names} (`bakeoff plan` times them all, for the next run)"
+    ]
 
 
 def measured_precisions(

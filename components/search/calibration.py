@@ -186,10 +186,12 @@ def calibrated(
     steps: int = defaults.CALIBRATION_STEPS,
     images: Images = FASHION_MNIST,
     flags: frozenset[str] | None = None,
+    until: float | None = None,
 ) -> Calibration:
     """This machine's costs for ``variants`` on ``images``: the cached record, measuring (and caching) the networks
     ``timed`` picks that it lacks for that image shape (``steps`` timed steps of each), on a CPU of ``flags`` (None:
-    this one's)."""
+    this one's). The networks of the variants listed first are timed first, each at float32 before bfloat16; past
+    ``until`` (``time.monotonic()``; None: never) no other is started, and what is left stays unmeasured."""
     flags = cpu_flags() if flags is None else flags
     path, key, wanted = cache_dir() / FILE, machine_key(), timed(variants, images, flags)
     cached = read(path)
@@ -199,10 +201,15 @@ def calibrated(
     if not missing:
         assert cached is not None
         return cached
+    listed = {variant.name: index for index, variant in enumerate(variants)}
+    missing.sort(key=lambda variant: (listed.get(variant.name, len(listed)), variant.training.precision != FLOAT32))
     logger.info("bakeoff: measuring this machine's training costs once (%s)", path)
     before = contention.sample()
-    measured = measure(missing, source, steps, images)
-    calibration = dataclasses.replace(measured, steps=[*(cached.steps if cached else []), *measured.steps])
+    measured = measure(missing, source, steps, images, until)
+    merged = [*(cached.steps if cached else []), *measured.steps]
+    # a job's start where a network has none measured: the median of all measured here, not of this batch alone
+    starts = [cost.start_seconds for cost in merged if cost.start_seconds]
+    calibration = dataclasses.replace(measured, start_seconds=start_cost(starts) if starts else 0.0, steps=merged)
     others = contention.others_share(before, contention.sample())
     if others > defaults.BUSY_SHARE:  # slower than this machine alone: every later plan would be priced from it
         logger.warning(
@@ -220,12 +227,14 @@ def measure(
     source: str = defaults.SOURCE,
     steps: int = defaults.CALIBRATION_STEPS,
     images: Images = FASHION_MNIST,
+    until: float | None = None,
 ) -> Calibration:
-    """Times ``wanted`` here with what a run does: the data built as ingest builds it, a pipeline step's process
-    start, and one short real job of each network on the local backend, ``steps`` steps after a first execution;
-    its step is the job's steady rate, its epoch's end its validation and backup, its start the rest of its wall
-    time. Images of another shape than Fashion-MNIST's are timed on random pixels of that shape: a step's cost does
-    not depend on what the pixels show."""
+    """Times ``wanted`` here, in order, with what a run does: the data built as ingest builds it, a pipeline step's
+    process start, and one short real job of each network on the local backend, ``steps`` steps after a first
+    execution; its step is the job's steady rate, its epoch's end its validation and backup, its start the rest of
+    its wall time. Images of another shape than Fashion-MNIST's are timed on random pixels of that shape: a step's
+    cost does not depend on what the pixels show. Past ``until`` (``time.monotonic()``) no job starts but the
+    first."""
     with tempfile.TemporaryDirectory(prefix="bakeoff-calibration-") as scratch, prefork.warm(WORKER_PROGRAM):
         data = Path(scratch) / "data"
         ingest = timed_ingest(source, data, images)
@@ -236,6 +245,13 @@ def measure(
             data = _random_artifact(Path(scratch) / "random", images, most)
         costs, starts = [], []
         for index, variant in enumerate(wanted):
+            if index and until is not None and time.monotonic() >= until:
+                logger.info(
+                    "bakeoff: %d of %d networks left untimed: the budget's share for measuring is spent",
+                    len(wanted) - index,
+                    len(wanted),
+                )
+                break
             cost, start = _job(
                 variant, data.as_uri(), (Path(scratch) / "store").as_uri(), f"calibration-{index}", steps, images
             )
@@ -248,7 +264,7 @@ def measure(
                 cost.step_seconds * 1000,
                 start,
             )
-            costs.append(cost)
+            costs.append(dataclasses.replace(cost, start_seconds=start))
             starts.append(start)
     return Calibration(
         VERSION,

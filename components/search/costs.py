@@ -7,6 +7,7 @@ keeps them); its steps price a network on the line through the measured networks
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Iterable
 
 from bakeoff.components import defaults
@@ -17,7 +18,7 @@ from bakeoff.components.modeling.precision import AUTO, BFLOAT16, FLOAT32, compu
 from bakeoff.components.spec import Variant
 from bakeoff.components.storage.records import DatasetMetadata, Record, WorkerMetrics
 
-VERSION = 12  # of the cost model, of this record and of what a job costs: a new one measures again
+VERSION = 13  # of the cost model, of this record and of what a job costs: a new one measures again
 MACS_TOLERANCE = 1.15  # networks within this factor of a measured one cost as it does, in proportion
 CALIBRATED = "calibration"  # a step's measured_by when a calibration job timed it; else "run <id>"
 
@@ -31,18 +32,21 @@ class Images:
     shape: tuple[int, int, int]
     classes: int
     source: str = defaults.SOURCE
+    validation: int = defaults.VALIDATION_SIZE  # examples scored at each epoch's end
 
     @classmethod
     def of(cls, metadata: DatasetMetadata, where: str = "") -> Images:
         """An ingested artifact's (its metadata.json), at ``where``."""
         height, width, channels = metadata.image_shape
         named = f"{where} (ingested from {metadata.source})" if where else metadata.source
-        return cls(metadata.counts["train"], (height, width, channels), len(metadata.class_names), named)
+        validation = metadata.counts.get("validation", defaults.VALIDATION_SIZE)
+        return cls(metadata.counts["train"], (height, width, channels), len(metadata.class_names), named, validation)
 
     @classmethod
     def of_source(cls, inspected: Inspected) -> Images:
         """A source's as ingest would make it (``inspection.inspect``'s, before ingest)."""
-        return cls(inspected.counts["train"], inspected.shape, inspected.classes, inspected.source)
+        validation = inspected.counts.get("validation", defaults.VALIDATION_SIZE)
+        return cls(inspected.counts["train"], inspected.shape, inspected.classes, inspected.source, validation)
 
     @property
     def values(self) -> int:
@@ -86,6 +90,9 @@ class StepCost(Record):
     measured_by: str = CALIBRATED  # or the run whose job of about this network measured it last
     image: list[int] = dataclasses.field(default_factory=lambda: list(FASHION_MNIST.shape))  # [height, width, channels]
     precision: str = FLOAT32  # what the job computed at
+    # Its job's start (0: not measured: the calibration's own): a backbone's took 27-51 s here, a resnet's 6 (issue 59).
+    start_seconds: float = 0.0
+    validation_examples: int = defaults.VALIDATION_SIZE  # what its epoch's end scored: a calibration's, or a run's
 
     @property
     def shape(self) -> Shape:
@@ -140,7 +147,8 @@ class StepCost(Record):
         step = (timed * metrics.global_batch_size / metrics.examples_per_second - metrics.backup_seconds) / timed
         epoch_end = (metrics.validation_seconds + metrics.backup_seconds) / metrics.epochs_trained
         shape = dataclasses.replace(shape_of(variant, images), precision=metrics.precision or FLOAT32)  # as it ran
-        return cls.of(shape, threads, macs(variant, images), step, epoch_end, measured_by)
+        cost = cls.of(shape, threads, macs(variant, images), step, epoch_end, measured_by)
+        return dataclasses.replace(cost, validation_examples=metrics.validation_examples or images.validation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +164,17 @@ class Calibration(Record):
     ingest_seconds: float  # the data built as ingest builds it
     steps: list[StepCost]
 
+    def job_start(self, variants: Iterable[Variant], images: Images = FASHION_MNIST) -> float:
+        """A job's start for a search of ``variants``: the mean over them of the start measured for the network of
+        their shape nearest theirs by MACs, or, where none was, the calibration's ``start_seconds``."""
+        starts = []
+        for variant in variants:
+            network = macs(variant, images)
+            measured = [cost for cost in self.costs(shape_of(variant, images)) if cost.start_seconds]
+            nearest = min(measured, key=lambda cost: abs(cost.macs - network), default=None)
+            starts.append(nearest.start_seconds if nearest else self.start_seconds)
+        return statistics.fmean(starts) if starts else self.start_seconds
+
     def costs(self, shape: Shape) -> list[StepCost]:
         """The steps measured for ``shape``, the cheapest network first."""
         return sorted((cost for cost in self.steps if cost.shape == shape), key=lambda cost: cost.macs)
@@ -166,9 +185,12 @@ class Calibration(Record):
         or in proportion to the one measured; never below the cheapest one's step for a larger network."""
         return _on_line([(cost.macs, cost.step_seconds) for cost in self.costs(shape)], network_macs)
 
-    def epoch_end_seconds(self, shape: Shape, network_macs: int) -> float:
-        """An epoch's end (validation, backup) of a network of ``network_macs`` in ``shape``, priced as its step."""
-        return _on_line([(cost.macs, cost.epoch_end_seconds) for cost in self.costs(shape)], network_macs)
+    def epoch_end_seconds(self, shape: Shape, network_macs: int, validation: int = defaults.VALIDATION_SIZE) -> float:
+        """An epoch's end (validation, backup) of a network of ``network_macs`` in ``shape`` scoring ``validation``
+        examples, priced as its step, each measured one in proportion to the examples it scored: 960 of a small
+        folder's cost a fifth of the calibration's 5,000 (issue 59)."""
+        scaled = [(c.macs, c.epoch_end_seconds * validation / c.validation_examples) for c in self.costs(shape)]
+        return _on_line(scaled, network_macs)
 
     def missing(self, wanted: Iterable[Variant], images: Images = FASHION_MNIST) -> list[Variant]:
         """Those of ``wanted`` (``timed``'s) with no measured network of their shape within ``MACS_TOLERANCE``."""
@@ -204,7 +226,9 @@ def folded(calibration: Calibration, measured: Iterable[StepCost]) -> Calibratio
     for cost in measured:
         if moves(dataclasses.replace(calibration, steps=steps), cost):
             kept = [s for s in steps if s.shape != cost.shape or not within_factor(s.macs, cost.macs, MACS_TOLERANCE)]
-            steps = [*kept, cost]
+            replaced = [s.start_seconds for s in steps if s not in kept and s.start_seconds]
+            # a run's job times its steps, not its start: the calibration's start of the network stays
+            steps = [*kept, dataclasses.replace(cost, start_seconds=cost.start_seconds or next(iter(replaced), 0.0))]
     return dataclasses.replace(calibration, steps=steps)
 
 

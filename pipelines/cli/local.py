@@ -69,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_fits(config.variants, list(images.shape), str(args.config))
     # After the other checks (a budget may first measure this machine's costs), before the store is made.
     listed = len(config.variants)
-    plan = budget_plan(config, args.max_train_examples or 0, images)
+    plan = budget_plan(config, args.max_train_examples or 0, images, started=started_monotonic)
     config = plan.config if plan else config
     store = open_cli_store(args)
     # After the store's S3 settings are exported: an s3:// source is read with the same endpoint and keys.

@@ -95,12 +95,14 @@ def costs(calibration: Calibration) -> str:
         f"{c.architecture}{' with batch norm' if c.batch_norm else ''} of {c.macs / 1e6:.3g}M MACs"
         f"{'' if c.precision == FLOAT32 else f' at {c.precision}'}"
         f" {c.step_seconds * 1000:.3g} ms/step, {c.epoch_end_seconds:.2g} s an epoch's end (batch {c.batch_size},"
-        f" {c.workers}×{c.threads} threads{'' if c.measured_by == CALIBRATED else f', as {c.measured_by} trained'})"
+        f" {c.workers}×{c.threads} threads{'' if c.measured_by == CALIBRATED else f', as {c.measured_by} trained'}"
+        f"{f', {c.start_seconds:.2g} s to start' if c.start_seconds else ''})"
         for c in calibration.steps
     )
     return (
         f"costs measured here at {calibration.measured_at} ({calibration.machine}): {steps};"
-        f" {calibration.start_seconds:.1f} s to start a job, {calibration.task_seconds:.1f} s a pipeline step"
+        f" {calibration.start_seconds:.1f} s to start a job of a network not timed,"
+        f" {calibration.task_seconds:.1f} s a pipeline step"
         f" ({calibration.select_task_seconds:.1f} s select's),"
         f" {calibration.ingest_seconds:.1f} s to ingest"
     )
