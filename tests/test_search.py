@@ -1140,3 +1140,11 @@ def test_the_plan_trains_auto_at_bfloat16_only_where_the_calibration_measured_it
         "training.precision auto -> mixed_bfloat16: conv (measured faster here at their shape)",
     ]
     assert planned("fpu avx2 avx512f") == ({"conv": AUTO, "dense": AUTO, "written": FLOAT32}, [])
+    # a variant the budget leaves out trains at nothing: no precision line names it
+    steps = [*fp32.steps, *bf16]
+    costly = [dataclasses.replace(s, step_seconds=s.step_seconds * 100) if s.architecture == "mlp" else s for s in steps]
+    (cost_cache / cache.FILE).write_text(dataclasses.replace(fp32, steps=costly).to_json())
+    tight = load_config(write(tmp_path, TWO_FAMILIES + "search: {budget: {minutes: 3}}\n", "tight.yaml"))
+    plan, _ = plan_config(tight, 1000, flags=BF16_CPU)
+    assert [v.name for v in plan.config.variants] == ["conv", "written"]
+    assert plan.precisions == ["training.precision auto -> mixed_bfloat16: conv (measured faster here at their shape)"]

@@ -197,8 +197,10 @@ def fit(
         return _plan(config, [], calibration, train_examples, images)
     assert config.search is not None
     limit, fitted, samples = budget * 60 - spent, [], config.search.samples
+    over = f"over the budget of {budget:g} min"
     if spent:
         fitted.append(f"the budget's first {_minutes(spent)} went to measuring this machine's costs, kept for later")
+        over = f"over the {_minutes(limit)} left of the budget of {budget:g} min"
     halving = config.search.halving  # kept by the shrinking below
     if seconds > limit and any(expansion.sample is not None for expansion in config.expansions.values()):
         kept, why = _largest_within(config, _with_samples, samples, calibration, train_examples, limit, images), ""
@@ -220,7 +222,7 @@ def fit(
             config = _with_samples(config, kept)
             fitted.append(
                 f"search.samples {samples} -> {kept}: {samples} draws per sampled variant take"
-                f" an estimated {_minutes(seconds)}, over the budget of {budget:g} min{why}"
+                f" an estimated {_minutes(seconds)}, {over}{why}"
             )
             seconds = estimate(config, train_examples, calibration, images=images)[1]
     if seconds <= limit:  # as written, or without the draws that went: room left may buy epochs
@@ -244,8 +246,7 @@ def fit(
         )
     field = "search.halving.max_epochs" if halving else "training.epochs"
     fitted.append(
-        f"{field} {longest} -> {fitting_epochs}: {longest} epochs take an estimated {_minutes(seconds)}, over the "
-        f"budget of {budget:g} min"
+        f"{field} {longest} -> {fitting_epochs}: {longest} epochs take an estimated {_minutes(seconds)}, {over}"
     )
     return _plan(_with_epochs(config, fitting_epochs), fitted, calibration, train_examples, images)
 
@@ -338,11 +339,15 @@ def plan_config(
     asked = timestamp()
     calibration = calibrated(config.variants, images=images, flags=flags, until=until)
     config, unpriced = _priced(config, calibration, images)
-    config, chosen = measured_precisions(config, calibration, images, flags)
+    config, picked = measured_precisions(config, calibration, images, flags)
     # measured now: the run's budget paid for it (the seconds a run takes to read its source, the deadline counts)
     measured = started is not None and calibration.measured_at >= asked
     spent = time.monotonic() - started if measured and started is not None else 0.0
     plan = fit(config, calibration, examples, images, spent)
+    kept = {variant.name for variant in plan.config.variants}  # a variant the fit left out trains at nothing
+    why = {BFLOAT16: "measured faster here at their shape", FLOAT32: "bfloat16 measured no faster here"}
+    trained = {precision: [name for name in names if name in kept] for precision, names in sorted(picked.items())}
+    chosen = [f"training.precision auto -> {p}: {', '.join(names)} ({why[p]})" for p, names in trained.items() if names]
     return dataclasses.replace(plan, fitted=[*unpriced, *plan.fitted], precisions=chosen), examples
 
 
@@ -360,12 +365,12 @@ def _priced(config: Config, calibration: Calibration, images: Images) -> tuple[C
 
 def measured_precisions(
     config: Config, calibration: Calibration, images: Images, flags: frozenset[str]
-) -> tuple[Config, list[str]]:
+) -> tuple[Config, dict[str, list[str]]]:
     """``config`` with each ``auto`` variant at the precision ``measured_precision`` picks, where this CPU has
-    bfloat16 units (elsewhere ``auto`` stays: a replica resolves it, float32 on a CPU), and a line per precision
-    picked naming its variants."""
+    bfloat16 units (elsewhere ``auto`` stays: a replica resolves it, float32 on a CPU), and the variants each
+    precision was picked for."""
     if not has_bf16_units(flags):
-        return config, []
+        return config, {}
     picked: dict[str, list[str]] = {}
     variants = []
     for variant in config.variants:
@@ -374,6 +379,4 @@ def measured_precisions(
             picked.setdefault(precision, []).append(variant.name)
             variant = at_precision(variant, precision)
         variants.append(variant)
-    why = {BFLOAT16: "measured faster here at their shape", FLOAT32: "bfloat16 measured no faster here"}
-    lines = [f"training.precision auto -> {p}: {', '.join(names)} ({why[p]})" for p, names in sorted(picked.items())]
-    return dataclasses.replace(config, variants=variants), lines
+    return dataclasses.replace(config, variants=variants), picked
