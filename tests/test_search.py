@@ -966,6 +966,12 @@ def test_a_run_s_first_measurement_keeps_to_its_share_of_the_budget(
     (cost,) = cache.read(cost_cache / cache.FILE).steps  # type: ignore[union-attr]
     assert cost.architecture == "mlp" and cost.start_seconds > 0  # its own start kept beside its step
     assert "bakeoff: 1 of 2 networks left untimed: the budget's share for measuring is spent" in capsys.readouterr().err
+    record = (cost_cache / cache.FILE).read_text()
+    again, _ = plan_config(config, 2000, costs.FASHION_MNIST, frozenset(), started=time.monotonic() - share)
+    # the search is priced in part: past its share no job is forced on it, and the part it prices runs
+    assert [v.name for v in again.config.variants] == ["first"]
+    assert not any(line.startswith("the budget's first") for line in again.fitted)
+    assert (cost_cache / cache.FILE).read_text() == record and "measuring" not in capsys.readouterr().err
     later, _ = plan_config(config, 2000, costs.FASHION_MNIST, frozenset())  # a plan alone times the rest
     assert [v.name for v in later.config.variants] == ["first", "second"]
     assert {c.architecture for c in cache.read(cost_cache / cache.FILE).steps} == {"mlp", "cnn"}  # type: ignore[union-attr]
@@ -1142,7 +1148,10 @@ def test_the_plan_trains_auto_at_bfloat16_only_where_the_calibration_measured_it
     assert planned("fpu avx2 avx512f") == ({"conv": AUTO, "dense": AUTO, "written": FLOAT32}, [])
     # a variant the budget leaves out trains at nothing: no precision line names it
     steps = [*fp32.steps, *bf16]
-    costly = [dataclasses.replace(s, step_seconds=s.step_seconds * 100) if s.architecture == "mlp" else s for s in steps]
+    costly = [
+        dataclasses.replace(step, step_seconds=step.step_seconds * 100) if step.architecture == "mlp" else step
+        for step in steps
+    ]
     (cost_cache / cache.FILE).write_text(dataclasses.replace(fp32, steps=costly).to_json())
     tight = load_config(write(tmp_path, TWO_FAMILIES + "search: {budget: {minutes: 3}}\n", "tight.yaml"))
     plan, _ = plan_config(tight, 1000, flags=BF16_CPU)

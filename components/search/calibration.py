@@ -192,7 +192,7 @@ def calibrated(
     ``timed`` picks that it lacks for that image shape (``steps`` timed steps of each), on a CPU of ``flags`` (None:
     this one's). The networks of the variants listed first are timed first, each at float32 before bfloat16; past
     ``until`` (``time.monotonic()``; None: never) no other is started, and what is left stays unmeasured."""
-    flags = cpu_flags() if flags is None else flags
+    flags, variants = cpu_flags() if flags is None else flags, list(variants)
     path, key, wanted = cache_dir() / FILE, machine_key(), timed(variants, images, flags)
     cached = read(path)
     if cached is not None and cached.machine != key:
@@ -201,11 +201,16 @@ def calibrated(
     if not missing:
         assert cached is not None
         return cached
+    # Past ``until``, a search the record already prices in part runs that part: no job is forced on it.
+    priced = cached is not None and any(cached.costs(shape_of(variant, images)) for variant in variants)
+    if priced and until is not None and time.monotonic() >= until:
+        assert cached is not None
+        return cached
     listed = {variant.name: index for index, variant in enumerate(variants)}
     missing.sort(key=lambda variant: (listed.get(variant.name, len(listed)), variant.training.precision != FLOAT32))
     logger.info("bakeoff: measuring this machine's training costs once (%s)", path)
     before = contention.sample()
-    measured = measure(missing, source, steps, images, until)
+    measured = measure(missing, source, steps, images, until, force_first=not priced)
     merged = [*(cached.steps if cached else []), *measured.steps]
     # a job's start where a network has none measured: the median of all measured here, not of this batch alone
     starts = [cost.start_seconds for cost in merged if cost.start_seconds]
@@ -228,13 +233,14 @@ def measure(
     steps: int = defaults.CALIBRATION_STEPS,
     images: Images = FASHION_MNIST,
     until: float | None = None,
+    force_first: bool = True,
 ) -> Calibration:
     """Times ``wanted`` here, in order, with what a run does: the data built as ingest builds it, a pipeline step's
     process start, and one short real job of each network on the local backend, ``steps`` steps after a first
     execution; its step is the job's steady rate, its epoch's end its validation and backup, its start the rest of
     its wall time. Images of another shape than Fashion-MNIST's are timed on random pixels of that shape: a step's
-    cost does not depend on what the pixels show. Past ``until`` (``time.monotonic()``) no job starts but the
-    first."""
+    cost does not depend on what the pixels show. Past ``until`` (``time.monotonic()``) no job starts, but the first
+    where ``force_first`` (a search with nothing priced yet)."""
     with tempfile.TemporaryDirectory(prefix="bakeoff-calibration-") as scratch, prefork.warm(WORKER_PROGRAM):
         data = Path(scratch) / "data"
         ingest = timed_ingest(source, data, images)
@@ -245,7 +251,7 @@ def measure(
             data = _random_artifact(Path(scratch) / "random", images, most)
         costs, starts = [], []
         for index, variant in enumerate(wanted):
-            if index and until is not None and time.monotonic() >= until:
+            if (index or not force_first) and until is not None and time.monotonic() >= until:
                 logger.info(
                     "bakeoff: %d of %d networks left untimed: the budget's share for measuring is spent",
                     len(wanted) - index,
@@ -270,7 +276,7 @@ def measure(
         VERSION,
         machine_key(),
         timestamp(),
-        start_cost(starts),
+        start_cost(starts) if starts else 0.0,  # none: the share was spent before a job
         _step_start(TASK_IMPORTS),
         _step_start(SELECT_IMPORTS),
         ingest,
