@@ -454,7 +454,7 @@ class _Starter:
             "type": "Opaque",
             "metadata": {"name": up.secret, "namespace": up.namespace},
         }
-        self.apply([namespace, *_in_namespace(documents, up.namespace), secret])
+        self.apply([namespace, *in_namespace(documents, up.namespace), secret])
         token = self.plane.kubectl("create", "token", up.account, "-n", up.namespace, "--duration=48h").stdout.strip()
         config = pki.kubeconfig(
             self.plane.state / f"{up.component}.kubeconfig",
@@ -644,7 +644,7 @@ def _resources(folder: Path) -> list[str]:
     return yaml.safe_load((folder / "kustomization.yaml").read_text())["resources"]
 
 
-def _in_namespace(documents: list[dict], namespace: str) -> list[dict]:
+def in_namespace(documents: list[dict], namespace: str) -> list[dict]:
     """The documents with their service accounts, Roles and RoleBindings, and the bindings' subjects, in
     ``namespace`` (kustomize's `namespace:`)."""
     for doc in documents:

@@ -1,11 +1,17 @@
 """The real KFP backend on loopback, out of cluster, as KFP's own backend/README.md runs its API server for development.
 
-On the real control plane of tests/cluster (no process kubelet until runs execute): MariaDB (tests/kfp/mariadb.py)
-and SeaweedFS as KFP ≥ 2.16 sets it up (tests/conftest.py's WeedServer, bucket `mlpipeline`), then KFP's API
-server, its ScheduledWorkflow controller, its persistence agent and Argo's workflow controller, each a process built
-by tests/kfp/binaries.py. The cluster gets what KFP's manifests install and these need: the namespace `kubeflow`,
-Argo's CRDs (`manifests/base/crds/minimal` of the pinned Argo checkout), KFP's ScheduledWorkflow CRD, the
-`pipeline-runner` account, the store's Secret `mlpipeline-minio-artifact` and the `workflow-controller-configmap`.
+On the real control plane of tests/cluster, its process kubelet running the pods of a run: MariaDB
+(tests/kfp/mariadb.py) and SeaweedFS as KFP ≥ 2.16 sets it up (tests/conftest.py's WeedServer, bucket `mlpipeline`),
+ML Metadata (tests/kfp/mlmd.py), then KFP's API server, its ScheduledWorkflow controller, its persistence agent and
+Argo's workflow controller, each a process built by tests/kfp/binaries.py. The cluster gets what KFP's manifests
+install and these need: the namespace `kubeflow`, Argo's CRDs (`manifests/base/crds/minimal` of the pinned Argo
+checkout), KFP's ScheduledWorkflow CRD, the `pipeline-runner` account with the checkout's Role and RoleBinding for
+it, the store's Secret `mlpipeline-minio-artifact`, the `workflow-controller-configmap` and `kfp-launcher`.
+
+A run's pods name the driver, launcher and argoexec images of tests/kfp/images.py (the API server's
+`V2_DRIVER_IMAGE`/`V2_LAUNCHER_IMAGE`, the workflow controller's `--executor-image`) and dial ML Metadata and the API
+server's gRPC by their Service names at fixed ports (8080, 8887): every pod's hosts file maps those names to loopback
+addresses of their own (tests/kfp/forward.py), where ML Metadata listens and a relay forwards to the API server.
 
 Where it differs from an install, and why:
 - every component signs in as the cluster's admin (their RBAC is KFP's manifests', not what is under test);
@@ -14,7 +20,11 @@ Where it differs from an install, and why:
 - the config is the checkout's `config.json` without its `plugins` block (2.17.0 enables an MLflow plugin pointed
   at an endpoint a plain install lacks);
 - the persistence agent's service-account token (`/var/run/secrets/kubeflow/tokens/...`, which it exits without)
-  is a file bind-mounted in a mount namespace of its own: a single-user API server checks no token.
+  is a file bind-mounted in a mount namespace of its own: a single-user API server checks no token;
+- the node is cordoned but while a test that takes `executing` runs: the other tests' runs are of bakeoff's whole
+  pipeline, which the shared 2-core machine should not train; their pods stay Pending until their runs go;
+- `kfp-launcher` names the lane's SeaweedFS as the `minio` provider's endpoint, where an install's default is
+  `seaweedfs.kubeflow:9000` (a Service this cluster has no route to).
 """
 
 from __future__ import annotations
@@ -30,14 +40,16 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from bakeoff.components.ports import free_ports
 from tests.cluster import controlplane
 from tests.cluster.binaries import BuildError
 from tests.conftest import WeedServer, free_port
-from tests.kfp import binaries, mariadb, sources
+from tests.kfp import binaries, forward, images, mariadb, mlmd, sources
 
 NAMESPACE = "kubeflow"  # KFP's manifests' namespace: the driver and launcher look for services in it
 BUCKET = "mlpipeline"
@@ -46,11 +58,35 @@ STORE_SECRET = "mlpipeline-minio-artifact"
 START_TIMEOUT = 180.0  # seconds; the API server migrates a fresh database first (~20 s here)
 STOP_GRACE = 10.0
 TOKEN_PATH = "secrets/kubeflow/tokens/persistenceagent-sa-token"  # under /run (= /var/run)
-COMPONENTS = ("apiserver", "workflow-controller", "scheduledworkflow", "persistence")  # in start order
+COMPONENTS = ("apiserver", "relay", "workflow-controller", "scheduledworkflow", "persistence")  # in start order
+MLMD_PORT = 8080  # backend/src/v2/metadata/env.go: the port every driver and launcher dials
+API_GRPC_PORT = 8887  # backend/src/v2/config/env.go: the API server's gRPC port they dial
+MLMD_SERVICE = "metadata-grpc-service"  # backend/src/apiserver/common/const.go's defaults, the names they dial
+API_SERVICE = "ml-pipeline"
+PIPELINE_ROOT = f"minio://{BUCKET}/v2/artifacts"  # backend/src/v2/config/env.go's default, as the manifests leave it
 
 
 class BackendError(RuntimeError):
     """A component did not start: the message names it and ends with its log's tail."""
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """The loopback addresses where the pods find ML Metadata and the API server's gRPC at their fixed ports."""
+
+    mlmd: str
+    api: str
+
+    @classmethod
+    def free(cls) -> Addresses:
+        return cls(forward.free_address(MLMD_PORT), forward.free_address(API_GRPC_PORT))
+
+    def hosts(self) -> dict[str, str]:
+        """Every pod's hosts-file lines (the kubelet's `--host`): each Service name as a pod may spell it."""
+        return {
+            **dict.fromkeys(controlplane.service_names(MLMD_SERVICE, NAMESPACE), self.mlmd),
+            **dict.fromkeys(controlplane.service_names(API_SERVICE, NAMESPACE), self.api),
+        }
 
 
 @dataclass
@@ -62,9 +98,11 @@ class Backend:
     plane: controlplane.ControlPlane
     database: mariadb.MariaDB
     store: WeedServer
+    addresses: Addresses
     grpc_port: int
     http_port: int
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    metadata: mlmd.Mlmd | None = None
+    processes: dict[str, subprocess.Popen[Any]] = field(default_factory=dict)
 
     @property
     def host(self) -> str:
@@ -154,7 +192,7 @@ def cluster_objects(backend: Backend) -> None:
             "secretKeySecret": {"name": STORE_SECRET, "key": "secretkey"},
         },
     }
-    documents = [
+    documents: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": RUNNER, "namespace": NAMESPACE}},
         {
@@ -175,7 +213,38 @@ def cluster_objects(backend: Backend) -> None:
             },
         },
     ]
+    # What the runs' pods may do as `pipeline-runner`, as KFP's manifests grant it (kustomize's namespace set).
+    rbac = release.kfp / "manifests/kustomize/base/pipeline"
+    documents += controlplane.in_namespace(
+        [yaml.safe_load((rbac / f"pipeline-runner-{name}.yaml").read_text()) for name in ("role", "rolebinding")],
+        NAMESPACE,
+    )
+    documents.append(launcher_config(backend))
     plane.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(json.dumps(d) for d in documents))
+
+
+def launcher_config(backend: Backend) -> dict[str, Any]:
+    """The ConfigMap `kfp-launcher` the root driver reads the runs' artifact store from (backend/src/v2/config/
+    env.go's `FromConfigMap`; providers as s3.go's `S3ProviderConfig`): the default pipeline root on this SeaweedFS,
+    with the credentials of the Secret an install's default names."""
+    minio = {
+        "default": {
+            "endpoint": f"127.0.0.1:{backend.store.ports['s3']}",
+            "region": "minio",
+            "disableSSL": True,
+            "forcePathStyle": True,
+            "credentials": {
+                "fromEnv": False,
+                "secretRef": {"secretName": STORE_SECRET, "accessKeyKey": "accesskey", "secretKeyKey": "secretkey"},
+            },
+        }
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "kfp-launcher", "namespace": NAMESPACE},
+        "data": {"defaultPipelineRoot": PIPELINE_ROOT, "providers": yaml.safe_dump({"minio": minio})},
+    }
 
 
 def apiserver(backend: Backend) -> None:
@@ -198,6 +267,11 @@ def apiserver(backend: Backend) -> None:
         "OBJECTSTORECONFIG_BUCKETNAME": BUCKET,
         "OBJECTSTORECONFIG_ACCESSKEY": keys["AWS_ACCESS_KEY_ID"],
         "OBJECTSTORECONFIG_SECRETACCESSKEY": keys["AWS_SECRET_ACCESS_KEY"],
+        # The images a run's pods name (tests/kfp/images.py); logs and their level as the manifests set them.
+        "V2_DRIVER_IMAGE": images.DRIVER.name(backend.built.release),
+        "V2_LAUNCHER_IMAGE": images.LAUNCHER.name(backend.built.release),
+        "PUBLISH_LOGS": "true",
+        "PIPELINE_LOG_LEVEL": "1",
         # Read at start-up, never dialled for what the lane does (the UI's visualisations).
         "ML_PIPELINE_VISUALIZATIONSERVER_SERVICE_HOST": "127.0.0.1",
         "ML_PIPELINE_VISUALIZATIONSERVER_SERVICE_PORT": "1",
@@ -213,11 +287,18 @@ def apiserver(backend: Backend) -> None:
     _wait(backend, "apiserver", lambda: _http_ok(f"{backend.host}/apis/v2beta1/healthz"))
 
 
+def relay(backend: Backend) -> None:
+    """The API server's gRPC at the pods' `ml-pipeline` address and port (the server itself listens on `:PORT`)."""
+    listen = (backend.addresses.api, API_GRPC_PORT)
+    backend.log("relay").parent.mkdir(parents=True, exist_ok=True)
+    backend.processes["relay"] = forward.start(listen, ("127.0.0.1", backend.grpc_port), backend.log("relay"))
+
+
 def workflow_controller(backend: Backend) -> None:
     command = [
         str(backend.built.path("workflow-controller")),
         "--configmap=workflow-controller-configmap",
-        "--executor-image=argoexec",  # what the process kubelet runs from the built argoexec
+        f"--executor-image={images.ARGOEXEC.name(backend.built.release)}",  # tests/kfp/images.py's, from the build
         f"--namespace={NAMESPACE}",  # where its ConfigMap is; it watches every namespace, as KFP installs it
     ]
     env = {"LEADER_ELECTION_DISABLE": "true", "ARGO_NAMESPACE": NAMESPACE}
@@ -258,22 +339,28 @@ def persistence(backend: Backend) -> None:
 
 
 def start(
-    state: Path, built: binaries.Built, plane: controlplane.ControlPlane, log: Callable[[str], None] = print
+    state: Path,
+    built: binaries.Built,
+    plane: controlplane.ControlPlane,
+    addresses: Addresses,
+    log: Callable[[str], None] = print,
 ) -> Backend:
-    """MariaDB, SeaweedFS, the cluster's objects and KFP's and Argo's servers, each waited for; on a failure, what
-    started is stopped and BackendError raised."""
+    """MariaDB, SeaweedFS, ML Metadata on ``addresses.mlmd``, the cluster's objects, and KFP's and Argo's servers
+    with the relay on ``addresses.api``, each waited for; on a failure, what started is stopped and the error
+    raised."""
     state.mkdir(parents=True, exist_ok=True)
     database = mariadb.start(state / "mariadb", free_port())
     store = WeedServer(state / "seaweedfs", buckets=(BUCKET,), kfp=True)
     http_port, grpc_port = free_ports(2)
-    backend = Backend(state, built, plane, database, store, http_port, grpc_port)
+    backend = Backend(state, built, plane, database, store, addresses, grpc_port=grpc_port, http_port=http_port)
     try:
         store.start()
         log(f"MariaDB on {database.port}, SeaweedFS on {store.endpoint}")
+        backend.metadata = mlmd.start(state / "mlmd", MLMD_PORT, host=addresses.mlmd, log=log)
+        log(f"ML Metadata on {addresses.mlmd}:{MLMD_PORT}")
         cluster_objects(backend)
-        for component, starter in zip(
-            COMPONENTS, (apiserver, workflow_controller, scheduledworkflow, persistence), strict=True
-        ):
+        starters = (apiserver, relay, workflow_controller, scheduledworkflow, persistence)
+        for component, starter in zip(COMPONENTS, starters, strict=True):
             starter(backend)
             log(f"KFP {built.release.tag}'s {component} ready")
     except BaseException:
@@ -294,8 +381,22 @@ def stop(backend: Backend) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, 9)
             process.wait()
+    if backend.metadata is not None:
+        backend.metadata.stop()
     backend.store.stop()
     backend.database.stop()
+
+
+def cordon(plane: controlplane.ControlPlane, on: bool = True) -> None:
+    """Keeps new pods off the node (or lets them on again), as `kubectl cordon` does."""
+    plane.kubectl("cordon" if on else "uncordon", controlplane.NODE)
+
+
+def delete_workflows(backend: Backend) -> None:
+    """Deletes every Workflow in the namespace and its pods, Pending ones at once (no node holds them): nothing of
+    an earlier test's run starts when the node is opened."""
+    for kind, selector in (("workflows.argoproj.io", "--all"), ("pods", "--selector=workflows.argoproj.io/workflow")):
+        backend.plane.kubectl("delete", kind, selector, "--namespace", NAMESPACE, "--wait", "--timeout=120s")
 
 
 # ------------------------------------------------------------------------------------------ one per pytest session
@@ -330,13 +431,17 @@ def shared(
     if tag not in running:
         state = tmp_path_factory.mktemp(f"kfp-{tag}")
         say = functools.partial(print, file=sys.stderr)
+        addresses = Addresses.free()
         try:
-            plane = controlplane.start(state / "cluster", kubelet=False, log=say)
-        except (controlplane.StartError, BuildError) as error:
+            pod_images = images.kubelet_images(programs, log=say)
+            plane = controlplane.start(state / "cluster", images=pod_images, hosts=addresses.hosts(), log=say)
+            cordon(plane)  # the runs of tests that do not take `executing` never start
+        except (BuildError, OSError, RuntimeError) as error:
+            controlplane.stop(state / "cluster")
             pytest.fail(f"the control plane did not start: {error}", pytrace=False)
         try:
-            running[tag] = _Shared(start(state / "kfp", programs, plane, log=say), state / "cluster")
-        except (BackendError, mariadb.DatabaseError, RuntimeError) as error:
+            running[tag] = _Shared(start(state / "kfp", programs, plane, addresses, log=say), state / "cluster")
+        except (BackendError, mariadb.DatabaseError, mlmd.MlmdError, RuntimeError, OSError) as error:
             controlplane.stop(state / "cluster")
             pytest.fail(f"KFP {tag} did not start: {error}", pytrace=False)
     held = running[tag]

@@ -42,3 +42,15 @@ def kfp_backend(
     MariaDB and SeaweedFS, on the real control plane: one per release and session, shared with the `real` parameter of
     tests/kfp_fixtures.py's `server` (backend.shared)."""
     yield from backend.shared(request.config, built, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def executing(kfp_backend: backend.Backend) -> Iterator[backend.Backend]:
+    """The backend with its node taking pods for the module's tests: earlier tests' Workflows go first, and the node
+    is cordoned again after (backend.py says why it is cordoned)."""
+    backend.delete_workflows(kfp_backend)
+    backend.cordon(kfp_backend.plane, on=False)
+    try:
+        yield kfp_backend
+    finally:
+        backend.cordon(kfp_backend.plane)

@@ -5,11 +5,11 @@ Each holds what upstream's image holds of it: KFP's backend/Dockerfile.driver an
 `/bin/driver` and `/bin/launcher-v2` in an image whose WORKDIR is /bin and whose ENTRYPOINT is the program; Argo's
 Dockerfile puts `/bin/argoexec` beside `/etc/nsswitch.conf`, its ENTRYPOINT the bare name (found on PATH, as its
 emissary finds itself to copy into `/var/run/argo`: binary.go's `exec.LookPath`). Every one has `/etc/nsswitch.conf`
-(`hosts: files dns`), `/etc/passwd` and `/etc/group`, `/tmp`, and an OCI layout `oci/` holding only what the kubelet
-reads of it, the image config (no layers: the root filesystem is there unpacked). No USER: the kubelet runs the
-container as itself, and the pods' emptyDirs are its own. The names are upstream's manifests' (`ghcr.io/kubeflow/
-kfp-driver:<tag>`, `ghcr.io/kubeflow/kfp-launcher:<tag>`, `quay.io/argoproj/argoexec:<Argo version>`), so a compiled
-Workflow names them as on an install.
+(`hosts: files dns`), `/etc/passwd` and `/etc/group`, `/tmp`, the empty `/proc`, `/dev` and `/sys` a runtime mounts
+over, and an OCI layout `oci/` holding only what the kubelet reads of it, the image config (no layers: the root
+filesystem is there unpacked). No USER: the kubelet runs the container as itself, and the pods' emptyDirs are its
+own. The names are upstream's manifests' (`ghcr.io/kubeflow/kfp-driver:<tag>`, `ghcr.io/kubeflow/kfp-launcher:<tag>`,
+`quay.io/argoproj/argoexec:<Argo version>`), so a compiled Workflow names them as on an install.
 
 They are kept beside the programs: `~/.cache/bakeoff/kfp/<tag>/images-<key>/{driver,launcher-v2}` and
 `~/.cache/bakeoff/argo/<version>/images-<key>/argoexec`, the key the programs' own (`bin-<key>`) and a digest of
@@ -41,6 +41,7 @@ ETC = {
     "passwd": "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
     "group": "root:x:0:\nnonroot:x:65532:\n",
 }
+KERNEL_MOUNTS = ("proc", "dev", "sys")  # where enter.py binds the machine's kernel file systems into an image's root
 ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64"}  # uname's names → OCI's (Go's GOARCH)
 MEDIA_TYPE = "application/vnd.oci.image.{}.v1+json"
 
@@ -83,6 +84,8 @@ def unpacked(folder: Path, image: PodImage, name: str, program: Path) -> Path:
     (rootfs / "bin").mkdir(parents=True)
     (rootfs / "tmp").mkdir()
     (rootfs / "tmp").chmod(0o1777)  # as in any image; the kubelet mounts the container's private /tmp over it
+    for mount_point in KERNEL_MOUNTS:  # empty, as in any image: the kubelet mounts this machine's over them
+        (rootfs / mount_point).mkdir()
     (rootfs / "etc").mkdir()
     for file, text in ETC.items():
         (rootfs / "etc" / file).write_text(text)

@@ -7,16 +7,19 @@ The driver dials `metadata-grpc-service.<namespace>:8080` (`backend/src/v2/cmd/d
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.kfp import sources
 
 VERSION = "1.17.1"  # the newest ml-metadata with a CPython 3.11 wheel
 SERVER = Path(__file__).with_name("mlmd_server.py")
+RUNS = Path(__file__).with_name("mlmd_runs.py")
 
 
 class MlmdError(RuntimeError):
@@ -46,6 +49,14 @@ class Mlmd:
     host: str
     port: int
     process: subprocess.Popen[str]
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """What the store holds of the KFP run ``run_id`` (tests/kfp/mlmd_runs.py's report)."""
+        command = [str(environment()), str(RUNS), self.host, str(self.port), run_id]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise MlmdError(f"reading run {run_id} from ML Metadata failed: {done.stderr.strip()[-2000:]}")
+        return json.loads(done.stdout)
 
     def stop(self) -> None:
         self.process.terminate()

@@ -66,6 +66,8 @@ def test_each_image_runs_its_program_as_the_kubelet_reads_it(tmp_path: Path) -> 
         # KFP's compiler runs `driver` and `launcher-v2` by name, Argo's emissary looks itself up on PATH.
         sandbox.resolve_executable([pod_image.program], env, found.config.workdir, root)
         assert found.user is None, "the kubelet's own user: it made the pods' emptyDirs"
+        # enter.py mounts this machine's /proc, /dev and /sys on the image's own (empty) folders.
+        assert all((found.rootfs / kernel).is_dir() for kernel in ("proc", "dev", "sys"))
         nsswitch = (found.rootfs / "etc" / "nsswitch.conf").read_text()
         assert "hosts: files dns" in nsswitch, "the pod's hosts file names the cluster's services"
     assert read[NAMES[DRIVER]].config.workdir == "/bin", "backend/Dockerfile.driver's WORKDIR"
