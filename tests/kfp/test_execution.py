@@ -9,6 +9,7 @@ here, as the SDK reads their annotations as types.
 """
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,9 +17,12 @@ import boto3
 import pytest
 from kfp import client, dsl
 
+from bakeoff.components import defaults
 from bakeoff.components.steps.factory import as_component
+from bakeoff.components.storage import open_store, registry
 from tests.cluster.controlplane import TEST_IMAGE
 from tests.kfp import backend
+from tests.kfp.test_servers import bakeoff
 
 pytestmark = pytest.mark.kfp
 
@@ -172,3 +176,40 @@ def test_a_second_run_reuses_the_cache(executing: backend.Backend, succeeded: di
     assert executing.metadata is not None
     steps = containers(executing.metadata.run(again["run_id"]))
     assert {task: step["state"] for task, step in steps.items()} == {"producer": "CACHED", "consumer": "CACHED"}
+
+
+def test_bakeoff_submit_wait_runs_the_whole_pipeline_and_publishes_a_model(
+    executing: backend.Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bakeoff's own pipeline, as a user submits it to an install: check, ingest, each rung's TFJobs on the real
+    Training Operator, halve, select; the winner published in the store's registry. A small bake-off: 2 variants,
+    2 rungs, 2,048 examples of the offline Fashion-MNIST (`make system`)."""
+    variants = [
+        {"name": "tiny", "model": {"type": "mlp", "hidden_units": [16]}},
+        {"name": "small", "model": {"type": "mlp", "hidden_units": [32]}},
+    ]
+    done = bakeoff(
+        executing,
+        "submit",
+        "--wait",
+        "--name",
+        "bakeoff-end-to-end",
+        "--s3-endpoint",  # the lane's SeaweedFS, where an install's steps reach seaweedfs.kubeflow:9000
+        executing.store.endpoint,
+        *("--param", "max_train_examples=2048", "--param", "min_epochs=1", "--param", "max_epochs=2"),
+        *("--param", f"variants={json.dumps(variants)}"),
+    )
+    assert done.returncode == 0, f"{done.stderr[-3000:]}\n{warnings(executing)}"
+    run_id = re.match(r"submitted run (\S+) ", done.stdout)[1]  # type: ignore[index]
+    assert f"run {run_id} succeeded" in done.stdout
+    tfjobs = objects(executing, "tfjobs.kubeflow.org", "app.kubernetes.io/part-of=bakeoff")
+    assert {job["metadata"]["labels"]["bakeoff/variant"] for job in tfjobs} == {"tiny", "small"}
+    assert {job["status"]["conditions"][-1]["type"] for job in tfjobs} == {"Succeeded"}
+    for name, value in executing.store.keys.items():
+        monkeypatch.setenv(name, value)
+    store = open_store(
+        defaults.CLUSTER_STORE.format(namespace=backend.NAMESPACE), executing.store.endpoint, s3_insecure=True
+    )
+    [published] = registry.list_versions(store, defaults.MODEL_NAME)
+    assert published.run_id == run_id
+    assert published.variant in {variant["name"] for variant in variants}
