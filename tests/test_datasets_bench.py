@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bakeoff.components.data import artifact
+from bakeoff.components.spec import parse_config
 from bakeoff.components.storage import open_store
 from benchmarks.datasets import DIGITS_SIDE, SHAPES, write_digits, write_shapes
 
@@ -60,3 +61,15 @@ def test_ingest_s_peak_memory_is_its_own_not_the_forking_process_s(tmp_path: Pat
     assert held.sum() == 1 << 26
     assert measured["images"] == 200
     assert measured["peak_rss_mb"] < 256, f"ingest of 200 small images reported {measured['peak_rss_mb']} MB"
+
+
+def test_the_digits_search_is_one_bakeoff_reads_without_flips_and_with_enough_steps_an_epoch() -> None:
+    from benchmarks.datasets import FULL, digits_search
+
+    config = parse_config(digits_search(FULL.digits_max_epochs) | {"source": "digits"}, "digits_search")
+    assert config.search is not None and config.search.halving is not None
+    assert config.search.halving.max_epochs == FULL.digits_max_epochs
+    for variant in config.variants:
+        # a mirrored digit is another glyph; 1,150 images at 16 a replica on 2 workers make 36 steps an epoch
+        assert not variant.training.random_flip and variant.training.random_shift == 3
+        assert variant.training.batch_size * variant.workers <= 32
