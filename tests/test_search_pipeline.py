@@ -557,6 +557,11 @@ def test_the_run_says_what_its_budget_bought(tmp_path: Path) -> None:
     )
     whole = fit(loaded.with_budget(60.0), samples.calibration(loaded, step_seconds=0.001, start_seconds=20.0))
     assert bought(whole, 8, 60.0).startswith("budget 60 min: 8 of 8 variants (search.halving.max_epochs 8 -> 16),")
+    # A first run's measuring is in its time, so it is in the plan's span too: 1.5 min of it and 2.5 min of plan
+    first = dataclasses.replace(plan, least_seconds=60.0, seconds=150.0, spent=90.0)
+    assert bought(first, 8, 235.0).endswith(
+        " planned 2.5 to 4.0 min here (1.5 of them measuring); the run took 3.9 min"
+    )
 
 
 def test_the_readme_s_first_run_leaves_the_default_s_plan_as_it_was(

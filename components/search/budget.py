@@ -54,6 +54,7 @@ class Plan:
     train_examples: int  # an epoch's, as estimated
     images: Images = FASHION_MNIST  # the dataset it prices
     precisions: list[str] = dataclasses.field(default_factory=list)  # what `auto` chose where it had a choice
+    spent: float = 0.0  # seconds of the budget gone before it (measuring this machine's costs): not in the estimate
 
 
 def estimate(
@@ -343,7 +344,7 @@ def plan_config(
     # measured now: the run's budget paid for it (the seconds a run takes to read its source, the deadline counts)
     measured = started is not None and calibration.measured_at >= asked
     spent = time.monotonic() - started if measured and started is not None else 0.0
-    plan = fit(config, calibration, examples, images, spent)
+    plan = dataclasses.replace(fit(config, calibration, examples, images, spent), spent=spent)
     kept = {variant.name for variant in plan.config.variants}  # a variant the fit left out trains at nothing
     why = {BFLOAT16: "measured faster here at their shape", FLOAT32: "bfloat16 measured no faster here"}
     trained = {precision: [name for name in names if name in kept] for precision, names in sorted(picked.items())}

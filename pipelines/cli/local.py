@@ -265,10 +265,12 @@ def bought(plan: Plan, listed: int, seconds: float, rungs: Sequence[RungRecord] 
     planned = {rung.index: rung.keep for rung in plan.rungs or []}
     moved = [f"{len(r.kept)} at rung {r.rung} (not {planned[r.rung]})" for r in rungs if len(r.kept) != planned[r.rung]]
     filled = f"; for its deadline the halve steps kept {', '.join(moved)}" if moved else ""
+    # the run's time counts from the command, so the plan's span counts the measuring before it too
+    least, most = (plan.least_seconds + plan.spent) / 60, (plan.seconds + plan.spent) / 60
+    measuring = f" ({plan.spent / 60:.1f} of them measuring)" if plan.spent else ""
     return (
         f"budget {config.budget_minutes:g} min: {len(config.variants)} of {listed} variants ({kept}),"
-        f" planned {plan.least_seconds / 60:.1f} to {plan.seconds / 60:.1f} min here{filled};"
-        f" the run took {seconds / 60:.1f} min"
+        f" planned {least:.1f} to {most:.1f} min here{measuring}{filled}; the run took {seconds / 60:.1f} min"
     )
 
 
