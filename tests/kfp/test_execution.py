@@ -22,7 +22,7 @@ from bakeoff.components.steps.factory import as_component
 from bakeoff.components.storage import open_store, registry
 from tests.cluster.controlplane import TEST_IMAGE
 from tests.kfp import backend
-from tests.kfp.test_servers import bakeoff
+from tests.kfp.test_servers import TWO_MLPS, bakeoff
 
 pytestmark = pytest.mark.kfp
 
@@ -184,10 +184,7 @@ def test_bakeoff_submit_wait_runs_the_whole_pipeline_and_publishes_a_model(
     """bakeoff's own pipeline, as a user submits it to an install: check, ingest, each rung's TFJobs on the real
     Training Operator, halve, select; the winner published in the store's registry. A small bake-off: 2 variants,
     2 rungs, 2,048 examples of the offline Fashion-MNIST (`make system`)."""
-    variants = [
-        {"name": "tiny", "model": {"type": "mlp", "hidden_units": [16]}},
-        {"name": "small", "model": {"type": "mlp", "hidden_units": [32]}},
-    ]
+    variants = TWO_MLPS
     done = bakeoff(
         executing,
         "submit",

@@ -22,6 +22,11 @@ pytestmark = pytest.mark.kfp
 IMAGE = "bakeoff.local/bakeoff:dev"  # the image the lane's pods run (the process kubelet maps it to a root filesystem)
 BAKEOFF = Path(sys.executable).parent / "bakeoff"
 FIRE_TIMEOUT = 120.0  # seconds for the ScheduledWorkflow controller to fire a recurring run (resync every 2 s)
+# the runs' `variants` parameter: two small networks, so that a run's training takes seconds
+TWO_MLPS = [
+    {"name": "tiny", "model": {"type": "mlp", "hidden_units": [16]}},
+    {"name": "small", "model": {"type": "mlp", "hidden_units": [32]}},
+]
 
 
 def bakeoff(kfp: backend.Backend, *args: str) -> subprocess.CompletedProcess[str]:
@@ -59,10 +64,7 @@ def test_upload_creates_the_pipeline_then_versions_and_refuses_a_repeated_one(kf
 
 
 def test_submit_creates_a_run_whose_workflow_carries_its_parameters(kfp_backend: backend.Backend) -> None:
-    variants = [
-        {"name": "tiny", "model": {"type": "mlp", "hidden_units": [16]}},
-        {"name": "small", "model": {"type": "mlp", "hidden_units": [32]}},
-    ]
+    variants = TWO_MLPS
     done = bakeoff(
         kfp_backend,
         "submit",
