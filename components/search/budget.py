@@ -344,12 +344,12 @@ def plan_config(
     # measured now: the run's budget paid for it (the seconds a run takes to read its source, the deadline counts)
     measured = started is not None and calibration.measured_at >= asked
     spent = time.monotonic() - started if measured and started is not None else 0.0
-    plan = dataclasses.replace(fit(config, calibration, examples, images, spent), spent=spent)
+    plan = fit(config, calibration, examples, images, spent)
     kept = {variant.name for variant in plan.config.variants}  # a variant the fit left out trains at nothing
     why = {BFLOAT16: "measured faster here at their shape", FLOAT32: "bfloat16 measured no faster here"}
     trained = {precision: [name for name in names if name in kept] for precision, names in sorted(picked.items())}
     chosen = [f"training.precision auto -> {p}: {', '.join(names)} ({why[p]})" for p, names in trained.items() if names]
-    return dataclasses.replace(plan, fitted=[*unpriced, *plan.fitted], precisions=chosen), examples
+    return dataclasses.replace(plan, fitted=[*unpriced, *plan.fitted], precisions=chosen, spent=spent), examples
 
 
 def _priced(config: Config, calibration: Calibration, images: Images) -> tuple[Config, list[str]]:
